@@ -1,0 +1,110 @@
+// ModelSource: a model as read by a frontend (HF directory or GGUF file),
+// normalized to one vocabulary of names, layouts and config fields so that the
+// model builder never needs to know which format it came from.
+//
+// Tensor names follow Hugging Face transformers (model.layers.N.self_attn.q_proj.weight,
+// model.embed_tokens.weight, model.norm.weight, lm_head.weight, ...), with HF's
+// layout: a linear weight is [out_features, in_features] row-major. GGUF names are
+// mapped to these, and llama.cpp's Q/K row permutation for rotary embeddings is undone,
+// so q/k follow HF's rotate_half convention.
+//
+// Thread-compatible. Tensor data stays valid for the lifetime of the ModelSource
+// (files are memory-mapped).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/tokenizer/tokenizer_spec.h"
+
+namespace xcc {
+
+using xrt::Expected;
+using xrt::Status;
+
+// Storage type of a tensor in its source file.
+enum class SourceDType {
+  kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kBool,
+  // ggml block types
+  kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K,
+};
+const char* SourceDTypeName(SourceDType t);
+
+struct RopeScaling {
+  std::string type = "none";  // "none" | "llama3" | "linear"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 0;
+};
+
+// Decoder config, Llama family (Llama, Mistral, Qwen2).
+struct DecoderConfig {
+  std::string architecture;   // e.g. "LlamaForCausalLM"; GGUF llama -> "LlamaForCausalLM"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;       // hidden_size / num_attention_heads unless given
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases (Qwen2: true)
+  std::string hidden_act = "silu";
+  int64_t sliding_window = 0;   // 0: none (recorded; not yet supported if > 0 and < max len)
+};
+
+struct GenerationDefaults {
+  std::vector<int32_t> eos_token_ids;  // generation_config.json eos_token_id (int or list)
+  double temperature = -1;             // < 0: not given
+  double top_p = -1;
+  int64_t top_k = -1;
+  double repetition_penalty = -1;
+};
+
+struct SourceTensor {
+  std::string name;               // HF name
+  SourceDType dtype;
+  std::vector<int64_t> shape;     // HF order, outermost first
+  const uint8_t* data = nullptr;  // points into a mapped file
+  size_t nbytes = 0;
+  std::string file;               // which file it came from (for error messages)
+};
+
+class ModelSource {
+ public:
+  virtual ~ModelSource() = default;
+
+  // Opens a HF model directory (config.json + safetensors) or a .gguf file.
+  // Errors name the file and the field: "config.json: field 'hidden_size': missing".
+  static Expected<std::unique_ptr<ModelSource>> Open(const std::string& path);
+
+  virtual const DecoderConfig& config() const = 0;
+  virtual const xrt::TokenizerSpec& tokenizer() const = 0;
+  virtual const GenerationDefaults& generation() const = 0;
+  // Jinja chat template source, "" if the model has none.
+  virtual const std::string& chat_template() const = 0;
+  // Every file the model was read from (for provenance hashing), sorted.
+  virtual std::vector<std::string> input_files() const = 0;
+
+  // All tensor names, sorted.
+  virtual std::vector<std::string> tensor_names() const = 0;
+  // Tensor metadata and raw bytes; NotFound if absent.
+  virtual Expected<const SourceTensor*> tensor(const std::string& name) const = 0;
+  // Tensor converted (dequantized, permuted as documented above) to f32, row-major HF layout.
+  virtual Expected<std::vector<float>> ReadF32(const std::string& name) const = 0;
+};
+
+// Dequantizes/converts `n` elements of `src` (of type `t`) to f32. For block
+// types `n` must be a multiple of the block size. Exposed for tests.
+Status ConvertToF32(SourceDType t, const uint8_t* src, size_t nbytes, int64_t n, float* out);
+
+}  // namespace xcc

@@ -1,0 +1,330 @@
+//===- XGOps.cpp - shape rules and verifiers of xg ops --------------------===//
+#include "dialects/XG/IR/XGOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+
+namespace xcc::xg {
+namespace {
+
+constexpr int64_t kDyn = ShapedType::kDynamic;
+
+RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type elementType) {
+  return RankedTensorType::get(shape, elementType);
+}
+
+// Merges two sizes that must agree: a static size wins over a dynamic one.
+// Returns failure if both are static and differ.
+FailureOr<int64_t> mergeDim(int64_t a, int64_t b) {
+  if (a == kDyn) return b;
+  if (b == kDyn || a == b) return a;
+  return failure();
+}
+
+std::string dimStr(int64_t d) { return d == kDyn ? "?" : std::to_string(d); }
+
+LogicalResult expectRank(std::optional<Location> loc, Value v, int64_t rank,
+                         StringRef what) {
+  auto t = cast<RankedTensorType>(v.getType());
+  if (t.getRank() != rank)
+    return emitOptionalError(loc, what, " must have rank ", rank, ", got ", t);
+  return success();
+}
+
+LogicalResult expectDim(std::optional<Location> loc, int64_t actual, int64_t expected,
+                        StringRef what) {
+  if (failed(mergeDim(actual, expected)))
+    return emitOptionalError(loc, what, " is ", dimStr(actual), ", expected ",
+                             dimStr(expected));
+  return success();
+}
+
+ArrayRef<int64_t> shapeOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
+
+}  // namespace
+
+//===----------------------------------------------------------------------===//
+// WeightOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult WeightOp::verify() {
+  auto type = getResult().getType();
+  if (!type.hasStaticShape())
+    return emitOpError() << "weight '" << getName() << "' must have a static shape, got "
+                         << type;
+  if (getName().empty()) return emitOpError() << "weight name must not be empty";
+  if (auto nr = getPackNr()) {
+    if (*nr <= 0) return emitOpError() << "pack_nr must be positive, got " << *nr;
+    if (type.getRank() != 2)
+      return emitOpError() << "only rank-2 weights can be packed, got " << type;
+  }
+  if (auto sources = getSources()) {
+    if (sources->empty()) return emitOpError() << "sources must not be empty";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ConcatOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type>& inferred) {
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty()) return emitOptionalError(loc, "concat needs at least one input");
+  auto first = cast<RankedTensorType>(inputs.front().getType());
+  int64_t rank = first.getRank();
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= rank)
+    return emitOptionalError(loc, "axis ", axis, " out of range for rank ", rank);
+  SmallVector<int64_t> shape(first.getShape());
+  for (Value in : inputs.drop_front()) {
+    auto t = cast<RankedTensorType>(in.getType());
+    if (t.getRank() != rank)
+      return emitOptionalError(loc, "all inputs must have rank ", rank, ", got ", t);
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d == axis) {
+        shape[d] = (shape[d] == kDyn || t.getDimSize(d) == kDyn)
+                       ? kDyn
+                       : shape[d] + t.getDimSize(d);
+        continue;
+      }
+      auto merged = mergeDim(shape[d], t.getDimSize(d));
+      if (failed(merged))
+        return emitOptionalError(loc, "inputs disagree on dimension ", d, ": ",
+                                 dimStr(shape[d]), " vs ", dimStr(t.getDimSize(d)));
+      shape[d] = *merged;
+    }
+  }
+  inferred.push_back(tensorOf(shape, first.getElementType()));
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().size() < 2) return emitOpError() << "needs at least two inputs";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// EmbeddingOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type>& inferred) {
+  if (failed(expectRank(loc, adaptor.getTable(), 2, "table")) ||
+      failed(expectRank(loc, adaptor.getIds(), 1, "ids")))
+    return failure();
+  auto table = cast<RankedTensorType>(adaptor.getTable().getType());
+  inferred.push_back(tensorOf({shapeOf(adaptor.getIds())[0], table.getDimSize(1)},
+                              table.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RmsNormOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RmsNormOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type>& inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
+      failed(expectRank(loc, adaptor.getWeight(), 1, "weight")))
+    return failure();
+  auto in = shapeOf(adaptor.getInput());
+  if (failed(expectDim(loc, shapeOf(adaptor.getWeight())[0], in[1], "weight size")))
+    return failure();
+  if (adaptor.getEps().convertToDouble() <= 0.0)
+    return emitOptionalError(loc, "eps must be positive");
+  inferred.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// LinearOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type>& inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
+      failed(expectRank(loc, adaptor.getWeight(), 2, "weight")))
+    return failure();
+  auto in = shapeOf(adaptor.getInput());
+  auto w = shapeOf(adaptor.getWeight());
+  if (failed(expectDim(loc, w[1], in[1], "weight input features")))
+    return failure();
+  SmallVector<int64_t> out = {in[0], w[0]};
+  if (Value bias = adaptor.getBias()) {
+    if (failed(expectRank(loc, bias, 1, "bias")) ||
+        failed(expectDim(loc, shapeOf(bias)[0], w[0], "bias size")))
+      return failure();
+  }
+  if (Value acc = adaptor.getAccumulator()) {
+    if (failed(expectRank(loc, acc, 2, "accumulator"))) return failure();
+    auto a = shapeOf(acc);
+    auto rows = mergeDim(a[0], out[0]);
+    if (failed(rows) || failed(mergeDim(a[1], out[1])))
+      return emitOptionalError(loc, "accumulator shape ", dimStr(a[0]), "x", dimStr(a[1]),
+                               " does not match the result ", dimStr(out[0]), "x",
+                               dimStr(out[1]));
+    out[0] = *rows;
+  }
+  inferred.push_back(tensorOf(out, cast<RankedTensorType>(adaptor.getInput().getType())
+                                       .getElementType()));
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  auto w = getWeight().getType();
+  if (!w.hasStaticShape())
+    return emitOpError() << "weight must have a static shape, got " << w;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// SplitOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SplitOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type>& inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input"))) return failure();
+  auto in = shapeOf(adaptor.getInput());
+  ArrayRef<int64_t> sizes = adaptor.getSizes();
+  if (sizes.empty()) return emitOptionalError(loc, "sizes must not be empty");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s <= 0) return emitOptionalError(loc, "split sizes must be positive, got ", s);
+    total += s;
+  }
+  if (failed(expectDim(loc, in[1], total, "input columns (sum of sizes)")))
+    return failure();
+  auto elementType = cast<RankedTensorType>(adaptor.getInput().getType()).getElementType();
+  for (int64_t s : sizes) inferred.push_back(tensorOf({in[0], s}, elementType));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RopeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RopeOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type>& inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
+      failed(expectRank(loc, adaptor.getPositions(), 1, "positions")) ||
+      failed(expectRank(loc, adaptor.getInvFreq(), 1, "inv_freq")))
+    return failure();
+  int64_t hd = adaptor.getHeadDim();
+  auto in = shapeOf(adaptor.getInput());
+  if (hd <= 0 || hd % 2 != 0)
+    return emitOptionalError(loc, "head_dim must be positive and even, got ", hd);
+  if (in[1] != kDyn && in[1] % hd != 0)
+    return emitOptionalError(loc, "input columns ", in[1], " are not a multiple of head_dim ",
+                             hd);
+  if (failed(expectDim(loc, shapeOf(adaptor.getPositions())[0], in[0], "positions size")) ||
+      failed(expectDim(loc, shapeOf(adaptor.getInvFreq())[0], hd / 2, "inv_freq size")))
+    return failure();
+  inferred.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// PagedAttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PagedAttentionOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type>& inferred) {
+  if (failed(expectRank(loc, adaptor.getQ(), 2, "q")) ||
+      failed(expectRank(loc, adaptor.getK(), 2, "k")) ||
+      failed(expectRank(loc, adaptor.getV(), 2, "v")))
+    return failure();
+  if (failed(expectRank(loc, adaptor.getSlotMapping(), 1, "slot_mapping")) ||
+      failed(expectRank(loc, adaptor.getBlockTables(), 2, "block_tables")) ||
+      failed(expectRank(loc, adaptor.getSeqLens(), 1, "seq_lens")) ||
+      failed(expectRank(loc, adaptor.getQueryStartLoc(), 1, "query_start_loc")))
+    return failure();
+  int64_t h = adaptor.getNumHeads(), kvh = adaptor.getNumKvHeads(),
+          hd = adaptor.getHeadDim();
+  if (h <= 0 || kvh <= 0 || hd <= 0 || h % kvh != 0)
+    return emitOptionalError(loc, "num_heads (", h, ") must be a positive multiple of num_kv_heads (",
+                             kvh, ") and head_dim (", hd, ") positive");
+  auto q = shapeOf(adaptor.getQ()), k = shapeOf(adaptor.getK()), v = shapeOf(adaptor.getV());
+  if (failed(expectDim(loc, q[1], h * hd, "q columns")) ||
+      failed(expectDim(loc, k[1], kvh * hd, "k columns")) ||
+      failed(expectDim(loc, v[1], kvh * hd, "v columns")) ||
+      failed(expectDim(loc, k[0], q[0], "k rows")) ||
+      failed(expectDim(loc, v[0], q[0], "v rows")) ||
+      failed(expectDim(loc, shapeOf(adaptor.getSlotMapping())[0], q[0], "slot_mapping size")))
+    return failure();
+  int64_t reqs = shapeOf(adaptor.getBlockTables())[0];
+  if (failed(expectDim(loc, shapeOf(adaptor.getSeqLens())[0], reqs, "seq_lens size")) ||
+      failed(expectDim(loc, shapeOf(adaptor.getQueryStartLoc())[0],
+                       reqs == kDyn ? kDyn : reqs + 1, "query_start_loc size")))
+    return failure();
+  inferred.push_back(adaptor.getQ().getType());
+  return success();
+}
+
+LogicalResult PagedAttentionOp::verify() {
+  if (getLayerAttr().getInt() < 0)
+    return emitOpError() << "layer must be non-negative, got " << getLayerAttr().getInt();
+  if (!(getScale().convertToFloat() > 0.0f))
+    return emitOpError() << "scale must be positive";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise and gather
+//===----------------------------------------------------------------------===//
+
+static LogicalResult inferElementwise(std::optional<Location> loc, Value a, Value b,
+                                      SmallVectorImpl<Type>& inferred) {
+  auto ta = cast<RankedTensorType>(a.getType());
+  auto tb = cast<RankedTensorType>(b.getType());
+  if (ta.getRank() != tb.getRank())
+    return emitOptionalError(loc, "operands must have the same rank, got ", ta, " and ", tb);
+  SmallVector<int64_t> shape;
+  for (int64_t d = 0; d < ta.getRank(); ++d) {
+    auto m = mergeDim(ta.getDimSize(d), tb.getDimSize(d));
+    if (failed(m))
+      return emitOptionalError(loc, "operand shapes differ: ", ta, " vs ", tb);
+    shape.push_back(*m);
+  }
+  inferred.push_back(tensorOf(shape, ta.getElementType()));
+  return success();
+}
+
+LogicalResult SiluMulOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type>& inferred) {
+  return inferElementwise(loc, adaptor.getGate(), adaptor.getUp(), inferred);
+}
+
+LogicalResult AddOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                      Adaptor adaptor, SmallVectorImpl<Type>& inferred) {
+  return inferElementwise(loc, adaptor.getLhs(), adaptor.getRhs(), inferred);
+}
+
+LogicalResult GatherRowsOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type>& inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
+      failed(expectRank(loc, adaptor.getIndices(), 1, "indices")))
+    return failure();
+  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
+  inferred.push_back(tensorOf({shapeOf(adaptor.getIndices())[0], in.getDimSize(1)},
+                              in.getElementType()));
+  return success();
+}
+
+}  // namespace xcc::xg
+
+#define GET_OP_CLASSES
+#include "dialects/XG/IR/XGOps.cpp.inc"

@@ -1,0 +1,211 @@
+//===- XGOps.td - xg operations ----------------------------*- tablegen -*-===//
+#ifndef XCC_DIALECTS_XG_IR_XGOPS_TD
+#define XCC_DIALECTS_XG_IR_XGOPS_TD
+
+include "dialects/XG/IR/XGDialect.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def XG_F32Tensor : RankedTensorOf<[F32]>;
+def XG_I32Tensor : RankedTensorOf<[I32]>;
+
+// Ops whose result types follow from their operands and attributes. The
+// bucket specialization pass relies on this to re-derive static shapes.
+class XG_InferOp<string mnemonic, list<Trait> traits = []>
+    : XG_Op<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor])>;
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+def XG_WeightOp : XG_Op<"weight", [Pure]> {
+  let summary = "a model weight, by name";
+  let description = [{
+    A read-only tensor of the model. `name` is the frontend's (Hugging Face) tensor
+    name. After fusion a weight may stand for several source tensors concatenated
+    along dimension 0 (`sources`), and after weight packing a linear weight carries
+    the panel width of its packed layout (`pack_nr`); its type stays the logical
+    `[N, K]` shape.
+
+    ```mlir
+    %w = xg.weight "model.layers.0.mlp.down_proj.weight" : tensor<64x176xf32>
+    %f = xg.weight "qkv" {sources = ["q.weight", "k.weight", "v.weight"], pack_nr = 16 : i64}
+           : tensor<128x64xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name,
+                       OptionalAttr<StrArrayAttr>:$sources,
+                       OptionalAttr<I64Attr>:$pack_nr);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def XG_ConcatOp : XG_InferOp<"concat"> {
+  let summary = "concatenation along one dimension";
+  let description = [{
+    ```mlir
+    %w = xg.concat %q, %k, %v {axis = 0 : i64}
+           : tensor<64x64xf32>, tensor<32x64xf32>, tensor<32x64xf32> -> tensor<128x64xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<XG_F32Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Decoder ops
+//===----------------------------------------------------------------------===//
+
+def XG_EmbeddingOp : XG_InferOp<"embedding"> {
+  let summary = "gathers rows of an embedding table";
+  let description = [{
+    `result[t, :] = table[ids[t], :]`. Ids outside `[0, V)` produce zero rows.
+
+    ```mlir
+    %x = xg.embedding %table, %ids : tensor<512x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$table, XG_I32Tensor:$ids);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)";
+}
+
+def XG_RmsNormOp : XG_InferOp<"rms_norm"> {
+  let summary = "RMS normalization over the last dimension";
+  let description = [{
+    `result[t, i] = input[t, i] / sqrt(mean_i(input[t, :]^2) + eps) * weight[i]`.
+
+    ```mlir
+    %y = xg.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, XG_F32Tensor:$weight, F64Attr:$eps);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` type($input) `,` type($weight) `->` type($result)";
+}
+
+def XG_LinearOp : XG_InferOp<"linear", [AttrSizedOperandSegments]> {
+  let summary = "y = x * W^T (+ bias) (+ accumulator)";
+  let description = [{
+    A fully connected layer with Hugging Face's weight layout `[N, K]`:
+    `result[t, n] = sum_k input[t, k] * weight[n, k] + bias[n] + accumulator[t, n]`.
+    The accumulator is how a residual add is fused into the matmul that produces it.
+
+    ```mlir
+    %y = xg.linear %x, %w bias(%b) accumulate(%r)
+           : tensor<?x64xf32>, tensor<128x64xf32>, tensor<128xf32>, tensor<?x128xf32> -> tensor<?x128xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, XG_F32Tensor:$weight,
+                       Optional<XG_F32Tensor>:$bias,
+                       Optional<XG_F32Tensor>:$accumulator);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`bias` `(` $bias^ `)`)? (`accumulate` `(` $accumulator^ `)`)?
+    attr-dict `:` type(operands) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def XG_SplitOp : XG_InferOp<"split"> {
+  let summary = "splits the last dimension into consecutive column ranges";
+  let description = [{
+    The results are views of the input: no data moves.
+
+    ```mlir
+    %q, %k, %v = xg.split %qkv {sizes = array<i64: 64, 32, 32>}
+           : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, DenseI64ArrayAttr:$sizes);
+  let results = (outs Variadic<XG_F32Tensor>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+}
+
+def XG_RopeOp : XG_InferOp<"rope"> {
+  let summary = "rotary position embedding (rotate-half convention)";
+  let description = [{
+    For every head of `head_dim` columns and `i < head_dim / 2`, with
+    `a = positions[t] * inv_freq[i]`:
+    `out[i] = x[i] cos a - x[i + half] sin a`, `out[i + half] = x[i + half] cos a + x[i] sin a`.
+    `inv_freq` holds the (possibly scaled) inverse frequencies.
+
+    ```mlir
+    %q2 = xg.rope %q, %pos, %inv {head_dim = 16 : i64}
+           : tensor<?x64xf32>, tensor<?xi32>, tensor<8xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, XG_I32Tensor:$positions,
+                       XG_F32Tensor:$inv_freq, I64Attr:$head_dim);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $positions `,` $inv_freq attr-dict `:` type($input) `,` type($positions) `,`
+    type($inv_freq) `->` type($result)
+  }];
+}
+
+def XG_PagedAttentionOp : XG_InferOp<"paged_attention"> {
+  let summary = "causal attention over a paged KV cache, writing this step's K/V";
+  let description = [{
+    Writes every token's `k`/`v` into layer `layer`'s KV cache at
+    `slot_mapping[t]` (-1: padding token), then computes, for each token of each
+    request (tokens `[query_start_loc[r], query_start_loc[r+1])`, the last ones of a
+    sequence of `seq_lens[r]` tokens), causal softmax attention over the request's
+    cached keys through its row of `block_tables`. GQA: head `h` reads kv head
+    `h / (num_heads / num_kv_heads)`. The KV cache itself is runtime state, not an
+    operand.
+
+    ```mlir
+    %o = xg.paged_attention %q, %k, %v, %slots, %tables, %lens, %qsl
+           {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64,
+            head_dim = 16 : i64, scale = 0.25 : f32}
+           : tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi32>,
+             tensor<8x32xi32>, tensor<8xi32>, tensor<9xi32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$q, XG_F32Tensor:$k, XG_F32Tensor:$v,
+                       XG_I32Tensor:$slot_mapping, XG_I32Tensor:$block_tables,
+                       XG_I32Tensor:$seq_lens, XG_I32Tensor:$query_start_loc,
+                       I64Attr:$layer, I64Attr:$num_heads, I64Attr:$num_kv_heads,
+                       I64Attr:$head_dim, F32Attr:$scale);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $slot_mapping `,` $block_tables `,` $seq_lens `,` $query_start_loc
+    attr-dict `:` type(operands) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def XG_SiluMulOp : XG_InferOp<"silu_mul"> {
+  let summary = "silu(gate) * up, elementwise";
+  let arguments = (ins XG_F32Tensor:$gate, XG_F32Tensor:$up);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($gate) `,` type($up) `->` type($result)";
+}
+
+def XG_AddOp : XG_InferOp<"add"> {
+  let summary = "elementwise addition";
+  let arguments = (ins XG_F32Tensor:$lhs, XG_F32Tensor:$rhs);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)";
+}
+
+def XG_GatherRowsOp : XG_InferOp<"gather_rows"> {
+  let summary = "selects rows by index";
+  let description = [{
+    `result[r, :] = input[indices[r], :]`; an index outside `[0, rows)` gives a zero
+    row (padding requests).
+
+    ```mlir
+    %h = xg.gather_rows %hidden, %idx : tensor<64x64xf32>, tensor<8xi32> -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, XG_I32Tensor:$indices);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $indices attr-dict `:` type($input) `,` type($indices) `->` type($result)";
+}
+
+#endif  // XCC_DIALECTS_XG_IR_XGOPS_TD

@@ -1,0 +1,222 @@
+// RUN: xcc-opt %s -split-input-file -verify-diagnostics
+
+func.func @weight_dynamic() {
+  // expected-error @+1 {{weight 'w' must have a static shape}}
+  %w = xg.weight "w" : tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @weight_bad_pack() {
+  // expected-error @+1 {{pack_nr must be positive}}
+  %w = xg.weight "w" {pack_nr = 0 : i64} : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @weight_pack_rank1() {
+  // expected-error @+1 {{only rank-2 weights can be packed}}
+  %w = xg.weight "w" {pack_nr = 16 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_rank(%ids: tensor<4x2xi32>) {
+  %t = xg.weight "t" : tensor<16x8xf32>
+  // expected-error @+2 {{ids must have rank 1}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %x = xg.embedding %t, %ids : tensor<16x8xf32>, tensor<4x2xi32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_weight(%x: tensor<4x8xf32>) {
+  %w = xg.weight "w" : tensor<6xf32>
+  // expected-error @+2 {{weight size is 6, expected 8}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.rms_norm %x, %w {eps = 1.0e-5 : f64} : tensor<4x8xf32>, tensor<6xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_eps(%x: tensor<4x8xf32>) {
+  %w = xg.weight "w" : tensor<8xf32>
+  // expected-error @+2 {{eps must be positive}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.rms_norm %x, %w {eps = 0.0 : f64} : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_k(%x: tensor<4x8xf32>) {
+  %w = xg.weight "w" : tensor<16x6xf32>
+  // expected-error @+2 {{weight input features is 6, expected 8}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.linear %x, %w : tensor<4x8xf32>, tensor<16x6xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_bias(%x: tensor<4x8xf32>) {
+  %w = xg.weight "w" : tensor<16x8xf32>
+  %b = xg.weight "b" : tensor<8xf32>
+  // expected-error @+2 {{bias size is 8, expected 16}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.linear %x, %w bias(%b) : tensor<4x8xf32>, tensor<16x8xf32>, tensor<8xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_acc(%x: tensor<4x8xf32>, %r: tensor<4x8xf32>) {
+  %w = xg.weight "w" : tensor<16x8xf32>
+  // expected-error @+2 {{does not match the result}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.linear %x, %w accumulate(%r) : tensor<4x8xf32>, tensor<16x8xf32>, tensor<4x8xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_result(%x: tensor<4x8xf32>) {
+  %w = xg.weight "w" : tensor<16x8xf32>
+  // expected-error @+2 {{inferred type(s) 'tensor<4x16xf32>' are incompatible with return type(s) of operation 'tensor<4x8xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.linear %x, %w : tensor<4x8xf32>, tensor<16x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @split_sum(%x: tensor<4x8xf32>) {
+  // expected-error @+2 {{input columns (sum of sizes) is 8, expected 6}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %a, %b = xg.split %x {sizes = array<i64: 3, 3>} : tensor<4x8xf32> -> tensor<4x3xf32>, tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @split_positive(%x: tensor<4x8xf32>) {
+  // expected-error @+2 {{split sizes must be positive}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %a, %b = xg.split %x {sizes = array<i64: 0, 8>} : tensor<4x8xf32> -> tensor<4x0xf32>, tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_odd(%x: tensor<4x9xf32>, %p: tensor<4xi32>) {
+  %inv = xg.weight "inv" : tensor<4xf32>
+  // expected-error @+2 {{head_dim must be positive and even}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.rope %x, %p, %inv {head_dim = 9 : i64} : tensor<4x9xf32>, tensor<4xi32>, tensor<4xf32> -> tensor<4x9xf32>
+  return
+}
+
+// -----
+
+func.func @rope_cols(%x: tensor<4x12xf32>, %p: tensor<4xi32>) {
+  %inv = xg.weight "inv" : tensor<4xf32>
+  // expected-error @+2 {{input columns 12 are not a multiple of head_dim 8}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.rope %x, %p, %inv {head_dim = 8 : i64} : tensor<4x12xf32>, tensor<4xi32>, tensor<4xf32> -> tensor<4x12xf32>
+  return
+}
+
+// -----
+
+func.func @rope_freq(%x: tensor<4x16xf32>, %p: tensor<4xi32>) {
+  %inv = xg.weight "inv" : tensor<8xf32>
+  // expected-error @+2 {{inv_freq size is 8, expected 4}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.rope %x, %p, %inv {head_dim = 8 : i64} : tensor<4x16xf32>, tensor<4xi32>, tensor<8xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_heads(%q: tensor<4x48xf32>, %k: tensor<4x32xf32>, %s: tensor<4xi32>,
+                           %t: tensor<2x4xi32>, %l: tensor<2xi32>, %qsl: tensor<3xi32>) {
+  // expected-error @+2 {{num_heads (3) must be a positive multiple of num_kv_heads (2)}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %o = xg.paged_attention %q, %k, %k, %s, %t, %l, %qsl
+         {layer = 0 : i64, num_heads = 3 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 0.25 : f32}
+         : tensor<4x48xf32>, tensor<4x32xf32>, tensor<4x32xf32>, tensor<4xi32>, tensor<2x4xi32>, tensor<2xi32>, tensor<3xi32> -> tensor<4x48xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qsl(%q: tensor<4x64xf32>, %k: tensor<4x32xf32>, %s: tensor<4xi32>,
+                         %t: tensor<2x4xi32>, %l: tensor<2xi32>, %qsl: tensor<2xi32>) {
+  // expected-error @+2 {{query_start_loc size is 2, expected 3}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %o = xg.paged_attention %q, %k, %k, %s, %t, %l, %qsl
+         {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 0.25 : f32}
+         : tensor<4x64xf32>, tensor<4x32xf32>, tensor<4x32xf32>, tensor<4xi32>, tensor<2x4xi32>, tensor<2xi32>, tensor<2xi32> -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_scale(%q: tensor<4x64xf32>, %k: tensor<4x32xf32>, %s: tensor<4xi32>,
+                           %t: tensor<2x4xi32>, %l: tensor<2xi32>, %qsl: tensor<3xi32>) {
+  // expected-error @+1 {{scale must be positive}}
+  %o = xg.paged_attention %q, %k, %k, %s, %t, %l, %qsl
+         {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 0.0 : f32}
+         : tensor<4x64xf32>, tensor<4x32xf32>, tensor<4x32xf32>, tensor<4xi32>, tensor<2x4xi32>, tensor<2xi32>, tensor<3xi32> -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @silu_mul_shapes(%a: tensor<4x8xf32>, %b: tensor<4x6xf32>) {
+  // expected-error @+2 {{operand shapes differ}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.silu_mul %a, %b : tensor<4x8xf32>, tensor<4x6xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @add_rank(%a: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+2 {{operands must have the same rank}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.add %a, %b : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @concat_dims(%a: tensor<4x8xf32>, %b: tensor<4x6xf32>) {
+  // expected-error @+2 {{inputs disagree on dimension 1: 8 vs 6}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.concat %a, %b {axis = 0 : i64} : tensor<4x8xf32>, tensor<4x6xf32> -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+func.func @concat_axis(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) {
+  // expected-error @+2 {{axis 2 out of range for rank 2}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.concat %a, %b {axis = 2 : i64} : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+func.func @gather_rank(%x: tensor<4x8xf32>, %i: tensor<2x2xi32>) {
+  // expected-error @+2 {{indices must have rank 1}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.gather_rows %x, %i : tensor<4x8xf32>, tensor<2x2xi32> -> tensor<2x8xf32>
+  return
+}

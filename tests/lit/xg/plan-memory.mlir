@@ -1,0 +1,43 @@
+// RUN: xcc-opt %s -split-input-file -verify-diagnostics -xcc-xg-plan-memory="alignment=64" | FileCheck %s
+
+// Results, then arguments, live in the io buffer; intermediates share the arena by
+// liveness. The split views alias %gu's range with column offsets, and keep it
+// alive until silu_mul; %n1's range [0, 4096) is free again after the first
+// linear but too small for silu_mul's 6144 bytes, which go after %gu.
+// CHECK-LABEL: func.func @mlp
+// CHECK-SAME: %arg0: tensor<16x64xf32> {xg.io = array<i64: 4096, 4096>}
+// CHECK-SAME: -> (tensor<16x64xf32> {xg.io = array<i64: 0, 4096>})
+// CHECK-SAME: xg.arena_size = 22528 : i64
+// CHECK-SAME: xg.io_size = 8192 : i64
+// CHECK: xg.rms_norm {{.*}}xg.buffers = [array<i64: 0, 0, 4096, 64, 0>]
+// CHECK: xg.linear {{.*}}xg.buffers = [array<i64: 0, 4096, 12288, 192, 0>]
+// CHECK: xg.split {{.*}}xg.buffers = [array<i64: 0, 4096, 12288, 192, 0>, array<i64: 0, 4096, 12288, 192, 96>]
+// CHECK: xg.silu_mul {{.*}}xg.buffers = [array<i64: 0, 16384, 6144, 96, 0>]
+// CHECK: xg.linear {{.*}}xg.buffers = [array<i64: 1, 0, 4096, 64, 0>]
+func.func @mlp(%x: tensor<16x64xf32>) -> tensor<16x64xf32> attributes {xg.entry} {
+  %nw = xg.weight "norm" : tensor<64xf32>
+  %n1 = xg.rms_norm %x, %nw {eps = 1.0e-5 : f64} : tensor<16x64xf32>, tensor<64xf32> -> tensor<16x64xf32>
+  %w = xg.weight "gate+up" {pack_nr = 16 : i64} : tensor<192x64xf32>
+  %gu = xg.linear %n1, %w : tensor<16x64xf32>, tensor<192x64xf32> -> tensor<16x192xf32>
+  %g, %u = xg.split %gu {sizes = array<i64: 96, 96>} : tensor<16x192xf32> -> tensor<16x96xf32>, tensor<16x96xf32>
+  %a = xg.silu_mul %g, %u : tensor<16x96xf32>, tensor<16x96xf32> -> tensor<16x96xf32>
+  %d = xg.weight "down" {pack_nr = 16 : i64} : tensor<64x96xf32>
+  %y = xg.linear %a, %d accumulate(%x) : tensor<16x96xf32>, tensor<64x96xf32>, tensor<16x64xf32> -> tensor<16x64xf32>
+  return %y : tensor<16x64xf32>
+}
+
+// -----
+
+// expected-error @+1 {{result 0 must be computed by an op of its own}}
+func.func @passthrough(%x: tensor<16x64xf32>) -> tensor<16x64xf32> attributes {xg.entry} {
+  return %x : tensor<16x64xf32>
+}
+
+// -----
+
+// expected-error @+1 {{result 0 needs a static shape}}
+func.func @dynamic(%x: tensor<?x64xf32>) -> tensor<?x64xf32> attributes {xg.entry} {
+  %nw = xg.weight "norm" : tensor<64xf32>
+  %n1 = xg.rms_norm %x, %nw {eps = 1.0e-5 : f64} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  return %n1 : tensor<?x64xf32>
+}
