@@ -24,7 +24,9 @@ struct TokenizerSpec {
   // "bpe": byte-level BPE (GPT-2 / Llama 3 / Qwen2 / SmolLM2 style).
   std::string model = "bpe";
   // id -> token text as stored in tokenizer.json's vocab (byte-level alphabet,
-  // e.g. "Ġthe"). Size == vocabulary size; ids with no entry hold "".
+  // e.g. "Ġthe"). Size == vocabulary size, added tokens included (an added
+  // token's slot holds its content, or "" and Tokenizer::Create fills it);
+  // ids with no entry hold "". Non-empty entries must be unique.
   std::vector<std::string> vocab;
   // Merge rules in rank order: {"Ġ", "t"} means "Ġ t".
   std::vector<std::pair<std::string, std::string>> merges;
@@ -36,9 +38,14 @@ struct TokenizerSpec {
   // Pre-tokenizer, applied in order: each regex (PCRE2 syntax, as in
   // tokenizer.json's Split pre-tokenizer / the ByteLevel default) splits the
   // pieces produced so far, keeping the matches ("isolated" behaviour).
+  // tokenizer.json's Digits steps are stored here too, in sequence order, as
+  // "\p{N}" (individual) or "\p{N}+".
   std::vector<std::string> split_regexes;
   bool individual_digits = false;  // Digits(individual_digits=true) before the regexes
-  bool add_prefix_space = false;   // ByteLevel(add_prefix_space)
+  // ByteLevel(add_prefix_space): a space is prepended to each text segment
+  // between added tokens (after normalization, before any splitting) unless it
+  // already starts with one.
+  bool add_prefix_space = false;
   bool ignore_merges = false;      // BPE(ignore_merges): whole-word vocab hits skip merging
 
   // Special ids; -1 when absent.

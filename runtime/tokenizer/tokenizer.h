@@ -1,0 +1,85 @@
+// Tokenizer: byte-level BPE text <-> token ids, matching Hugging Face
+// `tokenizers` for GPT-2 / Llama 3 / Qwen2 / SmolLM2 style tokenizer.json
+// files.
+//
+// Encode: (1) added tokens are split out of the raw text (non-normalized
+// ones), (2) the remaining text is normalized (NFC, optional) and normalized
+// added tokens are split out, (3) a prefix space is added to each remaining
+// segment if add_prefix_space, (4) the segment is pre-tokenized (Digits and
+// Split regexes), (5) each word's bytes are merged by BPE.
+// Decode: each token's bytes (the byte-level spelling mapped back to bytes;
+// added tokens spelled outside the byte-level alphabet are taken as their
+// UTF-8 text) are concatenated and invalid UTF-8 is replaced with U+FFFD.
+//
+// Built once from a TokenizerSpec; immutable afterwards. All const methods
+// are thread-safe (the BPE word cache is internally synchronized). Move-only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/tokenizer/tokenizer_spec.h"
+
+namespace xrt {
+
+class Tokenizer {
+ public:
+  // Validates `spec`: model "bpe", vocabulary entries valid UTF-8 and unique,
+  // added tokens with in-range unique ids consistent with the vocabulary,
+  // merges naming known tokens, compilable regexes, normalizer "" or "nfc",
+  // special ids in range. Errors are InvalidArgument (Unimplemented for an
+  // unknown model or normalizer).
+  static Expected<Tokenizer> Create(TokenizerSpec spec);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Token ids of `text`. Invalid UTF-8 in `text` is first replaced by U+FFFD.
+  // With `add_special_tokens`, bos_id is prepended if add_bos() and eos_id
+  // appended if add_eos() (what tokenizer.encode(text, add_special_tokens=True)
+  // does with a TemplateProcessing post-processor).
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = true) const;
+
+  // Text of `ids`. Out-of-range ids are ignored (as `tokenizers` does);
+  // with `skip_special_tokens`, added tokens marked special are left out.
+  std::string Decode(const int32_t* ids, size_t count, bool skip_special_tokens = false) const;
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const {
+    return Decode(ids.data(), ids.size(), skip_special_tokens);
+  }
+
+  // The token as the vocabulary spells it ("Ġthe", "<|eot_id|>"); "" for an
+  // out-of-range id or a hole in the vocabulary.
+  const std::string& IdToPiece(int32_t id) const;
+  // The raw bytes the token decodes to (" the"); may be partial UTF-8.
+  const std::string& TokenBytes(int32_t id) const;
+  // The id of a vocabulary spelling or added token content.
+  std::optional<int32_t> PieceToId(std::string_view piece) const;
+
+  bool IsSpecial(int32_t id) const;
+  int32_t vocab_size() const { return static_cast<int32_t>(spec_.vocab.size()); }
+  int32_t bos_id() const { return spec_.bos_id; }
+  int32_t eos_id() const { return spec_.eos_id; }
+  int32_t pad_id() const { return spec_.pad_id; }
+  int32_t unk_id() const { return spec_.unk_id; }
+  bool add_bos() const { return spec_.add_bos; }
+  bool add_eos() const { return spec_.add_eos; }
+  const TokenizerSpec& spec() const { return spec_; }
+
+ private:
+  struct Impl;
+  Tokenizer(TokenizerSpec spec, std::unique_ptr<Impl> impl);
+  void EncodeRaw(std::string_view text, std::vector<int32_t>* ids) const;
+  void EncodeNormalized(std::string_view text, std::vector<int32_t>* ids) const;
+  void EncodeSegment(std::string_view text, std::vector<int32_t>* ids) const;
+
+  TokenizerSpec spec_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xrt

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Regenerates tests/fixtures/tokenizer/ (except corpus.jsonl, which is hand-written).
+
+Trains three small byte-level BPE tokenizers with the PyPI `tokenizers` package, one per
+pre-tokenizer style the runtime supports, and records what `tokenizers` produces for every
+line of corpus.jsonl:
+
+  llama3/   Split(Llama 3 regex, Isolated) + ByteLevel(use_regex=False), ignore_merges,
+            <|begin_of_text|> prepended by a TemplateProcessing post-processor.
+  qwen2/    NFC normalizer + Split(Qwen2 regex, Isolated) + ByteLevel(use_regex=False), no BOS.
+  smollm2/  Digits(individual_digits=True) + ByteLevel(use_regex=True) (the GPT-2 regex).
+
+Each directory gets tokenizer.json, tokenizer_config.json and expected.json:
+  {"cases": [{"text": ..., "ids": [...], "decoded": ..., "decoded_skip_special": ...}, ...]}
+
+With --smollm2-gguf PATH it also writes smollm2_expected.json: the ids the original SmolLM2
+tokenizer gives for every corpus line. The tokenizer is rebuilt with `tokenizers` from the
+GGUF's tokenizer.ggml.* metadata (read with the `gguf` package) in the shape of SmolLM2's
+tokenizer.json: Digits(individual_digits) + ByteLevel(GPT-2 regex), control tokens special.
+
+Needs: pip install tokenizers gguf. The C++ tests do not need Python.
+"""
+
+import argparse
+import json
+import os
+import random
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
+from tokenizers import pre_tokenizers, processors, trainers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "fixtures", "tokenizer")
+
+# The split regexes as the models' own tokenizer.json files spell them.
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# Training text: English prose, code, numbers and some other scripts, so that the
+# merges are meaningful for every corpus line without being the corpus itself.
+SEED_TEXT = [
+    "The history of natural language processing generally started in the 1950s.",
+    "Machine learning models learn patterns from large amounts of training data.",
+    "A tokenizer splits text into pieces; the model only ever sees their ids.",
+    "She said that they would come back tomorrow, but they didn't.",
+    "We're going to the market; you'll find fresh bread and cheese there.",
+    "It's a small world after all, isn't it? I'd say so, and he'd agree.",
+    "The weather in Paris is lovely in the spring, when the trees bloom.",
+    "Please read the documentation before opening an issue on the tracker.",
+    "def main(argv):\n    for i in range(10):\n        print(i * 2)\n    return 0\n",
+    "if (x > 0 && y < 10) { return x + y; } else { return -1; }",
+    "import os\nimport sys\n\nclass Reader:\n    def __init__(self, path):\n        self.path = path\n",
+    "The quick brown fox jumps over the lazy dog again and again.",
+    "Numbers like 3.14, 2.718 and 1,000,000 appear in many documents from 2024 and 2025.",
+    "Visit https://www.example.com/index.html?lang=en for more information.",
+    "Email me at someone@example.org or call +1 (555) 123-4567.",
+    "Le café est très bon, et la crème brûlée aussi. Où est la bibliothèque?",
+    "Der schnelle braune Fuchs springt über den faulen Hund. Straße, Größe, Übung.",
+    "El niño comió una manzana y la señora bebió café con leche.",
+    "机器学习是人工智能的一个分支。我们今天学习中文，你好世界。大型语言模型很有趣。",
+    "日本語の文章です。ひらがなとカタカナと漢字を使います。テキストを読みます。",
+    "한국어는 한글로 씁니다. 안녕하세요, 세계! 문장을 포함합니다.",
+    "Привет, мир! Это пример текста на русском языке.",
+    "مرحبا بالعالم، هذا نص عربي قصير. שלום עולם, זה טקסט בעברית.",
+    "Emoji are common in chat: 😀 😂 👍 ❤️ 🎉 🇫🇷 🇺🇸",
+    "Mathematics: ∑ x² ≤ ∞, ± √2 ≈ 1.414, α β γ δ π.",
+    "<html><body><p>Hello</p></body></html>",
+    "    indented code and\ttabs\n\n\nblank lines   trailing   ",
+    "user: hello there\nassistant: hi! how can I help you today?\n",
+]
+
+WORDS = ("the of and to in is was for on that with as by at from it this be are have "
+         "not but or an they which one you all were her she there would their we him "
+         "been has when who will more no if out so said what up its about into than "
+         "them can only other new some could time these two may then do first any my "
+         "now such like our over man me even most made after also did many before must "
+         "through back years where much your way well down should because each just "
+         "those people how too little state good very make world still own see men "
+         "work long get here between both life being under never day same another know "
+         "while last might us great old year off come since against go came right used "
+         "take three model token text data learning language code number write read").split()
+
+
+def training_text(seed=1234, n_sentences=3000):
+    rng = random.Random(seed)
+    out = list(SEED_TEXT) * 20
+    for _ in range(n_sentences):
+        n = rng.randint(4, 14)
+        words = [rng.choice(WORDS) for _ in range(n)]
+        if rng.random() < 0.3:
+            words.insert(rng.randint(0, n), str(rng.randint(0, 99999)))
+        s = " ".join(words)
+        s = s[0].upper() + s[1:] + rng.choice([".", ".", "!", "?", ",", ";"])
+        if rng.random() < 0.1:
+            s = s.upper()
+        out.append(s)
+    return out
+
+
+def bpe_trainer(special_tokens):
+    return trainers.BpeTrainer(
+        vocab_size=1500, min_frequency=2, show_progress=False,
+        special_tokens=special_tokens,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+
+
+def make_llama3():
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(training_text(1), trainer=bpe_trainer([]))
+    # Like Llama 3's, the vocabulary has whole words no merge sequence builds;
+    # with ignore_merges they are still taken whole.
+    spec = json.loads(tok.to_str())
+    vocab = spec["model"]["vocab"]
+    next_id = tok.get_vocab_size()
+    for word in ["\u0120whitespace", "\u0120decomposed", "Contractions", "\u0120example"]:
+        if word not in vocab:
+            vocab[word] = next_id
+            next_id += 1
+    tok = Tokenizer.from_str(json.dumps(spec))
+    # Like Llama 3, the special tokens come after the model's vocabulary.
+    tok.add_special_tokens([
+        AddedToken(t, special=True, normalized=False)
+        for t in ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                  "<|end_header_id|>", "<|eot_id|>"]])
+    # A non-special added token with lstrip, to exercise both.
+    tok.add_tokens([AddedToken("</s>", special=False, normalized=False, lstrip=True)])
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(
+            single="<|begin_of_text|> $A",
+            pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+            special_tokens=[("<|begin_of_text|>", bos)]),
+    ])
+    config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+              "tokenizer_class": "PreTrainedTokenizerFast"}
+    return tok, config
+
+
+def make_qwen2():
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(training_text(2), trainer=bpe_trainer([]))
+    tok.add_special_tokens([
+        AddedToken(t, special=True, normalized=False)
+        for t in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]])
+    # A special token with rstrip, to exercise it.
+    tok.add_special_tokens([AddedToken("<s>", special=True, normalized=False, rstrip=True)])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    config = {"bos_token": None, "eos_token": {"content": "<|im_end|>", "special": True},
+              "pad_token": "<|endoftext|>", "add_bos_token": False,
+              "tokenizer_class": "Qwen2Tokenizer"}
+    return tok, config
+
+
+def smollm2_shape(tok):
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+
+
+def make_smollm2():
+    tok = Tokenizer(models.BPE())
+    smollm2_shape(tok)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.train_from_iterator(training_text(3), trainer=bpe_trainer(specials))
+    config = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+              "unk_token": "<|endoftext|>", "pad_token": "<|im_end|>",
+              "tokenizer_class": "GPT2Tokenizer"}
+    return tok, config
+
+
+def read_corpus():
+    with open(os.path.join(OUT, "corpus.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def expected_cases(tok, corpus):
+    cases = []
+    for text in corpus:
+        ids = tok.encode(text, add_special_tokens=True).ids
+        cases.append({
+            "text": text,
+            "ids": ids,
+            "decoded": tok.decode(ids, skip_special_tokens=False),
+            "decoded_skip_special": tok.decode(ids, skip_special_tokens=True),
+        })
+    return cases
+
+
+def write_json(path, obj, compact=False):
+    with open(path, "w", encoding="utf-8") as f:
+        if compact:
+            json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
+        else:
+            json.dump(obj, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
+def smollm2_from_gguf(path):
+    from gguf import GGUFReader
+    reader = GGUFReader(path)
+
+    def strings(key):
+        field = reader.fields[key]
+        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+    def ints(key):
+        field = reader.fields[key]
+        return [int(field.parts[i][0]) for i in field.data]
+
+    pre = bytes(reader.fields["tokenizer.ggml.pre"].parts[-1]).decode()
+    assert pre == "smollm", pre
+    tokens = strings("tokenizer.ggml.tokens")
+    types = ints("tokenizer.ggml.token_type")
+    merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    smollm2_shape(tok)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, ty in zip(tokens, types) if ty == 3])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, ty in zip(tokens, types) if ty == 4])
+    assert tok.get_vocab_size() == len(tokens)
+    return tok
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smollm2-gguf", default=os.environ.get("XCC_SMOLLM2_GGUF"),
+                        help="SmolLM2 GGUF file for smollm2_expected.json")
+    args = parser.parse_args()
+    corpus = read_corpus()
+    for name, make in [("llama3", make_llama3), ("qwen2", make_qwen2), ("smollm2", make_smollm2)]:
+        tok, config = make()
+        d = os.path.join(OUT, name)
+        os.makedirs(d, exist_ok=True)
+        tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
+        write_json(os.path.join(d, "tokenizer_config.json"), config)
+        write_json(os.path.join(d, "expected.json"), {"cases": expected_cases(tok, corpus)})
+        print(f"{name}: vocab {tok.get_vocab_size()}")
+    if args.smollm2_gguf:
+        tok = smollm2_from_gguf(args.smollm2_gguf)
+        cases = [{k: c[k] for k in ("text", "ids", "decoded", "decoded_skip_special")}
+                 for c in expected_cases(tok, corpus)]
+        write_json(os.path.join(OUT, "smollm2_expected.json"), {"cases": cases})
+        print(f"smollm2 gguf: vocab {tok.get_vocab_size()}")
+
+
+if __name__ == "__main__":
+    main()
