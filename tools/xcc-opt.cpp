@@ -12,6 +12,7 @@
 
 #include "dialects/XG/IR/XGDialect.h"
 #include "dialects/XG/Transforms/Passes.h"
+#include "passes/Passes.h"
 
 int main(int argc, char** argv) {
   mlir::DialectRegistry registry;
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
                   mlir::cf::ControlFlowDialect, mlir::vector::VectorDialect,
                   mlir::LLVM::LLVMDialect>();
   xcc::xg::registerXGPasses();
+  xcc::registerXCCConversionPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   return mlir::asMainReturnCode(

@@ -1,0 +1,63 @@
+// RUN: xcc-opt %s -split-input-file -verify-diagnostics -xcc-xg-plan-memory -xcc-xg-form-dispatches | FileCheck %s
+
+// Matmul-class ops become ukernel calls; the rest is outlined into dispatch
+// functions on flat memrefs, deduplicated across identical uses (the two
+// rms_norms share @rms_norm_0). Strided views (the split) reach the dispatch
+// through a strided reinterpret_cast.
+// CHECK-LABEL: func.func @step
+// CHECK: xg.embedding {{.*}}xg.dispatch = @embedding_0, xg.workgroups = 4 : i64
+// CHECK: xg.rms_norm {{.*}}xg.dispatch = @rms_norm_0, xg.workgroups = 4 : i64
+// CHECK: xg.linear {{.*}}xg.ukernel = "matmul"
+// CHECK: xg.rope {{.*}}xg.dispatch = @rope_0
+// CHECK: xg.silu_mul {{.*}}xg.dispatch = @silu_mul_0
+// CHECK: xg.rms_norm {{.*}}xg.dispatch = @rms_norm_0,
+// CHECK: xg.add {{.*}}xg.dispatch = @add_0
+
+// CHECK-LABEL: func.func @embedding_0(
+// CHECK-SAME: %[[T:.*]]: memref<2048xf32>, %[[IDS:.*]]: memref<4xi32>, %[[OUT:.*]]: memref<128xf32>, %[[B:.*]]: index, %[[E:.*]]: index)
+// CHECK-SAME: attributes {xg.dispatch_func}
+// CHECK: scf.for %[[R:.*]] = %[[B]] to %[[E]]
+// CHECK: memref.load %[[IDS]][%[[R]]]
+// CHECK: scf.if
+
+// CHECK-LABEL: func.func @rms_norm_0(
+// CHECK: scf.for
+// CHECK: scf.for {{.*}} iter_args
+// CHECK: arith.addf {{.*}} fastmath<reassoc>
+// CHECK: math.sqrt
+
+// CHECK-LABEL: func.func @rope_0(
+// CHECK-SAME: %{{.*}}: memref<224xf32>
+// CHECK: memref.reinterpret_cast %{{.*}} to offset: [0], sizes: [4, 32], strides: [64, 1]
+// CHECK: math.cos
+// CHECK: math.sin
+
+// CHECK-LABEL: func.func @silu_mul_0(
+// CHECK: math.exp
+
+// CHECK-LABEL: func.func @add_0(
+// CHECK-NOT: func.func @rms_norm_1
+func.func @step(%ids: tensor<4xi32>, %pos: tensor<4xi32>) -> tensor<4x32xf32> attributes {xg.entry} {
+  %t = xg.weight "embed" : tensor<64x32xf32>
+  %x = xg.embedding %t, %ids : tensor<64x32xf32>, tensor<4xi32> -> tensor<4x32xf32>
+  %nw = xg.weight "norm" : tensor<32xf32>
+  %n = xg.rms_norm %x, %nw {eps = 1.0e-5 : f64} : tensor<4x32xf32>, tensor<32xf32> -> tensor<4x32xf32>
+  %w = xg.weight "gu" {pack_nr = 16 : i64} : tensor<64x32xf32>
+  %gu = xg.linear %n, %w : tensor<4x32xf32>, tensor<64x32xf32> -> tensor<4x64xf32>
+  %g, %u = xg.split %gu {sizes = array<i64: 32, 32>} : tensor<4x64xf32> -> tensor<4x32xf32>, tensor<4x32xf32>
+  %inv = xg.weight "inv" : tensor<8xf32>
+  %r = xg.rope %g, %pos, %inv {head_dim = 16 : i64} : tensor<4x32xf32>, tensor<4xi32>, tensor<8xf32> -> tensor<4x32xf32>
+  %a = xg.silu_mul %r, %u : tensor<4x32xf32>, tensor<4x32xf32> -> tensor<4x32xf32>
+  %n2 = xg.rms_norm %a, %nw {eps = 1.0e-5 : f64} : tensor<4x32xf32>, tensor<32xf32> -> tensor<4x32xf32>
+  %y = xg.add %n2, %x : tensor<4x32xf32>, tensor<4x32xf32> -> tensor<4x32xf32>
+  return %y : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @packed_into_generated(%ids: tensor<4xi32>) -> tensor<4x32xf32> attributes {xg.entry} {
+  %t = xg.weight "embed" {pack_nr = 16 : i64} : tensor<64x32xf32>
+  // expected-error @+1 {{generated code cannot read the packed weight 'embed'}}
+  %x = xg.embedding %t, %ids : tensor<64x32xf32>, tensor<4xi32> -> tensor<4x32xf32>
+  return %x : tensor<4x32xf32>
+}
