@@ -1,0 +1,122 @@
+// ArtifactWriter: lays out and writes a .xpk file (DESIGN.md §3, schemas/artifact.fbs).
+//
+//   [0, 64)                     FileHeader (runtime/loader/file_header.h), manifest_offset = 64
+//   [64, 64 + manifest_size)    the manifest flatbuffer, finished with identifier "XPK1"
+//   zero padding, then each segment in the order it was added, at an absolute offset that
+//   is a multiple of its alignment (weights: 4096, others: 64 unless asked for more),
+//   zero padding between segments.
+//
+// The manifest holds the final segment offsets, which depend on the manifest's size. The
+// writer therefore asks the caller to build the manifest through a callback that receives
+// the Segment table, and iterates to a fixed point: place segments after the manifest
+// built with the previous guess, rebuild, until the placement no longer changes (two
+// passes in practice: Segment fields are always stored, so the flatbuffer's size does not
+// depend on the offset values).
+//
+// Output is a pure function of the inputs: no timestamps, nothing pointer- or
+// hash-order-dependent, all padding zeroed. Files are written atomically (a temporary file
+// in the same directory, fsync, rename). By default the result is re-validated with the
+// runtime loader (xrt::Artifact) before it is committed, so the compiler never emits an
+// artifact the runtime rejects.
+//
+// Thread-compatible: one writer per artifact; not safe for concurrent mutation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include "runtime/base/status.h"
+#include "runtime/loader/artifact.h"
+#include "schemas/artifact_generated.h"
+
+namespace xcc {
+
+using xrt::Expected;
+using xrt::Status;
+
+using SegmentTable = flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<xpk::Segment>>>;
+
+// Builds the manifest into `fbb` and returns its root (the writer calls Finish). Must use
+// `segments` as Manifest.segments and set format_major/format_minor to
+// xrt::kXpkFormatMajor/kXpkFormatMinor. Called once per layout pass; must build the same
+// manifest every time it is called.
+using ManifestBuildFn = std::function<Expected<flatbuffers::Offset<xpk::Manifest>>(
+    flatbuffers::FlatBufferBuilder& fbb, SegmentTable segments)>;
+
+// Where a weight's bytes went, for xpk::Weight.segment/offset/size.
+struct WeightPlacement {
+  uint32_t segment = 0;
+  uint64_t offset = 0;  // inside the segment, 64-byte aligned
+  uint64_t size = 0;
+};
+
+// A segment's final place in the file.
+struct SegmentPlacement {
+  xpk::SegmentKind kind = xpk::SegmentKind::weights;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t alignment = 0;
+};
+
+struct ArtifactWriteOptions {
+  // Re-validate the output with xrt::Artifact before returning / renaming it into place.
+  bool validate = true;
+};
+
+class ArtifactWriter {
+ public:
+  ArtifactWriter() = default;
+  ArtifactWriter(const ArtifactWriter&) = delete;
+  ArtifactWriter& operator=(const ArtifactWriter&) = delete;
+
+  // Adds a segment holding `bytes`; returns its index in Manifest.segments. `alignment`
+  // 0 means the default (4096 for weights, 64 otherwise); otherwise a power of two >= 64
+  // (>= 4096 for weights). Ends the current AppendWeight() segment.
+  Expected<uint32_t> AddSegment(xpk::SegmentKind kind, std::vector<uint8_t> bytes,
+                                uint64_t alignment = 0);
+
+  // Appends one weight's bytes to the current weights segment (started on first use or
+  // after AddSegment / StartWeightsSegment), 64-byte aligned inside it.
+  WeightPlacement AppendWeight(const void* data, size_t size);
+  // Makes the next AppendWeight() start a new weights segment.
+  void StartWeightsSegment() { open_weights_segment_ = -1; }
+
+  uint32_t num_segments() const { return static_cast<uint32_t>(segments_.size()); }
+
+  // Lays out and serializes the artifact into memory. `name` names it in errors.
+  Expected<std::vector<uint8_t>> WriteToBytes(const ManifestBuildFn& build,
+                                              const ArtifactWriteOptions& options = {},
+                                              const std::string& name = "<memory>") const;
+  // Lays out and writes the artifact to `path` atomically.
+  Status WriteToFile(const std::string& path, const ManifestBuildFn& build,
+                     const ArtifactWriteOptions& options = {}) const;
+
+ private:
+  struct PendingSegment {
+    xpk::SegmentKind kind;
+    uint64_t alignment;
+    std::vector<uint8_t> bytes;
+  };
+  struct Layout {
+    std::vector<SegmentPlacement> segments;
+    std::vector<uint8_t> manifest;  // the finished flatbuffer
+    uint64_t file_size = 0;
+  };
+  Expected<Layout> ComputeLayout(const ManifestBuildFn& build, const std::string& name) const;
+  // Streams header, manifest, padding and segments to `sink` in file order.
+  Status Emit(const Layout& layout, const std::function<Status(const uint8_t*, size_t)>& sink) const;
+
+  std::vector<PendingSegment> segments_;
+  int64_t open_weights_segment_ = -1;
+};
+
+// Builds Manifest.provenance with options sorted by key and inputs sorted by path (the
+// order in `p` does not matter), so equal provenance gives equal bytes.
+flatbuffers::Offset<xpk::Provenance> BuildProvenance(flatbuffers::FlatBufferBuilder& fbb,
+                                                     const xrt::ArtifactProvenance& p);
+
+}  // namespace xcc
