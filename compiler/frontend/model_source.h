@@ -74,7 +74,8 @@ struct SourceTensor {
   std::string name;               // HF name
   SourceDType dtype;
   std::vector<int64_t> shape;     // HF order, outermost first
-  const uint8_t* data = nullptr;  // points into a mapped file
+  const uint8_t* data = nullptr;  // into a mapped file, or a buffer owned by the ModelSource
+                                  // (GGUF q/k after un-permutation); valid while it lives
   size_t nbytes = 0;
   std::string file;               // which file it came from (for error messages)
 };

@@ -1,0 +1,57 @@
+#include "compiler/frontend/decoder_tensors.h"
+
+#include <fmt/ranges.h>
+
+namespace xcc {
+
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c) {
+  const int64_t D = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;
+  const int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
+  std::vector<DecoderTensorSpec> out;
+  out.push_back({"model.embed_tokens.weight", {V, D}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    out.push_back({p + "input_layernorm.weight", {D}});
+    out.push_back({p + "self_attn.q_proj.weight", {q_rows, D}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv_rows, D}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv_rows, D}});
+    if (c.attention_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q_rows}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv_rows}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv_rows}});
+    }
+    out.push_back({p + "self_attn.o_proj.weight", {D, q_rows}});
+    out.push_back({p + "post_attention_layernorm.weight", {D}});
+    out.push_back({p + "mlp.gate_proj.weight", {F, D}});
+    out.push_back({p + "mlp.up_proj.weight", {F, D}});
+    out.push_back({p + "mlp.down_proj.weight", {D, F}});
+  }
+  out.push_back({"model.norm.weight", {D}});
+  out.push_back({"lm_head.weight", {V, D}, /*required=*/!c.tie_word_embeddings});
+  return out;
+}
+
+Status ValidateDecoderTensors(const ModelSource& source) {
+  for (const DecoderTensorSpec& spec : DecoderTensorSpecs(source.config())) {
+    Expected<const SourceTensor*> t = source.tensor(spec.name);
+    if (!t.ok()) {
+      if (!spec.required) continue;
+      const char* hint = spec.name == "lm_head.weight" ? " (and tie_word_embeddings is false)" : "";
+      return xrt::NotFoundError("tensor '{}': missing{}, expected shape {}", spec.name, hint,
+                                ShapeToString(spec.shape));
+    }
+    if ((*t)->shape != spec.shape) {
+      return xrt::InvalidArgumentError("tensor '{}' ({}): shape {}, expected {}", spec.name,
+                                       (*t)->file, ShapeToString((*t)->shape),
+                                       ShapeToString(spec.shape));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace xcc

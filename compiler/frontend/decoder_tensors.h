@@ -1,0 +1,33 @@
+// The tensors a Llama-family decoder graph reads, with their HF names and
+// shapes, and a check that a ModelSource provides them.
+// Stateless; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/frontend/model_source.h"
+
+namespace xcc {
+
+struct DecoderTensorSpec {
+  std::string name;            // HF name
+  std::vector<int64_t> shape;  // HF shape, outermost first
+  bool required = true;        // false: checked only if present (lm_head.weight when tied)
+};
+
+// Every tensor the decoder graph of `c` uses, in a stable order: embeddings,
+// then per layer (input_layernorm, q/k/v[/biases], o, post_attention_layernorm,
+// gate, up, down), then model.norm and lm_head.
+std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c);
+
+// Checks that every tensor of DecoderTensorSpecs(source.config()) exists with
+// its shape. Errors name the tensor and expected vs actual shape, e.g.
+//   "tensor 'model.layers.3.self_attn.k_proj.weight' (model.safetensors): shape [64, 576], expected [192, 576]".
+Status ValidateDecoderTensors(const ModelSource& source);
+
+// "[a, b, c]"
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+}  // namespace xcc

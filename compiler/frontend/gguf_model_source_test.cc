@@ -1,0 +1,409 @@
+#include "compiler/frontend/gguf_model_source.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <gtest/gtest.h>
+
+#include "compiler/frontend/decoder_tensors.h"
+#include "compiler/frontend/test_util.h"
+
+namespace xcc {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+
+bool Contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+// Tiny model: D=32, 4 heads of 8, 2 kv heads, F=16, V=6, 1 layer.
+constexpr int kD = 32, kH = 4, kKV = 2, kHd = 8, kF = 16, kV = 6;
+
+std::vector<float> Iota(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
+  return v;
+}
+
+// HF -> GGUF row order, as llama.cpp's converter does it:
+// w.reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).reshape(rows, cols).
+std::vector<int> PermutedRowOrder(int rows, int n_head) {
+  int hd = rows / n_head, half = hd / 2;
+  std::vector<int> order;  // order[gguf_row] = hf_row
+  for (int h = 0; h < n_head; ++h)
+    for (int i = 0; i < half; ++i)
+      for (int j = 0; j < 2; ++j) order.push_back(h * hd + j * half + i);
+  return order;
+}
+
+// The HF q_proj matrix of the tiny model: q[r][c] = (7r + c) % 100 - 50, exactly
+// representable in Q8_0 with d = 1.
+float HfQ(int r, int c) { return static_cast<float>((7 * r + c) % 100 - 50); }
+
+std::string QAsPermutedQ8_0() {
+  std::string bytes;
+  for (int gr : PermutedRowOrder(kH * kHd, kH)) {  // one 32-value block per row
+    Append<uint16_t>(&bytes, 0x3c00);             // d = 1
+    for (int c = 0; c < kD; ++c) Append<int8_t>(&bytes, static_cast<int8_t>(HfQ(gr, c)));
+  }
+  return bytes;
+}
+
+// Rows of an F32 matrix in permuted order.
+std::vector<float> PermuteRowsF32(const std::vector<float>& hf, int rows, int cols, int n_head) {
+  std::vector<float> out;
+  for (int r : PermutedRowOrder(rows, n_head)) {
+    out.insert(out.end(), hf.begin() + r * cols, hf.begin() + (r + 1) * cols);
+  }
+  return out;
+}
+
+struct TinyOptions {
+  std::string arch = "llama";
+  bool output = false;        // write output.weight
+  bool bias = true;           // q/k/v biases
+  bool permute = true;        // store q/k permuted (llama convention)
+  std::string skip_key;       // metadata key to leave out
+  std::vector<uint64_t> k_ne = {kD, kKV * kHd};
+};
+
+std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
+  GgufWriter w;
+  const std::string a = o.arch;
+  auto u32 = [&](const std::string& k, uint32_t v) {
+    if (k != o.skip_key) w.KvU32(k, v);
+  };
+  auto f32 = [&](const std::string& k, float v) {
+    if (k != o.skip_key) w.KvF32(k, v);
+  };
+  w.KvString("general.architecture", a);
+  w.KvString("general.name", "tiny");
+  u32(a + ".embedding_length", kD);
+  u32(a + ".block_count", 1);
+  u32(a + ".feed_forward_length", kF);
+  u32(a + ".attention.head_count", kH);
+  u32(a + ".attention.head_count_kv", kKV);
+  u32(a + ".context_length", 128);
+  u32(a + ".rope.dimension_count", kHd);
+  f32(a + ".rope.freq_base", 100000.0f);
+  f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.KvString("tokenizer.ggml.model", "gpt2");
+  w.KvString("tokenizer.ggml.pre", "smollm");
+  w.KvStringArray("tokenizer.ggml.tokens",
+                  {"a", "b", "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+  w.KvI32Array("tokenizer.ggml.token_type", {1, 1, 1, 3, 3, 3});
+  w.KvStringArray("tokenizer.ggml.merges", {"a b"});
+  w.KvU32("tokenizer.ggml.bos_token_id", 4);
+  w.KvU32("tokenizer.ggml.eos_token_id", 3);
+  w.KvU32("tokenizer.ggml.eot_token_id", 5);
+  w.KvBool("tokenizer.ggml.add_bos_token", false);
+  w.KvString("tokenizer.chat_template", "{{ messages }}");
+
+  w.Tensor("token_embd.weight", {kD, kV}, kTF32, Bytes(Iota(kD * kV, 0)));
+  w.TensorF32("blk.0.attn_norm.weight", {kD}, Iota(kD, 1));
+  if (o.permute) {
+    w.Tensor("blk.0.attn_q.weight", {kD, kH * kHd}, kTQ8_0, QAsPermutedQ8_0());
+  } else {
+    std::string bytes;
+    for (int r = 0; r < kH * kHd; ++r) {
+      Append<uint16_t>(&bytes, 0x3c00);
+      for (int c = 0; c < kD; ++c) Append<int8_t>(&bytes, static_cast<int8_t>(HfQ(r, c)));
+    }
+    w.Tensor("blk.0.attn_q.weight", {kD, kH * kHd}, kTQ8_0, bytes);
+  }
+  std::vector<float> k = Iota(kKV * kHd * kD, 200);
+  std::vector<float> qb = Iota(kH * kHd, 0), kb = Iota(kKV * kHd, 50);
+  if (o.permute) {
+    k = PermuteRowsF32(k, kKV * kHd, kD, kKV);
+    qb = PermuteRowsF32(qb, kH * kHd, 1, kH);
+    kb = PermuteRowsF32(kb, kKV * kHd, 1, kKV);
+  }
+  w.Tensor("blk.0.attn_k.weight", o.k_ne, kTF32, Bytes(k));
+  w.TensorF32("blk.0.attn_v.weight", {kD, kKV * kHd}, Iota(kKV * kHd * kD, 300));
+  if (o.bias) {
+    w.TensorF32("blk.0.attn_q.bias", {kH * kHd}, qb);
+    w.TensorF32("blk.0.attn_k.bias", {kKV * kHd}, kb);
+    w.TensorF32("blk.0.attn_v.bias", {kKV * kHd}, Iota(kKV * kHd, 70));
+  }
+  w.TensorF32("blk.0.attn_output.weight", {kH * kHd, kD}, Iota(kD * kH * kHd, 400));
+  w.TensorF32("blk.0.ffn_norm.weight", {kD}, Iota(kD, 2));
+  w.TensorF32("blk.0.ffn_gate.weight", {kD, kF}, Iota(kD * kF, 500));
+  w.TensorF32("blk.0.ffn_up.weight", {kD, kF}, Iota(kD * kF, 600));
+  w.TensorF32("blk.0.ffn_down.weight", {kF, kD}, Iota(kD * kF, 700));
+  w.TensorF32("output_norm.weight", {kD}, Iota(kD, 3));
+  if (o.output) w.TensorF32("output.weight", {kD, kV}, Iota(kD * kV, 800));
+  return w.Build();
+}
+
+Expected<std::unique_ptr<ModelSource>> OpenTiny(const TempDir& dir, const TinyOptions& o) {
+  WriteFile(dir.File("tiny.gguf"), TinyGguf(o));
+  return ModelSource::Open(dir.File("tiny.gguf"));
+}
+
+TEST(GgufModelSourceTest, OpensTinyLlama) {
+  TempDir dir;
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, TinyOptions());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  const ModelSource& m = **src;
+  const DecoderConfig& c = m.config();
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.hidden_size, kD);
+  EXPECT_EQ(c.num_hidden_layers, 1);
+  EXPECT_EQ(c.intermediate_size, kF);
+  EXPECT_EQ(c.num_attention_heads, kH);
+  EXPECT_EQ(c.num_key_value_heads, kKV);
+  EXPECT_EQ(c.head_dim, kHd);
+  EXPECT_EQ(c.vocab_size, kV);  // from the token list
+  EXPECT_EQ(c.max_position_embeddings, 128);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
+  EXPECT_NEAR(c.rms_norm_eps, 1e-5, 1e-12);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_EQ(m.generation().eos_token_ids, (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(m.chat_template(), "{{ messages }}");
+  EXPECT_EQ(m.input_files(), (std::vector<std::string>{dir.File("tiny.gguf")}));
+  EXPECT_TRUE(ValidateDecoderTensors(m).ok());
+
+  std::vector<std::string> names = m.tensor_names();
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "model.embed_tokens.weight",
+                       "model.layers.0.input_layernorm.weight",
+                       "model.layers.0.mlp.down_proj.weight",
+                       "model.layers.0.mlp.gate_proj.weight",
+                       "model.layers.0.mlp.up_proj.weight",
+                       "model.layers.0.post_attention_layernorm.weight",
+                       "model.layers.0.self_attn.k_proj.bias",
+                       "model.layers.0.self_attn.k_proj.weight",
+                       "model.layers.0.self_attn.o_proj.weight",
+                       "model.layers.0.self_attn.q_proj.bias",
+                       "model.layers.0.self_attn.q_proj.weight",
+                       "model.layers.0.self_attn.v_proj.bias",
+                       "model.layers.0.self_attn.v_proj.weight",
+                       "model.norm.weight"}));
+
+  Expected<const SourceTensor*> embed = m.tensor("model.embed_tokens.weight");
+  ASSERT_TRUE(embed.ok());
+  EXPECT_EQ((*embed)->shape, (std::vector<int64_t>{kV, kD}));  // reversed from ne
+  Expected<const SourceTensor*> down = m.tensor("model.layers.0.mlp.down_proj.weight");
+  ASSERT_TRUE(down.ok());
+  EXPECT_EQ((*down)->shape, (std::vector<int64_t>{kD, kF}));
+  Expected<std::vector<float>> d = m.ReadF32("model.layers.0.mlp.down_proj.weight");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(*d, Iota(kD * kF, 700));
+
+  // q (Q8_0) comes back in HF row order.
+  Expected<const SourceTensor*> qt = m.tensor("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(qt.ok());
+  EXPECT_EQ((*qt)->dtype, SourceDType::kQ8_0);
+  EXPECT_EQ((*qt)->shape, (std::vector<int64_t>{kH * kHd, kD}));
+  Expected<std::vector<float>> q = m.ReadF32("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  for (int r = 0; r < kH * kHd; ++r)
+    for (int cc = 0; cc < kD; ++cc) ASSERT_EQ((*q)[r * kD + cc], HfQ(r, cc)) << r << "," << cc;
+  // The raw bytes are un-permuted too: row 1 of HF is the block with q = HfQ(1, .).
+  EXPECT_EQ(static_cast<int8_t>((*qt)->data[34 + 2]), static_cast<int8_t>(HfQ(1, 0)));
+
+  // k uses num_key_value_heads for the permutation; biases are un-permuted as well.
+  Expected<std::vector<float>> k = m.ReadF32("model.layers.0.self_attn.k_proj.weight");
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(*k, Iota(kKV * kHd * kD, 200));
+  Expected<std::vector<float>> qb = m.ReadF32("model.layers.0.self_attn.q_proj.bias");
+  ASSERT_TRUE(qb.ok());
+  EXPECT_EQ(*qb, Iota(kH * kHd, 0));
+  Expected<std::vector<float>> kb = m.ReadF32("model.layers.0.self_attn.k_proj.bias");
+  ASSERT_TRUE(kb.ok());
+  EXPECT_EQ(*kb, Iota(kKV * kHd, 50));
+  Expected<std::vector<float>> v = m.ReadF32("model.layers.0.self_attn.v_proj.weight");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, Iota(kKV * kHd * kD, 300));  // v is never permuted
+}
+
+TEST(GgufModelSourceTest, HandComputedPermutation) {
+  // head_dim 4: llama.cpp stores each head's rows as [0, 2, 1, 3].
+  EXPECT_EQ(PermutedRowOrder(8, 2), (std::vector<int>{0, 2, 1, 3, 4, 6, 5, 7}));
+  const uint8_t in[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  uint8_t out[8];
+  ASSERT_TRUE(UnpermuteRotaryRows(in, 1, 8, 2, out).ok());
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], i);
+  EXPECT_FALSE(UnpermuteRotaryRows(in, 1, 6, 2, out).ok());
+  EXPECT_FALSE(UnpermuteRotaryRows(in, 1, 8, 0, out).ok());
+}
+
+TEST(GgufModelSourceTest, Qwen2IsNotPermuted) {
+  TempDir dir;
+  TinyOptions o;
+  o.arch = "qwen2";
+  o.permute = false;
+  o.output = true;
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_EQ((*src)->config().architecture, "Qwen2ForCausalLM");
+  EXPECT_FALSE((*src)->config().tie_word_embeddings);
+  Expected<std::vector<float>> q = (*src)->ReadF32("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ((*q)[1 * kD], HfQ(1, 0));
+  Expected<std::vector<float>> k = (*src)->ReadF32("model.layers.0.self_attn.k_proj.weight");
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(*k, Iota(kKV * kHd * kD, 200));
+  Expected<std::vector<float>> lm = (*src)->ReadF32("lm_head.weight");
+  ASSERT_TRUE(lm.ok());
+  EXPECT_EQ(*lm, Iota(kD * kV, 800));
+
+  o.bias = false;
+  src = OpenTiny(dir, o);
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(), "blk.0.attn_q.bias")) << src.status().message();
+}
+
+TEST(GgufModelSourceTest, MissingKeyNamesFileAndKey) {
+  TempDir dir;
+  TinyOptions o;
+  o.skip_key = "llama.embedding_length";
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(),
+                       dir.File("tiny.gguf") + ": key 'llama.embedding_length': missing"))
+      << src.status().message();
+  o.skip_key = "llama.attention.layer_norm_rms_epsilon";
+  src = OpenTiny(dir, o);
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(), "llama.attention.layer_norm_rms_epsilon"));
+}
+
+TEST(GgufModelSourceTest, UnknownArchitecture) {
+  TempDir dir;
+  TinyOptions o;
+  o.arch = "gpt2";
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().code(), xrt::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(src.status().message(), "unsupported architecture 'gpt2'"))
+      << src.status().message();
+}
+
+TEST(GgufModelSourceTest, WrongShapeNamesHfTensor) {
+  TempDir dir;
+  TinyOptions o;
+  o.k_ne = {kKV * kHd, kD};  // transposed
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(),
+                       "tensor 'model.layers.0.self_attn.k_proj.weight'"))
+      << src.status().message();
+  EXPECT_TRUE(Contains(src.status().message(), "shape [32, 16], expected [16, 32]"))
+      << src.status().message();
+}
+
+TEST(GgufModelSourceTest, TruncatedModelFile) {
+  TempDir dir;
+  std::string bytes = TinyGguf();
+  WriteFile(dir.File("cut.gguf"), bytes.substr(0, bytes.size() - 100));
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.File("cut.gguf"));
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().code(), xrt::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(src.status().message(), "cut.gguf")) << src.status().message();
+  // GGUF magic without the extension is still recognized.
+  WriteFile(dir.File("model.bin"), bytes);
+  src = ModelSource::Open(dir.File("model.bin"));
+  EXPECT_TRUE(src.ok()) << src.status().ToString();
+  // .gguf extension with the wrong magic gives the GGUF reader's error.
+  WriteFile(dir.File("x.gguf"), "not a gguf file at all");
+  src = ModelSource::Open(dir.File("x.gguf"));
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(), "bad magic")) << src.status().message();
+}
+
+// Random byte corruption of a valid file: every outcome is a model or an error
+// with a message, never a crash (run under ASan to make this meaningful).
+TEST(GgufModelSourceTest, CorruptedBytesNeverCrash) {
+  TempDir dir;
+  const std::string good = TinyGguf();
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  auto next = [&]() {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  int errors = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string bytes = good;
+    int flips = 1 + static_cast<int>(next() % 4);
+    for (int f = 0; f < flips; ++f) {
+      // Mostly corrupt the header/metadata/tensor-info region, where parsing happens.
+      size_t limit = (next() % 4 == 0) ? bytes.size() : std::min<size_t>(bytes.size(), 1200);
+      bytes[next() % limit] = static_cast<char>(next() & 0xff);
+    }
+    WriteFile(dir.File("fuzz.gguf"), bytes);
+    Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.File("fuzz.gguf"));
+    if (!src.ok()) {
+      ++errors;
+      EXPECT_FALSE(src.status().message().empty());
+      continue;
+    }
+    for (const std::string& name : (*src)->tensor_names()) {
+      Expected<std::vector<float>> v = (*src)->ReadF32(name);
+      EXPECT_TRUE(v.ok()) << v.status().ToString();
+    }
+  }
+  EXPECT_GT(errors, 0);
+}
+
+TEST(GgufModelSourceTest, NameMapping) {
+  EXPECT_EQ(GgufToHfTensorName("token_embd.weight"), "model.embed_tokens.weight");
+  EXPECT_EQ(GgufToHfTensorName("output.weight"), "lm_head.weight");
+  EXPECT_EQ(GgufToHfTensorName("output_norm.weight"), "model.norm.weight");
+  EXPECT_EQ(GgufToHfTensorName("blk.12.attn_output.weight"),
+            "model.layers.12.self_attn.o_proj.weight");
+  EXPECT_EQ(GgufToHfTensorName("blk.3.attn_v.bias"), "model.layers.3.self_attn.v_proj.bias");
+  EXPECT_EQ(GgufToHfTensorName("blk.0.ffn_norm.weight"),
+            "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(GgufToHfTensorName("blk.0.attn_norm.weight"), "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(GgufToHfTensorName("blk.1.ffn_gate.weight"), "model.layers.1.mlp.gate_proj.weight");
+  EXPECT_EQ(GgufToHfTensorName("blk.x.attn_q.weight"), "blk.x.attn_q.weight");
+  EXPECT_EQ(GgufToHfTensorName("rope_freqs.weight"), "rope_freqs.weight");
+}
+
+// The real SmolLM2-135M-Instruct Q4_1 file, when XCC_SMOLLM2_GGUF points to it.
+TEST(GgufModelSourceTest, SmolLM2) {
+  const char* path = std::getenv("XCC_SMOLLM2_GGUF");
+  if (path == nullptr || *path == '\0') GTEST_SKIP() << "XCC_SMOLLM2_GGUF not set";
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(path);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  const ModelSource& m = **src;
+  const DecoderConfig& c = m.config();
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.hidden_size, 576);
+  EXPECT_EQ(c.num_hidden_layers, 30);
+  EXPECT_EQ(c.num_attention_heads, 9);
+  EXPECT_EQ(c.num_key_value_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.intermediate_size, 1536);
+  EXPECT_EQ(c.vocab_size, 49152);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(m.chat_template().empty());
+  EXPECT_FALSE(m.generation().eos_token_ids.empty());
+  EXPECT_EQ(m.tokenizer().vocab.size(), 49152u);
+  EXPECT_EQ(m.tensor_names().size(), 1u + 30u * 9u + 1u);
+
+  Expected<const SourceTensor*> q = m.tensor("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ((*q)->dtype, SourceDType::kQ4_1);
+  EXPECT_EQ((*q)->shape, (std::vector<int64_t>{576, 576}));
+  for (const char* name : {"model.layers.0.self_attn.q_proj.weight",
+                           "model.layers.29.mlp.down_proj.weight", "model.embed_tokens.weight"}) {
+    Expected<std::vector<float>> w = m.ReadF32(name);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    double sum_sq = 0;
+    for (float x : *w) {
+      ASSERT_TRUE(std::isfinite(x)) << name;
+      sum_sq += static_cast<double>(x) * x;
+    }
+    EXPECT_GT(sum_sq, 0.0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace xcc

@@ -1,0 +1,180 @@
+#include "compiler/frontend/hf_model_source.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/frontend/decoder_tensors.h"
+#include "compiler/frontend/hf_config.h"
+#include "compiler/frontend/safetensors.h"
+#include "compiler/frontend/source_dtype.h"
+#include "runtime/tokenizer/tokenizer_import.h"
+
+namespace xcc {
+namespace {
+
+using json = nlohmann::json;
+
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+class HfModelSource final : public ModelSource {
+ public:
+  const DecoderConfig& config() const override { return config_; }
+  const xrt::TokenizerSpec& tokenizer() const override { return tokenizer_; }
+  const GenerationDefaults& generation() const override { return generation_; }
+  const std::string& chat_template() const override { return chat_template_; }
+  std::vector<std::string> input_files() const override { return files_; }
+
+  std::vector<std::string> tensor_names() const override {
+    std::vector<std::string> names;
+    names.reserve(tensors_.size());
+    for (const auto& kv : tensors_) names.push_back(kv.first);
+    return names;
+  }
+  Expected<const SourceTensor*> tensor(const std::string& name) const override {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) return xrt::NotFoundError("tensor '{}': not found in {}", name, dir_);
+    return it->second;
+  }
+  Expected<std::vector<float>> ReadF32(const std::string& name) const override {
+    XRT_ASSIGN_OR_RETURN(const SourceTensor* t, tensor(name));
+    XRT_ASSIGN_OR_RETURN(int64_t n, ShapeNumel(t->shape));
+    std::vector<float> out(static_cast<size_t>(n));
+    XRT_RETURN_IF_ERROR(ConvertToF32(t->dtype, t->data, t->nbytes, n, out.data())
+                            .WithContext(fmt::format("{}: tensor '{}'", t->file, name)));
+    return out;
+  }
+
+  Status Load(const std::string& dir);
+
+ private:
+  Status LoadWeights();
+  Status AddShard(const std::string& path);
+
+  std::string dir_;
+  DecoderConfig config_;
+  xrt::TokenizerSpec tokenizer_;
+  GenerationDefaults generation_;
+  std::string chat_template_;
+  std::vector<std::string> files_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, const SourceTensor*> tensors_;
+};
+
+Status HfModelSource::Load(const std::string& dir) {
+  dir_ = dir;
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  const std::string config_path = dir_ + "/config.json";
+  if (!IsFile(config_path)) {
+    return xrt::NotFoundError("{}: not a Hugging Face model directory: config.json missing",
+                              dir_);
+  }
+  files_.push_back(config_path);
+  XRT_ASSIGN_OR_RETURN(HfConfig hf, LoadHfConfig(config_path));
+  config_ = hf.decoder;
+
+  const std::string gen_path = dir_ + "/generation_config.json";
+  if (IsFile(gen_path)) {
+    files_.push_back(gen_path);
+    XRT_ASSIGN_OR_RETURN(generation_, LoadGenerationConfig(gen_path));
+  }
+  if (generation_.eos_token_ids.empty()) generation_.eos_token_ids = hf.eos_token_ids;
+
+  const std::string tok_path = dir_ + "/tokenizer.json";
+  if (!IsFile(tok_path)) return xrt::NotFoundError("{}: missing", tok_path);
+  files_.push_back(tok_path);
+  std::string tok_config_path = dir_ + "/tokenizer_config.json";
+  if (!IsFile(tok_config_path)) tok_config_path.clear();
+  XRT_ASSIGN_OR_RETURN(tokenizer_, xrt::LoadTokenizerJson(tok_path, tok_config_path));
+
+  XRT_ASSIGN_OR_RETURN(chat_template_, LoadHfChatTemplate(dir_, &files_));
+  XRT_RETURN_IF_ERROR(LoadWeights());
+
+  std::sort(files_.begin(), files_.end());
+  files_.erase(std::unique(files_.begin(), files_.end()), files_.end());
+  return ValidateDecoderTensors(*this).WithContext(dir_);
+}
+
+Status HfModelSource::AddShard(const std::string& path) {
+  files_.push_back(path);
+  XRT_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
+  shards_.push_back(std::move(f));
+  return Status::Ok();
+}
+
+Status HfModelSource::LoadWeights() {
+  const std::string index_path = dir_ + "/model.safetensors.index.json";
+  const std::string single_path = dir_ + "/model.safetensors";
+  std::map<std::string, std::string> weight_map;  // tensor -> shard file name
+  if (IsFile(index_path)) {
+    files_.push_back(index_path);
+    XRT_ASSIGN_OR_RETURN(std::string text, ReadTextFile(index_path));
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return xrt::DataLossError("{}: not a valid JSON object", index_path);
+    }
+    auto wm = j.find("weight_map");
+    if (wm == j.end()) return xrt::NotFoundError("{}: field 'weight_map': missing", index_path);
+    if (!wm->is_object()) {
+      return xrt::InvalidArgumentError("{}: field 'weight_map': expected an object, got {}",
+                                       index_path, wm->type_name());
+    }
+    std::set<std::string> shard_names;
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+      if (!it.value().is_string()) {
+        return xrt::InvalidArgumentError("{}: field 'weight_map.{}': expected a file name, got {}",
+                                         index_path, it.key(), it.value().type_name());
+      }
+      std::string shard = it.value().get<std::string>();
+      if (shard.empty() || shard[0] == '/' || shard.find("..") != std::string::npos) {
+        return xrt::InvalidArgumentError(
+            "{}: field 'weight_map.{}': shard '{}' is not a file name inside the directory",
+            index_path, it.key(), shard);
+      }
+      weight_map[it.key()] = shard;
+      shard_names.insert(shard);
+    }
+    if (shard_names.empty()) return xrt::DataLossError("{}: field 'weight_map': empty", index_path);
+    for (const std::string& s : shard_names) XRT_RETURN_IF_ERROR(AddShard(dir_ + "/" + s));
+  } else if (IsFile(single_path)) {
+    XRT_RETURN_IF_ERROR(AddShard(single_path));
+  } else {
+    return xrt::NotFoundError("{}: neither model.safetensors nor model.safetensors.index.json found",
+                              dir_);
+  }
+
+  for (const SafetensorsFile& f : shards_) {
+    for (const SourceTensor& t : f.tensors()) {
+      auto [it, inserted] = tensors_.emplace(t.name, &t);
+      if (!inserted) {
+        return xrt::DataLossError("tensor '{}': present in both {} and {}", t.name,
+                                  it->second->file, t.file);
+      }
+    }
+  }
+  for (const auto& [name, shard] : weight_map) {
+    auto it = tensors_.find(name);
+    const std::string shard_path = dir_ + "/" + shard;
+    if (it == tensors_.end() || it->second->file != shard_path) {
+      return xrt::DataLossError("{}: tensor '{}' is mapped to '{}' but that file does not hold it",
+                                index_path, name, shard);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<ModelSource>> OpenHfModelDir(const std::string& dir) {
+  auto src = std::make_unique<HfModelSource>();
+  XRT_RETURN_IF_ERROR(src->Load(dir));
+  return std::unique_ptr<ModelSource>(std::move(src));
+}
+
+}  // namespace xcc

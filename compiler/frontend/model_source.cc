@@ -1,0 +1,33 @@
+#include "compiler/frontend/model_source.h"
+
+#include <cstring>
+#include <fstream>
+#include <sys/stat.h>
+
+#include "compiler/frontend/gguf_model_source.h"
+#include "compiler/frontend/hf_model_source.h"
+
+namespace xcc {
+
+Expected<std::unique_ptr<ModelSource>> ModelSource::Open(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return xrt::NotFoundError("{}: cannot open: {}", path, std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) return OpenHfModelDir(path);
+  if (!S_ISREG(st.st_mode)) {
+    return xrt::InvalidArgumentError("{}: neither a model directory nor a regular file", path);
+  }
+  char magic[4] = {};
+  std::ifstream in(path, std::ios::binary);
+  in.read(magic, 4);
+  const bool gguf_magic = in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+  const bool gguf_ext = path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+  if (gguf_magic || gguf_ext) return OpenGgufModel(path);
+  return xrt::InvalidArgumentError(
+      "{}: unrecognized model: expected a Hugging Face model directory (config.json + "
+      "safetensors) or a GGUF file",
+      path);
+}
+
+}  // namespace xcc
