@@ -65,7 +65,7 @@ struct FakeParams {
   uint64_t arena_size = 4096;
   uint64_t arena_binding_offset = 0;
   xpk::Ukernel matmul_ukernel = xpk::Ukernel::matmul;
-  uint32_t matmul_iparams = 7;
+  uint32_t matmul_iparams = 8;
   uint32_t dispatch_function = 1;
   uint32_t kv_layer = 1;
   std::string second_executable_name = "lm_logits_r4";
@@ -150,7 +150,7 @@ struct Fake {
           xpk::Binding(xpk::BindingKind::arena, 0, p.arena_binding_offset, 1024),
           xpk::Binding(xpk::BindingKind::weight, 1, 0, 0),
           xpk::Binding(xpk::BindingKind::io, 0, 128, 1024)};
-      std::vector<int64_t> mm_iparams = {16, 8, 16, 16, 8, 0, 0};
+      std::vector<int64_t> mm_iparams = {16, 8, 16, 16, 8, 0, 0, 8};
       mm_iparams.resize(p.matmul_iparams, 1);
       std::vector<flatbuffers::Offset<xpk::Command>> commands = {
           xpk::CreateCommandDirect(fbb, xpk::CommandKind::dispatch, p.dispatch_function,
@@ -472,7 +472,7 @@ TEST(Artifact, Printer) {
   EXPECT_EQ(j["weights"]["tensors"][1]["pack_nr"], 16);
   EXPECT_EQ(j["executables"][0]["commands"].size(), 2u);
   EXPECT_EQ(j["executables"][0]["commands"][1]["ukernel"], "matmul");
-  EXPECT_EQ(j["executables"][0]["commands"][1]["iparams"].size(), 7u);
+  EXPECT_EQ(j["executables"][0]["commands"][1]["iparams"].size(), 8u);
   EXPECT_EQ(j["executables"][0]["command_counts"]["dispatch"], 1);
   EXPECT_EQ(j["tokenizer"]["vocab_size"], 8);
   EXPECT_EQ(j["limits"]["max_blocks_per_req"], 4);
@@ -656,8 +656,8 @@ TEST(ArtifactCorrupt, BadCommands) {
   }
   {
     FakeParams p;
-    p.matmul_iparams = 6;
-    EXPECT_THAT(LoadError(Fake(p).Bytes(false)), HasSubstr("ukernel matmul takes 7 iparams, got 6"));
+    p.matmul_iparams = 7;
+    EXPECT_THAT(LoadError(Fake(p).Bytes(false)), HasSubstr("ukernel matmul takes 8 iparams, got 7"));
   }
   {
     FakeParams p;

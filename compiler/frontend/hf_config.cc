@@ -132,10 +132,17 @@ Expected<json> ParseJsonObject(const std::string& text, const std::string& file)
 
 Status ParseRopeScaling(const Fields& top, const json& config, const std::string& file,
                         DecoderConfig* c) {
-  const json* rs = top.Find("rope_scaling");
+  // transformers >= 5 writes `rope_parameters` (rope_theta + rope_type + scaling
+  // fields) instead of `rope_theta` / `rope_scaling`.
+  const char* key = top.Find("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  const json* rs = top.Find(key);
   if (!rs) return Status::Ok();
-  if (!rs->is_object()) return top.WrongType("rope_scaling", "an object or null");
-  Fields f(*rs, file, "rope_scaling.");
+  if (!rs->is_object()) return top.WrongType(key, "an object or null");
+  Fields f(*rs, file, std::string(key) + ".");
+  if (!f.Absent("rope_theta")) {
+    XRT_ASSIGN_OR_RETURN(c->rope_theta, f.Number("rope_theta"));
+    if (!(c->rope_theta > 0)) return f.Invalid("rope_theta", "must be positive");
+  }
   const char* type_key = f.Absent("rope_type") ? "type" : "rope_type";
   XRT_ASSIGN_OR_RETURN(std::string type, f.StringOr(type_key, ""));
   if (type.empty()) return f.Missing("rope_type");
@@ -158,8 +165,8 @@ Status ParseRopeScaling(const Fields& top, const json& config, const std::string
     }
   } else {
     return xrt::UnimplementedError(
-        "{}: field 'rope_scaling.{}': unsupported value '{}' (supported: linear, llama3, default)",
-        file, type_key, type);
+        "{}: field '{}.{}': unsupported value '{}' (supported: linear, llama3, default)",
+        file, key, type_key, type);
   }
   if (!(c->rope_scaling.factor > 0)) {
     return f.Invalid("factor", fmt::format("must be positive, got {}", c->rope_scaling.factor));

@@ -368,7 +368,7 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
     case xpk::CommandKind::ukernel: {
       UkernelArity arity{};
       switch (c->ukernel()) {
-        case xpk::Ukernel::matmul: arity = {3, 4, 7, 0}; break;
+        case xpk::Ukernel::matmul: arity = {3, 5, 8, 0}; break;
         case xpk::Ukernel::paged_attention: arity = {10, 10, 11, 1}; break;
         default:
           return DataLossError("{}: unknown ukernel {}", label, static_cast<int>(c->ukernel()));
@@ -389,7 +389,7 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
         return DataLossError("{}: ukernel {} takes {} fparams, got {}", label, name, arity.fparams, nf);
       }
       if (c->ukernel() == xpk::Ukernel::matmul) {
-        // iparams: m, n, k, lda, ldc, accumulate, has_bias
+        // iparams: m, n, k, lda, ldc, accumulate, has_bias, ldacc
         for (uint32_t p = 0; p < 3; ++p) {
           if (c->iparams()->Get(p) < 1) {
             return DataLossError("{}: matmul {} is {} (must be >= 1)", label, "mnk"[p],
@@ -401,9 +401,13 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
         if (accumulate != 0 && accumulate != 1) {
           return DataLossError("{}: matmul accumulate is {} (must be 0 or 1)", label, accumulate);
         }
-        if (has_bias != (nb == 4 ? 1 : 0)) {
-          return DataLossError("{}: matmul has_bias is {} but the command has {} bindings", label,
-                               has_bias, nb);
+        if (has_bias != 0 && has_bias != 1) {
+          return DataLossError("{}: matmul has_bias is {} (must be 0 or 1)", label, has_bias);
+        }
+        if (nb != 3 + has_bias + accumulate) {
+          return DataLossError(
+              "{}: matmul with has_bias {} and accumulate {} takes {} bindings, got {}", label,
+              has_bias, accumulate, 3 + has_bias + accumulate, nb);
         }
       }
       break;

@@ -55,6 +55,7 @@ def XGPlanMemory : Pass<"xcc-xg-plan-memory", "mlir::func::FuncOp"> {
     `[space, offset, size, row_stride, col_offset]`, space 0 = arena, 1 = io;
     strides in elements). Ranges of tensors whose live ranges overlap never overlap;
     a dead tensor's range is reused. `xg.split` results are views of their input.
+    A linear whose accumulator dies at the linear writes its result in place.
     The function gets `xg.arena_size` and `xg.io_size`.
   }];
   let options = [

@@ -167,8 +167,20 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
           buffers[r] = view;
         }
       } else {
+        // A linear whose accumulator dies here writes its result in place.
+        if (auto lin = dyn_cast<LinearOp>(op)) {
+          Value acc = lin.getAccumulator();
+          Value r = lin.getResult();
+          if (acc && !buffers.count(r) && root(acc) == acc && buffers.count(acc) &&
+              buffers[acc].space == BufferSpace::kArena && lastUse.lookup(acc) == i &&
+              acc.getType() == r.getType()) {
+            buffers[r] = buffers[acc];
+            for (auto& p : pendingFree)
+              if (p.second == buffers[acc].offset) p.first = lastUse.lookup(r);
+          }
+        }
         for (Value r : op.getResults()) {
-          if (buffers.count(r)) continue;  // an io result
+          if (buffers.count(r)) continue;  // an io result, or in place
           auto size = byteSize(r);
           if (failed(size)) {
             op.emitError() << "result needs a static shape for memory planning, got "

@@ -41,3 +41,22 @@ func.func @dynamic(%x: tensor<?x64xf32>) -> tensor<?x64xf32> attributes {xg.entr
   %n1 = xg.rms_norm %x, %nw {eps = 1.0e-5 : f64} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   return %n1 : tensor<?x64xf32>
 }
+
+// -----
+
+// The residual stream is updated in place: %x1 dies at the linear that
+// accumulates into it, so %x2 takes %x1's range.
+// CHECK-LABEL: func.func @in_place
+// CHECK: xg.rms_norm {{.*}}xg.buffers = [array<i64: 0, 0, 4096, 64, 0>]
+// CHECK: xg.rms_norm {{.*}}xg.buffers = [array<i64: 0, 4096, 4096, 64, 0>]
+// CHECK: xg.linear {{.*}}accumulate{{.*}}xg.buffers = [array<i64: 0, 0, 4096, 64, 0>]
+// CHECK: xg.rms_norm {{.*}}xg.buffers = [array<i64: 1, 0, 4096, 64, 0>]
+func.func @in_place(%x: tensor<16x64xf32>) -> tensor<16x64xf32> attributes {xg.entry} {
+  %nw = xg.weight "norm" : tensor<64xf32>
+  %x1 = xg.rms_norm %x, %nw {eps = 1.0e-5 : f64} : tensor<16x64xf32>, tensor<64xf32> -> tensor<16x64xf32>
+  %h = xg.rms_norm %x1, %nw {eps = 1.0e-5 : f64} : tensor<16x64xf32>, tensor<64xf32> -> tensor<16x64xf32>
+  %w = xg.weight "o" {pack_nr = 16 : i64} : tensor<64x64xf32>
+  %x2 = xg.linear %h, %w accumulate(%x1) : tensor<16x64xf32>, tensor<64x64xf32>, tensor<16x64xf32> -> tensor<16x64xf32>
+  %y = xg.rms_norm %x2, %nw {eps = 1.0e-5 : f64} : tensor<16x64xf32>, tensor<64xf32> -> tensor<16x64xf32>
+  return %y : tensor<16x64xf32>
+}

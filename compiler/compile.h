@@ -1,0 +1,43 @@
+// `xcc compile`: model -> .xpk artifact.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+
+namespace xcc {
+
+struct CompileOptions {
+  std::string model_path;   // HF model directory or .gguf file
+  std::string output_path;  // .xpk
+  // Serving limits the artifact is compiled for.
+  int64_t max_num_seqs = 16;
+  int64_t max_num_batched_tokens = 256;
+  int64_t max_model_len = 0;  // 0: min(max_position_embeddings, 4096)
+  int64_t block_size = 16;
+  // Buckets: explicit list, or the defaults from max_num_batched_tokens (+ gap).
+  std::vector<int64_t> token_buckets;
+  int64_t token_bucket_gap = 0;
+  std::string target = "host";
+  std::vector<std::string> dump_ir_after;
+  bool quiet = false;  // no progress / summary on stderr
+};
+
+struct CompileSummary {
+  int64_t num_executables = 0;
+  int64_t num_dispatch_functions = 0;
+  uint64_t code_bytes = 0;
+  uint64_t weight_bytes = 0;
+  uint64_t max_arena_bytes = 0;
+  uint64_t file_bytes = 0;
+  double seconds = 0;
+};
+
+xrt::Expected<CompileSummary> Compile(const CompileOptions& options);
+
+// Compiler version recorded in artifacts.
+inline constexpr const char* kXccVersion = "0.1.0";
+
+}  // namespace xcc

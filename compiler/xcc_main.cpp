@@ -1,0 +1,106 @@
+// xcc: the ahead-of-time compiler driver.
+//   xcc compile MODEL_PATH -o ARTIFACT [options]
+//   xcc inspect ARTIFACT [--json]
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "compiler/compile.h"
+#include "runtime/engine/bucket_table.h"
+#include "runtime/loader/artifact.h"
+#include "runtime/loader/manifest_printer.h"
+
+namespace {
+
+int Fail(const xrt::Status& s) {
+  std::fprintf(stderr, "xcc: error: %s\n", s.message().c_str());
+  return 1;
+}
+
+std::string Bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"xcc: ahead-of-time compiler for xrt serving artifacts"};
+  app.require_subcommand(1);
+
+  xcc::CompileOptions co;
+  std::string tokenBuckets;
+  auto* compile = app.add_subcommand("compile", "Compile a model into a bucketed .xpk artifact");
+  compile->add_option("model", co.model_path, "HF model directory or .gguf file")->required();
+  compile->add_option("-o,--output", co.output_path, "Output artifact (.xpk)")->required();
+  compile->add_option("--max-num-seqs", co.max_num_seqs, "Most requests in one step")
+      ->capture_default_str();
+  compile->add_option("--max-num-batched-tokens", co.max_num_batched_tokens,
+                      "Token budget of one step")
+      ->capture_default_str();
+  compile->add_option("--max-model-len", co.max_model_len,
+                      "Longest prompt + output (default: min(max_position_embeddings, 4096))");
+  compile->add_option("--block-size", co.block_size, "KV cache block size in tokens")
+      ->capture_default_str();
+  compile->add_option("--token-buckets", tokenBuckets,
+                      "Explicit num_tokens buckets, e.g. 16,32,64 (default: doubling from 16 "
+                      "to cover --max-num-batched-tokens)");
+  compile->add_option("--token-bucket-gap", co.token_bucket_gap,
+                      "Double buckets up to G, then grow by G");
+  compile->add_option("--target", co.target, "host, x86-64-v3, x86-64-v4 or an LLVM CPU name")
+      ->capture_default_str();
+  compile->add_option("--dump-ir-after", co.dump_ir_after,
+                      "Print the IR after this pass (e.g. xcc-xg-fuse); repeatable");
+  compile->add_flag("-q,--quiet", co.quiet, "No progress or summary");
+
+  std::string inspectPath;
+  bool inspectJson = false;
+  auto* inspect = app.add_subcommand("inspect", "Print an artifact's manifest");
+  inspect->add_option("artifact", inspectPath, "The .xpk file")->required();
+  inspect->add_flag("--json", inspectJson, "Print JSON");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*compile) {
+    if (!tokenBuckets.empty()) {
+      auto parsed = xrt::ParseBucketList(tokenBuckets);
+      if (!parsed.ok()) return Fail(parsed.status().WithContext("--token-buckets"));
+      co.token_buckets = *parsed;
+    }
+    auto summary = xcc::Compile(co);
+    if (!summary.ok()) return Fail(summary.status());
+    if (!co.quiet) {
+      std::fprintf(stderr,
+                   "compiled %s -> %s in %.1f s\n"
+                   "  executables      %lld (%lld dispatch functions)\n"
+                   "  code             %s\n"
+                   "  weights          %s\n"
+                   "  largest arena    %s\n"
+                   "  artifact         %s\n",
+                   co.model_path.c_str(), co.output_path.c_str(), summary->seconds,
+                   static_cast<long long>(summary->num_executables),
+                   static_cast<long long>(summary->num_dispatch_functions),
+                   Bytes(summary->code_bytes).c_str(), Bytes(summary->weight_bytes).c_str(),
+                   Bytes(summary->max_arena_bytes).c_str(), Bytes(summary->file_bytes).c_str());
+    }
+    return 0;
+  }
+  if (*inspect) {
+    auto artifact = xrt::Artifact::Open(inspectPath);
+    if (!artifact.ok()) return Fail(artifact.status());
+    if (inspectJson) {
+      std::cout << xrt::ManifestToJson(**artifact).dump(2) << "\n";
+    } else {
+      std::cout << xrt::ManifestToText(**artifact);
+    }
+    return 0;
+  }
+  return 0;
+}

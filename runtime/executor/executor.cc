@@ -1,0 +1,199 @@
+#include "runtime/executor/executor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/kernels/attention.h"
+#include "runtime/kernels/matmul.h"
+#include "runtime/kernels/thread_pool.h"
+#include "runtime/loader/artifact.h"
+#include "schemas/artifact_generated.h"
+
+namespace xrt {
+
+struct Executor::Prepared {
+  struct Command {
+    const xpk::Command* fb;
+    DispatchFn fn = nullptr;
+    std::vector<void*> ptrs;
+  };
+  std::vector<Command> commands;
+  uint8_t* io = nullptr;
+};
+
+namespace {
+
+uint8_t* AlignedAlloc(uint64_t bytes) {
+  uint64_t size = (bytes + 63) / 64 * 64;
+  if (size == 0) size = 64;
+  void* p = std::aligned_alloc(64, size);
+  if (p) std::memset(p, 0, size);
+  return static_cast<uint8_t*>(p);
+}
+
+int64_t I(const xpk::Command* c, uint32_t i) { return c->iparams()->Get(i); }
+
+}  // namespace
+
+Expected<std::unique_ptr<Executor>> Executor::Create(const ExecutorParams& params) {
+  if (!params.artifact || !params.pool)
+    return InvalidArgumentError("Executor needs an artifact and a thread pool");
+  std::unique_ptr<Executor> e(new Executor(params));
+  XRT_RETURN_IF_ERROR(e->Prepare());
+  return e;
+}
+
+Executor::~Executor() {
+  std::free(arena_);
+  for (auto& [kind, p] : io_) std::free(p);
+}
+
+Status Executor::Prepare() {
+  const Artifact& a = *p_.artifact;
+  const xpk::Manifest& m = a.manifest();
+  const int64_t layers = m.config()->num_hidden_layers();
+  if (static_cast<int64_t>(p_.kv.keys.size()) != layers ||
+      static_cast<int64_t>(p_.kv.values.size()) != layers)
+    return InvalidArgumentError("KV cache has {} key / {} value layers, the model has {}",
+                                p_.kv.keys.size(), p_.kv.values.size(), layers);
+  if (m.code() && m.code()->size() > 0) {
+    XRT_ASSIGN_OR_RETURN(code_, CodeModule::Load(a, 0));
+  }
+  std::map<int, uint64_t> ioSize;
+  for (const xpk::Executable* e : *m.executables()) {
+    arena_size_ = std::max<uint64_t>(arena_size_, e->arena_size());
+    uint64_t& s = ioSize[static_cast<int>(e->kind())];
+    s = std::max<uint64_t>(s, e->io_size());
+  }
+  arena_ = AlignedAlloc(arena_size_);
+  if (!arena_) return ResourceExhaustedError("cannot allocate a {}-byte arena", arena_size_);
+  for (auto [kind, size] : ioSize) {
+    io_[kind] = AlignedAlloc(size);
+    if (!io_[kind]) return ResourceExhaustedError("cannot allocate a {}-byte io buffer", size);
+  }
+
+  for (const xpk::Executable* e : *m.executables()) {
+    auto prep = std::make_unique<Prepared>();
+    prep->io = io_[static_cast<int>(e->kind())];
+    for (const xpk::Command* c : *e->commands()) {
+      Prepared::Command pc;
+      pc.fb = c;
+      if (c->kind() == xpk::CommandKind::dispatch) {
+        if (!code_ || c->function() >= code_->num_functions())
+          return DataLossError("{}: executable '{}' uses dispatch {} but the code has {}",
+                               a.path(), e->name()->str(), c->function(),
+                               code_ ? code_->num_functions() : 0);
+        pc.fn = code_->function(c->function());
+      }
+      for (const xpk::Binding* b : *c->bindings()) {
+        void* ptr = nullptr;
+        switch (b->kind()) {
+          case xpk::BindingKind::arena: ptr = arena_ + b->offset(); break;
+          case xpk::BindingKind::io: ptr = prep->io + b->offset(); break;
+          case xpk::BindingKind::weight: {
+            XRT_ASSIGN_OR_RETURN(ByteSpan w, a.weight_data(b->index()));
+            ptr = const_cast<uint8_t*>(w.data);
+            break;
+          }
+          case xpk::BindingKind::kv_key: ptr = p_.kv.keys[b->index()]; break;
+          case xpk::BindingKind::kv_value: ptr = p_.kv.values[b->index()]; break;
+          default:
+            return DataLossError("{}: unknown binding kind {}", a.path(), static_cast<int>(b->kind()));
+        }
+        pc.ptrs.push_back(ptr);
+      }
+      prep->commands.push_back(std::move(pc));
+    }
+    prepared_[e] = std::move(prep);
+  }
+  return Status::Ok();
+}
+
+uint8_t* Executor::io(const xpk::Executable& e) { return io_[static_cast<int>(e.kind())]; }
+
+Expected<uint8_t*> Executor::Tensor(const xpk::Executable& e, const std::string& name) {
+  for (auto* list : {e.inputs(), e.outputs()}) {
+    if (!list) continue;
+    for (const xpk::TensorSpec* t : *list)
+      if (t->name()->str() == name) return io(e) + t->offset();
+  }
+  return NotFoundError("executable '{}' has no tensor '{}'", e.name()->str(), name);
+}
+
+Status Executor::Run(const xpk::Executable& e) {
+  auto it = prepared_.find(&e);
+  if (it == prepared_.end()) return InvalidArgumentError("executable is not from this artifact");
+  ThreadPool* pool = p_.pool;
+  for (const Prepared::Command& pc : it->second->commands) {
+    const xpk::Command* c = pc.fb;
+    if (c->kind() == xpk::CommandKind::dispatch) {
+      DispatchFn fn = pc.fn;
+      void* const* ptrs = pc.ptrs.data();
+      pool->ParallelFor(c->workgroups(),
+                        [&](int64_t b, int64_t end) { fn(ptrs, nullptr, b, end); });
+      continue;
+    }
+    switch (c->ukernel()) {
+      case xpk::Ukernel::matmul: {
+        MatmulArgs args;
+        args.m = I(c, 0);
+        args.n = I(c, 1);
+        args.k = I(c, 2);
+        args.lda = I(c, 3);
+        args.ldc = I(c, 4);
+        const bool accumulate = I(c, 5) != 0, hasBias = I(c, 6) != 0;
+        args.a = static_cast<const float*>(pc.ptrs[0]);
+        args.packed_w = static_cast<const float*>(pc.ptrs[1]);
+        args.c = static_cast<float*>(pc.ptrs[2]);
+        args.bias = hasBias ? static_cast<const float*>(pc.ptrs[3]) : nullptr;
+        if (accumulate) {
+          const float* acc = static_cast<const float*>(pc.ptrs[3 + (hasBias ? 1 : 0)]);
+          const int64_t ldacc = I(c, 7);
+          if (acc != args.c) {
+            for (int64_t r = 0; r < args.m; ++r)
+              std::memcpy(args.c + r * args.ldc, acc + r * ldacc, args.n * sizeof(float));
+          }
+          args.accumulate = true;
+        }
+        Matmul(args, pool);
+        break;
+      }
+      case xpk::Ukernel::paged_attention: {
+        PagedAttentionArgs args;
+        args.q = static_cast<const float*>(pc.ptrs[0]);
+        args.k = static_cast<const float*>(pc.ptrs[1]);
+        args.v = static_cast<const float*>(pc.ptrs[2]);
+        args.out = static_cast<float*>(pc.ptrs[3]);
+        args.k_cache = static_cast<float*>(pc.ptrs[4]);
+        args.v_cache = static_cast<float*>(pc.ptrs[5]);
+        args.slot_mapping = static_cast<const int32_t*>(pc.ptrs[6]);
+        args.block_tables = static_cast<const int32_t*>(pc.ptrs[7]);
+        args.seq_lens = static_cast<const int32_t*>(pc.ptrs[8]);
+        args.query_start_loc = static_cast<const int32_t*>(pc.ptrs[9]);
+        args.num_tokens = I(c, 0);
+        args.max_num_reqs = I(c, 1);
+        args.max_blocks_per_req = I(c, 2);
+        args.num_heads = I(c, 3);
+        args.num_kv_heads = I(c, 4);
+        args.head_dim = I(c, 5);
+        args.block_size = I(c, 6);
+        args.q_stride = I(c, 7);
+        args.k_stride = I(c, 8);
+        args.v_stride = I(c, 9);
+        args.out_stride = I(c, 10);
+        args.scale = c->fparams()->Get(0);
+        args.num_blocks = p_.kv.num_blocks;
+        Status s = PagedAttention(args, pool);
+        if (!s.ok())
+          return s.WithContext(fmt::format("{} ({})", e.name()->str(),
+                                           c->label() ? c->label()->str() : "attention"));
+        break;
+      }
+      default:
+        return DataLossError("unknown ukernel {}", static_cast<int>(c->ukernel()));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace xrt

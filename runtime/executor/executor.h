@@ -1,0 +1,77 @@
+// Executor: runs an artifact's executables (static command lists) on the CPU.
+//
+// At creation every binding of every command is resolved to a raw pointer: the
+// weights are used in place from the mapped artifact, one arena (sized for the
+// largest executable) holds all scratch, each executable kind has one io buffer
+// (sized for its largest bucket) holding inputs and outputs, and the KV cache is
+// supplied by the caller. Running an executable is then a loop over prepared
+// commands: generated dispatches split over the thread pool by workgroup, and
+// runtime microkernels (matmul, paged attention). Nothing is compiled.
+//
+// Thread-compatible: one Run at a time. The Artifact, ThreadPool and KV memory
+// must outlive the Executor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/executor/code_module.h"
+
+namespace xpk {
+struct Executable;
+struct TensorSpec;
+}  // namespace xpk
+
+namespace xrt {
+
+class Artifact;
+class ThreadPool;
+
+// The KV cache as the executor sees it: one key and one value array per layer,
+// each [num_blocks][block_size][num_kv_heads][head_dim] f32.
+struct KvCacheView {
+  std::vector<float*> keys;
+  std::vector<float*> values;
+  int64_t num_blocks = 0;
+};
+
+struct ExecutorParams {
+  const Artifact* artifact = nullptr;
+  ThreadPool* pool = nullptr;
+  KvCacheView kv;
+};
+
+class Executor {
+ public:
+  static Expected<std::unique_ptr<Executor>> Create(const ExecutorParams& params);
+  ~Executor();
+
+  // The io buffer executable `e` reads its inputs from and writes its outputs to.
+  uint8_t* io(const xpk::Executable& e);
+  // Address of input/output `name` of `e` in its io buffer, or NotFound.
+  Expected<uint8_t*> Tensor(const xpk::Executable& e, const std::string& name);
+
+  // Runs `e`'s command list. Errors (e.g. a bad slot in the inputs) leave the
+  // outputs undefined but the executor usable.
+  Status Run(const xpk::Executable& e);
+
+  uint64_t arena_bytes() const { return arena_size_; }
+
+ private:
+  struct Prepared;
+  explicit Executor(const ExecutorParams& p) : p_(p) {}
+  Status Prepare();
+
+  ExecutorParams p_;
+  std::unique_ptr<CodeModule> code_;
+  uint8_t* arena_ = nullptr;
+  uint64_t arena_size_ = 0;
+  std::map<int, uint8_t*> io_;  // by ExecutableKind
+  std::map<const xpk::Executable*, std::unique_ptr<Prepared>> prepared_;
+};
+
+}  // namespace xrt
