@@ -1,0 +1,85 @@
+// KvCacheStorage: the memory of the paged KV cache.
+//
+// Per layer, one K and one V array of floats laid out as
+//   [num_blocks][block_size][num_kv_heads][head_dim]
+// (the layout the paged attention kernel reads, runtime/kernels/attention.h):
+// element (slot, kv_head, d) of a layer is at
+//   (slot * num_kv_heads + kv_head) * head_dim + d,  slot = block * block_size + offset.
+// Every array starts on a 64-byte boundary and is zero-initialized.
+//
+// Ownership: owns its memory (one allocation per array); move-only. The
+// pointers stay valid until the object is destroyed (moves keep them).
+// Thread-compatible: writers (the step being run) must be synchronized by the
+// caller; the object itself has no mutable state besides the arrays.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "runtime/base/status.h"
+
+namespace xrt {
+
+struct KvCacheParams {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t block_size = 0;  // tokens per block
+  int64_t num_blocks = 0;
+};
+
+class KvCacheStorage {
+ public:
+  // All fields >= 1 and the total size must fit in memory addressing
+  // (InvalidArgument naming the field otherwise); ResourceExhausted when the
+  // memory cannot be allocated.
+  static Expected<KvCacheStorage> Create(const KvCacheParams& params);
+
+  KvCacheStorage(KvCacheStorage&&) = default;
+  KvCacheStorage& operator=(KvCacheStorage&&) = default;
+
+  // The K / V array of `layer` (0 <= layer < num_layers, asserted).
+  float* key(int64_t layer);
+  float* value(int64_t layer);
+  const float* key(int64_t layer) const;
+  const float* value(int64_t layer) const;
+
+  const KvCacheParams& params() const { return params_; }
+  // Floats in one layer's K (or V) array.
+  int64_t floats_per_layer() const;
+  // Total bytes owned (K and V of every layer).
+  int64_t total_bytes() const;
+
+  // Bytes one block takes across all layers, K and V:
+  //   2 * num_layers * block_size * num_kv_heads * head_dim * sizeof(float).
+  // params.num_blocks is ignored. The other fields must be >= 1 (see
+  // ValidateKvCacheParams); the result is then exact and positive for any
+  // realistic model.
+  static int64_t BytesPerBlock(const KvCacheParams& params);
+
+  // How many blocks fit in `bytes` (params.num_blocks is ignored).
+  // InvalidArgument for a bad field, ResourceExhausted when not even one
+  // block fits (naming the budget and BytesPerBlock).
+  static Expected<int64_t> NumBlocksForBudget(const KvCacheParams& params, int64_t bytes);
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  using Array = std::unique_ptr<float, FreeDeleter>;
+
+  KvCacheStorage(const KvCacheParams& params, std::vector<Array> keys, std::vector<Array> values)
+      : params_(params), keys_(std::move(keys)), values_(std::move(values)) {}
+
+  KvCacheParams params_;
+  std::vector<Array> keys_;
+  std::vector<Array> values_;
+};
+
+// InvalidArgument naming the first field < 1 (num_blocks is checked only when
+// check_num_blocks is true) or a shape whose byte size overflows int64.
+Status ValidateKvCacheParams(const KvCacheParams& params, bool check_num_blocks);
+
+}  // namespace xrt
