@@ -1,0 +1,84 @@
+// PagedAttention: writes this step's K/V into the paged cache, then runs
+// causal attention for every query token of a ragged batch of requests
+// (prefill chunks and decodes mixed), reading keys/values through each
+// request's block table. vLLM-style inputs; see DESIGN.md §2.
+//
+// Semantics:
+//  1. Validation, before anything is written: shapes are positive,
+//     num_heads % num_kv_heads == 0, every slot_mapping entry is -1 (padding)
+//     or in [0, num_blocks*block_size), query_start_loc is non-decreasing
+//     within [0, num_tokens], every request with query tokens has
+//     q_len <= seq_len, ceil(seq_len / block_size) <= max_blocks_per_req and
+//     those block-table entries in [0, num_blocks). Any violation returns an
+//     error Status and leaves out and the caches untouched.
+//  2. KV write: for t in 0..num_tokens-1 with slot_mapping[t] >= 0,
+//     k_cache/v_cache[slot] = k/v[t] (all kv heads). Done in token order, so
+//     if two tokens share a slot (e.g. a scratch slot for padding), the later
+//     token's values win.
+//  3. Attention: request r owns tokens [qsl[r], qsl[r+1]); they are the last
+//     q_len of its seq_lens[r] positions, so token t sits at position
+//     pos = seq_lens[r] - q_len + (t - qsl[r]) and attends to cache positions
+//     0..pos (causal). Head h reads kv head h / (num_heads / num_kv_heads).
+//     out[t][h] = sum_j softmax_j(scale * q·k_j) v_j, in f32 with an online
+//     (running-max) softmax. Tokens not owned by any request get out = 0.
+//
+// Layouts (floats):
+//   q[t*q_stride + h*head_dim + d], k/v[t*k_stride + kvh*head_dim + d],
+//   out[t*out_stride + h*head_dim + d],
+//   k_cache/v_cache[((block*block_size + offset)*num_kv_heads + kvh)*head_dim + d].
+//
+// Batch invariance: the output of a token depends only on its q, its
+// position, and its request's cached K/V (in the order of positions 0..pos):
+// keys are reduced in increasing position, one online-softmax step per chunk
+// of 64 positions aligned to absolute positions ([0,64), [64,128), ...), each
+// step's arithmetic fixed by the chunk's length, so the values are
+// bit-identical whatever else is in the batch, whether the token comes as a
+// decode or inside a prefill chunk, and whatever the thread count. The ISA
+// path is fixed per process (BestCpuIsa()); the SIMD paths use a polynomial
+// exp (about 1 ulp) instead of libm's.
+//
+// Threading: the KV write runs on the caller; the attention work items,
+// (token, kv head) pairs each covering the kv head's group of query heads,
+// are spread over `pool` (nullptr: run on the caller). Thread-compatible:
+// concurrent calls must not share caches or outputs. Allocates a small
+// per-call token -> request map; no other memory.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/base/status.h"
+#include "runtime/kernels/cpu_isa.h"
+#include "runtime/kernels/thread_pool.h"
+
+namespace xrt {
+
+struct PagedAttentionArgs {
+  const float* q = nullptr;  // [t][h*head_dim + d], row stride q_stride
+  int64_t q_stride = 0;
+  const float* k = nullptr;  // this step's new keys [t][kv_head][d], row stride k_stride
+  int64_t k_stride = 0;
+  const float* v = nullptr;  // this step's new values, row stride v_stride
+  int64_t v_stride = 0;
+  float* out = nullptr;  // [t][h*head_dim + d], row stride out_stride
+  int64_t out_stride = 0;
+  float* k_cache = nullptr;  // [num_blocks][block_size][num_kv_heads][head_dim]
+  float* v_cache = nullptr;
+  const int32_t* slot_mapping = nullptr;     // [num_tokens]; -1 = padding token
+  const int32_t* block_tables = nullptr;     // [max_num_reqs][max_blocks_per_req]
+  const int32_t* seq_lens = nullptr;         // [max_num_reqs]; incl. this step; 0 = unused
+  const int32_t* query_start_loc = nullptr;  // [max_num_reqs + 1]
+  int64_t num_tokens = 0, max_num_reqs = 0, max_blocks_per_req = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t block_size = 0, num_blocks = 0;
+  float scale = 1.0f;  // usually 1/sqrt(head_dim)
+};
+
+// See the file comment. Errors: InvalidArgument for inconsistent shapes or
+// request metadata, OutOfRange for a slot or block-table entry outside the
+// cache.
+Status PagedAttention(const PagedAttentionArgs& args, ThreadPool* pool);
+
+// Same on an explicit ISA path (must satisfy CpuIsaSupported). For tests.
+Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, CpuIsa isa);
+
+}  // namespace xrt

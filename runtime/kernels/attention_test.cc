@@ -1,0 +1,340 @@
+#include "runtime/kernels/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace xrt {
+namespace {
+
+std::vector<CpuIsa> SupportedIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (CpuIsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// One request of the batch: `context` positions already in the cache, then
+// `q_len` new tokens this step.
+struct Request {
+  int context;
+  int q_len;
+};
+
+// A ragged batch with its full per-request K/V history kept on the side for
+// the reference.
+template <int kDim>
+class BatchT {
+ public:
+  static constexpr int kHeads = 6, kKvHeads = 2, kBlockSize = 4, kNumBlocks = 64;
+  static constexpr int kMaxReqs = 6, kMaxBlocksPerReq = 48;
+  static constexpr int kKvWidth = kKvHeads * kDim, kQWidth = kHeads * kDim;
+
+  // `requests` fill rows 0..; `padding` extra tokens at the end with slot -1
+  // (or `padding_slot` if >= 0).
+  BatchT(const std::vector<Request>& requests, int padding, int padding_slot = -1)
+      : requests_(requests) {
+    std::mt19937 rng(1234);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    k_cache_.assign(kNumBlocks * kBlockSize * kKvWidth, 0.0f);
+    v_cache_ = k_cache_;
+    // Non-contiguous blocks: a fixed shuffle of all block ids.
+    std::vector<int32_t> free_blocks(kNumBlocks);
+    for (int i = 0; i < kNumBlocks; ++i) free_blocks[i] = (i * 17 + 5) % kNumBlocks;
+    int next_block = 0;
+    block_tables_.assign(kMaxReqs * kMaxBlocksPerReq, -1);
+    seq_lens_.assign(kMaxReqs, 0);
+    qsl_.assign(kMaxReqs + 1, 0);
+    int tokens = 0;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const int seq_len = requests[r].context + requests[r].q_len;
+      seq_lens_[r] = seq_len;
+      for (int b = 0; b < (seq_len + kBlockSize - 1) / kBlockSize; ++b) {
+        block_tables_[r * kMaxBlocksPerReq + b] = free_blocks[next_block++];
+      }
+      history_k_.emplace_back(seq_len * kKvWidth);
+      history_v_.emplace_back(seq_len * kKvWidth);
+      for (auto& x : history_k_.back()) x = dist(rng);
+      for (auto& x : history_v_.back()) x = dist(rng);
+      for (int p = 0; p < requests[r].context; ++p) {  // earlier steps' K/V
+        const int slot = Slot(r, p);
+        std::memcpy(&k_cache_[slot * kKvWidth], &history_k_[r][p * kKvWidth], kKvWidth * 4);
+        std::memcpy(&v_cache_[slot * kKvWidth], &history_v_[r][p * kKvWidth], kKvWidth * 4);
+      }
+      qsl_[r] = tokens;
+      tokens += requests[r].q_len;
+      qsl_[r + 1] = tokens;
+    }
+    for (size_t r = requests.size(); r < kMaxReqs; ++r) qsl_[r + 1] = tokens;
+    num_tokens_ = tokens + padding;
+    q_.resize(num_tokens_ * kQWidth);
+    for (auto& x : q_) x = dist(rng);
+    k_.assign(num_tokens_ * kKvWidth, 0.0f);
+    v_.assign(num_tokens_ * kKvWidth, 0.0f);
+    slots_.assign(num_tokens_, padding_slot);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      for (int i = 0; i < requests[r].q_len; ++i) {
+        const int t = qsl_[r] + i, p = requests[r].context + i;
+        slots_[t] = Slot(r, p);
+        std::memcpy(&k_[t * kKvWidth], &history_k_[r][p * kKvWidth], kKvWidth * 4);
+        std::memcpy(&v_[t * kKvWidth], &history_v_[r][p * kKvWidth], kKvWidth * 4);
+      }
+    }
+    for (int t = tokens; t < num_tokens_; ++t) {
+      for (int i = 0; i < kKvWidth; ++i) k_[t * kKvWidth + i] = v_[t * kKvWidth + i] = 9.0f;
+    }
+    out_.assign(num_tokens_ * kQWidth, 123.0f);
+  }
+
+  int Slot(size_t r, int pos) const {
+    return block_tables_[r * kMaxBlocksPerReq + pos / kBlockSize] * kBlockSize + pos % kBlockSize;
+  }
+
+  PagedAttentionArgs Args() {
+    PagedAttentionArgs a;
+    a.q = q_.data();
+    a.q_stride = kQWidth;
+    a.k = k_.data();
+    a.k_stride = kKvWidth;
+    a.v = v_.data();
+    a.v_stride = kKvWidth;
+    a.out = out_.data();
+    a.out_stride = kQWidth;
+    a.k_cache = k_cache_.data();
+    a.v_cache = v_cache_.data();
+    a.slot_mapping = slots_.data();
+    a.block_tables = block_tables_.data();
+    a.seq_lens = seq_lens_.data();
+    a.query_start_loc = qsl_.data();
+    a.num_tokens = num_tokens_;
+    a.max_num_reqs = kMaxReqs;
+    a.max_blocks_per_req = kMaxBlocksPerReq;
+    a.num_heads = kHeads;
+    a.num_kv_heads = kKvHeads;
+    a.head_dim = kDim;
+    a.block_size = kBlockSize;
+    a.num_blocks = kNumBlocks;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+    return a;
+  }
+
+  // Double-precision attention of request r's query token i (all heads).
+  std::vector<double> Reference(size_t r, int i) const {
+    const int t = qsl_[r] + i, pos = requests_[r].context + i;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+    std::vector<double> out(kQWidth, 0.0);
+    for (int h = 0; h < kHeads; ++h) {
+      const int kvh = h / (kHeads / kKvHeads);
+      std::vector<double> s(pos + 1);
+      double mx = -1e300;
+      for (int p = 0; p <= pos; ++p) {
+        double dot = 0;
+        for (int d = 0; d < kDim; ++d) {
+          dot += static_cast<double>(q_[t * kQWidth + h * kDim + d]) *
+                 history_k_[r][p * kKvWidth + kvh * kDim + d];
+        }
+        s[p] = dot * scale;
+        mx = std::max(mx, s[p]);
+      }
+      double sum = 0;
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (int p = 0; p <= pos; ++p) {
+        for (int d = 0; d < kDim; ++d) {
+          out[h * kDim + d] += s[p] / sum * history_v_[r][p * kKvWidth + kvh * kDim + d];
+        }
+      }
+    }
+    return out;
+  }
+
+  std::vector<Request> requests_;
+  std::vector<std::vector<float>> history_k_, history_v_;
+  std::vector<float> q_, k_, v_, out_, k_cache_, v_cache_;
+  std::vector<int32_t> slots_, block_tables_, seq_lens_, qsl_;
+  int num_tokens_ = 0;
+};
+using Batch = BatchT<20>;
+
+// A fresh prefill, a decode, a prefill continuation chunk, a decode, and a
+// chunk whose window crosses several 64-key softmax chunks; row 5 unused.
+const std::vector<Request> kMixed = {{0, 9}, {13, 1}, {6, 5}, {25, 1}, {127, 26}};
+
+// head_dim D: 20 (AVX-512 tail), 8 (less than a vector), 64, 160 (> 128,
+// the wide path).
+template <int D>
+void CheckMatchesReferenceAndWritesCache() {
+  using B = BatchT<D>;
+  ThreadPool pool(2);
+  for (CpuIsa isa : SupportedIsas()) {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      B b(kMixed, /*padding=*/2);
+      Status st = PagedAttentionWithIsa(b.Args(), p, isa);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      for (size_t r = 0; r < kMixed.size(); ++r) {
+        for (int i = 0; i < kMixed[r].q_len; ++i) {
+          const int t = b.qsl_[r] + i;
+          // The new K/V landed in the cache at the token's slot.
+          const int slot = b.slots_[t];
+          ASSERT_EQ(0, std::memcmp(&b.k_cache_[slot * B::kKvWidth], &b.k_[t * B::kKvWidth],
+                                   B::kKvWidth * 4));
+          ASSERT_EQ(0, std::memcmp(&b.v_cache_[slot * B::kKvWidth], &b.v_[t * B::kKvWidth],
+                                   B::kKvWidth * 4));
+          std::vector<double> ref = b.Reference(r, i);
+          for (int j = 0; j < B::kQWidth; ++j) {
+            ASSERT_NEAR(b.out_[t * B::kQWidth + j], ref[j], 2e-6)
+                << CpuIsaName(isa) << " dim " << D << " request " << r << " token " << i << " elem "
+                << j;
+          }
+        }
+      }
+      for (int t = b.qsl_[B::kMaxReqs]; t < b.num_tokens_; ++t) {
+        for (int j = 0; j < B::kQWidth; ++j) ASSERT_EQ(b.out_[t * B::kQWidth + j], 0.0f);
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTest, MatchesReferenceAndWritesCache) {
+  CheckMatchesReferenceAndWritesCache<20>();
+  CheckMatchesReferenceAndWritesCache<8>();
+  CheckMatchesReferenceAndWritesCache<64>();
+  CheckMatchesReferenceAndWritesCache<160>();
+}
+
+TEST(PagedAttentionTest, PaddingTokensMayShareAScratchSlot) {
+  // Padding tokens write to a scratch slot no request reads (in a block the
+  // allocation leaves unused).
+  int scratch = -1;
+  {
+    Batch probe(kMixed, 0);
+    std::vector<bool> used(Batch::kNumBlocks, false);
+    for (int32_t id : probe.block_tables_)
+      if (id >= 0) used[id] = true;
+    for (int id = 0; id < Batch::kNumBlocks && scratch < 0; ++id)
+      if (!used[id]) scratch = id * Batch::kBlockSize + 1;
+  }
+  ASSERT_GE(scratch, 0);
+  Batch b(kMixed, /*padding=*/3, scratch);
+  ThreadPool pool(2);
+  ASSERT_TRUE(PagedAttention(b.Args(), &pool).ok());
+  EXPECT_EQ(b.k_cache_[scratch * Batch::kKvWidth], 9.0f);
+  const int t = b.qsl_[1];
+  std::vector<double> ref = b.Reference(1, 0);
+  for (int j = 0; j < Batch::kQWidth; ++j)
+    ASSERT_NEAR(b.out_[t * Batch::kQWidth + j], ref[j], 2e-6);
+}
+
+// Every token's output, computed in the mixed batch, is bit-identical to the
+// same token computed alone as a one-token decode step (same cache contents),
+// placed in another request row, with 1 or 2 threads.
+template <int D>
+void CheckBatchInvariance() {
+  using B = BatchT<D>;
+  ThreadPool pool1(1), pool2(2);
+  for (CpuIsa isa : SupportedIsas()) {
+    B b(kMixed, /*padding=*/2);
+    ASSERT_TRUE(PagedAttentionWithIsa(b.Args(), &pool2, isa).ok());
+    for (size_t r = 0; r < kMixed.size(); ++r) {
+      for (int i = 0; i < kMixed[r].q_len; ++i) {
+        const int t = b.qsl_[r] + i;
+        const int pos = kMixed[r].context + i;
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          // Request r's token alone, in row 3, as a decode with seq_len pos+1.
+          std::vector<int32_t> seq_lens(B::kMaxReqs, 0);
+          std::vector<int32_t> qsl(B::kMaxReqs + 1, 1);
+          qsl[0] = qsl[1] = qsl[2] = qsl[3] = 0;
+          std::vector<int32_t> tables(b.block_tables_.size(), 0);
+          std::copy(b.block_tables_.begin() + r * B::kMaxBlocksPerReq,
+                    b.block_tables_.begin() + (r + 1) * B::kMaxBlocksPerReq,
+                    tables.begin() + 3 * B::kMaxBlocksPerReq);
+          seq_lens[3] = pos + 1;
+          int32_t slot = b.slots_[t];
+          std::vector<float> out(B::kQWidth, -1.0f);
+          PagedAttentionArgs a = b.Args();
+          a.q = &b.q_[t * B::kQWidth];
+          a.k = &b.k_[t * B::kKvWidth];
+          a.v = &b.v_[t * B::kKvWidth];
+          a.out = out.data();
+          a.slot_mapping = &slot;
+          a.num_tokens = 1;
+          a.block_tables = tables.data();
+          a.seq_lens = seq_lens.data();
+          a.query_start_loc = qsl.data();
+          ASSERT_TRUE(PagedAttentionWithIsa(a, pool, isa).ok());
+          ASSERT_EQ(0, std::memcmp(out.data(), &b.out_[t * B::kQWidth], out.size() * 4))
+              << CpuIsaName(isa) << " dim " << D << " request " << r << " token " << i
+              << " threads=" << pool->num_threads();
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTest, BatchInvariance) {
+  CheckBatchInvariance<20>();
+  CheckBatchInvariance<8>();
+  CheckBatchInvariance<64>();
+  CheckBatchInvariance<160>();
+}
+
+TEST(PagedAttentionTest, OutOfRangeSlotIsAnErrorAndWritesNothing) {
+  Batch b(kMixed, 0);
+  b.slots_[3] = Batch::kNumBlocks * Batch::kBlockSize;  // one past the end
+  const std::vector<float> k_cache = b.k_cache_, out = b.out_;
+  Status st = PagedAttention(b.Args(), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
+  EXPECT_NE(st.message().find("slot_mapping[3]"), std::string::npos) << st.message();
+  EXPECT_EQ(k_cache, b.k_cache_);
+  EXPECT_EQ(out, b.out_);
+
+  b.slots_[3] = -2;
+  EXPECT_EQ(PagedAttention(b.Args(), nullptr).code(), StatusCode::kOutOfRange);
+}
+
+TEST(PagedAttentionTest, BadBlockTableOrMetadataIsAnError) {
+  {
+    Batch b(kMixed, 0);
+    b.block_tables_[1 * Batch::kMaxBlocksPerReq + 2] = Batch::kNumBlocks;
+    const std::vector<float> k_cache = b.k_cache_;
+    Status st = PagedAttention(b.Args(), nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
+    EXPECT_NE(st.message().find("block_tables[1][2]"), std::string::npos) << st.message();
+    EXPECT_EQ(k_cache, b.k_cache_);
+  }
+  {
+    Batch b(kMixed, 0);
+    b.seq_lens_[2] = 3;  // fewer positions than query tokens
+    EXPECT_EQ(PagedAttention(b.Args(), nullptr).code(), StatusCode::kInvalidArgument);
+  }
+  {
+    Batch b(kMixed, 0);
+    b.seq_lens_[3] = Batch::kBlockSize * Batch::kMaxBlocksPerReq + 1;  // overflows its table
+    EXPECT_EQ(PagedAttention(b.Args(), nullptr).code(), StatusCode::kOutOfRange);
+  }
+  {
+    Batch b(kMixed, 0);
+    b.qsl_[2] = b.qsl_[1] - 1;  // decreasing
+    EXPECT_EQ(PagedAttention(b.Args(), nullptr).code(), StatusCode::kInvalidArgument);
+  }
+  {
+    Batch b(kMixed, 0);
+    PagedAttentionArgs a = b.Args();
+    a.num_kv_heads = 4;  // 6 heads do not split into 4 groups
+    EXPECT_EQ(PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(PagedAttentionTest, EmptyBatchIsOk) {
+  Batch b({}, 0);
+  EXPECT_TRUE(PagedAttention(b.Args(), nullptr).ok());
+  Batch only_padding({}, 3);
+  ASSERT_TRUE(PagedAttention(only_padding.Args(), nullptr).ok());
+  for (float x : only_padding.out_) ASSERT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace xrt

@@ -1,0 +1,48 @@
+#include "runtime/kernels/cpu_isa.h"
+
+namespace xrt {
+
+const char* CpuIsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar:
+      return "scalar";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+bool CpuIsaSupported(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar:
+      return true;
+    case CpuIsa::kAvx2:
+#if defined(__x86_64__)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+      return false;
+#endif
+    case CpuIsa::kAvx512:
+#if defined(__x86_64__)
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+CpuIsa BestCpuIsa() {
+  static const CpuIsa best = [] {
+    if (CpuIsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+    if (CpuIsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+    return CpuIsa::kScalar;
+  }();
+  return best;
+}
+
+}  // namespace xrt

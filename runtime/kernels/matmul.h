@@ -1,0 +1,82 @@
+// Matmul: C = A · Wᵀ (+ bias) (+ C), the microkernel behind every linear
+// layer the compiler emits, with weights pre-packed at compile time.
+//
+// Packed weight layout (the contract between `xcc` and `xrt`; changing it is
+// an artifact format change):
+//
+//   W is [N][K] row-major (HF linear layout: out_features x in_features).
+//   It is cut into ceil(N / kPackNR) panels of kPackNR output columns. Panel p
+//   holds, for k = 0..K-1 in order, the kPackNR values W[p*kPackNR + j][k]
+//   for j = 0..kPackNR-1, i.e. float packed[panel][K][kPackNR]. Columns past N
+//   in the last panel are zero. Every panel starts at a multiple of
+//   kPackNR*K floats, so with a 64-byte aligned base and kPackNR = 32 each
+//   k-row of a panel is two aligned 64-byte lines. The same bytes serve the
+//   AVX-512, AVX2 and scalar paths.
+//
+// Numerics (batch invariance, a hard guarantee): every output element is
+//   c[i][j] = (accumulate ? c_old[i][j] : 0) + (dot + bias[j])
+// where dot = fma(a[i][K-1], w[j][K-1], ... fma(a[i][1], w[j][1],
+// fma(a[i][0], w[j][0], 0))...) is accumulated in f32 in increasing k with
+// one rounding per fma (no split-K, no reassociation). The value of c[i][j]
+// therefore depends only on row i of A, column j of W, bias[j] and
+// c_old[i][j]: it is bit-identical whatever M is, whichever row of A the data
+// sits in and whatever the thread count. (Without `accumulate` the
+// "0 + x" step is skipped, so -0.0 survives.) The ISA is fixed per process
+// (BestCpuIsa()); the AVX-512, AVX2 and scalar paths all use fused
+// multiply-adds in this order (the scalar path via std::fma).
+//
+// Threading: Matmul splits work over (row block, N panel) tiles on `pool`
+// (nullptr: run on the caller). It is thread-compatible: concurrent calls are
+// fine as long as their C ranges do not overlap each other or their inputs.
+// Each thread that runs tiles keeps a thread-local buffer of packed A rows
+// (about max(1 MiB, 56*K bytes)) and of running sums; nothing else is
+// allocated.
+//
+// Performance shape: rows of A are packed per row block (k-major tiles of up
+// to 14 rows on AVX-512) and kept in L2 while the weight panels stream past;
+// K is walked in blocks of 256 so one block of a panel (32 KiB) is reused
+// from L1 by every row tile; 14x32 register tiles on AVX-512 (28 zmm
+// accumulators), 6x16 on AVX2, 4x32 scalar.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/kernels/cpu_isa.h"
+#include "runtime/kernels/thread_pool.h"
+
+namespace xrt {
+
+// Panel width of the packed weight layout, in output columns.
+constexpr int kPackNR = 32;
+
+// Floats needed to hold W [N][K] packed (N rounded up to kPackNR).
+int64_t PackedWeightFloats(int64_t N, int64_t K);
+
+// Packs w [N][K] (row-major, row stride K) into `out`, which must hold
+// PackedWeightFloats(N, K) floats (64-byte alignment recommended). Pads the
+// columns past N with zeros. Pure function of its inputs (deterministic
+// bytes for the artifact); single-threaded.
+void PackWeights(const float* w, int64_t N, int64_t K, float* out);
+
+struct MatmulArgs {
+  const float* a = nullptr;  // A [M][K], row stride lda (>= K)
+  int64_t lda = 0;
+  const float* packed_w = nullptr;  // PackWeights(W [N][K]) output
+  const float* bias = nullptr;      // [N] or nullptr
+  float* c = nullptr;               // C [M][N], row stride ldc (>= N)
+  int64_t ldc = 0;
+  int64_t m = 0, n = 0, k = 0;
+  bool accumulate = false;  // C += A·Wᵀ (+bias) instead of C =
+};
+
+// C = A·Wᵀ (+ bias) (+ C if accumulate), on the best ISA of this CPU.
+// Preconditions (checked with assert only: the compiler guarantees them):
+// m, n, k >= 0; lda >= k; ldc >= n; C does not overlap A, W or bias.
+// m == 0 or n == 0 is a no-op; k == 0 gives C = bias (or 0) (+ C).
+void Matmul(const MatmulArgs& args, ThreadPool* pool);
+
+// Same on an explicit ISA path, which must satisfy CpuIsaSupported(isa).
+// For tests and benchmarks.
+void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa);
+
+}  // namespace xrt

@@ -1,0 +1,229 @@
+#include "runtime/kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace xrt {
+namespace {
+
+std::vector<float> RandomVector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> Pack(const std::vector<float>& w, int64_t n, int64_t k) {
+  std::vector<float> packed(PackedWeightFloats(n, k), -7.0f);
+  PackWeights(w.data(), n, k, packed.data());
+  return packed;
+}
+
+std::vector<CpuIsa> SupportedIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (CpuIsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+TEST(PackWeightsTest, LayoutAndZeroPadding) {
+  const int64_t n = 37, k = 5;
+  std::vector<float> w(n * k);
+  for (int64_t i = 0; i < n * k; ++i) w[i] = static_cast<float>(i + 1);
+  ASSERT_EQ(PackedWeightFloats(n, k), 2 * kPackNR * k);
+  std::vector<float> packed = Pack(w, n, k);
+  for (int64_t p = 0; p < 2; ++p) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      for (int j = 0; j < kPackNR; ++j) {
+        const int64_t row = p * kPackNR + j;
+        const float want = row < n ? w[row * k + kk] : 0.0f;
+        EXPECT_EQ(packed[(p * k + kk) * kPackNR + j], want) << p << " " << kk << " " << j;
+      }
+    }
+  }
+  EXPECT_EQ(PackedWeightFloats(0, 10), 0);
+  EXPECT_EQ(PackedWeightFloats(32, 3), 32 * 3);
+  EXPECT_EQ(PackedWeightFloats(33, 3), 64 * 3);
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool bias, accumulate;
+  int64_t lda_pad, ldc_pad;
+};
+
+std::string CaseName(const Case& c, CpuIsa isa, int threads) {
+  return std::string(CpuIsaName(isa)) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+         " k=" + std::to_string(c.k) + " bias=" + std::to_string(c.bias) +
+         " acc=" + std::to_string(c.accumulate) + " threads=" + std::to_string(threads);
+}
+
+// Runs one case on `isa` and checks it against a double-precision reference
+// with an error bound of a K-term f32 dot product. Stores C in `out` (if not
+// null) for cross-checks.
+void RunAndCheck(const Case& cs, CpuIsa isa, ThreadPool* pool, uint32_t seed,
+                 std::vector<float>* out = nullptr) {
+  const int64_t lda = cs.k + cs.lda_pad, ldc = cs.n + cs.ldc_pad;
+  std::vector<float> a = RandomVector(std::max<int64_t>(cs.m * lda, 1), seed);
+  std::vector<float> w = RandomVector(std::max<int64_t>(cs.n * cs.k, 1), seed + 1);
+  std::vector<float> bias = RandomVector(cs.n, seed + 2);
+  std::vector<float> c0 = RandomVector(cs.m * ldc, seed + 3);
+  std::vector<float> packed = Pack(w, cs.n, cs.k);
+  packed.push_back(0.0f);  // keep data() valid when empty
+
+  std::vector<float> c = c0;
+  MatmulArgs args;
+  args.a = a.data();
+  args.lda = lda;
+  args.packed_w = packed.data();
+  args.bias = cs.bias ? bias.data() : nullptr;
+  args.c = c.data();
+  args.ldc = ldc;
+  args.m = cs.m;
+  args.n = cs.n;
+  args.k = cs.k;
+  args.accumulate = cs.accumulate;
+  MatmulWithIsa(args, pool, isa);
+
+  const std::string name = CaseName(cs, isa, pool ? pool->num_threads() : 1);
+  for (int64_t i = 0; i < cs.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = c[i * ldc + j];
+      if (j >= cs.n) {  // padding columns of C are untouched
+        ASSERT_EQ(got, c0[i * ldc + j]) << name << " wrote past N at " << i << "," << j;
+        continue;
+      }
+      double ref = 0.0, mag = 0.0;
+      for (int64_t kk = 0; kk < cs.k; ++kk) {
+        const double p = static_cast<double>(a[i * lda + kk]) * w[j * cs.k + kk];
+        ref += p;
+        mag += std::fabs(p);
+      }
+      if (cs.bias) {
+        ref += bias[j];
+        mag += std::fabs(bias[j]);
+      }
+      if (cs.accumulate) {
+        ref += c0[i * ldc + j];
+        mag += std::fabs(c0[i * ldc + j]);
+      }
+      const double tol = 2.0 * (cs.k + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
+      ASSERT_NEAR(got, ref, tol) << name << " at " << i << "," << j;
+    }
+  }
+  if (out) *out = std::move(c);
+}
+
+TEST(MatmulTest, MatchesReferenceOnEveryIsa) {
+  std::vector<Case> cases;
+  for (int64_t m : {1, 2, 5, 11, 12, 13, 25, 37})
+    for (int64_t n : {1, 7, 16, 31, 32, 33, 65, 100})
+      for (int64_t k : {0, 1, 3, 17, 64, 129, 300}) {
+        const int variant = static_cast<int>((m * 7 + n * 3 + k) % 4);
+        cases.push_back(
+            {m, n, k, (variant & 1) != 0, (variant & 2) != 0, (m + k) % 3, (n + m) % 2 * 5});
+      }
+  ThreadPool pool(2);
+  uint32_t seed = 1;
+  for (const Case& cs : cases) {
+    std::vector<float> first;
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> c1, c2;
+      RunAndCheck(cs, isa, nullptr, seed, &c1);
+      RunAndCheck(cs, isa, &pool, seed, &c2);
+      ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)))
+          << CaseName(cs, isa, 2) << ": 1 thread vs 2 threads differ";
+      // All paths use the same fma chain per element, so they agree bitwise.
+      if (first.empty()) {
+        first = c1;
+      } else {
+        ASSERT_EQ(0, std::memcmp(first.data(), c1.data(), c1.size() * sizeof(float)))
+            << CaseName(cs, isa, 1) << ": differs from the scalar path";
+      }
+    }
+    if (HasFailure()) return;
+    seed += 4;
+  }
+}
+
+TEST(MatmulTest, PrefillShapesMatchReference) {
+  ThreadPool pool(2);
+  for (CpuIsa isa : SupportedIsas()) {
+    RunAndCheck({128, 576, 576, true, false, 0, 0}, isa, &pool, 11);
+    RunAndCheck({200, 100, 1536, false, true, 3, 1}, isa, &pool, 12);
+    // K large enough that a row block holds fewer rows than M.
+    RunAndCheck({300, 40, 4000, true, true, 0, 0}, isa, &pool, 13);
+  }
+}
+
+// Row `row` of the product of `rows` (an M x K matrix) with W, via Matmul.
+std::vector<float> ProductRow(const std::vector<float>& rows, int64_t m, int64_t row,
+                              const std::vector<float>& packed, const std::vector<float>& bias,
+                              int64_t n, int64_t k, ThreadPool* pool, CpuIsa isa) {
+  std::vector<float> c(m * n, 0.5f);
+  MatmulArgs args;
+  args.a = rows.data();
+  args.lda = k;
+  args.packed_w = packed.data();
+  args.bias = bias.data();
+  args.c = c.data();
+  args.ldc = n;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.accumulate = true;
+  MatmulWithIsa(args, pool, isa);
+  return std::vector<float>(c.begin() + row * n, c.begin() + (row + 1) * n);
+}
+
+TEST(MatmulTest, BatchInvariance) {
+  ThreadPool pool1(1), pool2(2);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{576, 576}, {100, 77}, {65, 2048}}) {
+    std::vector<float> w = RandomVector(n * k, 21);
+    std::vector<float> packed = Pack(w, n, k);
+    std::vector<float> bias = RandomVector(n, 22);
+    std::vector<float> x = RandomVector(k, 23);  // the row under test
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> alone = ProductRow(x, 1, 0, packed, bias, n, k, &pool1, isa);
+      for (int64_t m : {37, 200}) {
+        std::vector<float> batch = RandomVector(m * k, 24 + m);
+        for (int64_t row : {int64_t{0}, int64_t{5}, int64_t{12}, m - 1}) {
+          std::vector<float> b = batch;
+          std::copy(x.begin(), x.end(), b.begin() + row * k);
+          for (ThreadPool* pool : {&pool1, &pool2}) {
+            std::vector<float> got = ProductRow(b, m, row, packed, bias, n, k, pool, isa);
+            ASSERT_EQ(0, std::memcmp(alone.data(), got.data(), n * sizeof(float)))
+                << CpuIsaName(isa) << " n=" << n << " k=" << k << " m=" << m << " row=" << row
+                << " threads=" << pool->num_threads();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulTest, ZeroSizedIsNoOp) {
+  float c = 3.0f;
+  float a = 1.0f, w = 1.0f;
+  MatmulArgs args;
+  args.a = &a;
+  args.packed_w = &w;
+  args.c = &c;
+  args.lda = 1;
+  args.ldc = 1;
+  args.m = 0;
+  args.n = 1;
+  args.k = 1;
+  Matmul(args, nullptr);
+  EXPECT_EQ(c, 3.0f);
+}
+
+}  // namespace
+}  // namespace xrt
