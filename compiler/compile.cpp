@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "compiler/artifact/artifact_writer.h"
 #include "compiler/artifact/sha256.h"
@@ -149,10 +150,15 @@ class Emitter {
     if (it != weightIndex_.end()) return it->second;
     WeightDesc d;
     d.name = w.getName().str();
+    // A packed copy of a weight that is also used row-major (a tied embedding
+    // table read by the lm_head matmul) gets a name of its own.
+    if (w.getPackNr() && weightNames_.count(d.name))
+      d.name += ".packed" + std::to_string(*w.getPackNr());
+    weightNames_.insert(d.name);
     if (auto sources = w.getSources()) {
       for (Attribute a : *sources) d.sources.push_back(cast<StringAttr>(a).str());
     } else {
-      d.sources.push_back(d.name);
+      d.sources.push_back(w.getName().str());
     }
     auto shape = w.getType().getShape();
     d.shape.assign(shape.begin(), shape.end());
@@ -352,6 +358,7 @@ class Emitter {
   std::map<std::string, uint32_t> functionIndex_;
   std::vector<WeightDesc> weights_;
   std::map<std::string, uint32_t> weightIndex_;
+  std::set<std::string> weightNames_;
   std::vector<ExecutableDesc> executables_;
 };
 

@@ -43,6 +43,8 @@ Expected<std::unique_ptr<Executor>> Executor::Create(const ExecutorParams& param
   return e;
 }
 
+Executor::Executor(const ExecutorParams& p) : p_(p) {}
+
 Executor::~Executor() {
   std::free(arena_);
   for (auto& [kind, p] : io_) std::free(p);

@@ -63,7 +63,7 @@ class Executor {
 
  private:
   struct Prepared;
-  explicit Executor(const ExecutorParams& p) : p_(p) {}
+  explicit Executor(const ExecutorParams& p);
   Status Prepare();
 
   ExecutorParams p_;
