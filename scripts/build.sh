@@ -5,6 +5,5 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${XCC_BUILD_DIR:-$root/build}"
 jobs="${XCC_JOBS:-$(nproc)}"
-export CCACHE_DIR="${CCACHE_DIR:-$root/.cache/ccache}"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build "$build" -j "$jobs"
