@@ -26,13 +26,20 @@ constexpr int kCallerSpinsBeforeYield = 1 << 14;
 
 thread_local int t_region_depth = 0;
 
-// The claim word packs the region's generation (high 32 bits) with the index
-// of the next unclaimed chunk (low 32 bits). A thread may only run a chunk
-// after a successful CAS that moved the index from i to i+1 *in the
-// generation it read the job description for*, so a straggler from an old
-// region can never run a chunk of a newer one with stale parameters.
+// The claim word packs the region's generation (high 32 bits) with the number
+// of chunks still unclaimed (low 32 bits); chunk index = num_chunks - remaining.
+// A thread claims a chunk with a CAS that moves `remaining` from r > 0 to r-1
+// in the generation it is working for, and only *after* that CAS succeeds does
+// it read the job description (fn, n, chunk_size, num_chunks). That order is
+// what makes stragglers safe: a successful claim means region G is not
+// finished (the caller waits for this chunk), so the caller cannot have
+// started overwriting the description for G+1, and the CAS (acquire) reads
+// from the caller's publishing store (release), so G's description is
+// visible. Whether a chunk is left is decided from the claim word alone, so
+// no value read before the claim (possibly already G+1's) can make a claim
+// on an exhausted region succeed.
 inline uint32_t GenOf(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
-inline uint32_t IdxOf(uint64_t w) { return static_cast<uint32_t>(w); }
+inline uint32_t RemainingOf(uint64_t w) { return static_cast<uint32_t>(w); }
 
 }  // namespace
 
@@ -41,9 +48,10 @@ struct ThreadPool::State {
   std::mutex run_mutex;
 
   // The current region's description; written by the caller before it
-  // publishes a new generation in `claim` (release), read by workers after
-  // they observe it (acquire). Atomics so a straggler's read racing the next
-  // region's write is not a data race (it is discarded by the failing CAS).
+  // publishes a new generation in `claim` (release), read by a thread only
+  // after it claimed a chunk of that generation (acquire CAS); see the
+  // comment on the claim word. (Atomic with relaxed accesses: free on the
+  // targets we care about, and no reader depends on that for correctness.)
   std::atomic<const std::function<void(int64_t, int64_t)>*> fn{nullptr};
   std::atomic<int64_t> n{0};
   std::atomic<int64_t> chunk_size{0};  // 0: near-equal split into num_chunks
@@ -73,20 +81,25 @@ struct ThreadPool::State {
   }
 
   // Claims and runs chunks of generation `gen` until none are left or the
-  // generation moved on.
+  // generation moved on. Reads nothing but the claim word before a claim
+  // succeeds (a straggler may call this long after region `gen` finished and
+  // while the caller is writing the next region's description).
   void RunChunks(uint32_t gen) {
-    const auto* f = fn.load(std::memory_order_relaxed);
-    const int64_t chunks = num_chunks.load(std::memory_order_relaxed);
-    int64_t begin = 0, end = 0;
     uint64_t w = claim.load(std::memory_order_acquire);
     for (;;) {
-      if (GenOf(w) != gen || IdxOf(w) >= chunks) return;
-      if (!claim.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+      if (GenOf(w) != gen || RemainingOf(w) == 0) return;
+      if (!claim.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
         continue;  // w was reloaded
       }
-      ChunkBounds(IdxOf(w), &begin, &end);
-      (*f)(begin, end);
+      // Chunk claimed: region `gen` cannot complete before we report it done,
+      // so its description is stable and visible (see the claim word).
+      const int64_t c = num_chunks.load(std::memory_order_relaxed) - RemainingOf(w);
+      int64_t begin = 0, end = 0;
+      ChunkBounds(c, &begin, &end);
+      (*fn.load(std::memory_order_relaxed))(begin, end);
+      // Release: the chunk's writes (and our reads of the description)
+      // happen-before the caller's return and its next description writes.
       done.fetch_add(1, std::memory_order_release);
       w = claim.load(std::memory_order_acquire);
     }
@@ -185,9 +198,15 @@ void ThreadPool::Run(int64_t n, int64_t chunk_size, int64_t num_chunks,
   s.n.store(n, std::memory_order_relaxed);
   s.chunk_size.store(chunk_size, std::memory_order_relaxed);
   s.num_chunks.store(num_chunks, std::memory_order_relaxed);
+  // Every increment of the previous region happened before the caller saw
+  // done == its chunk count (and nothing else increments `done`: only a
+  // claimed chunk does), so this reset cannot lose or absorb a late one.
   s.done.store(0, std::memory_order_relaxed);
   const uint32_t gen = ++s.generation;
-  s.claim.store(static_cast<uint64_t>(gen) << 32, std::memory_order_seq_cst);
+  // Publishes the description (release; seq_cst also orders it before the
+  // `sleepers` check below against the workers' sleepers increment).
+  s.claim.store((static_cast<uint64_t>(gen) << 32) | static_cast<uint64_t>(num_chunks),
+                std::memory_order_seq_cst);
   if (s.sleepers.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(s.cv_mutex);
     s.cv.notify_all();

@@ -3,9 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <mutex>
+#include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -140,6 +146,194 @@ TEST(ThreadPoolTest, ConcurrentExternalCallersAreSerialized) {
   t1.join();
   t2.join();
   EXPECT_EQ(sum.load(), 2 * 2000 * 10);
+}
+
+// ---------------------------------------------------------------------------
+// Stress: back-to-back regions of different shapes from one thread, while
+// other threads load the CPUs so pool threads get preempted at arbitrary
+// points (stragglers that observed region G and only get to run after the
+// caller finished G and is publishing G+1). Checks that each chunk of each
+// region runs exactly once, through that region's closure, with that
+// region's bounds, and never after ParallelFor returned.
+
+// Threads that spin until destroyed, to oversubscribe the machine.
+class CpuHog {
+ public:
+  explicit CpuHog(int threads) {
+    for (int i = 0; i < threads; ++i) {
+      threads_.emplace_back([this] {
+        uint64_t x = 1;
+        while (!stop_.load(std::memory_order_relaxed)) x = x * 6364136223846793005u + 1;
+        sink_.fetch_add(x, std::memory_order_relaxed);
+      });
+    }
+  }
+  ~CpuHog() {
+    stop_.store(true);
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> sink_{0};
+  std::vector<std::thread> threads_;
+};
+
+constexpr int kMaxStressChunks = 96;
+
+// Error sink shared by all stress closures; the first message is kept.
+struct StressErrors {
+  std::atomic<int64_t> count{0};
+  std::mutex mu;
+  std::string first;
+  void Report(const std::string& msg) {
+    if (count.fetch_add(1) == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      first = msg;
+    }
+  }
+};
+
+// One region's bookkeeping. Kept in a ring (so a straggler that runs a
+// retired region's closure touches live memory and is reported, not a crash).
+struct StressRegion {
+  std::atomic<int64_t> id{-1};
+  std::atomic<bool> active{false};
+  int64_t n = 0;
+  int64_t grain = 0;  // 0: ParallelFor
+  int64_t chunks = 0;
+  std::atomic<int> inflight{0};
+  std::array<std::atomic<int>, kMaxStressChunks> hits{};
+};
+
+// The chunk index of [b, e) in `r`, or -1 if it is not one of its chunks.
+int64_t ChunkIndex(const StressRegion& r, int64_t b, int64_t e) {
+  if (r.grain > 0) {
+    if (b < 0 || b >= r.n || b % r.grain != 0 || e != std::min(r.n, b + r.grain)) return -1;
+    return b / r.grain;
+  }
+  for (int64_t c = 0; c < r.chunks; ++c) {
+    if (c * r.n / r.chunks == b && (c + 1) * r.n / r.chunks == e) return c;
+  }
+  return -1;
+}
+
+void RunStressRegion(ThreadPool& pool, StressRegion& r, int64_t id, int64_t n, int64_t grain,
+                     int work, StressErrors& errors) {
+  r.n = n;
+  r.grain = grain;
+  r.chunks = grain > 0 ? (n + grain - 1) / grain : std::min<int64_t>(n, pool.num_threads());
+  for (int64_t c = 0; c < r.chunks; ++c) r.hits[c].store(0, std::memory_order_relaxed);
+  r.inflight.store(0);
+  r.id.store(id);
+  r.active.store(true);
+  // Captures stack locals by reference, like the kernels do.
+  const int64_t expected_id = id;
+  StressRegion* const region = &r;
+  volatile uint64_t alive = 0xA11CEA11CEull;
+  static std::atomic<uint64_t> sink{0};  // keeps the busy work alive
+  auto body = [&](int64_t b, int64_t e) {
+    if (alive != 0xA11CEA11CEull) {
+      errors.Report("chunk ran with a dead closure (stack local poisoned)");
+      return;
+    }
+    region->inflight.fetch_add(1);
+    if (!region->active.load() || region->id.load() != expected_id) {
+      errors.Report("chunk of region " + std::to_string(expected_id) +
+                    " ran outside its ParallelFor (now region " +
+                    std::to_string(region->id.load()) + ")");
+    }
+    const int64_t c = ChunkIndex(*region, b, e);
+    if (c < 0) {
+      errors.Report("region " + std::to_string(expected_id) + " (n=" + std::to_string(n) +
+                    ", grain=" + std::to_string(grain) + ") got bad chunk [" +
+                    std::to_string(b) + ", " + std::to_string(e) + ")");
+    } else {
+      region->hits[c].fetch_add(1);
+    }
+    uint64_t x = static_cast<uint64_t>(b);
+    for (int i = 0; i < work; ++i) x = x * 6364136223846793005u + 1442695040888963407u;
+    sink.fetch_add(x, std::memory_order_relaxed);
+    region->inflight.fetch_sub(1);
+  };
+  if (grain > 0) {
+    pool.ParallelForGrain(n, grain, body);
+  } else {
+    pool.ParallelFor(n, body);
+  }
+  // Everything must be finished now.
+  if (r.inflight.load() != 0) {
+    errors.Report("ParallelFor returned with a chunk of region " + std::to_string(id) +
+                  " still running");
+  }
+  for (int64_t c = 0; c < r.chunks; ++c) {
+    const int h = r.hits[c].load();
+    if (h != 1) {
+      errors.Report("region " + std::to_string(id) + " (n=" + std::to_string(n) +
+                    ", grain=" + std::to_string(grain) + "): chunk " + std::to_string(c) +
+                    " ran " + std::to_string(h) + " times");
+    }
+  }
+  r.active.store(false);
+  alive = 0xDEADDEADDEADull;  // a late chunk through this closure sees this
+}
+
+// Recurses to a random depth (with differently sized frames) before running
+// the region, so consecutive regions' closures live at different addresses.
+void StressAtDepth(ThreadPool& pool, StressRegion& r, int64_t id, int64_t n, int64_t grain,
+                   int work, int depth, StressErrors& errors) {
+  if (depth > 0) {
+    volatile char pad[48 * 3];
+    pad[0] = static_cast<char>(depth);
+    StressAtDepth(pool, r, id, n, grain, work, depth - 1, errors);
+    pad[1] = pad[0];
+    return;
+  }
+  RunStressRegion(pool, r, id, n, grain, work, errors);
+}
+
+void StressPool(int threads, int hog_threads, std::chrono::milliseconds duration) {
+  CpuHog hog(hog_threads);
+  ThreadPool pool(threads);
+  StressErrors errors;
+  std::vector<StressRegion> ring(8);
+  std::mt19937_64 rng(threads * 1000 + hog_threads);
+  // Shapes that alternate few-chunk and many-chunk regions, including n < threads,
+  // n == 1 and grain > n (the inline paths).
+  const int64_t ns[] = {1, 2, 3, 4, 5, 7, 16, 33, 64, 95};
+  const auto deadline = std::chrono::steady_clock::now() + duration;
+  int64_t id = 0;
+  while (std::chrono::steady_clock::now() < deadline && errors.count.load() == 0) {
+    for (int k = 0; k < 256; ++k, ++id) {
+      const int64_t n = ns[rng() % std::size(ns)];
+      int64_t grain = 0;
+      switch (rng() % 4) {
+        case 0: grain = 0; break;                                   // ParallelFor
+        case 1: grain = 1; break;                                   // one item per chunk
+        case 2: grain = 1 + static_cast<int64_t>(rng() % 8); break;  // small grain
+        case 3: grain = n + static_cast<int64_t>(rng() % 3); break;  // grain >= n
+      }
+      // Mostly empty chunks (races are in the hand-off), sometimes some work.
+      const int work = rng() % 8 == 0 ? static_cast<int>(rng() % 2000) : 0;
+      StressAtDepth(pool, ring[id % ring.size()], id, n, grain, work,
+                    static_cast<int>(rng() % 4), errors);
+    }
+  }
+  EXPECT_EQ(errors.count.load(), 0) << "first error: " << errors.first << " (after " << id
+                                    << " regions, " << threads << " threads, " << hog_threads
+                                    << " hog threads)";
+}
+
+TEST(ThreadPoolStressTest, AlternatingRegionsTwoThreadsLoadedMachine) {
+  StressPool(2, 2, std::chrono::milliseconds(1500));
+}
+
+TEST(ThreadPoolStressTest, AlternatingRegionsThreeThreadsLoadedMachine) {
+  StressPool(3, 1, std::chrono::milliseconds(1000));
+}
+
+TEST(ThreadPoolStressTest, AlternatingRegionsOversubscribedPool) {
+  StressPool(5, 0, std::chrono::milliseconds(1000));
 }
 
 }  // namespace
