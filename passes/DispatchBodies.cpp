@@ -120,27 +120,18 @@ void copyRowOrZero(Emitter& e, Value valid, Value src, Value srcRow, Value out, 
       [&] { e.loop(0, cols, [&](Value c) { e.store(e.f32(0.0f), out, {r, c}); }); });
 }
 
-LogicalResult buildEmbedding(Emitter& e, ArrayRef<Value> v, Value lo, Value hi) {
-  Value table = v[0], ids = v[1], out = v[2];
-  int64_t rows = dim(table, 0), cols = dim(table, 1);
-  e.loop(lo, hi, [&](Value r) {
-    Value id = e.load(ids, {r});
-    Value valid = e.inRange(id, rows);
-    // Clamp the index so the (unexecuted) load stays in bounds in IR terms.
-    Value safe = e.builder().create<arith::SelectOp>(e.loc(), valid, id, e.i32(0));
-    copyRowOrZero(e, valid, table, e.toIndex(safe), out, r, cols);
-  });
-  return success();
-}
-
+// out[r, :] = src[idx[r], :], or zeros when idx[r] is outside [0, rows):
+// embedding lookups (idx = token ids) and logits row gathers (idx = row
+// indices, -1 for padding requests).
 LogicalResult buildGatherRows(Emitter& e, ArrayRef<Value> v, Value lo, Value hi) {
-  Value in = v[0], idx = v[1], out = v[2];
-  int64_t rows = dim(in, 0), cols = dim(in, 1);
+  Value src = v[0], idx = v[1], out = v[2];
+  int64_t rows = dim(src, 0), cols = dim(src, 1);
   e.loop(lo, hi, [&](Value r) {
     Value i = e.load(idx, {r});
     Value valid = e.inRange(i, rows);
+    // Clamp the index so the (unexecuted) load stays in bounds in IR terms.
     Value safe = e.builder().create<arith::SelectOp>(e.loc(), valid, i, e.i32(0));
-    copyRowOrZero(e, valid, in, e.toIndex(safe), out, r, cols);
+    copyRowOrZero(e, valid, src, e.toIndex(safe), out, r, cols);
   });
   return success();
 }
@@ -233,8 +224,8 @@ LogicalResult buildDispatchBody(OpBuilder& b, Operation* op, ArrayRef<Value> vie
   if (views.size() != op->getNumOperands() + op->getNumResults())
     return op->emitError() << "dispatch body needs one view per operand and result";
   return llvm::TypeSwitch<Operation*, LogicalResult>(op)
-      .Case<xg::EmbeddingOp>([&](auto) { return buildEmbedding(e, views, wgBegin, wgEnd); })
-      .Case<xg::GatherRowsOp>([&](auto) { return buildGatherRows(e, views, wgBegin, wgEnd); })
+      .Case<xg::EmbeddingOp, xg::GatherRowsOp>(
+          [&](auto) { return buildGatherRows(e, views, wgBegin, wgEnd); })
       .Case<xg::RmsNormOp>([&](auto o) { return buildRmsNorm(e, o, views, wgBegin, wgEnd); })
       .Case<xg::RopeOp>([&](auto o) { return buildRope(e, o, views, wgBegin, wgEnd); })
       .Case<xg::SiluMulOp>([&](auto) { return buildSiluMul(e, views, wgBegin, wgEnd); })

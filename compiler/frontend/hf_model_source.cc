@@ -42,14 +42,6 @@ class HfModelSource final : public ModelSource {
     if (it == tensors_.end()) return xrt::NotFoundError("tensor '{}': not found in {}", name, dir_);
     return it->second;
   }
-  Expected<std::vector<float>> ReadF32(const std::string& name) const override {
-    XRT_ASSIGN_OR_RETURN(const SourceTensor* t, tensor(name));
-    XRT_ASSIGN_OR_RETURN(int64_t n, ShapeNumel(t->shape));
-    std::vector<float> out(static_cast<size_t>(n));
-    XRT_RETURN_IF_ERROR(ConvertToF32(t->dtype, t->data, t->nbytes, n, out.data())
-                            .WithContext(fmt::format("{}: tensor '{}'", t->file, name)));
-    return out;
-  }
 
   Status Load(const std::string& dir);
 

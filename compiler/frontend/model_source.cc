@@ -6,6 +6,7 @@
 
 #include "compiler/frontend/gguf_model_source.h"
 #include "compiler/frontend/hf_model_source.h"
+#include "compiler/frontend/source_dtype.h"
 
 namespace xcc {
 
@@ -28,6 +29,15 @@ Expected<std::unique_ptr<ModelSource>> ModelSource::Open(const std::string& path
       "{}: unrecognized model: expected a Hugging Face model directory (config.json + "
       "safetensors) or a GGUF file",
       path);
+}
+
+Expected<std::vector<float>> ModelSource::ReadF32(const std::string& name) const {
+  XRT_ASSIGN_OR_RETURN(const SourceTensor* t, tensor(name));
+  XRT_ASSIGN_OR_RETURN(int64_t n, ShapeNumel(t->shape));
+  std::vector<float> out(static_cast<size_t>(n));
+  XRT_RETURN_IF_ERROR(ConvertToF32(t->dtype, t->data, t->nbytes, n, out.data())
+                          .WithContext(fmt::format("{}: tensor '{}'", t->file, name)));
+  return out;
 }
 
 }  // namespace xcc

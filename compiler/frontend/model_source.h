@@ -101,7 +101,7 @@ class ModelSource {
   // Tensor metadata and raw bytes; NotFound if absent.
   virtual Expected<const SourceTensor*> tensor(const std::string& name) const = 0;
   // Tensor converted (dequantized, permuted as documented above) to f32, row-major HF layout.
-  virtual Expected<std::vector<float>> ReadF32(const std::string& name) const = 0;
+  Expected<std::vector<float>> ReadF32(const std::string& name) const;
 };
 
 // Dequantizes/converts `n` elements of `src` (of type `t`) to f32. For block

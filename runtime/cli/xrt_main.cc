@@ -10,6 +10,7 @@
 #include "runtime/model_runner/generate.h"
 #include "runtime/model_runner/model_runner.h"
 #include "runtime/tokenizer/streaming_detokenizer.h"
+#include "schemas/artifact_generated.h"
 
 namespace {
 
@@ -37,9 +38,12 @@ int main(int argc, char** argv) {
   gen->add_flag("--chat", chat, "Apply the model's chat template to the prompt (as a user turn)");
   gen->add_option("--system", system, "System message for --chat");
   gen->add_option("-n,--max-tokens", maxTokens, "Most tokens to generate")->capture_default_str();
-  gen->add_option("--temperature", sp.temperature, "0: greedy")->capture_default_str();
-  gen->add_option("--top-p", sp.top_p, "Nucleus sampling mass")->capture_default_str();
-  gen->add_option("--top-k", sp.top_k, "Keep the k most likely tokens (-1: all)")->capture_default_str();
+  auto* tempOpt = gen->add_option("--temperature", sp.temperature,
+                                  "0: greedy (default: the model's generation_config, else 0)");
+  auto* topPOpt = gen->add_option("--top-p", sp.top_p,
+                                  "Nucleus sampling mass (default: the model's, else 1)");
+  auto* topKOpt = gen->add_option("--top-k", sp.top_k,
+                                  "Keep the k most likely tokens (default: the model's, else all)");
   gen->add_option("--min-p", sp.min_p, "Drop tokens below min_p x the top probability");
   gen->add_option("--seed", seed, "Sampling seed");
   gen->add_option("--threads", rp.num_threads, "Worker threads (default: all cores)");
@@ -53,6 +57,13 @@ int main(int argc, char** argv) {
   if (!runner.ok()) return Fail(runner.status());
   xrt::ModelRunner& r = **runner;
   const xrt::Tokenizer& tok = r.tokenizer();
+  // Sampling defaults from the model's generation_config.json, as vLLM does;
+  // flags given on the command line win.
+  const auto& cfg = *r.artifact().manifest().config();
+  if (tempOpt->count() == 0 && cfg.default_temperature() >= 0)
+    sp.temperature = static_cast<float>(cfg.default_temperature());
+  if (topPOpt->count() == 0 && cfg.default_top_p() > 0) sp.top_p = static_cast<float>(cfg.default_top_p());
+  if (topKOpt->count() == 0 && cfg.default_top_k() > 0) sp.top_k = static_cast<int32_t>(cfg.default_top_k());
 
   std::vector<int32_t> ids;
   if (chat) {
@@ -61,10 +72,8 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
     messages.push_back({{"role", "user"}, {"content", prompt}});
-    auto piece = [&](int32_t id) { return id >= 0 ? tok.IdToPiece(id) : std::string(); };
     std::string bos = tok.bos_id() >= 0 ? tok.Decode({tok.bos_id()}) : "";
     std::string eos = tok.eos_id() >= 0 ? tok.Decode({tok.eos_id()}) : "";
-    (void)piece;
     auto text = xrt::ApplyChatTemplate(*tmpl, messages, true, bos, eos);
     if (!text.ok()) return Fail(text.status().WithContext("chat template"));
     // Like HF's apply_chat_template(tokenize=True): the template writes the

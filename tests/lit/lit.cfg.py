@@ -13,3 +13,4 @@ config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "Inputs"]
 path = os.pathsep.join(config.xcc_tools_dirs + [config.llvm_tools_dir,
                                                  config.environment.get("PATH", os.environ.get("PATH", ""))])
 config.environment["PATH"] = path
+config.substitutions.append(("%fixtures", os.path.join(config.xcc_src_root, "tests", "fixtures")))

@@ -34,6 +34,16 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
   o.max_model_len = 512;
   auto s = xcc::Compile(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
+  // A second compile of the same inputs gives the same bytes.
+  o.output_path = artifact + ".again";
+  s = xcc::Compile(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  {
+    std::ifstream a(artifact, std::ios::binary), b(o.output_path, std::ios::binary);
+    std::string ba((std::istreambuf_iterator<char>(a)), {}), bb((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_TRUE(ba == bb) << "two compiles of SmolLM2 differ";
+  }
+  fs::remove(o.output_path);
 
   xrt::ModelRunnerParams rp;
   rp.artifact_path = artifact;

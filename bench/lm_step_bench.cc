@@ -1,0 +1,210 @@
+// lm_step_bench: prefill and decode speed of a compiled artifact, per bucket,
+// next to this machine's memory bandwidth measured in the same run.
+//
+//   lm_step_bench ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE]
+//
+// Prefill: one request whose step fills a whole token bucket (lm_step + the
+// lm_logits of its last token), tokens/s = bucket / step time.
+// Decode: one request with L tokens of context, one token per step
+// (lm_step in its smallest bucket + lm_logits). The bandwidth roofline
+// fraction is (weight bytes a decode step must read / step time) / measured
+// read bandwidth; the bytes are those of every weight the two executables
+// bind, except the embedding table, of which a decode step reads one row.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/engine/kv_cache_manager.h"
+#include "runtime/model_runner/model_runner.h"
+#include "schemas/artifact_generated.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Read bandwidth (GB/s) of `threads` threads summing a buffer far larger than the caches.
+double MeasureReadBandwidth(xrt::ThreadPool& pool) {
+  const size_t n = size_t{1} << 28;  // 1 GiB of floats
+  std::vector<float> buf(n, 1.0f);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::vector<double> partial(pool.num_threads() * 8, 0.0);
+    auto t0 = Clock::now();
+    pool.ParallelFor(pool.num_threads(), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        size_t lo = n * t / pool.num_threads(), hi = n * (t + 1) / pool.num_threads();
+        float acc[16] = {0};
+        for (size_t i = lo; i + 16 <= hi; i += 16)
+          for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
+        partial[t * 8] = std::accumulate(acc, acc + 16, 0.0);
+      }
+    });
+    double s = Seconds(t0, Clock::now());
+    if (partial[0] < 0) std::printf("impossible\n");
+    best = std::max(best, n * sizeof(float) / s / 1e9);
+  }
+  return best;
+}
+
+struct Runner {
+  xrt::ModelRunner& r;
+  xrt::KvCacheManager kv;
+  xrt::StepInputs in;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE]\n", argv[0]);
+    return 2;
+  }
+  xrt::ModelRunnerParams rp;
+  rp.artifact_path = argv[1];
+  int64_t context = 128, iters = 10;
+  std::string jsonPath;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--threads") rp.num_threads = std::atoi(argv[i + 1]);
+    else if (a == "--context") context = std::atoll(argv[i + 1]);
+    else if (a == "--iters") iters = std::atoll(argv[i + 1]);
+    else if (a == "--json") jsonPath = argv[i + 1];
+  }
+  auto runner = xrt::ModelRunner::Create(rp);
+  if (!runner.ok()) {
+    std::fprintf(stderr, "error: %s\n", runner.status().message().c_str());
+    return 1;
+  }
+  xrt::ModelRunner& r = **runner;
+  const auto& m = r.artifact().manifest();
+
+  // Weight bytes a decode step reads.
+  std::set<uint32_t> bound;
+  for (const xpk::Executable* e : *m.executables())
+    for (const xpk::Command* c : *e->commands())
+      for (const xpk::Binding* b : *c->bindings())
+        if (b->kind() == xpk::BindingKind::weight) bound.insert(b->index());
+  uint64_t weightBytes = 0;
+  const int64_t hidden = m.config()->hidden_size();
+  for (uint32_t i : bound) {
+    const xpk::Weight* w = m.weights()->Get(i);
+    bool embedTable = w->name()->str() == "model.embed_tokens.weight" &&
+                      w->layout() == xpk::WeightLayout::row_major;
+    weightBytes += embedTable ? hidden * 4 : w->size();
+  }
+
+  auto makeKv = [&]() {
+    xrt::KvCacheManagerParams kp;
+    kp.num_blocks = r.num_kv_blocks();
+    kp.block_size = r.limits().block_size;
+    kp.max_blocks_per_req = r.limits().max_blocks_per_req;
+    return std::move(*xrt::KvCacheManager::Create(kp));
+  };
+  xrt::StepInputs in;
+  r.input_builder().Reserve(&in);
+  const int32_t vocab = static_cast<int32_t>(r.vocab_size());
+  auto tokens = [&](int64_t n) {
+    std::vector<int32_t> t(n);
+    for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+    return t;
+  };
+  // Runs `count` tokens of request 1 at its current position; returns seconds.
+  auto step = [&](xrt::KvCacheManager& kv, const std::vector<int32_t>& toks) -> double {
+    int64_t count = static_cast<int64_t>(toks.size());
+    if (!kv.AllocateSlots(1, count).ok()) return -1;
+    xrt::ScheduledRequest sr;
+    sr.token_ids = toks.data();
+    sr.num_tokens = count;
+    sr.num_computed_tokens = *kv.NumComputedTokens(1);
+    sr.block_table = *kv.BlockTable(1);
+    sr.needs_logits = true;
+    if (!r.input_builder().Build({sr}, &in).ok()) return -1;
+    auto t0 = Clock::now();
+    auto logits = r.Execute(in);
+    double s = Seconds(t0, Clock::now());
+    if (!logits.ok()) return -1;
+    (void)kv.CommitComputed(1, count);
+    return s;
+  };
+
+  nlohmann::json out;
+  out["artifact"] = rp.artifact_path;
+  out["threads"] = r.pool().num_threads();
+  out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
+  out["decode_weight_bytes_per_step"] = weightBytes;
+
+  // Prefill per bucket.
+  for (int64_t bucket : r.buckets().token_buckets()) {
+    if (bucket > r.limits().max_model_len) continue;
+    std::vector<double> times;
+    for (int64_t it = 0; it < iters; ++it) {
+      xrt::KvCacheManager kv = makeKv();
+      auto toks = tokens(bucket);
+      if (!kv.AddRequest(1, toks.data(), bucket).ok()) break;
+      double s = step(kv, toks);
+      if (s < 0) break;
+      times.push_back(s);
+    }
+    if (times.empty()) continue;
+    std::sort(times.begin(), times.end());
+    double med = times[times.size() / 2];
+    out["prefill"].push_back({{"bucket", bucket}, {"median_ms", med * 1e3},
+                              {"tokens_per_s", bucket / med}});
+  }
+
+  // Decode at `context` tokens of context.
+  {
+    xrt::KvCacheManager kv = makeKv();
+    auto prompt = tokens(context);
+    if (kv.AddRequest(1, prompt.data(), context).ok()) {
+      int64_t done = 0;
+      const int64_t chunk = r.buckets().max_tokens();
+      while (done < context) {
+        std::vector<int32_t> part(prompt.begin() + done,
+                                  prompt.begin() + std::min(context, done + chunk));
+        if (step(kv, part) < 0) break;
+        done += static_cast<int64_t>(part.size());
+      }
+      std::vector<double> times;
+      for (int64_t it = 0; it < std::max<int64_t>(iters, 20); ++it) {
+        std::vector<int32_t> one = {static_cast<int32_t>(it % vocab)};
+        (void)kv.AppendTokens(1, one.data(), 1);
+        double s = step(kv, one);
+        if (s < 0) break;
+        times.push_back(s);
+      }
+      if (!times.empty()) {
+        std::sort(times.begin(), times.end());
+        double med = times[times.size() / 2];
+        double gbs = weightBytes / med / 1e9;
+        out["decode"] = {{"context", context},
+                         {"median_ms", med * 1e3},
+                         {"tokens_per_s", 1.0 / med},
+                         {"weight_read_gbs", gbs},
+                         {"roofline_fraction", gbs / out["read_bandwidth_gbs"].get<double>()}};
+      }
+    }
+  }
+  std::string text = out.dump(2);
+  std::printf("%s\n", text.c_str());
+  if (!jsonPath.empty()) {
+    FILE* f = std::fopen(jsonPath.c_str(), "w");
+    if (f) {
+      std::fputs(text.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  return 0;
+}
