@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   std::string tail = detok.Flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   const double prefillTps = result->prefill_seconds > 0 ? result->prompt_tokens / result->prefill_seconds : 0;
   const int64_t decoded = static_cast<int64_t>(result->tokens.size()) - 1;
   const double decodeTps = result->decode_seconds > 0 && decoded > 0 ? decoded / result->decode_seconds : 0;
