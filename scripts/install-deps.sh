@@ -5,7 +5,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(
-  build-essential cmake ninja-build ccache git python3 python3-pip unzip
+  build-essential cmake ninja-build ccache git python3 python3-pip python3-venv unzip
   # LLVM/MLIR 19: the compiler (xcc) only; the runtime never links them.
   llvm-19-dev libmlir-19-dev mlir-19-tools lld-19 llvm-19-tools libzstd-dev
   # artifact format, CLI, formatting, JSON
@@ -16,6 +16,7 @@ PKGS=(
   libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

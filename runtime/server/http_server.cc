@@ -1,0 +1,455 @@
+#include "runtime/server/http_server.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include "runtime/chat/chat_template.h"
+#include "runtime/server/openai_protocol.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace xrt {
+namespace server {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kJsonType = "application/json";
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr auto kHeartbeatInterval = std::chrono::seconds(10);
+
+// Outputs of one HTTP request's choices, pushed by the engine thread and
+// popped by the HTTP thread. Shared with the engine callbacks, so it outlives
+// an HTTP handler that returned early.
+class OutputQueue {
+ public:
+  void Push(int choice, const RequestOutput& output) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      items_.emplace_back(choice, output);
+    }
+    cv_.notify_one();
+  }
+  // Everything queued, waiting up to `timeout` for the first item.
+  std::vector<std::pair<int, RequestOutput>> PopAll(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return !items_.empty(); });
+    std::vector<std::pair<int, RequestOutput>> out(std::make_move_iterator(items_.begin()),
+                                                   std::make_move_iterator(items_.end()));
+    items_.clear();
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int, RequestOutput>> items_;
+};
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+bool IsV1Path(const std::string& path) { return path.rfind("/v1/", 0) == 0; }
+
+// Label value for the request counter: known endpoints, else "other".
+std::string PathLabel(const std::string& path) {
+  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"};
+  for (const char* k : kKnown)
+    if (path == k) return k;
+  return "other";
+}
+
+}  // namespace
+
+// One HTTP generation request in flight: its choices and what came back.
+struct HttpServer::RequestState {
+  OpenAiRequest request;
+  ResponseHeader header;
+  std::vector<std::string> engine_ids;  // per choice
+  std::shared_ptr<OutputQueue> queue = std::make_shared<OutputQueue>();
+  std::vector<ChoiceResult> results;  // per choice
+  std::vector<bool> finished;
+  std::vector<int64_t> text_offsets;  // completions logprobs text_offset, per choice
+  std::vector<int64_t> completion_tokens;
+  UsageInfo usage;
+  int num_finished = 0;
+  std::string error;  // the first "error" output's message
+  bool started = false;  // streaming: role chunks sent
+  bool done = false;     // streaming: [DONE] sent
+
+  bool all_finished() const { return num_finished == static_cast<int>(engine_ids.size()); }
+
+  // Applies an output to the accumulated state.
+  void Apply(int choice, const RequestOutput& o) {
+    ChoiceResult& r = results[choice];
+    r.text += o.text;
+    r.tokens.insert(r.tokens.end(), o.tokens.begin(), o.tokens.end());
+    completion_tokens[choice] = o.completion_tokens;
+    if (choice == 0) {
+      usage.prompt_tokens = o.prompt_tokens;
+      usage.cached_tokens = o.cached_tokens;
+    }
+    if (o.finished && !finished[choice]) {
+      finished[choice] = true;
+      ++num_finished;
+      r.finish_reason = o.finish_reason;
+      if (o.finish_reason == "error" && error.empty()) error = o.error.empty() ? "engine error" : o.error;
+    }
+    usage.completion_tokens = 0;
+    for (int64_t c : completion_tokens) usage.completion_tokens += c;
+  }
+};
+
+HttpServer::HttpServer(ServerParams params, AsyncEngine* engine, const Tokenizer* tokenizer,
+                       const ChatTemplate* chat_template, std::string bos_token, std::string eos_token)
+    : params_(std::move(params)),
+      engine_(engine),
+      tokenizer_(tokenizer),
+      chat_template_(chat_template),
+      bos_token_(std::move(bos_token)),
+      eos_token_(std::move(eos_token)),
+      http_(std::make_unique<httplib::Server>()) {
+  std::random_device rd;
+  id_salt_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  created_ = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  RegisterRoutes();
+}
+
+HttpServer::~HttpServer() {
+  Stop();
+  Wait();
+}
+
+Status HttpServer::Start() {
+  if (listener_.joinable()) return FailedPreconditionError("HttpServer::Start called twice");
+  if (params_.port < 0 || params_.port > 65535)
+    return InvalidArgumentError("port must be in [0, 65535], got {}", params_.port);
+  if (params_.http_threads < 1) return InvalidArgumentError("http_threads must be >= 1, got {}", params_.http_threads);
+  int threads = params_.http_threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(params_.max_body_bytes);
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind a
+  // port already in use and silently share it. SO_REUSEADDR alone still
+  // allows a quick restart (TIME_WAIT) but makes a live listener an error.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  if (params_.port == 0) {
+    port_ = http_->bind_to_any_port(params_.host);
+    if (port_ < 0) return UnavailableError("cannot bind {} to any port", params_.host);
+  } else {
+    if (!http_->bind_to_port(params_.host, params_.port))
+      return UnavailableError("cannot bind {}:{} (address in use, or the host is not a local address?)",
+                              params_.host, params_.port);
+    port_ = params_.port;
+  }
+  listener_ = std::thread([this] { http_->listen_after_bind(); });
+  // Stop() is a no-op until the listener runs; wait for it so Stop always works.
+  for (int i = 0; i < 5000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return Status::Ok();
+}
+
+void HttpServer::Wait() {
+  if (listener_.joinable()) listener_.join();
+}
+
+void HttpServer::Stop() { http_->stop(); }
+
+void HttpServer::SendError(httplib::Response& res, int status, const std::string& type, const std::string& message,
+                           const std::string& param, const std::string& code) {
+  ApiError e;
+  e.http_status = status;
+  e.type = type;
+  e.message = message;
+  e.param = param;
+  e.code = code;
+  res.status = status;
+  res.set_content(DumpJson(ApiErrorJson(e)), kJsonType);
+}
+
+static void SendApiError(httplib::Response& res, const ApiError& e) {
+  res.status = e.http_status;
+  res.set_content(DumpJson(ApiErrorJson(e)), kJsonType);
+}
+
+std::string HttpServer::NewRequestId(const char* prefix) {
+  uint64_t n = next_id_.fetch_add(1);
+  uint64_t a = SplitMix64(id_salt_ ^ n), b = SplitMix64(a ^ (n << 1));
+  return fmt::format("{}{:016x}{:016x}", prefix, a, b);
+}
+
+void HttpServer::CountRequest(const std::string& path, int status) {
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  ++request_counts_[{PathLabel(path), status}];
+}
+
+bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res) {
+  if (params_.api_key.empty()) return true;
+  const std::string expected = "Bearer " + params_.api_key;
+  if (req.has_header("Authorization") && req.get_header_value("Authorization") == expected) return true;
+  SendError(res, 401, "authentication_error",
+            req.has_header("Authorization") ? "Incorrect API key provided"
+                                            : "Missing API key: send 'Authorization: Bearer <key>'",
+            "", "invalid_api_key");
+  return false;
+}
+
+void HttpServer::RegisterRoutes() {
+  http_->set_pre_routing_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (IsV1Path(req.path) && !Authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
+        return httplib::Server::HandlerResponse::Unhandled;
+      }));
+  // Errors httplib produces itself (unknown route, 413, malformed HTTP) get an
+  // OpenAI-style body; responses our handlers filled are left alone.
+  http_->set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 404) {
+      SendError(res, 404, "not_found_error", fmt::format("no route for {} {}", req.method, req.path));
+    } else if (res.status == 413) {
+      SendError(res, 413, "invalid_request_error",
+                fmt::format("request body larger than {} bytes", params_.max_body_bytes));
+    } else if (res.status == 405) {
+      SendError(res, 405, "invalid_request_error", fmt::format("method {} not allowed on {}", req.method, req.path));
+    } else {
+      SendError(res, res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                fmt::format("HTTP error {}", res.status));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    SendError(res, 500, "server_error", what);
+  });
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    CountRequest(req.path, res.status);
+  });
+
+  http_->Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { HandleGeneration(req, res, false); });
+  http_->Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { HandleGeneration(req, res, true); });
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
+  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", kJsonType);
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
+}
+
+void HttpServer::HandleModels(httplib::Response& res) {
+  Json model;
+  model["id"] = params_.served_model_name;
+  model["object"] = "model";
+  model["created"] = created_;
+  model["owned_by"] = "xrt";
+  model["root"] = params_.served_model_name;
+  model["parent"] = nullptr;
+  model["max_model_len"] = engine_->max_model_len();
+  Json j;
+  j["object"] = "list";
+  j["data"] = Json::array({std::move(model)});
+  res.set_content(DumpJson(j), kJsonType);
+}
+
+void HttpServer::HandleMetrics(httplib::Response& res) {
+  std::string text = engine_->MetricsText();
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  text += "# HELP xrt_http_requests_total HTTP requests served, by path and status code.\n";
+  text += "# TYPE xrt_http_requests_total counter\n";
+  {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    for (const auto& [key, count] : request_counts_)
+      text += fmt::format("xrt_http_requests_total{{path=\"{}\",code=\"{}\"}} {}\n", key.first, key.second, count);
+  }
+  text += "# HELP xrt_http_generation_requests_in_flight Generation requests being served.\n";
+  text += "# TYPE xrt_http_generation_requests_in_flight gauge\n";
+  text += fmt::format("xrt_http_generation_requests_in_flight {}\n", in_flight_.load());
+  res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Response& res, bool chat) {
+  std::string param;
+  Expected<OpenAiRequest> parsed =
+      chat ? ParseChatRequest(http_req.body, &param) : ParseCompletionRequest(http_req.body, &param);
+  if (!parsed.ok()) return SendApiError(res, ApiErrorFromStatus(parsed.status(), param));
+  auto state = std::make_shared<RequestState>();
+  state->request = std::move(parsed).value();
+  OpenAiRequest& request = state->request;
+
+  if (!params_.served_model_name.empty() && request.model != params_.served_model_name)
+    return SendError(res, 404, "not_found_error",
+                     fmt::format("The model '{}' does not exist; this server serves '{}'", request.model,
+                                 params_.served_model_name),
+                     "model", "model_not_found");
+
+  // Prompt tokens.
+  std::vector<int32_t> prompt;
+  if (chat) {
+    if (!chat_template_)
+      return SendError(res, 400, "invalid_request_error",
+                       "this model has no chat template; use /v1/completions", "messages");
+    Json extra = Json::object();
+    if (!request.tools.is_null()) extra["tools"] = request.tools;
+    Expected<std::string> text =
+        ApplyChatTemplate(*chat_template_, request.messages, /*add_generation_prompt=*/true, bos_token_, eos_token_,
+                          extra);
+    if (!text.ok())
+      return SendApiError(res, ApiErrorFromStatus(text.status().WithContext("chat template"), "messages"));
+    prompt = tokenizer_->Encode(*text, /*add_special_tokens=*/false);
+  } else {
+    prompt = tokenizer_->Encode(request.prompt, /*add_special_tokens=*/true);
+  }
+  if (prompt.empty())
+    return SendError(res, 400, "invalid_request_error", "the prompt is empty", chat ? "messages" : "prompt");
+
+  const int64_t max_len = engine_->max_model_len();
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  int64_t max_tokens = request.max_tokens;
+  if (max_tokens < 0) max_tokens = chat ? max_len - prompt_len : 16;
+  if (prompt_len + max_tokens > max_len || max_tokens < 1)
+    return SendError(res, 400, "invalid_request_error",
+                     fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                                 "tokens ({} in the {}, {} in the completion). Please reduce the length of the "
+                                 "{} or the completion.",
+                                 max_len, prompt_len + std::max<int64_t>(max_tokens, 0), prompt_len,
+                                 chat ? "messages" : "prompt", std::max<int64_t>(max_tokens, 0),
+                                 chat ? "messages" : "prompt"),
+                     request.max_tokens >= 0 ? (chat ? "max_completion_tokens" : "max_tokens") : "messages",
+                     "context_length_exceeded");
+
+  // Fan out into n engine requests.
+  state->header.id = NewRequestId(chat ? "chatcmpl-" : "cmpl-");
+  state->header.created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  state->header.model = request.model;
+  const int n = request.n;
+  state->results.resize(n);
+  state->finished.assign(n, false);
+  state->text_offsets.assign(n, 0);
+  state->completion_tokens.assign(n, 0);
+  state->usage.prompt_tokens = prompt_len;
+  for (int i = 0; i < n; ++i) {
+    EngineRequest er;
+    er.request_id = fmt::format("{}-{}", state->header.id, i);
+    er.prompt = prompt;
+    er.sampling = request.sampling;
+    if (request.sampling.has_seed) er.sampling.seed = request.sampling.seed + static_cast<uint64_t>(i);
+    er.max_tokens = max_tokens;
+    er.stop = request.stop;
+    er.stop_token_ids = request.stop_token_ids;
+    er.ignore_eos = request.ignore_eos;
+    er.skip_special_tokens = request.skip_special_tokens;
+    std::shared_ptr<OutputQueue> queue = state->queue;
+    Status st = engine_->Submit(std::move(er), [queue, i](const RequestOutput& o) { queue->Push(i, o); });
+    if (!st.ok()) {
+      for (const std::string& id : state->engine_ids) engine_->Abort(id);
+      std::string p = st.message().find("max_tokens") != std::string::npos ? "max_tokens" : "";
+      return SendApiError(res, ApiErrorFromStatus(st, p));
+    }
+    state->engine_ids.push_back(fmt::format("{}-{}", state->header.id, i));
+  }
+  ++in_flight_;
+
+  if (!request.stream) {
+    while (!state->all_finished()) {
+      for (auto& [choice, output] : state->queue->PopAll(kPollInterval)) state->Apply(choice, output);
+    }
+    --in_flight_;
+    if (!state->error.empty()) return SendError(res, 500, "server_error", state->error);
+    Json body = chat ? ChatResponseJson(request, state->header, state->results, state->usage, *tokenizer_)
+                     : CompletionResponseJson(request, state->header, state->results, state->usage, *tokenizer_);
+    return res.set_content(DumpJson(body), kJsonType);
+  }
+
+  // Streaming: each provider call forwards what has arrived since the last one.
+  res.set_header("Cache-Control", "no-cache");
+  auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  const Tokenizer* tokenizer = tokenizer_;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [state, chat, tokenizer, last_write](size_t, httplib::DataSink& sink) -> bool {
+        RequestState& s = *state;
+        const OpenAiRequest& rq = s.request;
+        std::string out;
+        if (!s.started) {
+          s.started = true;
+          if (chat)
+            for (int i = 0; i < static_cast<int>(s.engine_ids.size()); ++i)
+              out += SseEvent(ChatChunkJson(rq, s.header, i, Json{{"role", "assistant"}, {"content", ""}}, nullptr,
+                                            ""));
+        }
+        for (auto& [choice, o] : s.queue->PopAll(out.empty() ? kPollInterval : std::chrono::milliseconds(0))) {
+          const bool was_finished = s.finished[choice];
+          s.Apply(choice, o);
+          if (was_finished) continue;
+          if (o.finished && o.finish_reason == "error") {
+            ApiError e;
+            e.http_status = 500;
+            e.type = "server_error";
+            e.message = o.error.empty() ? "engine error" : o.error;
+            out += SseEvent(ApiErrorJson(e));
+            continue;
+          }
+          if (o.text.empty() && o.tokens.empty() && !o.finished) continue;
+          const std::string reason = o.finished ? o.finish_reason : "";
+          Json logprobs = nullptr;
+          if (rq.sampling.logprobs >= 0)
+            logprobs = chat ? ChatLogprobsJson(o.tokens, *tokenizer)
+                            : CompletionLogprobsJson(o.tokens, *tokenizer, &s.text_offsets[choice]);
+          if (chat) {
+            Json delta = o.text.empty() && o.finished ? Json::object() : Json{{"content", o.text}};
+            out += SseEvent(ChatChunkJson(rq, s.header, choice, std::move(delta), std::move(logprobs), reason));
+          } else {
+            out += SseEvent(CompletionChunkJson(rq, s.header, choice, o.text, std::move(logprobs), reason));
+          }
+        }
+        if (s.all_finished()) {
+          if (rq.include_usage) out += SseEvent(UsageChunkJson(rq, s.header, s.usage));
+          out += kSseDone;
+        }
+        auto now = std::chrono::steady_clock::now();
+        if (out.empty()) {
+          // Nothing new: probe the connection, and keep idle proxies alive.
+          if (!sink.is_writable()) return false;
+          if (now - *last_write < kHeartbeatInterval) return true;
+          out = ":\n\n";  // an SSE comment
+        }
+        if (!sink.write(out.data(), out.size())) return false;
+        *last_write = now;
+        if (s.all_finished()) {
+          s.done = true;
+          sink.done();
+        }
+        return true;
+      },
+      [this, state](bool /*success*/) {
+        // The client went away (or the server is stopping): abort what is left.
+        for (size_t i = 0; i < state->engine_ids.size(); ++i)
+          if (!state->finished[i]) engine_->Abort(state->engine_ids[i]);
+        --in_flight_;
+      });
+}
+
+}  // namespace server
+}  // namespace xrt

@@ -1,0 +1,564 @@
+#include "runtime/server/http_server.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/chat/chat_template.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/tokenizer/tokenizer_import.h"
+
+namespace xrt::server {
+namespace {
+
+using Json = nlohmann::json;
+
+// An AsyncEngine on its own thread: every `step` it emits one token per live
+// request, cycling through the request's prompt tokens, until max_tokens
+// ("length") or an abort ("abort"). cached_tokens is prompt_tokens / 2.
+class FakeEngine : public AsyncEngine {
+ public:
+  FakeEngine(const Tokenizer* tokenizer, int64_t max_model_len, std::chrono::milliseconds step)
+      : tokenizer_(tokenizer), max_model_len_(max_model_len), step_(step), thread_([this] { Loop(); }) {}
+  ~FakeEngine() override { Shutdown(); }
+
+  Status Submit(EngineRequest request, OutputCallback callback) override {
+    if (request.prompt.empty()) return InvalidArgumentError("prompt is empty");
+    int64_t p = static_cast<int64_t>(request.prompt.size());
+    if (p + request.max_tokens > max_model_len_)
+      return InvalidArgumentError("prompt ({} tokens) + max_tokens ({}) exceeds max_model_len ({})", p,
+                                  request.max_tokens, max_model_len_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return UnavailableError("engine is shut down");
+    submitted_.push_back(request);
+    live_.push_back(Live{std::move(request), std::move(callback), 0, false});
+    cv_.notify_all();
+    return Status::Ok();
+  }
+  void Abort(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_.insert(id);
+    for (Live& l : live_)
+      if (l.request.request_id == id) l.abort = true;
+  }
+  void Shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+  std::string MetricsText() const override { return "# TYPE fake_engine_steps counter\nfake_engine_steps 1\n"; }
+  int64_t max_model_len() const override { return max_model_len_; }
+
+  std::vector<EngineRequest> submitted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return submitted_;
+  }
+  std::set<std::string> aborted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_;
+  }
+  size_t num_live() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.size();
+  }
+
+ private:
+  struct Live {
+    EngineRequest request;
+    OutputCallback callback;
+    int64_t generated;
+    bool abort;
+  };
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait_for(lock, step_, [&] { return stopped_; });
+      if (stopped_) {
+        for (Live& l : live_) l.abort = true;
+      }
+      std::vector<std::pair<OutputCallback, RequestOutput>> emit;
+      for (auto it = live_.begin(); it != live_.end();) {
+        RequestOutput o;
+        o.request_id = it->request.request_id;
+        o.prompt_tokens = static_cast<int64_t>(it->request.prompt.size());
+        o.cached_tokens = o.prompt_tokens / 2;
+        if (it->abort) {
+          o.finished = true;
+          o.finish_reason = "abort";
+        } else {
+          int32_t token = it->request.prompt[it->generated % it->request.prompt.size()];
+          GeneratedToken g;
+          g.token = token;
+          g.logprob = -0.125f * static_cast<float>(it->generated + 1);
+          for (int k = 0; k < it->request.sampling.logprobs; ++k)
+            g.top_logprobs.push_back({token + k, g.logprob - static_cast<float>(k)});
+          o.tokens.push_back(g);
+          o.text = tokenizer_->Decode(&token, 1, it->request.skip_special_tokens);
+          ++it->generated;
+          if (it->generated >= it->request.max_tokens) {
+            o.finished = true;
+            o.finish_reason = "length";
+          }
+        }
+        o.completion_tokens = it->generated;
+        emit.emplace_back(it->callback, std::move(o));
+        it = emit.back().second.finished ? live_.erase(it) : std::next(it);
+      }
+      lock.unlock();
+      for (auto& [cb, o] : emit) cb(o);  // never under the lock
+      lock.lock();
+      if (stopped_ && live_.empty()) return;
+    }
+  }
+
+  const Tokenizer* tokenizer_;
+  int64_t max_model_len_;
+  std::chrono::milliseconds step_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Live> live_;
+  std::vector<EngineRequest> submitted_;
+  std::set<std::string> aborted_;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+constexpr const char* kTemplate =
+    "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}";
+
+struct SseStream {
+  std::vector<Json> events;
+  bool done = false;
+  bool well_formed = true;
+};
+
+SseStream ParseSse(const std::string& body) {
+  SseStream s;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) {
+      s.well_formed = false;
+      break;
+    }
+    std::string ev = body.substr(pos, end - pos);
+    pos = end + 2;
+    if (ev.rfind(":", 0) == 0) continue;  // comment
+    if (ev.rfind("data: ", 0) != 0) {
+      s.well_formed = false;
+      continue;
+    }
+    std::string data = ev.substr(6);
+    if (data == "[DONE]") {
+      if (s.done) s.well_formed = false;
+      s.done = true;
+      continue;
+    }
+    if (s.done) s.well_formed = false;  // nothing after [DONE]
+    s.events.push_back(Json::parse(data));
+  }
+  return s;
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string dir = std::string(XCC_SOURCE_DIR) + "/tests/fixtures/tokenizer/llama3/";
+    auto spec = LoadTokenizerJson(dir + "tokenizer.json", dir + "tokenizer_config.json");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto tok = Tokenizer::Create(std::move(spec).value());
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    tokenizer_ = new Tokenizer(std::move(tok).value());
+    auto tmpl = ChatTemplate::Parse(kTemplate);
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+    template_ = new ChatTemplate(std::move(tmpl).value());
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete template_;
+  }
+
+  void StartServer(std::string api_key = "", std::chrono::milliseconds step = std::chrono::milliseconds(1)) {
+    engine_ = std::make_unique<FakeEngine>(tokenizer_, 64, step);
+    ServerParams p;
+    p.host = "127.0.0.1";
+    p.port = 0;
+    p.served_model_name = "tiny";
+    p.api_key = std::move(api_key);
+    p.http_threads = 4;
+    server_ = std::make_unique<HttpServer>(p, engine_.get(), tokenizer_, template_, "<|begin_of_text|>",
+                                           "<|eot_id|>");
+    Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_GT(server_->port(), 0);
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    client_->set_read_timeout(10, 0);
+  }
+  void SetUp() override { StartServer(); }
+  void TearDown() override {
+    client_.reset();
+    if (server_) server_->Stop();
+    if (engine_) engine_->Shutdown();
+    if (server_) server_->Wait();
+    server_.reset();
+    engine_.reset();
+  }
+
+  httplib::Result Post(const std::string& path, const std::string& body, httplib::Headers headers = {}) {
+    return client_->Post(path.c_str(), headers, body, "application/json");
+  }
+  // Asserts an OpenAI-style error and returns its "error" object.
+  Json ExpectError(const httplib::Result& res, int status, const std::string& type) {
+    EXPECT_TRUE(res) << "no response";
+    if (!res) return Json();
+    EXPECT_EQ(res->status, status) << res->body;
+    Json j = Json::parse(res->body, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.contains("error")) << res->body;
+    if (!j.is_object() || !j.contains("error")) return Json();
+    const Json& e = j["error"];
+    EXPECT_EQ(e["type"], type) << res->body;
+    EXPECT_TRUE(e["message"].is_string());
+    EXPECT_TRUE(e.contains("param"));
+    EXPECT_TRUE(e.contains("code"));
+    return e;
+  }
+  // A good request still works (the server survived the previous one).
+  void ExpectServerHealthy(httplib::Headers headers = {}) {
+    auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":3})", headers);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << res->body;
+  }
+  std::string ExpectedText(const std::string& prompt_text, int max_tokens, bool special) {
+    std::vector<int32_t> ids = tokenizer_->Encode(prompt_text, special);
+    std::string out;
+    for (int i = 0; i < max_tokens; ++i) {
+      int32_t t = ids[i % ids.size()];
+      out += tokenizer_->Decode(&t, 1, true);
+    }
+    return out;
+  }
+
+  static Tokenizer* tokenizer_;
+  static ChatTemplate* template_;
+  std::unique_ptr<FakeEngine> engine_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+Tokenizer* HttpServerTest::tokenizer_ = nullptr;
+ChatTemplate* HttpServerTest::template_ = nullptr;
+
+TEST_F(HttpServerTest, Completion) {
+  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":5,"seed":3})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_NE(res->get_header_value("Content-Type").find("application/json"), std::string::npos);
+  Json j = Json::parse(res->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j["model"], "tiny");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["text"], ExpectedText("Hello world", 5, true));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  int64_t prompt_tokens = static_cast<int64_t>(tokenizer_->Encode("Hello world", true).size());
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(j["usage"]["total_tokens"], prompt_tokens + 5);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens / 2);
+  // The prompt was encoded with special tokens (bos) and the seed forwarded.
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_EQ(sub[0].prompt, tokenizer_->Encode("Hello world", true));
+  EXPECT_EQ(sub[0].max_tokens, 5);
+  EXPECT_TRUE(sub[0].sampling.has_seed);
+  EXPECT_EQ(sub[0].sampling.seed, 3u);
+}
+
+TEST_F(HttpServerTest, CompletionLogprobs) {
+  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":2,"logprobs":2})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json lp = Json::parse(res->body)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 2u);
+  EXPECT_DOUBLE_EQ(lp["token_logprobs"][0].get<double>(), -0.125);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+}
+
+TEST_F(HttpServerTest, ChatCompletion) {
+  auto res = Post("/v1/chat/completions",
+                  R"({"model":"tiny","messages":[{"role":"user","content":"Hi there"}],"max_tokens":4,
+                      "logprobs":true,"top_logprobs":1})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json j = Json::parse(res->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  const std::string prompt_text = "<|begin_of_text|><user>Hi there<assistant>";
+  EXPECT_EQ(j["choices"][0]["message"]["content"], ExpectedText(prompt_text, 4, false));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"].size(), 4u);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 1u);
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_EQ(sub[0].prompt, tokenizer_->Encode(prompt_text, false));
+}
+
+TEST_F(HttpServerTest, ChatDefaultMaxTokensFillsContext) {
+  auto res = Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}]})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_EQ(static_cast<int64_t>(sub[0].prompt.size()) + sub[0].max_tokens, 64);
+}
+
+TEST_F(HttpServerTest, NGreaterThanOne) {
+  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":3,"n":2,"seed":10})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json j = Json::parse(res->body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 6);
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 2u);
+  std::string id = j["id"];
+  std::set<std::string> ids = {sub[0].request_id, sub[1].request_id};
+  EXPECT_EQ(ids, (std::set<std::string>{id + "-0", id + "-1"}));
+  std::set<uint64_t> seeds = {sub[0].sampling.seed, sub[1].sampling.seed};
+  EXPECT_EQ(seeds, (std::set<uint64_t>{10, 11}));
+}
+
+TEST_F(HttpServerTest, CompletionStream) {
+  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":4,"stream":true,
+                                         "stream_options":{"include_usage":true}})",
+                  {{"Accept-Encoding", "gzip, deflate, br"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_NE(res->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  // SSE must not be compressed (a compressor would buffer the events).
+  EXPECT_EQ(res->get_header_value("Content-Encoding"), "");
+  SseStream s = ParseSse(res->body);
+  EXPECT_TRUE(s.well_formed) << res->body;
+  EXPECT_TRUE(s.done);
+  ASSERT_EQ(s.events.size(), 5u) << res->body;  // 4 tokens + usage
+  std::string text;
+  for (size_t i = 0; i < 4; ++i) {
+    const Json& e = s.events[i];
+    EXPECT_EQ(e["object"], "text_completion");
+    EXPECT_TRUE(e["usage"].is_null());
+    text += e["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(e["choices"][0]["finish_reason"].is_null(), i < 3) << e.dump();
+  }
+  EXPECT_EQ(text, ExpectedText("Hello world", 4, true));
+  EXPECT_EQ(s.events[3]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(s.events[4]["choices"].size(), 0u);
+  EXPECT_EQ(s.events[4]["usage"]["completion_tokens"], 4);
+}
+
+TEST_F(HttpServerTest, ChatStreamWithN) {
+  auto res = Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],
+      "max_tokens":3,"n":2,"stream":true})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  SseStream s = ParseSse(res->body);
+  EXPECT_TRUE(s.well_formed) << res->body;
+  EXPECT_TRUE(s.done);
+  std::map<int, std::vector<Json>> per_choice;
+  for (const Json& e : s.events) {
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    EXPECT_FALSE(e.contains("usage"));
+    per_choice[e["choices"][0]["index"].get<int>()].push_back(e["choices"][0]);
+  }
+  ASSERT_EQ(per_choice.size(), 2u);
+  for (auto& [index, chunks] : per_choice) {
+    ASSERT_EQ(chunks.size(), 4u);  // role + 3 tokens
+    EXPECT_EQ(chunks[0]["delta"]["role"], "assistant");
+    std::string text;
+    for (size_t i = 1; i < chunks.size(); ++i) {
+      EXPECT_FALSE(chunks[i]["delta"].contains("role"));
+      text += chunks[i]["delta"]["content"].get<std::string>();
+      EXPECT_EQ(chunks[i]["finish_reason"].is_null(), i + 1 < chunks.size());
+    }
+    EXPECT_EQ(chunks.back()["finish_reason"], "length");
+    EXPECT_EQ(text, ExpectedText("<|begin_of_text|><user>Hi<assistant>", 3, false));
+  }
+}
+
+TEST_F(HttpServerTest, ClientDisconnectMidStreamAborts) {
+  TearDown();
+  StartServer("", std::chrono::milliseconds(5));
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"model":"tiny","prompt":"Hello world","max_tokens":60,"stream":true})";
+  req.set_header("Content-Type", "application/json");
+  std::string received;
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    received.append(data, len);
+    return received.find("\n\n") == std::string::npos;  // hang up after the first event
+  };
+  auto res = client_->send(req);
+  EXPECT_FALSE(res);  // canceled by us
+  EXPECT_NE(received.find("data: "), std::string::npos);
+  client_->stop();
+  // The server notices on its next writes and aborts the request.
+  for (int i = 0; i < 300 && engine_->aborted().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_EQ(engine_->aborted().count(sub[0].request_id), 1u);
+  for (int i = 0; i < 300 && engine_->num_live() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine_->num_live(), 0u);
+  client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  ExpectServerHealthy();
+}
+
+TEST_F(HttpServerTest, BadJson) {
+  ExpectError(Post("/v1/completions", "{\"model\":"), 400, "invalid_request_error");
+  ExpectServerHealthy();
+  ExpectError(Post("/v1/chat/completions", "not json at all"), 400, "invalid_request_error");
+  ExpectServerHealthy();
+}
+
+TEST_F(HttpServerTest, WrongTypes) {
+  Json e = ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":"3"})"), 400,
+                       "invalid_request_error");
+  EXPECT_EQ(e["param"], "max_tokens");
+  ExpectServerHealthy();
+  e = ExpectError(Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":7}]})"), 400,
+                  "invalid_request_error");
+  EXPECT_EQ(e["param"], "messages[0].content");
+  ExpectServerHealthy();
+  e = ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x","top_p":7})"), 400,
+                  "invalid_request_error");
+  EXPECT_EQ(e["param"], "top_p");
+  ExpectServerHealthy();
+  e = ExpectError(Post("/v1/chat/completions",
+                       R"({"model":"tiny","messages":[{"role":"user","content":[{"type":"image_url",
+                           "image_url":{"url":"data:image/png;base64,AAAA"}}]}]})"),
+                  400, "invalid_request_error");
+  EXPECT_EQ(e["message"], "images are not supported by this model");
+  ExpectServerHealthy();
+}
+
+TEST_F(HttpServerTest, UnknownModel) {
+  Json e = ExpectError(Post("/v1/completions", R"({"model":"gpt-9","prompt":"x"})"), 404, "not_found_error");
+  EXPECT_EQ(e["code"], "model_not_found");
+  EXPECT_EQ(e["param"], "model");
+  ExpectServerHealthy();
+}
+
+TEST_F(HttpServerTest, TooLong) {
+  int64_t p = static_cast<int64_t>(tokenizer_->Encode("Hello world", true).size());
+  Json e = ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":62})"), 400,
+                       "invalid_request_error");
+  std::string msg = e["message"];
+  EXPECT_NE(msg.find("64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(p + 62)), std::string::npos) << msg;
+  EXPECT_EQ(e["param"], "max_tokens");
+  EXPECT_EQ(e["code"], "context_length_exceeded");
+  ExpectServerHealthy();
+  EXPECT_TRUE(engine_->submitted().size() == 1u);  // only the healthy one reached the engine
+}
+
+TEST_F(HttpServerTest, UnknownRouteAndMethod) {
+  auto res = client_->Get("/v1/nothing");
+  ExpectError(res, 404, "not_found_error");
+  ExpectServerHealthy();
+}
+
+TEST_F(HttpServerTest, ModelsHealthMetrics) {
+  auto models = client_->Get("/v1/models");
+  ASSERT_TRUE(models);
+  ASSERT_EQ(models->status, 200);
+  Json m = Json::parse(models->body);
+  EXPECT_EQ(m["object"], "list");
+  ASSERT_EQ(m["data"].size(), 1u);
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 64);
+
+  auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(Json::parse(health->body)["status"], "ok");
+
+  ExpectServerHealthy();
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_EQ(metrics->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(metrics->body.find("fake_engine_steps 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("xrt_http_requests_total{path=\"/v1/completions\",code=\"200\"} 1\n"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("xrt_http_requests_total{path=\"/health\",code=\"200\"} 1\n"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, ApiKey) {
+  TearDown();
+  StartServer("sekret");
+  ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x"})"), 401, "authentication_error");
+  ExpectServerHealthy({{"Authorization", "Bearer sekret"}});
+  ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x"})", {{"Authorization", "Bearer wrong"}}), 401,
+              "authentication_error");
+  ExpectServerHealthy({{"Authorization", "Bearer sekret"}});
+  ExpectError(client_->Get("/v1/models"), 401, "authentication_error");
+  auto models = client_->Get("/v1/models", {{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  // /health and /metrics are open.
+  auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+}
+
+TEST_F(HttpServerTest, PortInUseIsAClearError) {
+  ServerParams p;
+  p.port = server_->port();
+  p.served_model_name = "tiny";
+  HttpServer second(p, engine_.get(), tokenizer_, template_, "", "");
+  Status st = second.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(std::to_string(server_->port())), std::string::npos) << st.ToString();
+  ExpectServerHealthy();
+}
+
+TEST_F(HttpServerTest, NoChatTemplate) {
+  ServerParams p;
+  p.port = 0;
+  p.served_model_name = "tiny";
+  HttpServer plain(p, engine_.get(), tokenizer_, nullptr, "", "");
+  ASSERT_TRUE(plain.Start().ok());
+  httplib::Client c("127.0.0.1", plain.port());
+  auto res = c.Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}]})",
+                    "application/json");
+  ExpectError(res, 400, "invalid_request_error");
+  plain.Stop();
+  plain.Wait();
+}
+
+}  // namespace
+}  // namespace xrt::server

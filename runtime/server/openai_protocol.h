@@ -1,0 +1,147 @@
+// The OpenAI wire protocol of /v1/completions and /v1/chat/completions:
+// parsing + validation of request bodies into OpenAiRequest, OpenAI-style
+// error objects, and the JSON of responses and streaming chunks.
+//
+// Pure functions of their arguments (no I/O, no engine); thread-safe.
+//
+// Parsing follows OpenAI's server: unknown fields are ignored, known fields
+// of the wrong type or out of range are an error naming the field
+// ("'temperature' must be a number, got string"). Errors are InvalidArgument
+// (-> HTTP 400) or Unimplemented (valid OpenAI input we do not support, e.g.
+// image parts, echo; also -> 400); `out_param`, when non-null, receives the
+// name of the offending field ("" when none).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/status.h"
+#include "runtime/sampler/sampling_params.h"
+#include "runtime/serving/engine_api.h"
+
+namespace xrt {
+
+class Tokenizer;
+
+namespace server {
+
+inline constexpr int kMaxChoices = 16;      // n in [1, 16]
+inline constexpr int kMaxStopStrings = 16;  // OpenAI allows 4; we allow more
+
+enum class ApiKind { kCompletion, kChat };
+
+// A validated request of either endpoint.
+struct OpenAiRequest {
+  ApiKind kind = ApiKind::kCompletion;
+  std::string model;
+  // kCompletion: the prompt text.
+  std::string prompt;
+  // kChat: the messages, normalized for the chat template: every content is a
+  // string (text parts joined with "\n") or null (assistant with tool_calls);
+  // other keys (name, tool_calls, tool_call_id) are kept as given.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  // kChat: the request's "tools" (null when absent), passed to the template.
+  nlohmann::ordered_json tools;
+  // max_tokens / max_completion_tokens; -1: unset (completions default to 16,
+  // chat to whatever fits in max_model_len).
+  int64_t max_tokens = -1;
+  SamplingParams sampling;  // sampling.logprobs: top-N (-1: no logprobs)
+  int n = 1;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;  // vLLM extension
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool ignore_eos = false;     // vLLM extension
+  bool skip_special_tokens = true;  // vLLM extension
+};
+
+Expected<OpenAiRequest> ParseCompletionRequest(std::string_view body, std::string* out_param = nullptr);
+Expected<OpenAiRequest> ParseChatRequest(std::string_view body, std::string* out_param = nullptr);
+
+// An error as the API reports it.
+struct ApiError {
+  int http_status = 400;
+  std::string type = "invalid_request_error";  // authentication_error, not_found_error, server_error...
+  std::string message;
+  std::string param;  // "" -> null
+  std::string code;   // "" -> null
+};
+
+// Maps a Status to an ApiError: InvalidArgument, OutOfRange, Unimplemented
+// -> 400 invalid_request_error; NotFound -> 404 not_found_error;
+// ResourceExhausted -> 429; Unavailable / FailedPrecondition -> 503
+// service_unavailable_error; anything else -> 500 server_error.
+ApiError ApiErrorFromStatus(const Status& status, std::string param = "");
+
+// {"error": {"message", "type", "param", "code"}}.
+nlohmann::ordered_json ApiErrorJson(const ApiError& error);
+
+// Serializes JSON for the wire; invalid UTF-8 (e.g. a partial token's
+// bytes) is replaced with U+FFFD instead of throwing.
+std::string DumpJson(const nlohmann::ordered_json& j);
+
+// The outcome of one choice, accumulated from its RequestOutputs.
+struct ChoiceResult {
+  std::string text;
+  std::vector<GeneratedToken> tokens;
+  std::string finish_reason;  // "stop", "length", "abort"
+};
+
+struct UsageInfo {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+// Identity of one response (shared by all its chunks).
+struct ResponseHeader {
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+// {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details{cached_tokens}}.
+nlohmann::ordered_json UsageJson(const UsageInfo& usage);
+
+// Logprobs of completions: {tokens, token_logprobs, top_logprobs, text_offset}.
+// Each top_logprobs dict holds the top-N tokens plus the sampled one (as
+// vLLM). `*inout_text_offset` is the offset of the first token in the
+// generated text; it is advanced past these tokens.
+nlohmann::ordered_json CompletionLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer,
+                                              int64_t* inout_text_offset);
+// Logprobs of chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+nlohmann::ordered_json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
+
+// Non-streaming responses: "text_completion" / "chat.completion" objects.
+// `tokenizer` is needed only when request.sampling.logprobs >= 0.
+nlohmann::ordered_json CompletionResponseJson(const OpenAiRequest& request, const ResponseHeader& header,
+                                              const std::vector<ChoiceResult>& choices, const UsageInfo& usage,
+                                              const Tokenizer& tokenizer);
+nlohmann::ordered_json ChatResponseJson(const OpenAiRequest& request, const ResponseHeader& header,
+                                        const std::vector<ChoiceResult>& choices, const UsageInfo& usage,
+                                        const Tokenizer& tokenizer);
+
+// One streaming chunk with one choice. `logprobs` and `finish_reason` may be
+// null / "" (-> null). With include_usage every chunk carries "usage": null.
+// text_completion chunk: choices[0] = {index, text, logprobs, finish_reason}.
+nlohmann::ordered_json CompletionChunkJson(const OpenAiRequest& request, const ResponseHeader& header, int index,
+                                           const std::string& text, nlohmann::ordered_json logprobs,
+                                           const std::string& finish_reason);
+// chat.completion.chunk: choices[0] = {index, delta, logprobs, finish_reason}.
+nlohmann::ordered_json ChatChunkJson(const OpenAiRequest& request, const ResponseHeader& header, int index,
+                                     nlohmann::ordered_json delta, nlohmann::ordered_json logprobs,
+                                     const std::string& finish_reason);
+// The final usage-only chunk (choices: []) sent when include_usage.
+nlohmann::ordered_json UsageChunkJson(const OpenAiRequest& request, const ResponseHeader& header,
+                                      const UsageInfo& usage);
+
+// "data: <json>\n\n" and "data: [DONE]\n\n".
+std::string SseEvent(const nlohmann::ordered_json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+}  // namespace server
+}  // namespace xrt
