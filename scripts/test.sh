@@ -4,6 +4,12 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/install-deps.sh"
 gguf="$(bash "$root/scripts/fetch-smollm2.sh")"
-bash "$root/scripts/build.sh" -DXCC_BUILD_TESTS=ON -DXCC_SMOLLM2_GGUF="$gguf"
+# Python packages for the end-to-end tests, in a virtual environment of their own.
+venv="$root/.cache/venv"
+[ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
+"$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
+  openai pytest prometheus-client requests
+bash "$root/scripts/build.sh" -DXCC_BUILD_TESTS=ON -DXCC_SMOLLM2_GGUF="$gguf" \
+  -DXCC_E2E_PYTHON="$venv/bin/python3"
 cd "${XCC_BUILD_DIR:-$root/build}"
 ctest --output-on-failure -j "${XCC_JOBS:-$(nproc)}" --timeout 900

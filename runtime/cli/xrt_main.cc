@@ -1,6 +1,11 @@
 // xrt: the serving runtime. Loads a compiled .xpk artifact; never compiles.
+//   xrt run ARTIFACT [--host H] [--port P] [--max-num-seqs N] [--max-num-batched-tokens N]
+//           [--kv-cache-memory BYTES | --num-kv-blocks N] [--served-model-name NAME] [--api-key KEY]
 //   xrt generate ARTIFACT --prompt TEXT [--chat] [--max-tokens N] [--temperature T]
 //                [--top-p P] [--top-k K] [--seed S] [--threads N]
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdio>
 #include <string>
 
@@ -9,6 +14,8 @@
 
 #include "runtime/model_runner/generate.h"
 #include "runtime/model_runner/model_runner.h"
+#include "runtime/serving/llm_engine.h"
+#include "runtime/server/http_server.h"
 #include "runtime/tokenizer/streaming_detokenizer.h"
 #include "schemas/artifact_generated.h"
 
@@ -17,6 +24,80 @@ namespace {
 int Fail(const xrt::Status& s) {
   std::fprintf(stderr, "xrt: error: %s\n", s.message().c_str());
   return 1;
+}
+
+// "2GiB", "512MiB", "1000000" -> bytes.
+xrt::Expected<int64_t> ParseBytes(const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (...) {
+    return xrt::InvalidArgumentError("--kv-cache-memory: '{}' is not a size", text);
+  }
+  std::string unit = text.substr(pos);
+  double mul = 1;
+  if (unit == "" || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KiB") mul = 1024.0;
+  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "KB") mul = 1e3;
+  else if (unit == "MB") mul = 1e6;
+  else if (unit == "GB") mul = 1e9;
+  else return xrt::InvalidArgumentError("--kv-cache-memory: unknown unit '{}'", unit);
+  if (!(v > 0)) return xrt::InvalidArgumentError("--kv-cache-memory: must be positive");
+  return static_cast<int64_t>(v * mul);
+}
+
+// Serves until SIGINT/SIGTERM, then shuts down gracefully: stop accepting,
+// abort in-flight requests (each gets a final event), exit 0.
+int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::ServerParams sp,
+          const std::string& kvMemory) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
+
+  if (!kvMemory.empty()) {
+    auto bytes = ParseBytes(kvMemory);
+    if (!bytes.ok()) return Fail(bytes.status());
+    rp.kv_cache_bytes = *bytes;
+  }
+  auto runner = xrt::ModelRunner::Create(rp);
+  if (!runner.ok()) return Fail(runner.status());
+  xrt::ModelRunner& r = **runner;
+  ep.runner = &r;
+  auto engine = xrt::LLMEngine::Create(ep);
+  if (!engine.ok()) return Fail(engine.status());
+  const xrt::Tokenizer& tok = r.tokenizer();
+  std::string bos = tok.bos_id() >= 0 ? tok.Decode({tok.bos_id()}) : "";
+  std::string eos = tok.eos_id() >= 0 ? tok.Decode({tok.eos_id()}) : "";
+  if (sp.served_model_name.empty()) {
+    std::string name = rp.artifact_path.substr(rp.artifact_path.find_last_of('/') + 1);
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".xpk") == 0) name.resize(name.size() - 4);
+    sp.served_model_name = name;
+  }
+  xrt::server::HttpServer server(sp, engine->get(), &tok, r.chat_template(), bos, eos);
+  xrt::Status s = server.Start();
+  if (!s.ok()) return Fail(s);
+  std::fprintf(stderr,
+               "xrt: serving '%s' on http://%s:%d/v1 (max_num_seqs %lld, max_num_batched_tokens %lld, "
+               "max_model_len %lld, %lld KV blocks of %lld tokens)\n",
+               sp.served_model_name.c_str(), sp.host.c_str(), server.port(),
+               static_cast<long long>(ep.max_num_seqs ? ep.max_num_seqs : r.limits().max_num_seqs),
+               static_cast<long long>(ep.max_num_batched_tokens ? ep.max_num_batched_tokens
+                                                               : r.limits().max_num_batched_tokens),
+               static_cast<long long>(r.limits().max_model_len),
+               static_cast<long long>(r.num_kv_blocks()), static_cast<long long>(r.limits().block_size));
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "xrt: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  server.Stop();
+  (*engine)->Shutdown();
+  server.Wait();
+  engine->reset();
+  return 0;
 }
 
 }  // namespace
@@ -51,7 +132,32 @@ int main(int argc, char** argv) {
   gen->add_flag("--ignore-eos", ignoreEos, "Keep generating past end-of-sequence tokens");
   gen->add_flag("--show-ids", showIds, "Also print prompt and output token ids (JSON, stderr)");
 
+  xrt::ModelRunnerParams runRp;
+  xrt::LLMEngineParams runEp;
+  xrt::server::ServerParams runSp;
+  std::string kvMemory;
+  bool noPrefixCaching = false;
+  auto* run = app.add_subcommand("run", "Serve the artifact over an OpenAI-compatible HTTP API");
+  run->add_option("artifact", runRp.artifact_path, "The .xpk artifact")->required();
+  run->add_option("--host", runSp.host, "Address to listen on")->capture_default_str();
+  run->add_option("--port", runSp.port, "Port (0: any free port)")->capture_default_str();
+  run->add_option("--max-num-seqs", runEp.max_num_seqs,
+                  "Most requests per step (default and maximum: the compiled limit)");
+  run->add_option("--max-num-batched-tokens", runEp.max_num_batched_tokens,
+                  "Token budget per step (default and maximum: the compiled limit)");
+  run->add_option("--kv-cache-memory", kvMemory, "KV cache size, e.g. 2GiB");
+  run->add_option("--num-kv-blocks", runRp.num_kv_blocks, "KV cache size in blocks");
+  run->add_option("--served-model-name", runSp.served_model_name,
+                  "Model name in the API (default: the artifact's file name)");
+  run->add_option("--api-key", runSp.api_key, "Require 'Authorization: Bearer KEY' on /v1");
+  run->add_option("--threads", runRp.num_threads, "Worker threads (default: all cores)");
+  run->add_flag("--no-enable-prefix-caching", noPrefixCaching, "Disable prefix caching");
+
   CLI11_PARSE(app, argc, argv);
+  if (*run) {
+    runEp.enable_prefix_caching = !noPrefixCaching;
+    return Serve(runRp, runEp, runSp, kvMemory);
+  }
 
   auto runner = xrt::ModelRunner::Create(rp);
   if (!runner.ok()) return Fail(runner.status());

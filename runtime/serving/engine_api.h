@@ -1,0 +1,78 @@
+// The boundary between the HTTP server and the serving engine.
+//
+// The server turns an OpenAI request into one EngineRequest per choice (n > 1
+// fans out into n requests sharing the prompt; prefix caching makes that
+// cheap), submits it with a callback, and streams the RequestOutputs it
+// receives. The engine runs its loop on its own thread; callbacks are invoked
+// on that thread and must not block (push into a queue and return).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/sampler/sampler.h"  // SamplingParams, TokenLogprob
+
+namespace xrt {
+
+struct EngineRequest {
+  std::string request_id;           // unique among live requests
+  std::vector<int32_t> prompt;      // token ids (chat template already applied)
+  SamplingParams sampling;          // incl. seed and logprobs (top-N, -1: none)
+  int64_t max_tokens = 16;          // prompt + max_tokens <= max_model_len (checked by Submit)
+  std::vector<std::string> stop;    // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;  // besides the model's eos ids
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;  // in the decoded text
+};
+
+struct GeneratedToken {
+  int32_t token = 0;
+  float logprob = 0;                     // valid when logprobs were requested
+  std::vector<TokenLogprob> top_logprobs;
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<GeneratedToken> tokens;  // new since the previous output
+  std::string text;                    // new decoded text since the previous output
+  bool finished = false;
+  // When finished: "stop" (eos, stop token or stop string), "length"
+  // (max_tokens or max_model_len), "abort" (client gone, shutdown), "error".
+  std::string finish_reason;
+  std::string error;  // for "error"
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;  // so far
+  int64_t cached_tokens = 0;      // prompt tokens served from the prefix cache
+};
+
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+class AsyncEngine {
+ public:
+  virtual ~AsyncEngine() = default;
+
+  // Queues a request. InvalidArgument (naming the field) for bad sampling
+  // params, an empty prompt, or prompt + max_tokens > max_model_len; the
+  // callback is then never called. Otherwise the callback receives outputs
+  // until one with finished == true. Thread-safe.
+  virtual Status Submit(EngineRequest request, OutputCallback callback) = 0;
+
+  // Aborts a live request (its blocks are freed); a final output with
+  // finish_reason "abort" is delivered. Unknown ids are ignored. Thread-safe.
+  virtual void Abort(const std::string& request_id) = 0;
+
+  // Stops accepting requests, aborts every live one, stops the loop.
+  virtual void Shutdown() = 0;
+
+  // Prometheus text exposition of the engine's metrics. Thread-safe.
+  virtual std::string MetricsText() const = 0;
+
+  // Serving limits, for request validation and /v1/models.
+  virtual int64_t max_model_len() const = 0;
+};
+
+}  // namespace xrt

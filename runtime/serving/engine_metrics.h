@@ -1,0 +1,60 @@
+// The engine's Prometheus metrics: counters, gauges and histograms updated by
+// the engine thread and read (rendered as text exposition format 0.0.4) by
+// HTTP threads. Thread-safe: every field is atomic or mutex-guarded.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace xrt {
+
+// A histogram with fixed upper bounds (seconds), Prometheus-style cumulative.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double v);
+  // Appends "# TYPE name histogram" and its _bucket/_sum/_count lines.
+  void Render(const std::string& name, const std::string& help, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> counts_;  // per bound, plus +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct EngineMetrics {
+  EngineMetrics();
+
+  std::atomic<int64_t> running{0};
+  std::atomic<int64_t> waiting{0};
+  std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> prompt_tokens{0};
+  std::atomic<int64_t> generation_tokens{0};
+  std::atomic<int64_t> padded_tokens{0};     // sum over steps of (bucket - real tokens), lm_step
+  std::atomic<int64_t> padded_reqs{0};       // same for lm_logits rows
+  std::atomic<int64_t> preemptions{0};
+  std::atomic<int64_t> prefix_queries{0};    // prompt tokens looked up in the prefix cache
+  std::atomic<int64_t> prefix_hits{0};       // of which were found
+  std::atomic<int64_t> kv_blocks_used{0};
+  std::atomic<int64_t> kv_blocks_total{0};
+
+  void CountFinished(const std::string& reason);
+  void CountBucket(const std::string& executable);
+
+  Histogram ttft, tpot, e2e;
+
+  std::string Render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, int64_t> finished_;  // by reason
+  std::map<std::string, int64_t> buckets_;   // hits by executable
+};
+
+}  // namespace xrt

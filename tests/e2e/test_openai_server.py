@@ -1,0 +1,277 @@
+"""End-to-end tests: a real `xrt run` on loopback driven by the official openai client.
+
+The artifact is compiled from a tiny fixture model (tests/fixtures/models/llama_gqa) by
+`xcc compile`; XCC_BIN and XRT_BIN name the binaries (ctest sets them).
+"""
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import openai
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL_DIR = os.path.join(ROOT, "tests", "fixtures", "models", "llama_gqa")
+XCC = os.environ.get("XCC_BIN", os.path.join(ROOT, "build", "compiler", "xcc"))
+XRT = os.environ.get("XRT_BIN", os.path.join(ROOT, "build", "runtime", "cli", "xrt"))
+API_KEY = "test-key"
+MODEL = "tiny"
+PROMPT = "The quick brown fox jumps over the lazy dog. Numbers: 1 2 3."
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, artifact, *args):
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="xrt-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [XRT, "run", artifact, "--port", str(self.port), "--api-key", API_KEY,
+             "--served-model-name", MODEL, "--threads", "2", *args],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            assert self.proc.poll() is None, self.logs()
+            try:
+                if requests.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("server did not start:\n" + self.logs())
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key=API_KEY, max_retries=0,
+                                    timeout=120)
+
+    def logs(self):
+        with open(self.log.name) as f:
+            return f.read()
+
+    def metrics(self):
+        text = requests.get(self.url + "/metrics", timeout=10).text
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                key = s.name + (json.dumps(s.labels, sort_keys=True) if s.labels else "")
+                out[key] = s.value
+        return out
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        rc = self.proc.wait(timeout=60)
+        assert rc == 0, f"xrt run exited with {rc}:\n{self.logs()}"
+
+
+def compile_artifact(tmp, name, *args):
+    path = os.path.join(tmp, name)
+    subprocess.run([XCC, "compile", MODEL_DIR, "-o", path, "-q", "--max-model-len", "512", *args],
+                   check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def artifacts():
+    with tempfile.TemporaryDirectory() as tmp:
+        yield {
+            "main": compile_artifact(tmp, "main.xpk", "--max-num-seqs", "32",
+                                     "--max-num-batched-tokens", "128"),
+        }
+
+
+@pytest.fixture(scope="module")
+def server(artifacts):
+    s = Server(artifacts["main"])
+    yield s
+    s.stop()
+
+
+def greedy(server, prompt, max_tokens=24, **kw):
+    r = server.client.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens,
+                                         temperature=0, **kw)
+    return r
+
+
+def test_models_and_health(server):
+    models = server.client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert requests.get(server.url + "/health").status_code == 200
+
+
+def test_completion_and_stream_agree(server):
+    full = greedy(server, PROMPT)
+    choice = full.choices[0]
+    assert choice.finish_reason == "length"
+    assert full.usage.completion_tokens == 24
+    assert full.usage.prompt_tokens > 5
+    streamed = server.client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24,
+                                                temperature=0, stream=True,
+                                                stream_options={"include_usage": True})
+    text, reasons, usage = "", [], None
+    for chunk in streamed:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            text += c.text
+            if c.finish_reason:
+                reasons.append(c.finish_reason)
+    assert text == choice.text
+    assert reasons == ["length"]
+    assert usage.completion_tokens == 24
+
+
+def test_chat_and_stream_agree(server):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    full = server.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16,
+                                                 temperature=0)
+    assert full.choices[0].message.role == "assistant"
+    stream = server.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16,
+                                                   temperature=0, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == full.choices[0].message.content
+
+
+def test_stop_string(server):
+    text = greedy(server, PROMPT, max_tokens=32).choices[0].text
+    # A stop string from the middle of the greedy continuation cuts it there.
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    assert stop.strip(), text
+    r = greedy(server, PROMPT, max_tokens=32, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == text[:text.index(stop)]
+
+
+def test_max_tokens(server):
+    for n in (1, 5):
+        r = greedy(server, PROMPT, max_tokens=n)
+        assert r.usage.completion_tokens == n
+        assert r.choices[0].finish_reason == "length"
+
+
+def test_n_and_seed(server):
+    kw = dict(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=1.0, seed=1234, n=2)
+    a = server.client.completions.create(**kw)
+    b = server.client.completions.create(**kw)
+    assert len(a.choices) == 2
+    assert [c.text for c in a.choices] == [c.text for c in b.choices]
+    c = server.client.completions.create(**{**kw, "seed": 99})
+    assert [x.text for x in c.choices] != [x.text for x in a.choices]
+
+
+def test_logprobs(server):
+    r = greedy(server, PROMPT, max_tokens=8, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == 8 and len(lp.token_logprobs) == 8
+    for top, chosen in zip(lp.top_logprobs, lp.token_logprobs):
+        # Keyed by token text (OpenAI's format), so tokens that decode alike
+        # (partial UTF-8) share a key: up to 3 alternatives plus the chosen one.
+        assert 1 <= len(top) <= 4
+        # Greedy picks the most likely token.
+        assert chosen >= max(top.values()) - 1e-5
+        assert chosen <= 0
+    chat = server.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0,
+        logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 4 and all(len(t.top_logprobs) == 2 for t in content)
+
+
+def test_prefix_caching_reports_cached_tokens(server):
+    prefix = " ".join(f"word{i}" for i in range(60))
+    before = server.metrics()
+    first = greedy(server, prefix + " first", max_tokens=2)
+    second = greedy(server, prefix + " second", max_tokens=2)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached >= 32, second.usage
+    after = server.metrics()
+    assert after["xrt_prefix_cache_hits_total"] - before["xrt_prefix_cache_hits_total"] >= cached
+    assert first.usage.prompt_tokens_details.cached_tokens <= cached
+
+
+def test_errors_leave_server_serving(server):
+    ok = lambda: greedy(server, "ok", max_tokens=2).choices[0].finish_reason == "length"
+    bad_key = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad_key.models.list()
+    assert ok()
+    with pytest.raises(openai.NotFoundError):
+        server.client.completions.create(model="nope", prompt="x", max_tokens=2)
+    assert ok()
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=100000)
+    assert "512" in str(e.value)
+    assert ok()
+    with pytest.raises(openai.BadRequestError):
+        server.client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4,
+                                         temperature=-1)
+    assert ok()
+    r = requests.post(server.url + "/v1/completions", data="{not json",
+                      headers={"Authorization": f"Bearer {API_KEY}",
+                               "Content-Type": "application/json"})
+    assert r.status_code == 400 and "error" in r.json()
+    assert ok()
+    r = requests.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": 3},
+                      headers={"Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+    assert ok()
+
+
+def test_metrics_parse(server):
+    m = server.metrics()
+    assert m["xrt_steps_total"] > 0
+    assert any(k.startswith("xrt_bucket_hits_total") for k in m)
+    assert "xrt_time_to_first_token_seconds_count" in m
+
+
+def test_batch_invariance_64_concurrent_streams(server):
+    prompts = [f"Request {i}: " + " ".join(["alpha", "beta", "gamma"][: 1 + i % 3]) * (1 + i % 5)
+               for i in range(64)]
+    alone = [greedy(server, p, max_tokens=12).choices[0].text for p in prompts]
+
+    def stream(p):
+        s = server.client.completions.create(model=MODEL, prompt=p, max_tokens=12, temperature=0,
+                                             stream=True)
+        return "".join(c.choices[0].text for c in s if c.choices)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+        together = list(pool.map(stream, prompts))
+    assert together == alone
+
+
+def test_preemption_and_chunked_prefill(artifacts, server):
+    long_prompt = " ".join(f"token{i}" for i in range(60))
+    prompts = [long_prompt] + [f"{i} {PROMPT}" for i in range(12)]
+    expected = [greedy(server, p, max_tokens=60).choices[0].text for p in prompts]
+    # Few KV blocks (preemption by recompute) and a 16-token budget (chunked prefill).
+    small = Server(artifacts["main"], "--num-kv-blocks", "16", "--max-num-batched-tokens", "16",
+                   "--no-enable-prefix-caching")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+            got = list(pool.map(lambda p: greedy(small, p, max_tokens=60).choices[0].text,
+                                prompts))
+        assert got == expected
+        assert small.metrics()["xrt_preemptions_total"] > 0
+        # A request that can never fit the KV cache is a 400, and the server keeps serving.
+        with pytest.raises(openai.BadRequestError) as e:
+            small.client.completions.create(model=MODEL, prompt=long_prompt * 2, max_tokens=20)
+        assert "KV cache blocks" in str(e.value)
+        assert greedy(small, prompts[1], max_tokens=60).choices[0].text == expected[1]
+    finally:
+        small.stop()
+
+
+def test_raising_a_compiled_limit_is_an_error(artifacts):
+    r = subprocess.run([XRT, "run", artifacts["main"], "--max-num-seqs", "1000"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "max_num_seqs 1000" in r.stderr and "32" in r.stderr
