@@ -183,14 +183,16 @@ void LLMEngine::Loop() {
       while (!live_.empty()) Finish(live_.begin()->first, "abort");
       return;
     }
-    if (!scheduler_->HasUnfinished()) continue;
-    Status s = Step();
-    if (!s.ok()) {
-      // A failed step fails the requests in it, not the server.
-      std::vector<uint64_t> ids;
-      for (auto& [id, r] : live_) ids.push_back(id);
-      for (uint64_t id : ids) Finish(id, "error", s.message());
+    if (scheduler_->HasUnfinished()) {
+      Status s = Step();
+      if (!s.ok()) {
+        // A failed step fails the requests in it, not the server.
+        std::vector<uint64_t> ids;
+        for (auto& [id, r] : live_) ids.push_back(id);
+        for (uint64_t id : ids) Finish(id, "error", s.message());
+      }
     }
+    UpdateGauges();
   }
 }
 
@@ -291,10 +293,13 @@ Status LLMEngine::Step() {
     Deliver(r, std::move(tokens), std::move(text), false, "", "");
     if (length) Finish(id, "length");
   }
+  return Status::Ok();
+}
+
+void LLMEngine::UpdateGauges() {
   metrics_.running = scheduler_->num_running();
   metrics_.waiting = scheduler_->num_waiting();
   metrics_.kv_blocks_used = runner_.num_kv_blocks() - scheduler_->kv().num_free_blocks();
-  return Status::Ok();
 }
 
 }  // namespace xrt

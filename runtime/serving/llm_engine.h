@@ -63,6 +63,7 @@ class LLMEngine : public AsyncEngine {
   explicit LLMEngine(const LLMEngineParams& params);
   void Loop();
   Status Step();
+  void UpdateGauges();
   void Finish(uint64_t id, const std::string& reason, const std::string& error = "");
   void Deliver(Live& r, std::vector<GeneratedToken> tokens, std::string text, bool finished,
                const std::string& reason, const std::string& error);

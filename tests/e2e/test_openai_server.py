@@ -275,3 +275,26 @@ def test_raising_a_compiled_limit_is_an_error(artifacts):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "max_num_seqs 1000" in r.stderr and "32" in r.stderr
+
+
+def test_client_disconnect_aborts_and_frees_blocks(server):
+    before = server.metrics()
+    with requests.post(server.url + "/v1/completions", stream=True, timeout=60,
+                       headers={"Authorization": f"Bearer {API_KEY}"},
+                       json={"model": MODEL, "prompt": PROMPT, "max_tokens": 400,
+                             "temperature": 0, "ignore_eos": True, "stream": True}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith(b"data: "):
+                break  # got the first chunk; hang up
+    key = 'xrt_requests_finished_total{"finished_reason": "abort"}'
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        after = server.metrics()
+        if after[key] > before[key] and after["xrt_kv_cache_blocks_used"] == 0:
+            break
+        time.sleep(0.2)
+    assert after[key] == before[key] + 1
+    assert after["xrt_kv_cache_blocks_used"] == 0
+    assert after["xrt_generation_tokens_total"] - before["xrt_generation_tokens_total"] < 400
+    assert greedy(server, "ok", max_tokens=2).choices[0].finish_reason == "length"
