@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -73,6 +74,9 @@ int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::Serve
   const xrt::Tokenizer& tok = r.tokenizer();
   std::string bos = tok.bos_id() >= 0 ? tok.Decode({tok.bos_id()}) : "";
   std::string eos = tok.eos_id() >= 0 ? tok.Decode({tok.eos_id()}) : "";
+  if (sp.http_threads <= 0)
+    sp.http_threads = static_cast<int>(std::max<int64_t>(
+        64, 4 * (ep.max_num_seqs ? ep.max_num_seqs : r.limits().max_num_seqs)));
   if (sp.served_model_name.empty()) {
     std::string name = rp.artifact_path.substr(rp.artifact_path.find_last_of('/') + 1);
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".xpk") == 0) name.resize(name.size() - 4);
@@ -151,6 +155,10 @@ int main(int argc, char** argv) {
                   "Model name in the API (default: the artifact's file name)");
   run->add_option("--api-key", runSp.api_key, "Require 'Authorization: Bearer KEY' on /v1");
   run->add_option("--threads", runRp.num_threads, "Worker threads (default: all cores)");
+  runSp.http_threads = 0;
+  run->add_option("--http-threads", runSp.http_threads,
+                  "HTTP worker threads; each open keep-alive connection holds one "
+                  "(default: max(64, 4 x max_num_seqs))");
   run->add_flag("--no-enable-prefix-caching", noPrefixCaching, "Disable prefix caching");
 
   CLI11_PARSE(app, argc, argv);

@@ -143,9 +143,11 @@ Status HttpServer::Start() {
   // httplib's default sets SO_REUSEPORT, which lets a second server bind a
   // port already in use and silently share it. SO_REUSEADDR alone still
   // allows a quick restart (TIME_WAIT) but makes a live listener an error.
-  http_->set_socket_options([](socket_t sock) {
+  int listen_fd = -1;
+  http_->set_socket_options([&listen_fd](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd = static_cast<int>(sock);
   });
   if (params_.port == 0) {
     port_ = http_->bind_to_any_port(params_.host);
@@ -156,6 +158,10 @@ Status HttpServer::Start() {
                               params_.host, params_.port);
     port_ = params_.port;
   }
+  // Debian's libcpp-httplib listens with a backlog of 5 (compiled in), so a
+  // burst of new connections overflows the queue and clients retry after ~1 s.
+  // listen() again on the bound socket raises the backlog (Linux allows it).
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   listener_ = std::thread([this] { http_->listen_after_bind(); });
   // Stop() is a no-op until the listener runs; wait for it so Stop always works.
   for (int i = 0; i < 5000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -48,7 +48,9 @@ struct ServerParams {
   int port = 8000;  // 0: any free port (see HttpServer::port())
   std::string served_model_name;
   std::string api_key;  // empty: no auth
-  int http_threads = 16;
+  // Each keep-alive connection holds a worker while open, so this must exceed
+  // the number of concurrent clients (xrt run uses max(64, 4 x max_num_seqs)).
+  int http_threads = 64;
   size_t max_body_bytes = 32 << 20;  // larger bodies get 413
 };
 
