@@ -1,11 +1,14 @@
 // xcc: the ahead-of-time compiler driver.
 //   xcc compile MODEL_PATH -o ARTIFACT [options]
 //   xcc inspect ARTIFACT [--json]
+//   xcc check ARTIFACT [--serving-config FILE] [--inputs MODEL_PATH ...] [--json]
+//     exit codes: 0 all good, 1 a finding (gap or stale), 2 could not run
 #include <cstdio>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
+#include "compiler/check.h"
 #include "compiler/compile.h"
 #include "runtime/engine/bucket_table.h"
 #include "runtime/loader/artifact.h"
@@ -66,7 +69,36 @@ int main(int argc, char** argv) {
   inspect->add_option("artifact", inspectPath, "The .xpk file")->required();
   inspect->add_flag("--json", inspectJson, "Print JSON");
 
+  xcc::CheckOptions checkOptions;
+  bool checkJson = false;
+  auto* check = app.add_subcommand(
+      "check",
+      "CI gate: prove every step shape the serving limits allow is compiled, and that the "
+      "artifact is up to date with its inputs. Exit 0: all good; 1: a gap or staleness was "
+      "found; 2: the check could not run");
+  check->add_option("artifact", checkOptions.artifact_path, "The .xpk file")->required();
+  check->add_option("--serving-config", checkOptions.serving_config_path,
+                    "JSON with xrt run's limits (max-num-seqs, max-num-batched-tokens, "
+                    "max-model-len); default: the artifact's");
+  check->add_option("--inputs", checkOptions.inputs,
+                    "Model directory or .gguf to re-hash against the artifact's provenance");
+  check->add_flag("--json", checkJson, "Print JSON");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*check) {
+    auto report = xcc::RunCheck(checkOptions);
+    if (!report.ok()) {
+      std::fprintf(stderr, "xcc check: could not run: %s\n", report.status().message().c_str());
+      return 2;
+    }
+    if (checkJson) {
+      std::cout << report->ToJson().dump(2) << "\n";
+    } else {
+      std::cout << "xcc check " << checkOptions.artifact_path << "\n" << report->ToText();
+    }
+    return report->findings.empty() ? 0 : 1;
+  }
 
   if (*compile) {
     if (!tokenBuckets.empty()) {

@@ -1,0 +1,41 @@
+// `xcc check`: the CI gate that proves an artifact serves every step shape its
+// serving limits allow, and that it is up to date with its inputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/status.h"
+
+namespace xcc {
+
+struct CheckOptions {
+  std::string artifact_path;
+  // JSON object with the keys of `xrt run`'s flags (max-num-seqs or
+  // max_num_seqs, max-num-batched-tokens, max-model-len); empty: the
+  // artifact's own limits.
+  std::string serving_config_path;
+  // Model paths (directory or .gguf) to re-hash against the provenance.
+  std::vector<std::string> inputs;
+};
+
+struct CheckFinding {
+  std::string kind;     // "coverage" | "stale"
+  std::string message;  // names the shape / file and the limit or change behind it
+};
+
+struct CheckReport {
+  std::vector<CheckFinding> findings;
+  std::vector<std::string> notes;  // what was checked, for the human report
+  nlohmann::ordered_json ToJson() const;
+  std::string ToText() const;
+};
+
+// Runs every check. An error Status means the check could not run (exit code
+// 2); findings mean it ran and found a gap or staleness (exit code 1).
+xrt::Expected<CheckReport> RunCheck(const CheckOptions& options);
+
+}  // namespace xcc
