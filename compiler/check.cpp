@@ -17,6 +17,9 @@
 #include "compiler/artifact/sha256.h"
 #include "compiler/compile.h"
 #include "runtime/engine/input_builder.h"
+#include "runtime/engine/kv_cache_storage.h"
+#include "runtime/engine/replay.h"
+#include "runtime/tokenizer/tokenizer.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
 #include "llvm/Config/llvm-config.h"
@@ -255,6 +258,54 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
   return Status::Ok();
 }
 
+Status CheckTrace(const xrt::Artifact& a, const Limits& serving, const std::string& path,
+                  CheckReport* r) {
+  const xpk::Manifest& m = a.manifest();
+  const xpk::ServingLimits& compiled = *m.limits();
+  XRT_ASSIGN_OR_RETURN(xrt::TokenizerSpec spec, a.tokenizer_spec());
+  XRT_ASSIGN_OR_RETURN(xrt::Tokenizer tok, xrt::Tokenizer::Create(std::move(spec)));
+  XRT_ASSIGN_OR_RETURN(
+      std::vector<xrt::TraceRequest> trace,
+      xrt::ReadTrace(path, [&](const std::string& text) { return tok.Encode(text, true); },
+                     static_cast<int32_t>(m.config()->vocab_size())));
+  std::vector<int64_t> tokenBuckets, reqBuckets;
+  for (const xpk::Executable* e : *m.executables()) {
+    if (e->lora_mode() != xpk::LoraMode::none) continue;
+    if (e->kind() == xpk::ExecutableKind::lm_step) tokenBuckets.push_back(e->num_tokens());
+    if (e->kind() == xpk::ExecutableKind::lm_logits) reqBuckets.push_back(e->num_reqs());
+  }
+  std::sort(tokenBuckets.begin(), tokenBuckets.end());
+  std::sort(reqBuckets.begin(), reqBuckets.end());
+  XRT_ASSIGN_OR_RETURN(xrt::BucketTable buckets, xrt::BucketTable::Create(tokenBuckets, reqBuckets));
+  xrt::ReplayParams p;
+  p.buckets = buckets;
+  p.max_num_seqs = std::min<int64_t>(serving.max_num_seqs, compiled.max_num_seqs());
+  p.max_num_batched_tokens = serving.max_num_batched_tokens;
+  p.max_model_len = std::min<int64_t>(serving.max_model_len, compiled.max_model_len());
+  p.compiled_max_num_reqs = compiled.max_num_seqs();
+  xrt::KvCacheParams kv;
+  kv.num_layers = m.config()->num_hidden_layers();
+  kv.num_kv_heads = m.config()->num_key_value_heads();
+  kv.head_dim = m.config()->head_dim();
+  kv.block_size = compiled.block_size();
+  p.kv.num_blocks = xrt::DefaultNumKvBlocks(kv, compiled.max_num_seqs(), compiled.max_blocks_per_req());
+  p.kv.block_size = compiled.block_size();
+  p.kv.max_blocks_per_req = compiled.max_blocks_per_req();
+  p.kv.enable_prefix_caching = true;
+  XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
+  std::string hist;
+  for (const auto& [exe, n] : rep.bucket_hits)
+    hist += fmt::format("{}{}: {} (padding {})", hist.empty() ? "" : ", ", exe, n,
+                        rep.padding.count(exe) ? rep.padding.at(exe) : 0);
+  r->notes.push_back(fmt::format("replayed {} requests of {} in {} steps, {} preemptions; bucket "
+                                 "histogram: {}",
+                                 trace.size(), path, rep.steps, rep.preemptions, hist));
+  for (const std::string& u : rep.unbucketed) r->findings.push_back({"coverage", "replay: " + u});
+  r->replay_bucket_hits = rep.bucket_hits;
+  r->replay_padding = rep.padding;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<CheckReport> RunCheck(const CheckOptions& o) {
@@ -267,6 +318,7 @@ Expected<CheckReport> RunCheck(const CheckOptions& o) {
   CheckReport report;
   CheckCoverage(*artifact, serving, &report);
   XRT_RETURN_IF_ERROR(CheckStaleness(*artifact, o.inputs, &report));
+  if (!o.trace_path.empty()) XRT_RETURN_IF_ERROR(CheckTrace(*artifact, serving, o.trace_path, &report));
   return report;
 }
 
@@ -276,6 +328,10 @@ ordered_json CheckReport::ToJson() const {
   j["findings"] = ordered_json::array();
   for (const CheckFinding& f : findings) j["findings"].push_back({{"kind", f.kind}, {"message", f.message}});
   j["notes"] = notes;
+  if (!replay_bucket_hits.empty()) {
+    j["replay"]["bucket_hits"] = replay_bucket_hits;
+    j["replay"]["padding"] = replay_padding;
+  }
   return j;
 }
 

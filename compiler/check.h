@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct CheckOptions {
   std::string serving_config_path;
   // Model paths (directory or .gguf) to re-hash against the provenance.
   std::vector<std::string> inputs;
+  // JSONL request trace to replay through the real scheduler (see
+  // runtime/engine/replay.h); empty: no replay.
+  std::string trace_path;
 };
 
 struct CheckFinding {
@@ -30,6 +34,8 @@ struct CheckFinding {
 struct CheckReport {
   std::vector<CheckFinding> findings;
   std::vector<std::string> notes;  // what was checked, for the human report
+  // With a trace: runs per compiled executable and their padding (rows).
+  std::map<std::string, int64_t> replay_bucket_hits, replay_padding;
   nlohmann::ordered_json ToJson() const;
   std::string ToText() const;
 };

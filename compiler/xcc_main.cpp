@@ -1,7 +1,7 @@
 // xcc: the ahead-of-time compiler driver.
 //   xcc compile MODEL_PATH -o ARTIFACT [options]
 //   xcc inspect ARTIFACT [--json]
-//   xcc check ARTIFACT [--serving-config FILE] [--inputs MODEL_PATH ...] [--json]
+//   xcc check ARTIFACT [--serving-config FILE] [--inputs MODEL_PATH ...] [--trace FILE] [--json]
 //     exit codes: 0 all good, 1 a finding (gap or stale), 2 could not run
 #include <cstdio>
 #include <iostream>
@@ -82,6 +82,9 @@ int main(int argc, char** argv) {
                     "max-model-len); default: the artifact's");
   check->add_option("--inputs", checkOptions.inputs,
                     "Model directory or .gguf to re-hash against the artifact's provenance");
+  check->add_option("--trace", checkOptions.trace_path,
+                    "JSONL request trace (arrival, prompt or prompt_len, max_tokens) to replay "
+                    "through the real scheduler: bucket histogram, padding, preemptions");
   check->add_flag("--json", checkJson, "Print JSON");
 
   CLI11_PARSE(app, argc, argv);

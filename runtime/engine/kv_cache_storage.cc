@@ -1,5 +1,7 @@
 #include "runtime/engine/kv_cache_storage.h"
 
+#include <algorithm>
+
 #include <cassert>
 #include <cstring>
 #include <new>
@@ -112,6 +114,14 @@ Expected<int64_t> KvCacheStorage::NumBlocksForBudget(const KvCacheParams& params
         per_block);
   }
   return n;
+}
+
+int64_t DefaultNumKvBlocks(const KvCacheParams& params, int64_t max_num_seqs,
+                           int64_t max_blocks_per_req) {
+  const int64_t perBlock = std::max<int64_t>(KvCacheStorage::BytesPerBlock(params), 1);
+  const int64_t wanted = max_num_seqs * max_blocks_per_req;
+  const int64_t cap = (int64_t{4} << 30) / perBlock;
+  return std::max<int64_t>(1, std::min(wanted, cap));
 }
 
 }  // namespace xrt

@@ -82,4 +82,9 @@ class KvCacheStorage {
 // check_num_blocks is true) or a shape whose byte size overflows int64.
 Status ValidateKvCacheParams(const KvCacheParams& params, bool check_num_blocks);
 
+// The KV cache size a server uses when none is given: enough blocks for
+// max_num_seqs sequences of max_blocks_per_req blocks, capped at 4 GiB.
+int64_t DefaultNumKvBlocks(const KvCacheParams& params, int64_t max_num_seqs,
+                           int64_t max_blocks_per_req);
+
 }  // namespace xrt

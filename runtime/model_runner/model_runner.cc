@@ -67,10 +67,7 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   } else if (params.kv_cache_bytes > 0) {
     XRT_ASSIGN_OR_RETURN(kv.num_blocks, KvCacheStorage::NumBlocksForBudget(kv, params.kv_cache_bytes));
   } else {
-    const int64_t perBlock = KvCacheStorage::BytesPerBlock(kv);
-    const int64_t wanted = lim.max_num_seqs() * lim.max_blocks_per_req();
-    const int64_t cap = (int64_t{4} << 30) / std::max<int64_t>(perBlock, 1);
-    kv.num_blocks = std::max<int64_t>(1, std::min(wanted, cap));
+    kv.num_blocks = DefaultNumKvBlocks(kv, lim.max_num_seqs(), lim.max_blocks_per_req());
   }
   XRT_ASSIGN_OR_RETURN(KvCacheStorage storage, KvCacheStorage::Create(kv));
   r->kv_.emplace(std::move(storage));

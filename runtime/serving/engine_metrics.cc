@@ -48,6 +48,11 @@ void EngineMetrics::CountBucket(const std::string& executable) {
   ++buckets_[executable];
 }
 
+std::map<std::string, int64_t> EngineMetrics::BucketHits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return buckets_;
+}
+
 std::string EngineMetrics::Render() const {
   std::string out;
   auto gauge = [&](const char* name, const char* help, int64_t v) {

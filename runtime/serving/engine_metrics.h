@@ -50,6 +50,7 @@ struct EngineMetrics {
   Histogram ttft, tpot, e2e;
 
   std::string Render() const;
+  std::map<std::string, int64_t> BucketHits() const;
 
  private:
   mutable std::mutex mu_;

@@ -70,7 +70,7 @@ int64_t LLMEngine::num_preemptions() const { return metrics_.preemptions.load();
 
 std::string LLMEngine::MetricsText() const { return metrics_.Render(); }
 
-Status LLMEngine::Submit(EngineRequest request, OutputCallback callback) {
+Status LLMEngine::Validate(const EngineRequest& request) const {
   XRT_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   if (n == 0) return InvalidArgumentError("prompt: empty");
@@ -93,9 +93,23 @@ Status LLMEngine::Submit(EngineRequest request, OutputCallback callback) {
     if (t < 0 || t >= runner_.vocab_size())
       return InvalidArgumentError("prompt: token id {} outside the vocabulary [0, {})", t,
                                   runner_.vocab_size());
+  return Status::Ok();
+}
+
+Status LLMEngine::Submit(EngineRequest request, OutputCallback callback) {
+  XRT_RETURN_IF_ERROR(Validate(request));
   std::lock_guard<std::mutex> lock(mu_);
   if (!accepting_) return UnavailableError("the server is shutting down");
   incoming_.emplace_back(std::move(request), std::move(callback));
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+Status LLMEngine::SubmitBatch(std::vector<std::pair<EngineRequest, OutputCallback>> batch) {
+  for (const auto& [request, callback] : batch) XRT_RETURN_IF_ERROR(Validate(request));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!accepting_) return UnavailableError("the server is shutting down");
+  for (auto& item : batch) incoming_.push_back(std::move(item));
   cv_.notify_one();
   return Status::Ok();
 }

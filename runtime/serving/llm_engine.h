@@ -54,6 +54,12 @@ class LLMEngine : public AsyncEngine {
   std::string MetricsText() const override;
   int64_t max_model_len() const override;
 
+  // Queues several requests at once, so the engine sees them together (for
+  // deterministic tests and trace replays). All-or-nothing validation.
+  Status SubmitBatch(std::vector<std::pair<EngineRequest, OutputCallback>> batch);
+  // Runs of each compiled executable so far ("lm_step_t16" -> count).
+  std::map<std::string, int64_t> bucket_hits() const { return metrics_.BucketHits(); }
+
   // Test hook: the number of steps run and preemptions so far.
   int64_t num_steps() const { return metrics_.steps.load(); }
   int64_t num_preemptions() const;
@@ -64,6 +70,7 @@ class LLMEngine : public AsyncEngine {
   void Loop();
   Status Step();
   void UpdateGauges();
+  Status Validate(const EngineRequest& request) const;
   void Finish(uint64_t id, const std::string& reason, const std::string& error = "");
   void Deliver(Live& r, std::vector<GeneratedToken> tokens, std::string text, bool finished,
                const std::string& reason, const std::string& error);
