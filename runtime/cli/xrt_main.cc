@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
                   "HTTP worker threads; each open keep-alive connection holds one "
                   "(default: max(64, 4 x max_num_seqs))");
   run->add_flag("--no-enable-prefix-caching", noPrefixCaching, "Disable prefix caching");
+  run->add_flag("--check-recompilation", runEp.check_recompilation,
+                "Strict mode: a step no compiled bucket holds fails its requests (counted in "
+                "/metrics, logged) instead of being split. Neither mode ever compiles");
 
   CLI11_PARSE(app, argc, argv);
   if (*run) {

@@ -40,7 +40,9 @@ Expected<Scheduler> Scheduler::Create(SchedulerParams params) {
         "(max_blocks_per_req {} x block_size {})",
         params.max_model_len, positions, params.kv.max_blocks_per_req, params.kv.block_size);
   }
-  const int64_t budget = std::min(params.max_num_batched_tokens, params.buckets.max_tokens());
+  const int64_t budget = params.strict_buckets
+                             ? params.max_num_batched_tokens
+                             : std::min(params.max_num_batched_tokens, params.buckets.max_tokens());
   if (!params.enable_chunked_prefill && budget < params.max_model_len) {
     return InvalidArgumentError(
         "scheduler: without chunked prefill the token budget ({} = min(max_num_batched_tokens "

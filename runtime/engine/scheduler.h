@@ -91,6 +91,11 @@ struct SchedulerParams {
   // requests (hence its logits rows) <= max_num_seqs <= buckets.max_reqs().
   BucketTable buckets;
   bool enable_chunked_prefill = true;
+  // Strict serving mode (xrt run --check-recompilation): the budget is
+  // max_num_batched_tokens even when no compiled bucket holds that many
+  // tokens, so such a step is formed and the engine fails it instead of the
+  // scheduler splitting it. Off: the budget is capped by the largest bucket.
+  bool strict_buckets = false;
   // The KV cache the scheduler creates and owns. max_blocks_per_req *
   // block_size must hold max_model_len positions.
   KvCacheManagerParams kv;

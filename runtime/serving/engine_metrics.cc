@@ -69,6 +69,9 @@ std::string EngineMetrics::Render() const {
   counter("xrt_padding_tokens_total", "Padded minus real tokens over lm_step runs.", padded_tokens.load());
   counter("xrt_padding_requests_total", "Padded minus real rows over lm_logits runs.", padded_reqs.load());
   counter("xrt_preemptions_total", "Requests preempted (recomputed later).", preemptions.load());
+  counter("xrt_steps_without_bucket_total",
+          "Steps no compiled executable holds (strict mode fails their overflowing requests).",
+          steps_without_bucket.load());
   counter("xrt_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", prefix_queries.load());
   counter("xrt_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", prefix_hits.load());
   gauge("xrt_kv_cache_blocks_used", "KV cache blocks in use.", kv_blocks_used.load());

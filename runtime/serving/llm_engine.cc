@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "runtime/engine/scheduler.h"
 #include "runtime/sampler/sampler.h"
@@ -51,6 +52,8 @@ Expected<std::unique_ptr<LLMEngine>> LLMEngine::Create(const LLMEngineParams& pa
   sp.kv.block_size = lim.block_size;
   sp.kv.max_blocks_per_req = lim.max_blocks_per_req;
   sp.kv.enable_prefix_caching = params.enable_prefix_caching;
+  sp.strict_buckets = params.check_recompilation;
+  e->params_.max_num_batched_tokens = sp.max_num_batched_tokens;
   XRT_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(sp));
   e->scheduler_ = std::make_unique<Scheduler>(std::move(scheduler));
   params.runner->input_builder().Reserve(&e->inputs_);
@@ -213,23 +216,66 @@ void LLMEngine::Loop() {
 Status LLMEngine::Step() {
   XRT_ASSIGN_OR_RETURN(SchedulerOutput out, scheduler_->Schedule());
   if (out.empty()) return Status::Ok();
-  XRT_RETURN_IF_ERROR(runner_.input_builder().Build(out.requests, &inputs_));
-  XRT_ASSIGN_OR_RETURN(const float* logits, runner_.Execute(inputs_));
-  metrics_.steps++;
-  metrics_.CountBucket("lm_step_t" + std::to_string(inputs_.token_bucket));
-  metrics_.padded_tokens += inputs_.token_bucket - inputs_.num_tokens;
-  if (inputs_.num_logits > 0) {
-    metrics_.CountBucket("lm_logits_r" + std::to_string(inputs_.req_bucket));
-    metrics_.padded_reqs += inputs_.req_bucket - inputs_.num_logits;
-  }
   metrics_.preemptions += static_cast<int64_t>(out.preempted.size());
 
-  // Sample, in step order, for every request that needs logits.
+  // Strict mode: the scheduler forms steps up to max_num_batched_tokens even
+  // beyond the largest compiled bucket; such a step is never split here: the
+  // requests that overflow it fail (counted, logged) and the rest runs.
+  std::vector<bool> dropped(out.size(), false);
+  const int64_t maxBucket = runner_.buckets().max_tokens();
+  if (out.num_tokens > maxBucket) {
+    // Fail the largest chunks first (ties: the later request), so decodes and
+    // small chunks that fit keep running.
+    std::vector<size_t> order(out.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return out.requests[a].num_tokens != out.requests[b].num_tokens
+                 ? out.requests[a].num_tokens > out.requests[b].num_tokens
+                 : a > b;
+    });
+    int64_t tokens = out.num_tokens;
+    for (size_t k = 0; k < order.size() && tokens > maxBucket; ++k) {
+      dropped[order[k]] = true;
+      tokens -= out.requests[order[k]].num_tokens;
+    }
+    metrics_.steps_without_bucket++;
+    const std::string msg = fmt::format(
+        "no compiled lm_step bucket holds a step of {} tokens ({} requests; largest compiled "
+        "bucket {}), and --check-recompilation forbids splitting it: recompile with buckets "
+        "covering max_num_batched_tokens {}",
+        out.num_tokens, out.size(), maxBucket, params_.max_num_batched_tokens);
+    std::fprintf(stderr, "xrt: strict mode: %s\n", msg.c_str());
+    for (size_t i = 0; i < out.size(); ++i)
+      if (dropped[i]) Finish(out.request_ids[i], "error", msg);
+  }
+  std::vector<ScheduledRequest> step;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!dropped[i]) step.push_back(out.requests[i]);
+
+  const float* logits = nullptr;
+  if (!step.empty()) {
+    XRT_RETURN_IF_ERROR(runner_.input_builder().Build(step, &inputs_));
+    XRT_ASSIGN_OR_RETURN(logits, runner_.Execute(inputs_));
+    metrics_.steps++;
+    metrics_.CountBucket("lm_step_t" + std::to_string(inputs_.token_bucket));
+    metrics_.padded_tokens += inputs_.token_bucket - inputs_.num_tokens;
+    if (inputs_.num_logits > 0) {
+      metrics_.CountBucket("lm_logits_r" + std::to_string(inputs_.req_bucket));
+      metrics_.padded_reqs += inputs_.req_bucket - inputs_.num_logits;
+    }
+  }
+
+  // Sample, in step order, for every request that needs logits (failed ones
+  // get a placeholder the scheduler ignores).
   const int64_t vocab = runner_.vocab_size();
   std::vector<int32_t> sampled;
   std::vector<std::pair<uint64_t, SampleResult>> results;
   int64_t row = 0;
   for (size_t i = 0; i < out.size(); ++i) {
+    if (dropped[i]) {
+      if (out.samples(i)) sampled.push_back(0);
+      continue;
+    }
     const RequestId id = out.request_ids[i];
     Live& r = *live_.at(id);
     auto state = scheduler_->State(id);

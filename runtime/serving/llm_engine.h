@@ -41,6 +41,10 @@ struct LLMEngineParams {
   int64_t max_num_seqs = 0;
   int64_t max_num_batched_tokens = 0;
   bool enable_prefix_caching = true;
+  // Strict mode (xrt run --check-recompilation): a step that no compiled
+  // bucket holds fails its overflowing requests (counted in /metrics, logged
+  // with its shape) instead of being split. Neither mode ever compiles.
+  bool check_recompilation = false;
 };
 
 class LLMEngine : public AsyncEngine {

@@ -298,3 +298,32 @@ def test_client_disconnect_aborts_and_frees_blocks(server):
     assert after["xrt_kv_cache_blocks_used"] == 0
     assert after["xrt_generation_tokens_total"] - before["xrt_generation_tokens_total"] < 400
     assert greedy(server, "ok", max_tokens=2).choices[0].finish_reason == "length"
+
+
+def test_strict_mode_fails_unbucketed_steps_and_keeps_serving(artifacts):
+    with tempfile.TemporaryDirectory() as tmp:
+        # Buckets 16 and 32 under a 100-token budget: a long prompt needs a step no
+        # executable holds.
+        gappy = compile_artifact(tmp, "gappy.xpk", "--token-buckets", "16,32",
+                                 "--max-num-batched-tokens", "100", "--max-num-seqs", "4")
+        long_prompt = " ".join(f"token{i}" for i in range(30))
+        short = "Hi"
+        default = Server(gappy)
+        try:
+            # The default mode splits the step: the long prompt is served.
+            ok = greedy(default, long_prompt, max_tokens=4)
+            assert ok.choices[0].finish_reason == "length"
+            assert default.metrics()["xrt_steps_without_bucket_total"] == 0
+        finally:
+            default.stop()
+        strict = Server(gappy, "--check-recompilation")
+        try:
+            with pytest.raises(openai.InternalServerError) as e:
+                greedy(strict, long_prompt, max_tokens=4)
+            assert "no compiled lm_step bucket" in str(e.value)
+            assert "--check-recompilation" in str(e.value)
+            assert strict.metrics()["xrt_steps_without_bucket_total"] >= 1
+            assert greedy(strict, short, max_tokens=4).choices[0].finish_reason == "length"
+            assert "strict mode" in strict.logs()
+        finally:
+            strict.stop()
