@@ -3,6 +3,7 @@
 //   xcc inspect ARTIFACT [--json]
 //   xcc check ARTIFACT [--serving-config FILE] [--inputs MODEL_PATH ...] [--trace FILE] [--json]
 //     exit codes: 0 all good, 1 a finding (gap or stale), 2 could not run
+//   xcc tune-buckets ARTIFACT --trace FILE [--max-executables K] [--serving-config FILE]
 #include <cstdio>
 #include <iostream>
 
@@ -10,6 +11,7 @@
 
 #include "compiler/check.h"
 #include "compiler/compile.h"
+#include "compiler/tune_buckets.h"
 #include "runtime/engine/bucket_table.h"
 #include "runtime/loader/artifact.h"
 #include "runtime/loader/manifest_printer.h"
@@ -87,7 +89,29 @@ int main(int argc, char** argv) {
                     "through the real scheduler: bucket histogram, padding, preemptions");
   check->add_flag("--json", checkJson, "Print JSON");
 
+  xcc::TuneOptions tuneOptions;
+  auto* tune = app.add_subcommand(
+      "tune-buckets",
+      "Propose the lm_step token buckets that minimize padding on a request trace, under a "
+      "cap on executables; prints the padding of the current, default and proposed sets and "
+      "the flags for xcc compile");
+  tune->add_option("artifact", tuneOptions.artifact_path,
+                   "An artifact of the model (its limits, tokenizer and KV shape are used)")
+      ->required();
+  tune->add_option("--trace", tuneOptions.trace_path, "JSONL request trace")->required();
+  tune->add_option("--max-executables", tuneOptions.max_executables,
+                   "Most lm_step executables (default: as many as the default set)");
+  tune->add_option("--serving-config", tuneOptions.serving_config_path,
+                   "JSON with xrt run's limits (default: the artifact's)");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*tune) {
+    auto report = xcc::TuneBuckets(tuneOptions);
+    if (!report.ok()) return Fail(report.status());
+    std::cout << report->ToText();
+    return 0;
+  }
 
   if (*check) {
     auto report = xcc::RunCheck(checkOptions);
