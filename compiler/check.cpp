@@ -16,10 +16,8 @@
 
 #include "compiler/artifact/sha256.h"
 #include "compiler/compile.h"
+#include "compiler/serving_model.h"
 #include "runtime/engine/input_builder.h"
-#include "runtime/engine/kv_cache_storage.h"
-#include "runtime/engine/replay.h"
-#include "runtime/tokenizer/tokenizer.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
 #include "llvm/Config/llvm-config.h"
@@ -31,38 +29,6 @@ namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 using xrt::Expected;
 using xrt::Status;
-
-struct Limits {
-  int64_t max_num_seqs = 0;
-  int64_t max_num_batched_tokens = 0;
-  int64_t max_model_len = 0;
-};
-
-// Reads a serving config: a JSON object whose keys are xrt run's flags, with
-// dashes or underscores. Unknown keys are errors (a typo must not pass a gate).
-Status ReadServingConfig(const std::string& path, Limits* limits) {
-  std::ifstream in(path);
-  if (!in) return xrt::NotFoundError("{}: cannot open", path);
-  ordered_json j = ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return xrt::InvalidArgumentError("{}: not a JSON object", path);
-  for (auto& [key, value] : j.items()) {
-    std::string k = key;
-    std::replace(k.begin(), k.end(), '-', '_');
-    int64_t* field = k == "max_num_seqs"             ? &limits->max_num_seqs
-                     : k == "max_num_batched_tokens" ? &limits->max_num_batched_tokens
-                     : k == "max_model_len"          ? &limits->max_model_len
-                                                     : nullptr;
-    if (!field)
-      return xrt::InvalidArgumentError(
-          "{}: unknown key '{}' (known: max-num-seqs, max-num-batched-tokens, max-model-len)",
-          path, key);
-    if (!value.is_number_integer() || value.get<int64_t>() < 1)
-      return xrt::InvalidArgumentError("{}: '{}' must be a positive integer", path, key);
-    *field = value.get<int64_t>();
-  }
-  return Status::Ok();
-}
 
 std::string Range(int64_t lo, int64_t hi) {
   return lo == hi ? std::to_string(lo) : std::to_string(lo) + ".." + std::to_string(hi);
@@ -83,17 +49,12 @@ void ForEachFailingRun(int64_t n, F fails, R report) {
   }
 }
 
-void CheckCoverage(const xrt::Artifact& a, const Limits& serving, CheckReport* r) {
+void CheckCoverage(const xrt::Artifact& a, const ServingConfig& serving, CheckReport* r) {
   const xpk::Manifest& m = a.manifest();
   const xpk::ServingLimits& compiled = *m.limits();
-  std::vector<int64_t> tokenBuckets, reqBuckets;
-  for (const xpk::Executable* e : *m.executables()) {
-    if (e->lora_mode() != xpk::LoraMode::none) continue;
-    if (e->kind() == xpk::ExecutableKind::lm_step) tokenBuckets.push_back(e->num_tokens());
-    if (e->kind() == xpk::ExecutableKind::lm_logits) reqBuckets.push_back(e->num_reqs());
-  }
-  std::sort(tokenBuckets.begin(), tokenBuckets.end());
-  std::sort(reqBuckets.begin(), reqBuckets.end());
+  const CompiledBuckets compiledBuckets = BucketsOf(a);
+  const std::vector<int64_t>& tokenBuckets = compiledBuckets.tokens;
+  const std::vector<int64_t>& reqBuckets = compiledBuckets.reqs;
   auto join = [](const std::vector<int64_t>& v) {
     std::string s;
     for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -258,40 +219,13 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
   return Status::Ok();
 }
 
-Status CheckTrace(const xrt::Artifact& a, const Limits& serving, const std::string& path,
+Status CheckTrace(const xrt::Artifact& a, const ServingConfig& serving, const std::string& path,
                   CheckReport* r) {
-  const xpk::Manifest& m = a.manifest();
-  const xpk::ServingLimits& compiled = *m.limits();
-  XRT_ASSIGN_OR_RETURN(xrt::TokenizerSpec spec, a.tokenizer_spec());
-  XRT_ASSIGN_OR_RETURN(xrt::Tokenizer tok, xrt::Tokenizer::Create(std::move(spec)));
-  XRT_ASSIGN_OR_RETURN(
-      std::vector<xrt::TraceRequest> trace,
-      xrt::ReadTrace(path, [&](const std::string& text) { return tok.Encode(text, true); },
-                     static_cast<int32_t>(m.config()->vocab_size())));
-  std::vector<int64_t> tokenBuckets, reqBuckets;
-  for (const xpk::Executable* e : *m.executables()) {
-    if (e->lora_mode() != xpk::LoraMode::none) continue;
-    if (e->kind() == xpk::ExecutableKind::lm_step) tokenBuckets.push_back(e->num_tokens());
-    if (e->kind() == xpk::ExecutableKind::lm_logits) reqBuckets.push_back(e->num_reqs());
-  }
-  std::sort(tokenBuckets.begin(), tokenBuckets.end());
-  std::sort(reqBuckets.begin(), reqBuckets.end());
-  XRT_ASSIGN_OR_RETURN(xrt::BucketTable buckets, xrt::BucketTable::Create(tokenBuckets, reqBuckets));
-  xrt::ReplayParams p;
-  p.buckets = buckets;
-  p.max_num_seqs = std::min<int64_t>(serving.max_num_seqs, compiled.max_num_seqs());
-  p.max_num_batched_tokens = serving.max_num_batched_tokens;
-  p.max_model_len = std::min<int64_t>(serving.max_model_len, compiled.max_model_len());
-  p.compiled_max_num_reqs = compiled.max_num_seqs();
-  xrt::KvCacheParams kv;
-  kv.num_layers = m.config()->num_hidden_layers();
-  kv.num_kv_heads = m.config()->num_key_value_heads();
-  kv.head_dim = m.config()->head_dim();
-  kv.block_size = compiled.block_size();
-  p.kv.num_blocks = xrt::DefaultNumKvBlocks(kv, compiled.max_num_seqs(), compiled.max_blocks_per_req());
-  p.kv.block_size = compiled.block_size();
-  p.kv.max_blocks_per_req = compiled.max_blocks_per_req();
-  p.kv.enable_prefix_caching = true;
+  XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(a, path));
+  const CompiledBuckets compiled = BucketsOf(a);
+  XRT_ASSIGN_OR_RETURN(xrt::BucketTable buckets,
+                       xrt::BucketTable::Create(compiled.tokens, compiled.reqs));
+  const xrt::ReplayParams p = ReplayParamsFor(a, serving, std::move(buckets));
   XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
   std::string hist;
   for (const auto& [exe, n] : rep.bucket_hits)
@@ -310,11 +244,7 @@ Status CheckTrace(const xrt::Artifact& a, const Limits& serving, const std::stri
 
 Expected<CheckReport> RunCheck(const CheckOptions& o) {
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> artifact, xrt::Artifact::Open(o.artifact_path));
-  const xpk::ServingLimits& compiled = *artifact->manifest().limits();
-  Limits serving{compiled.max_num_seqs(), compiled.max_num_batched_tokens(),
-                 compiled.max_model_len()};
-  if (!o.serving_config_path.empty())
-    XRT_RETURN_IF_ERROR(ReadServingConfig(o.serving_config_path, &serving));
+  XRT_ASSIGN_OR_RETURN(ServingConfig serving, LoadServingConfig(*artifact, o.serving_config_path));
   CheckReport report;
   CheckCoverage(*artifact, serving, &report);
   XRT_RETURN_IF_ERROR(CheckStaleness(*artifact, o.inputs, &report));

@@ -11,17 +11,12 @@
 #include "compiler/tune_buckets.h"
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <map>
 
-#include <nlohmann/json.hpp>
-
+#include "compiler/serving_model.h"
 #include "runtime/engine/bucket_table.h"
-#include "runtime/engine/kv_cache_storage.h"
-#include "runtime/engine/replay.h"
 #include "runtime/loader/artifact.h"
-#include "runtime/tokenizer/tokenizer.h"
 #include "schemas/artifact_generated.h"
 
 namespace xcc {
@@ -95,60 +90,16 @@ Expected<std::vector<int64_t>> OptimalBuckets(const std::vector<int64_t>& steps,
 
 Expected<TuneReport> TuneBuckets(const TuneOptions& o) {
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> a, xrt::Artifact::Open(o.artifact_path));
-  const xpk::Manifest& m = *&a->manifest();
-  const xpk::ServingLimits& lim = *m.limits();
-  int64_t budget = lim.max_num_batched_tokens(), seqs = lim.max_num_seqs(),
-          maxLen = lim.max_model_len();
-  if (!o.serving_config_path.empty()) {
-    std::ifstream in(o.serving_config_path);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      return xrt::InvalidArgumentError("{}: not a JSON object", o.serving_config_path);
-    for (auto& [key, v] : j.items()) {
-      std::string k = key;
-      std::replace(k.begin(), k.end(), '-', '_');
-      if (!v.is_number_integer() || v.get<int64_t>() < 1)
-        return xrt::InvalidArgumentError("{}: '{}' must be a positive integer", o.serving_config_path, key);
-      if (k == "max_num_batched_tokens") budget = v.get<int64_t>();
-      else if (k == "max_num_seqs") seqs = std::min<int64_t>(v.get<int64_t>(), lim.max_num_seqs());
-      else if (k == "max_model_len") maxLen = std::min<int64_t>(v.get<int64_t>(), lim.max_model_len());
-      else return xrt::InvalidArgumentError("{}: unknown key '{}'", o.serving_config_path, key);
-    }
-  }
+  XRT_ASSIGN_OR_RETURN(ServingConfig serving, LoadServingConfig(*a, o.serving_config_path));
+  const int64_t budget = serving.max_num_batched_tokens;
   TuneReport r;
   r.budget = budget;
-  std::vector<int64_t> reqBuckets;
-  for (const xpk::Executable* e : *m.executables()) {
-    if (e->lora_mode() != xpk::LoraMode::none) continue;
-    if (e->kind() == xpk::ExecutableKind::lm_step) r.current.push_back(e->num_tokens());
-    if (e->kind() == xpk::ExecutableKind::lm_logits) reqBuckets.push_back(e->num_reqs());
-  }
-  std::sort(r.current.begin(), r.current.end());
-  std::sort(reqBuckets.begin(), reqBuckets.end());
-
-  XRT_ASSIGN_OR_RETURN(xrt::TokenizerSpec spec, a->tokenizer_spec());
-  XRT_ASSIGN_OR_RETURN(xrt::Tokenizer tok, xrt::Tokenizer::Create(std::move(spec)));
-  XRT_ASSIGN_OR_RETURN(
-      std::vector<xrt::TraceRequest> trace,
-      xrt::ReadTrace(o.trace_path, [&](const std::string& t) { return tok.Encode(t, true); },
-                     static_cast<int32_t>(m.config()->vocab_size())));
+  const CompiledBuckets compiled = BucketsOf(*a);
+  r.current = compiled.tokens;
+  XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(*a, o.trace_path));
   // Step sizes with every size covered: one bucket at the budget.
-  XRT_ASSIGN_OR_RETURN(xrt::BucketTable full, xrt::BucketTable::Create({budget}, reqBuckets));
-  xrt::ReplayParams p;
-  p.buckets = full;
-  p.max_num_seqs = seqs;
-  p.max_num_batched_tokens = budget;
-  p.max_model_len = maxLen;
-  p.compiled_max_num_reqs = lim.max_num_seqs();
-  xrt::KvCacheParams kv;
-  kv.num_layers = m.config()->num_hidden_layers();
-  kv.num_kv_heads = m.config()->num_key_value_heads();
-  kv.head_dim = m.config()->head_dim();
-  kv.block_size = lim.block_size();
-  p.kv.num_blocks = xrt::DefaultNumKvBlocks(kv, lim.max_num_seqs(), lim.max_blocks_per_req());
-  p.kv.block_size = lim.block_size();
-  p.kv.max_blocks_per_req = lim.max_blocks_per_req();
-  p.kv.enable_prefix_caching = true;
+  XRT_ASSIGN_OR_RETURN(xrt::BucketTable full, xrt::BucketTable::Create({budget}, compiled.reqs));
+  const xrt::ReplayParams p = ReplayParamsFor(*a, serving, std::move(full));
   XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
   r.steps = static_cast<int64_t>(rep.step_tokens.size());
   for (int64_t n : rep.step_tokens) r.real_tokens += n;
