@@ -9,7 +9,9 @@
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Pass/PassManager.h"
 
 using namespace mlir;
@@ -37,6 +39,21 @@ struct LowerDispatchesToLLVMPass
         continue;
       }
       op.erase();
+    }
+
+    // Polynomial approximations of exp/log/tanh/... are plain arithmetic the
+    // LLVM vectorizer can vectorize (libm calls cannot be). Functions with sin
+    // or cos keep libm: rope's angles reach thousands of radians, where the
+    // approximations' range reduction loses accuracy.
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      bool trig = fn.walk([](Operation* op) {
+                      return isa<math::SinOp, math::CosOp>(op) ? WalkResult::interrupt()
+                                                                : WalkResult::advance();
+                    }).wasInterrupted();
+      if (trig) continue;
+      RewritePatternSet approx(ctx);
+      populateMathPolynomialApproximationPatterns(approx);
+      if (failed(applyPatternsAndFoldGreedily(fn, std::move(approx)))) return signalPassFailure();
     }
 
     OpPassManager pm(ModuleOp::getOperationName());

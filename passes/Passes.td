@@ -27,7 +27,10 @@ def XGFormDispatches : Pass<"xcc-xg-form-dispatches", "mlir::ModuleOp"> {
 def XGLowerDispatchesToLLVM : Pass<"xcc-xg-lower-dispatches-to-llvm", "mlir::ModuleOp"> {
   let summary = "Lowers dispatch functions to the LLVM dialect behind the runtime's dispatch ABI";
   let description = [{
-    Keeps only the dispatch functions (`xg.dispatch_func`), lowers them through
+    Keeps only the dispatch functions (`xg.dispatch_func`), replaces math
+    functions by polynomial approximations the LLVM vectorizer can vectorize
+    (except in functions using sin/cos, whose large arguments need libm's exact
+    range reduction), lowers them through
     scf -> cf, memref, math, arith and func (bare-pointer calling convention) to the
     LLVM dialect, and gives each an exported entry point with the runtime's ABI:
 
