@@ -6,10 +6,10 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 namespace xrt {
 namespace {
-
-constexpr size_t kAlignment = 64;
 
 // a * b, or false on int64 overflow.
 bool MulChecked(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
@@ -50,29 +50,32 @@ Expected<KvCacheStorage> KvCacheStorage::Create(const KvCacheParams& params) {
   XRT_RETURN_IF_ERROR(ValidateKvCacheParams(params, /*check_num_blocks=*/true));
   int64_t bytes = 0;
   LayerArrayBytes(params, params.num_blocks, &bytes);  // validated: no overflow
-  if (static_cast<uint64_t>(bytes) > SIZE_MAX - kAlignment) {
+  if (static_cast<uint64_t>(bytes) > SIZE_MAX / 2) {
     return InvalidArgumentError("kv cache: a layer array of {} bytes is not addressable", bytes);
   }
-  // aligned_alloc wants a multiple of the alignment.
-  const size_t alloc_bytes =
-      (static_cast<size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
+  // Anonymous mappings: page-aligned and zero-filled lazily, so start-up does
+  // not touch (or commit) the whole cache; pages are committed as blocks are
+  // first written.
+  const size_t alloc_bytes = static_cast<size_t>(bytes);
   std::vector<Array> keys, values;
   keys.reserve(static_cast<size_t>(params.num_layers));
   values.reserve(static_cast<size_t>(params.num_layers));
   for (int64_t layer = 0; layer < params.num_layers; ++layer) {
     for (std::vector<Array>* arrays : {&keys, &values}) {
-      void* p = std::aligned_alloc(kAlignment, alloc_bytes);
-      if (p == nullptr) {
+      void* p = ::mmap(nullptr, alloc_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) {
         return ResourceExhaustedError(
-            "kv cache: cannot allocate {} bytes for layer {} ({} blocks; {} bytes in all)",
+            "kv cache: cannot map {} bytes for layer {} ({} blocks; {} bytes in all)",
             alloc_bytes, layer, params.num_blocks, 2 * params.num_layers * bytes);
       }
-      std::memset(p, 0, alloc_bytes);
-      arrays->emplace_back(static_cast<float*>(p));
+      arrays->emplace_back(static_cast<float*>(p), Unmapper{alloc_bytes});
     }
   }
   return KvCacheStorage(params, std::move(keys), std::move(values));
 }
+
+void KvCacheStorage::Unmapper::operator()(float* p) const { ::munmap(p, bytes); }
 
 float* KvCacheStorage::key(int64_t layer) {
   assert(layer >= 0 && layer < params_.num_layers);

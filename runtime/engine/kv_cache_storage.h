@@ -5,7 +5,8 @@
 // (the layout the paged attention kernel reads, runtime/kernels/attention.h):
 // element (slot, kv_head, d) of a layer is at
 //   (slot * num_kv_heads + kv_head) * head_dim + d,  slot = block * block_size + offset.
-// Every array starts on a 64-byte boundary and is zero-initialized.
+// Every array starts on a page boundary and reads as zeros; its pages are
+// committed lazily, as blocks are first written (anonymous mappings).
 //
 // Ownership: owns its memory (one allocation per array); move-only. The
 // pointers stay valid until the object is destroyed (moves keep them).
@@ -65,10 +66,11 @@ class KvCacheStorage {
   static Expected<int64_t> NumBlocksForBudget(const KvCacheParams& params, int64_t bytes);
 
  private:
-  struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
+  struct Unmapper {
+    size_t bytes = 0;
+    void operator()(float* p) const;
   };
-  using Array = std::unique_ptr<float, FreeDeleter>;
+  using Array = std::unique_ptr<float, Unmapper>;
 
   KvCacheStorage(const KvCacheParams& params, std::vector<Array> keys, std::vector<Array> values)
       : params_(params), keys_(std::move(keys)), values_(std::move(values)) {}
