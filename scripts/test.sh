@@ -9,7 +9,7 @@ venv="$root/.cache/venv"
 [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
 "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
   openai pytest prometheus-client requests
-bash "$root/scripts/build.sh" -DXCC_BUILD_TESTS=ON -DXCC_SMOLLM2_GGUF="$gguf" \
+bash "$root/scripts/build.sh" -DXCC_BUILD_TESTS=ON -DXCC_BUILD_BENCH=ON -DXCC_SMOLLM2_GGUF="$gguf" \
   -DXCC_E2E_PYTHON="$venv/bin/python3"
 cd "${XCC_BUILD_DIR:-$root/build}"
 ctest --output-on-failure -j "${XCC_JOBS:-$(nproc)}" --timeout 900
