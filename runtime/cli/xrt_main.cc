@@ -27,6 +27,11 @@ int Fail(const xrt::Status& s) {
   return 1;
 }
 
+// The text of a special token (for chat templates' bos_token/eos_token), "" if absent.
+std::string SpecialTokenText(const xrt::Tokenizer& tok, int32_t id) {
+  return id >= 0 ? tok.Decode({id}) : "";
+}
+
 // "2GiB", "512MiB", "1000000" -> bytes.
 xrt::Expected<int64_t> ParseBytes(const std::string& text) {
   size_t pos = 0;
@@ -72,8 +77,8 @@ int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::Serve
   auto engine = xrt::LLMEngine::Create(ep);
   if (!engine.ok()) return Fail(engine.status());
   const xrt::Tokenizer& tok = r.tokenizer();
-  std::string bos = tok.bos_id() >= 0 ? tok.Decode({tok.bos_id()}) : "";
-  std::string eos = tok.eos_id() >= 0 ? tok.Decode({tok.eos_id()}) : "";
+  std::string bos = SpecialTokenText(tok, tok.bos_id());
+  std::string eos = SpecialTokenText(tok, tok.eos_id());
   if (sp.http_threads <= 0)
     sp.http_threads = static_cast<int>(std::max<int64_t>(
         64, 4 * (ep.max_num_seqs ? ep.max_num_seqs : r.limits().max_num_seqs)));
@@ -189,8 +194,8 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
     messages.push_back({{"role", "user"}, {"content", prompt}});
-    std::string bos = tok.bos_id() >= 0 ? tok.Decode({tok.bos_id()}) : "";
-    std::string eos = tok.eos_id() >= 0 ? tok.Decode({tok.eos_id()}) : "";
+    std::string bos = SpecialTokenText(tok, tok.bos_id());
+    std::string eos = SpecialTokenText(tok, tok.eos_id());
     auto text = xrt::ApplyChatTemplate(*tmpl, messages, true, bos, eos);
     if (!text.ok()) return Fail(text.status().WithContext("chat template"));
     // Like HF's apply_chat_template(tokenize=True): the template writes the
