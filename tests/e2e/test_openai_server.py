@@ -92,6 +92,9 @@ def artifacts():
         yield {
             "main": compile_artifact(tmp, "main.xpk", "--max-num-seqs", "32",
                                      "--max-num-batched-tokens", "128"),
+            # Room for 32 streams and more at once.
+            "wide": compile_artifact(tmp, "wide.xpk", "--max-num-seqs", "64",
+                                     "--max-num-batched-tokens", "128"),
         }
 
 
@@ -414,43 +417,40 @@ def sigterm_under_load(artifact, shutdown_timeout, max_tokens):
     32 streams of 440 tokens take the fixture model about a second or more, of which the
     first events take a few tenths."""
     server = Server(artifact, "--shutdown-timeout", str(shutdown_timeout))
+    n = 32
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=n + 1)
     try:
         body = {"model": MODEL, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
-        n = 32
         started = [threading.Event() for _ in range(n)]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=n + 1) as pool:
-            # The non-streaming request first, so that it runs (max_num_seqs is 32: one
-            # stream waits for a slot).
-            plain = pool.submit(server.client.completions.create, model=MODEL, prompt=PROMPT,
-                                max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True})
-            running = "xrt_num_requests_running"
-            assert metric_when(server, lambda m: m[running] == 1)[running] == 1
-            streams = [pool.submit(sse_stream, server, {**body, "prompt": f"{i} {PROMPT}"}, started[i])
-                       for i in range(n)]
-            for e in started:
-                assert e.wait(60), "a stream did not start"
-            in_flight = "xrt_http_generation_requests_in_flight"
-            assert metric_when(server, lambda m: m[in_flight] == n + 1)[in_flight] == n + 1
-            server.proc.send_signal(signal.SIGTERM)
-            t0 = time.time()
-            # New requests are refused (connection refused, or a 503 on an open connection).
-            time.sleep(0.3)
-            with pytest.raises(openai.APIError):
-                server.client.completions.create(model=MODEL, prompt="late", max_tokens=2)
-            rc = server.proc.wait(timeout=shutdown_timeout + 60)
-            exit_seconds = time.time() - t0
-            assert rc == 0, f"xrt run exited with {rc}:\n{server.logs()}"
-            reasons = [check_ended(*f.result(timeout=60)) for f in streams]
-            response = plain.result(timeout=60)
+        streams = [pool.submit(sse_stream, server, {**body, "prompt": f"{i} {PROMPT}"}, started[i])
+                   for i in range(n)]
+        for e in started:
+            assert e.wait(60), "a stream did not start"
+        plain = pool.submit(server.client.completions.create, model=MODEL, prompt=PROMPT,
+                            max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True})
+        in_flight = "xrt_http_generation_requests_in_flight"
+        assert metric_when(server, lambda m: m[in_flight] == n + 1)[in_flight] == n + 1
+        server.proc.send_signal(signal.SIGTERM)
+        t0 = time.time()
+        # New requests are refused (connection refused, or a 503 on an open connection).
+        time.sleep(0.3)
+        with pytest.raises(openai.APIError):
+            server.client.completions.create(model=MODEL, prompt="late", max_tokens=2)
+        rc = server.proc.wait(timeout=shutdown_timeout + 60)
+        exit_seconds = time.time() - t0
+        assert rc == 0, f"xrt run exited with {rc}:\n{server.logs()}"
+        reasons = [check_ended(*f.result(timeout=60)) for f in streams]
+        response = plain.result(timeout=60)
         return reasons, response, exit_seconds, server.logs()
     finally:
-        if server.proc.poll() is None:
+        if server.proc.poll() is None:  # a failed assertion: do not leave the clients waiting
             server.proc.kill()
             server.proc.wait()
+        pool.shutdown(wait=True)
 
 
 def test_sigterm_lets_requests_finish_within_the_shutdown_timeout(artifacts):
-    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["main"], 120, max_tokens=440)
+    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["wide"], 120, max_tokens=440)
     # They were in flight at SIGTERM, and ran to their end.
     waited = re.search(r"waiting up to 120 s for (\d+) in flight", logs)
     assert waited and int(waited.group(1)) > 0, logs
@@ -462,7 +462,7 @@ def test_sigterm_lets_requests_finish_within_the_shutdown_timeout(artifacts):
 
 
 def test_sigterm_after_a_short_shutdown_timeout_aborts_with_a_final_chunk(artifacts):
-    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["main"], 0.25, max_tokens=440)
+    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["wide"], 0.25, max_tokens=440)
     assert "aborting 33 requests still in flight" in logs
     assert reasons == ["abort"] * 32
     # The non-streaming request gets a whole JSON response with what it generated.
