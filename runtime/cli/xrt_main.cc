@@ -1,12 +1,14 @@
 // xrt: the serving runtime. Loads a compiled .xpk artifact; never compiles.
 //   xrt run ARTIFACT [--host H] [--port P] [--max-num-seqs N] [--max-num-batched-tokens N]
 //           [--kv-cache-memory BYTES | --num-kv-blocks N] [--served-model-name NAME] [--api-key KEY]
+//           [--shutdown-timeout SECONDS]
 //   xrt generate ARTIFACT --prompt TEXT [--chat] [--max-tokens N] [--temperature T]
 //                [--top-p P] [--top-k K] [--seed S] [--threads N]
 #include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -55,10 +57,13 @@ xrt::Expected<int64_t> ParseBytes(const std::string& text) {
   return static_cast<int64_t>(v * mul);
 }
 
-// Serves until SIGINT/SIGTERM, then shuts down gracefully: stop accepting,
-// abort in-flight requests (each gets a final event), exit 0.
+// Serves until SIGINT/SIGTERM, then shuts down gracefully, as uvicorn under
+// vLLM does: stop accepting connections and requests, let the requests in
+// flight finish for up to `shutdownTimeout` seconds (a second signal ends the
+// wait), end the rest with finish_reason "abort" (streams get a final chunk
+// and [DONE]), exit 0.
 int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::ServerParams sp,
-          const std::string& kvMemory) {
+          const std::string& kvMemory, double shutdownTimeout) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -101,9 +106,25 @@ int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::Serve
                static_cast<long long>(r.num_kv_blocks()), static_cast<long long>(r.limits().block_size));
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "xrt: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  server.Stop();
-  (*engine)->Shutdown();
+  server.StopAccepting();
+  std::fprintf(stderr,
+               "xrt: %s received, shutting down: no longer accepting requests; waiting up to %g s for %lld "
+               "in flight\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", shutdownTimeout,
+               static_cast<long long>(server.num_in_flight()));
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(shutdownTimeout));
+  while (server.num_in_flight() > 0 && Clock::now() < deadline) {
+    timespec tick = {0, 20 * 1000 * 1000};
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+      std::fprintf(stderr, "xrt: second signal: not waiting any longer\n");
+      break;
+    }
+  }
+  if (const int64_t left = server.num_in_flight(); left > 0)
+    std::fprintf(stderr, "xrt: aborting %lld requests still in flight\n", static_cast<long long>(left));
+  (*engine)->Shutdown();  // every request left gets its final output, finish_reason "abort"
   server.Wait();
   engine->reset();
   return 0;
@@ -146,6 +167,7 @@ int main(int argc, char** argv) {
   xrt::server::ServerParams runSp;
   std::string kvMemory;
   bool noPrefixCaching = false;
+  double shutdownTimeout = 0;
   auto* run = app.add_subcommand("run", "Serve the artifact over an OpenAI-compatible HTTP API");
   run->add_option("artifact", runRp.artifact_path, "The .xpk artifact")->required();
   run->add_option("--host", runSp.host, "Address to listen on")->capture_default_str();
@@ -165,6 +187,12 @@ int main(int argc, char** argv) {
                   "HTTP worker threads; each open keep-alive connection holds one "
                   "(default: max(64, 4 x max_num_seqs))");
   run->add_flag("--no-enable-prefix-caching", noPrefixCaching, "Disable prefix caching");
+  run->add_option("--shutdown-timeout", shutdownTimeout,
+                  "On SIGTERM/SIGINT, stop accepting requests and let those in flight finish for up to "
+                  "this many seconds (a second signal ends the wait), then end the rest with "
+                  "finish_reason 'abort'. Default 0, as in vLLM: end them at once")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   run->add_flag("--check-recompilation", runEp.check_recompilation,
                 "Strict mode: a step no compiled bucket holds fails its requests (counted in "
                 "/metrics, logged) instead of being split. Neither mode ever compiles");
@@ -172,7 +200,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*run) {
     runEp.enable_prefix_caching = !noPrefixCaching;
-    return Serve(runRp, runEp, runSp, kvMemory);
+    return Serve(runRp, runEp, runSp, kvMemory, shutdownTimeout);
   }
 
   auto runner = xrt::ModelRunner::Create(rp);

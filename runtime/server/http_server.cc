@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <random>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "runtime/chat/chat_template.h"
+#include "runtime/server/client_connection.h"
 #include "runtime/server/openai_protocol.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -50,6 +52,19 @@ class OutputQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<int, RequestOutput>> items_;
+};
+
+// Counts one generation request in flight for as long as it lives; shared by
+// the handler and, for a stream, the response's content provider.
+class InFlightCount {
+ public:
+  explicit InFlightCount(std::atomic<int64_t>& count) : count_(count) { ++count_; }
+  ~InFlightCount() { --count_; }
+  InFlightCount(const InFlightCount&) = delete;
+  InFlightCount& operator=(const InFlightCount&) = delete;
+
+ private:
+  std::atomic<int64_t>& count_;
 };
 
 uint64_t SplitMix64(uint64_t x) {
@@ -158,6 +173,7 @@ Status HttpServer::Start() {
                               params_.host, params_.port);
     port_ = params_.port;
   }
+  listen_fd_ = listen_fd;
   // Debian's libcpp-httplib listens with a backlog of 5 (compiled in), so a
   // burst of new connections overflows the queue and clients retry after ~1 s.
   // listen() again on the bound socket raises the backlog (Linux allows it).
@@ -172,7 +188,33 @@ void HttpServer::Wait() {
   if (listener_.joinable()) listener_.join();
 }
 
-void HttpServer::Stop() { http_->stop(); }
+void HttpServer::Stop() {
+  draining_ = true;
+  // After StopAccepting the listener closes the socket itself.
+  if (listen_closed_ || !http_->is_running()) return;
+  listen_closed_ = true;
+  http_->stop();
+}
+
+void HttpServer::StopAccepting() {
+  draining_ = true;
+  if (listen_closed_ || listen_fd_ < 0 || !http_->is_running()) return;
+  listen_closed_ = true;
+  // httplib's stop() would also end every stream at its next event (its
+  // providers stop once the listening socket is marked closed). Shutting the
+  // socket down instead makes the listener's accept() fail: it closes the
+  // socket, stops accepting and, once every connection is done, returns.
+  ::shutdown(listen_fd_, SHUT_RDWR);
+}
+
+void HttpServer::SendShuttingDown(httplib::Response& res) {
+  SendError(res, 503, "service_unavailable_error", "the server is shutting down");
+}
+
+void HttpServer::AbortUnfinished(const RequestState& state) {
+  for (size_t i = 0; i < state.engine_ids.size(); ++i)
+    if (!state.finished[i]) engine_->Abort(state.engine_ids[i]);
+}
 
 void HttpServer::SendError(httplib::Response& res, int status, const std::string& type, const std::string& message,
                            const std::string& param, const std::string& code) {
@@ -216,9 +258,20 @@ bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res)
 void HttpServer::RegisterRoutes() {
   http_->set_pre_routing_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& req, httplib::Response& res) {
+        if (draining_) {
+          SendShuttingDown(res);
+          return httplib::Server::HandlerResponse::Handled;
+        }
         if (IsV1Path(req.path) && !Authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
         return httplib::Server::HandlerResponse::Unhandled;
       }));
+  // While shutting down, every response closes its connection, so that no
+  // client sends its next request to a server that is going away.
+  http_->set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+    if (!draining_) return;
+    res.headers.erase("Keep-Alive");
+    if (res.get_header_value("Connection") != "close") res.set_header("Connection", "close");
+  });
   // Errors httplib produces itself (unknown route, 413, malformed HTTP) get an
   // OpenAI-style body; responses our handlers filled are left alone.
   http_->set_error_handler(httplib::Server::HandlerWithResponse(
@@ -294,6 +347,10 @@ void HttpServer::HandleMetrics(httplib::Response& res) {
 }
 
 void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Response& res, bool chat) {
+  // Counted before the check, so a graceful shutdown either refuses this
+  // request or waits for it (draining_ is set before the count is read).
+  const auto in_flight = std::make_shared<InFlightCount>(in_flight_);
+  if (draining_) return SendShuttingDown(res);
   std::string param;
   Expected<OpenAiRequest> parsed =
       chat ? ParseChatRequest(http_req.body, &param) : ParseCompletionRequest(http_req.body, &param);
@@ -375,13 +432,29 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
     }
     state->engine_ids.push_back(fmt::format("{}-{}", state->header.id, i));
   }
-  ++in_flight_;
 
   if (!request.stream) {
+    // Nothing is written before the generation is done, so watch the client's
+    // connection meanwhile: a client that hung up aborts its request instead
+    // of leaving it to run to max_tokens.
+    Expected<ClientConnection> client = ClientConnection::Find(http_req.local_addr, http_req.local_port,
+                                                               http_req.remote_addr, http_req.remote_port);
+    if (!client.ok()) {
+      static std::once_flag logged;
+      std::call_once(logged, [&] {
+        std::fprintf(stderr, "xrt: warning: cannot watch client connections (%s); a non-streaming request whose "
+                     "client hangs up runs to its end\n", client.status().message().c_str());
+      });
+    }
     while (!state->all_finished()) {
       for (auto& [choice, output] : state->queue->PopAll(kPollInterval)) state->Apply(choice, output);
+      if (!state->all_finished() && client.ok() && client->Closed()) {
+        AbortUnfinished(*state);
+        // Nobody reads it; the status (nginx's "client closed request") is for
+        // the request counter in /metrics.
+        return SendError(res, 499, "invalid_request_error", "the client closed the connection");
+      }
     }
-    --in_flight_;
     if (!state->error.empty()) return SendError(res, 500, "server_error", state->error);
     Json body = chat ? ChatResponseJson(request, state->header, state->results, state->usage, *tokenizer_)
                      : CompletionResponseJson(request, state->header, state->results, state->usage, *tokenizer_);
@@ -394,7 +467,7 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
   const Tokenizer* tokenizer = tokenizer_;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [state, chat, tokenizer, last_write](size_t, httplib::DataSink& sink) -> bool {
+      [state, chat, tokenizer, last_write, in_flight](size_t, httplib::DataSink& sink) -> bool {
         RequestState& s = *state;
         const OpenAiRequest& rq = s.request;
         std::string out;
@@ -451,9 +524,7 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
       },
       [this, state](bool /*success*/) {
         // The client went away (or the server is stopping): abort what is left.
-        for (size_t i = 0; i < state->engine_ids.size(); ++i)
-          if (!state->finished[i]) engine_->Abort(state->engine_ids[i]);
-        --in_flight_;
+        AbortUnfinished(*state);
       });
 }
 

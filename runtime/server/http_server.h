@@ -5,17 +5,27 @@
 // tokenized here, and fanned out into n EngineRequests ("<id>-0", "<id>-1",
 // ...). Each HTTP request owns a queue (mutex + condvar) into which the
 // engine's callbacks push RequestOutputs; the HTTP thread waits on it, so the
-// engine thread never blocks. Streaming responses are SSE; when the client
-// goes away every unfinished choice is aborted.
+// engine thread never blocks. Streaming responses are SSE. When the client
+// goes away every unfinished choice is aborted (its KV blocks are freed):
+// a stream notices on its next write or idle probe, a non-streaming request
+// by polling its connection while it waits (client_connection.h).
 //
 // Lifetime: the engine, tokenizer and chat template must outlive the server.
-// Threading: Start/Wait/Stop from one controlling thread; requests are served
-// on `http_threads` worker threads.
+// Threading: Start/StopAccepting/Stop/Wait from one controlling thread;
+// num_in_flight from any thread; requests are served on `http_threads`
+// worker threads.
 //
-// Shutdown order (the caller's job):
-//   server.Stop();       // stop accepting; returns at once
-//   engine->Shutdown();  // aborts in-flight requests, so their handlers return
-//   server.Wait();       // joins the listener and the workers
+// Graceful shutdown (xrt run on SIGTERM, like uvicorn under vLLM):
+//   server.StopAccepting();  // new connections are refused; returns at once
+//   ... wait while server.num_in_flight() > 0, up to a deadline ...
+//   engine->Shutdown();      // ends what is left with finish_reason "abort":
+//                            // streams get a final chunk and [DONE]
+//   server.Wait();           // joins the listener and the workers
+// Immediate stop (tests, the destructor):
+//   server.Stop();           // stop accepting; cuts streams at their next
+//                            // event, without a final chunk
+//   engine->Shutdown();      // aborts in-flight requests, so their handlers return
+//   server.Wait();
 #pragma once
 
 #include <atomic>
@@ -71,14 +81,26 @@ class HttpServer {
   int port() const { return port_; }
   // Blocks until the server stopped and every in-flight handler returned.
   void Wait();
-  // Stops accepting connections; non-blocking. See the shutdown order above.
+  // Stops accepting connections; non-blocking; cuts streams in flight. See the
+  // shutdown order above. After StopAccepting it does nothing more.
   void Stop();
+  // Stops accepting connections (the listening socket is closed, so new ones
+  // are refused) and requests: a request arriving on a connection already open
+  // gets a 503, and every response from now on closes its connection.
+  // Responses in flight, streams included, go on. Non-blocking. The listener
+  // exits, and Wait returns, once every connection is closed.
+  void StopAccepting();
+  // Generation requests being served: counted from their arrival until their
+  // response is written (for streams: until the last chunk). Thread-safe.
+  int64_t num_in_flight() const { return in_flight_.load(); }
 
  private:
   struct RequestState;
   void RegisterRoutes();
   bool Authorized(const httplib::Request& req, httplib::Response& res);
   void HandleGeneration(const httplib::Request& req, httplib::Response& res, bool chat);
+  void AbortUnfinished(const RequestState& state);
+  void SendShuttingDown(httplib::Response& res);
   void HandleModels(httplib::Response& res);
   void HandleMetrics(httplib::Response& res);
   void SendError(httplib::Response& res, int status, const std::string& type, const std::string& message,
@@ -93,6 +115,9 @@ class HttpServer {
   std::string bos_token_, eos_token_;
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
+  int listen_fd_ = -1;           // the listening socket, once bound
+  bool listen_closed_ = false;   // by Stop or StopAccepting (controlling thread)
+  std::atomic<bool> draining_{false};
   int port_ = -1;
   int64_t created_ = 0;
 

@@ -1,5 +1,10 @@
 #include "runtime/server/http_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -430,6 +435,210 @@ TEST_F(HttpServerTest, ClientDisconnectMidStreamAborts) {
   EXPECT_EQ(engine_->num_live(), 0u);
   client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
   ExpectServerHealthy();
+}
+
+// A raw connection that sends one HTTP request and can hang up before the
+// response (httplib's client cannot).
+class RawClient {
+ public:
+  explicit RawClient(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~RawClient() { HangUp(); }
+  bool connected() const { return connected_; }
+  bool Post(const std::string& path, const std::string& body) {
+    std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    return send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size());
+  }
+  void HangUp() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST_F(HttpServerTest, ClientHangUpAbortsNonStreamingRequest) {
+  TearDown();
+  StartServer("", std::chrono::milliseconds(20));  // 60 tokens: 1.2 s
+  RawClient raw(server_->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":60,"n":2})"));
+  ASSERT_TRUE(WaitFor([&] { return engine_->submitted().size() == 2; }));
+  raw.HangUp();
+  // Both choices are aborted well before they could reach max_tokens.
+  ASSERT_TRUE(WaitFor([&] { return engine_->aborted().size() == 2; }, std::chrono::milliseconds(800)))
+      << "the request was not aborted";
+  for (const EngineRequest& r : engine_->submitted()) EXPECT_EQ(engine_->aborted().count(r.request_id), 1u);
+  EXPECT_TRUE(WaitFor([&] { return engine_->num_live() == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->num_in_flight() == 0; }));
+  ExpectServerHealthy();
+  // Counted as 499 (client closed request) once httplib is done with it.
+  std::string metrics;
+  EXPECT_TRUE(WaitFor([&] {
+    auto res = client_->Get("/metrics");
+    metrics = res ? res->body : "";
+    return metrics.find("xrt_http_requests_total{path=\"/v1/completions\",code=\"499\"} 1\n") != std::string::npos;
+  })) << metrics;
+}
+
+TEST_F(HttpServerTest, NonStreamingRequestIsNotAbortedWhileTheClientWaits) {
+  TearDown();
+  StartServer("", std::chrono::milliseconds(5));
+  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":40})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body)["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(engine_->aborted().empty());
+  // The body is still sent whole, with its length and type.
+  EXPECT_EQ(res->get_header_value("Content-Length"), std::to_string(res->body.size()));
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+}
+
+// Streams a completion on its own connection, in the background.
+class BackgroundRequest {
+ public:
+  BackgroundRequest(int port, std::string path, std::string body)
+      : thread_([this, port, path = std::move(path), body = std::move(body)] {
+          httplib::Client c("127.0.0.1", port);
+          c.set_read_timeout(10, 0);
+          auto res = c.Post(path.c_str(), body, "application/json");
+          if (res) {
+            status_ = res->status;
+            body_ = res->body;
+            connection_ = res->get_header_value("Connection");
+          }
+        }) {}
+  ~BackgroundRequest() { Join(); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  int status() const { return status_; }
+  const std::string& body() const { return body_; }
+  const std::string& connection() const { return connection_; }
+
+ private:
+  int status_ = -1;
+  std::string body_, connection_;
+  std::thread thread_;
+};
+
+TEST_F(HttpServerTest, StopAcceptingLetsRequestsInFlightFinish) {
+  TearDown();
+  StartServer("", std::chrono::milliseconds(20));
+  // A keep-alive connection opened before the shutdown.
+  httplib::Client idle("127.0.0.1", server_->port());
+  idle.set_keep_alive(true);
+  auto health = idle.Get("/health");
+  ASSERT_TRUE(health);
+  ASSERT_EQ(health->status, 200);
+
+  BackgroundRequest stream(server_->port(), "/v1/completions",
+                           R"({"model":"tiny","prompt":"Hello world","max_tokens":25,"stream":true})");
+  BackgroundRequest plain(server_->port(), "/v1/chat/completions",
+                          R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":25})");
+  ASSERT_TRUE(WaitFor([&] { return engine_->submitted().size() == 2; }));
+  EXPECT_EQ(server_->num_in_flight(), 2);
+  server_->StopAccepting();
+
+  // New connections are refused; a request on an open one gets a 503 and the
+  // connection is closed.
+  httplib::Client fresh("127.0.0.1", server_->port());
+  fresh.set_connection_timeout(1, 0);
+  EXPECT_FALSE(fresh.Get("/health"));
+  auto refused = idle.Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":2})", "application/json");
+  Json e = ExpectError(refused, 503, "service_unavailable_error");
+  EXPECT_EQ(e["message"], "the server is shutting down");
+  if (refused) {
+    EXPECT_EQ(refused->get_header_value("Connection"), "close");
+  }
+  EXPECT_EQ(engine_->submitted().size(), 2u);
+
+  // What was in flight runs to its end.
+  stream.Join();
+  plain.Join();
+  ASSERT_EQ(stream.status(), 200);
+  SseStream s = ParseSse(stream.body());
+  EXPECT_TRUE(s.well_formed) << stream.body();
+  EXPECT_TRUE(s.done) << stream.body();
+  ASSERT_FALSE(s.events.empty());
+  EXPECT_EQ(s.events.back()["choices"][0]["finish_reason"], "length");
+  ASSERT_EQ(plain.status(), 200) << plain.body();
+  EXPECT_EQ(Json::parse(plain.body())["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(plain.connection(), "close");
+  EXPECT_TRUE(engine_->aborted().empty());
+  EXPECT_TRUE(WaitFor([&] { return server_->num_in_flight() == 0; }));
+
+  // Every connection closes, so the server stops by itself.
+  idle.stop();
+  engine_->Shutdown();
+  const auto start = std::chrono::steady_clock::now();
+  server_->Wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+}
+
+TEST_F(HttpServerTest, EngineShutdownAfterStopAcceptingEndsEveryResponse) {
+  TearDown();
+  StartServer("", std::chrono::milliseconds(20));  // 60 tokens: 1.2 s
+  BackgroundRequest completion(server_->port(), "/v1/completions",
+                               R"({"model":"tiny","prompt":"Hello world","max_tokens":60,"stream":true,
+                                   "stream_options":{"include_usage":true}})");
+  BackgroundRequest chat(server_->port(), "/v1/chat/completions",
+                         R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":40,
+                             "stream":true,"n":2})");
+  BackgroundRequest plain(server_->port(), "/v1/completions",
+                          R"({"model":"tiny","prompt":"Hello world","max_tokens":60})");
+  ASSERT_TRUE(WaitFor([&] { return engine_->submitted().size() == 4; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a few tokens each
+  server_->StopAccepting();
+  engine_->Shutdown();  // the shutdown timeout ran out: abort what is left
+  completion.Join();
+  chat.Join();
+  plain.Join();
+
+  // Each stream ends with a final chunk whose finish_reason is "abort", then [DONE].
+  ASSERT_EQ(completion.status(), 200);
+  SseStream s = ParseSse(completion.body());
+  EXPECT_TRUE(s.well_formed && s.done) << completion.body();
+  ASSERT_GE(s.events.size(), 2u);
+  EXPECT_EQ(s.events[s.events.size() - 2]["choices"][0]["finish_reason"], "abort");
+  EXPECT_GT(s.events.back()["usage"]["completion_tokens"].get<int64_t>(), 0);
+  ASSERT_EQ(chat.status(), 200);
+  SseStream c = ParseSse(chat.body());
+  EXPECT_TRUE(c.well_formed && c.done) << chat.body();
+  std::map<int, std::string> reasons;
+  for (const Json& ev : c.events)
+    if (!ev["choices"][0]["finish_reason"].is_null())
+      reasons[ev["choices"][0]["index"].get<int>()] = ev["choices"][0]["finish_reason"];
+  EXPECT_EQ(reasons, (std::map<int, std::string>{{0, "abort"}, {1, "abort"}}));
+  // The non-streaming one gets a whole JSON response with what was generated.
+  ASSERT_EQ(plain.status(), 200) << plain.body();
+  Json j = Json::parse(plain.body());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "abort");
+  EXPECT_GT(j["usage"]["completion_tokens"].get<int64_t>(), 0);
+  EXPECT_LT(j["usage"]["completion_tokens"].get<int64_t>(), 60);
+
+  const auto start = std::chrono::steady_clock::now();
+  server_->Wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+  EXPECT_EQ(server_->num_in_flight(), 0);
 }
 
 TEST_F(HttpServerTest, BadJson) {

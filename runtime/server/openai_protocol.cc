@@ -211,18 +211,9 @@ Expected<std::string> ContentText(const Json& content, size_t index, FieldReader
   return text;
 }
 
-}  // namespace
-
-Expected<OpenAiRequest> ParseCompletionRequest(std::string_view body, std::string* out_param) {
-  std::string local_param;
-  std::string* param = out_param ? out_param : &local_param;
-  param->clear();
-  XRT_ASSIGN_OR_RETURN(Json j, ParseBody(body));
-  FieldReader r(j, param);
-  OpenAiRequest req;
-  req.kind = ApiKind::kCompletion;
-  XRT_RETURN_IF_ERROR(ParseCommon(j, r, &req));
-
+// The fields only /v1/completions has: the prompt and logprobs.
+Status ParseCompletionFields(FieldReader& r, OpenAiRequest* request) {
+  OpenAiRequest& req = *request;
   const Json* prompt = r.Get("prompt");
   if (!prompt) return r.Fail("prompt", InvalidArgumentError("'prompt' is required"));
   if (prompt->is_string()) {
@@ -245,20 +236,12 @@ Expected<OpenAiRequest> ParseCompletionRequest(std::string_view body, std::strin
   int64_t logprobs = -1;
   XRT_RETURN_IF_ERROR(r.Int("logprobs", 0, SamplingParams::kMaxLogprobs, &logprobs));
   req.sampling.logprobs = static_cast<int32_t>(logprobs);
-  XRT_RETURN_IF_ERROR(ValidateSampling(r, req.sampling, "logprobs"));
-  return req;
+  return Status::Ok();
 }
 
-Expected<OpenAiRequest> ParseChatRequest(std::string_view body, std::string* out_param) {
-  std::string local_param;
-  std::string* param = out_param ? out_param : &local_param;
-  param->clear();
-  XRT_ASSIGN_OR_RETURN(Json j, ParseBody(body));
-  FieldReader r(j, param);
-  OpenAiRequest req;
-  req.kind = ApiKind::kChat;
-  XRT_RETURN_IF_ERROR(ParseCommon(j, r, &req));
-
+// The fields only /v1/chat/completions has: messages, tools and logprobs.
+Status ParseChatFields(FieldReader& r, OpenAiRequest* request) {
+  OpenAiRequest& req = *request;
   const Json* messages = r.Get("messages");
   if (!messages) return r.Fail("messages", InvalidArgumentError("'messages' is required"));
   if (!messages->is_array()) return r.TypeError("messages", "a list of messages", *messages);
@@ -301,8 +284,34 @@ Expected<OpenAiRequest> ParseChatRequest(std::string_view body, std::string* out
   if (has_top && !logprobs)
     return r.Fail("top_logprobs", InvalidArgumentError("'top_logprobs' requires 'logprobs' to be true"));
   req.sampling.logprobs = logprobs ? static_cast<int32_t>(top_logprobs) : -1;
-  XRT_RETURN_IF_ERROR(ValidateSampling(r, req.sampling, "top_logprobs"));
+  return Status::Ok();
+}
+
+// Both endpoints: the body, the common fields, the endpoint's own fields, then
+// the sampling parameters as a whole (a logprobs error names the endpoint's field).
+Expected<OpenAiRequest> ParseRequest(std::string_view body, ApiKind kind, std::string* out_param) {
+  std::string local_param;
+  std::string* param = out_param ? out_param : &local_param;
+  param->clear();
+  XRT_ASSIGN_OR_RETURN(Json j, ParseBody(body));
+  FieldReader r(j, param);
+  OpenAiRequest req;
+  req.kind = kind;
+  XRT_RETURN_IF_ERROR(ParseCommon(j, r, &req));
+  const bool chat = kind == ApiKind::kChat;
+  XRT_RETURN_IF_ERROR(chat ? ParseChatFields(r, &req) : ParseCompletionFields(r, &req));
+  XRT_RETURN_IF_ERROR(ValidateSampling(r, req.sampling, chat ? "top_logprobs" : "logprobs"));
   return req;
+}
+
+}  // namespace
+
+Expected<OpenAiRequest> ParseCompletionRequest(std::string_view body, std::string* out_param) {
+  return ParseRequest(body, ApiKind::kCompletion, out_param);
+}
+
+Expected<OpenAiRequest> ParseChatRequest(std::string_view body, std::string* out_param) {
+  return ParseRequest(body, ApiKind::kChat, out_param);
 }
 
 ApiError ApiErrorFromStatus(const Status& status, std::string param) {

@@ -6,10 +6,12 @@ The artifact is compiled from a tiny fixture model (tests/fixtures/models/llama_
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import openai
@@ -72,6 +74,10 @@ class Server:
         rc = self.proc.wait(timeout=60)
         assert rc == 0, f"xrt run exited with {rc}:\n{self.logs()}"
 
+    def post(self, path, body, **kw):
+        return requests.post(self.url + path, json=body, headers={"Authorization": f"Bearer {API_KEY}"},
+                             **kw)
+
 
 def compile_artifact(tmp, name, *args):
     path = os.path.join(tmp, name)
@@ -85,6 +91,9 @@ def artifacts():
     with tempfile.TemporaryDirectory() as tmp:
         yield {
             "main": compile_artifact(tmp, "main.xpk", "--max-num-seqs", "32",
+                                     "--max-num-batched-tokens", "128"),
+            # Room for 32 streams and more at once.
+            "wide": compile_artifact(tmp, "wide.xpk", "--max-num-seqs", "64",
                                      "--max-num-batched-tokens", "128"),
         }
 
@@ -327,3 +336,137 @@ def test_strict_mode_fails_unbucketed_steps_and_keeps_serving(artifacts):
             assert "strict mode" in strict.logs()
         finally:
             strict.stop()
+
+
+def metric_when(server, pred, timeout=10):
+    """Polls /metrics until pred(metrics) holds (or the timeout); returns the last metrics."""
+    deadline = time.time() + timeout
+    while True:
+        m = server.metrics()
+        if pred(m) or time.time() > deadline:
+            return m
+        time.sleep(0.01)
+
+
+def raw_post(server, body):
+    """Sends a completion request on a bare socket (to hang up before the response)."""
+    payload = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Authorization: Bearer " + API_KEY.encode() + b"\r\n"
+                 b"Content-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    return sock
+
+
+def test_non_streaming_client_hang_up_aborts_and_frees_blocks(server):
+    abort = 'xrt_requests_finished_total{"finished_reason": "abort"}'
+    before = server.metrics()
+    max_tokens = 440  # with the prompt, close to max_model_len: the requests run ~0.5 s at least
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True}
+    socks = [raw_post(server, body) for _ in range(4)]
+    running = metric_when(server, lambda m: m["xrt_num_requests_running"] == 4)
+    assert running["xrt_num_requests_running"] == 4
+    for s in socks:
+        s.close()  # hang up without reading the response
+    # Today's code let them run to max_tokens ("length"); they must be aborted instead.
+    after = metric_when(server, lambda m: m["xrt_num_requests_running"] == 0
+                        and m["xrt_num_requests_waiting"] == 0 and m[abort] == before[abort] + 4
+                        and m["xrt_kv_cache_blocks_used"] == 0, timeout=5)
+    assert after["xrt_num_requests_running"] == 0
+    assert after["xrt_num_requests_waiting"] == 0
+    assert after[abort] == before[abort] + 4
+    assert after["xrt_kv_cache_blocks_used"] == 0
+    generated = after["xrt_generation_tokens_total"] - before["xrt_generation_tokens_total"]
+    assert generated < 4 * max_tokens
+    assert greedy(server, "ok", max_tokens=2).choices[0].finish_reason == "length"
+
+
+def sse_stream(server, body, started):
+    """Streams a completion; returns (HTTP status, the data payloads) and sets `started` once
+    the response headers arrived. Every event is kept, so a cut stream shows."""
+    try:
+        with server.post("/v1/completions", {**body, "stream": True}, stream=True, timeout=120) as r:
+            started.set()
+            if r.status_code != 200:
+                return r.status_code, []
+            events = []
+            for line in r.iter_lines():
+                if line.startswith(b"data: "):
+                    events.append(line[len(b"data: "):].decode())
+            return 200, events
+    except requests.RequestException as e:  # refused or cut
+        started.set()
+        return repr(e), []
+
+
+def check_ended(status, events):
+    """An accepted stream ended with a finish_reason and then [DONE]; returns the reason."""
+    assert status == 200, status
+    assert events and events[-1] == "[DONE]", events[-3:]
+    reasons = [c["finish_reason"] for e in events[:-1] for c in json.loads(e)["choices"]
+               if c["finish_reason"]]
+    assert len(reasons) == 1, events[-3:]
+    return reasons[0]
+
+
+def sigterm_under_load(artifact, shutdown_timeout, max_tokens):
+    """32 streams and one non-streaming request in flight, then SIGTERM. Returns the streams'
+    finish reasons, the non-streaming response, how long the server took to exit and its log.
+    32 streams of 440 tokens take the fixture model about a second or more, of which the
+    first events take a few tenths."""
+    server = Server(artifact, "--shutdown-timeout", str(shutdown_timeout))
+    n = 32
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=n + 1)
+    try:
+        body = {"model": MODEL, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+        started = [threading.Event() for _ in range(n)]
+        streams = [pool.submit(sse_stream, server, {**body, "prompt": f"{i} {PROMPT}"}, started[i])
+                   for i in range(n)]
+        for e in started:
+            assert e.wait(60), "a stream did not start"
+        plain = pool.submit(server.client.completions.create, model=MODEL, prompt=PROMPT,
+                            max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True})
+        in_flight = "xrt_http_generation_requests_in_flight"
+        assert metric_when(server, lambda m: m[in_flight] == n + 1)[in_flight] == n + 1
+        server.proc.send_signal(signal.SIGTERM)
+        t0 = time.time()
+        # New requests are refused (connection refused, or a 503 on an open connection).
+        time.sleep(0.3)
+        with pytest.raises(openai.APIError):
+            server.client.completions.create(model=MODEL, prompt="late", max_tokens=2)
+        rc = server.proc.wait(timeout=shutdown_timeout + 60)
+        exit_seconds = time.time() - t0
+        assert rc == 0, f"xrt run exited with {rc}:\n{server.logs()}"
+        reasons = [check_ended(*f.result(timeout=60)) for f in streams]
+        response = plain.result(timeout=60)
+        return reasons, response, exit_seconds, server.logs()
+    finally:
+        if server.proc.poll() is None:  # a failed assertion: do not leave the clients waiting
+            server.proc.kill()
+            server.proc.wait()
+        pool.shutdown(wait=True)
+
+
+def test_sigterm_lets_requests_finish_within_the_shutdown_timeout(artifacts):
+    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["wide"], 120, max_tokens=440)
+    # They were in flight at SIGTERM, and ran to their end.
+    waited = re.search(r"waiting up to 120 s for (\d+) in flight", logs)
+    assert waited and int(waited.group(1)) > 0, logs
+    assert "aborting" not in logs
+    assert reasons == ["length"] * 32
+    assert response.choices[0].finish_reason == "length"
+    assert response.usage.completion_tokens == 440
+    assert exit_seconds < 60
+
+
+def test_sigterm_after_a_short_shutdown_timeout_aborts_with_a_final_chunk(artifacts):
+    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["wide"], 0.25, max_tokens=440)
+    assert "aborting 33 requests still in flight" in logs
+    assert reasons == ["abort"] * 32
+    # The non-streaming request gets a whole JSON response with what it generated.
+    assert response.choices[0].finish_reason == "abort"
+    assert 0 < response.usage.completion_tokens < 440
+    assert response.choices[0].text
+    assert exit_seconds < 30
