@@ -221,20 +221,21 @@ class Emitter {
   Expected<CommandDesc> EmitMatmul(xg::LinearOp op) {
     using P = xpk::abi::MatmulParam;
     using B = xpk::abi::MatmulBinding;
-    UkernelCommand<xpk::Ukernel::matmul> u;
-    for (auto [role, v] : {std::pair{B::kA, op.getInput()},
-                           {B::kW, op.getWeight()},
-                           {B::kC, op.getResult()},
-                           {B::kBias, op.getBias()},
-                           {B::kAcc, op.getAccumulator()}})
-      XRT_RETURN_IF_ERROR(Bind(u, role, v));
     auto w = op.getWeight().getType();
+    UkernelCommand<xpk::Ukernel::matmul> u;
     u.Set(P::kM, op.getInput().getType().getDimSize(0));
     u.Set(P::kN, w.getDimSize(0));
     u.Set(P::kK, w.getDimSize(1));
     u.Set(P::kLda, RowStride(op.getInput()));
     u.Set(P::kLdc, RowStride(op.getResult()));
     u.Set(P::kLdAcc, op.getAccumulator() ? RowStride(op.getAccumulator()) : 0);
+    // bias and acc are optional: Bind leaves them unbound when the op has none.
+    for (auto [role, v] : {std::pair{B::kA, op.getInput()},
+                           {B::kW, op.getWeight()},
+                           {B::kC, op.getResult()},
+                           {B::kBias, op.getBias()},
+                           {B::kAcc, op.getAccumulator()}})
+      XRT_RETURN_IF_ERROR(Bind(u, role, v));
     return Finish(op, u);
   }
 

@@ -178,15 +178,8 @@ template <typename Role>
 constexpr ParamRole Param(Role r, const char* name, ParamRule rule = ParamRule::kAny) {
   return {Index(r), name, rule};
 }
-template <typename Role>
-constexpr BindingRole Bound(Role r, const char* name) {
-  return {Index(r), name, kAlwaysBound};
-}
-template <typename Role, typename FlagParam>
-constexpr BindingRole BoundIf(Role r, const char* name, FlagParam flag) {
-  return {Index(r), name, Index(flag)};
-}
 
+// The role tables, in role order (checked below against the enums).
 inline constexpr ParamRole kMatmulIParams[] = {
     Param(MatmulParam::kM, "m", ParamRule::kPositive),
     Param(MatmulParam::kN, "n", ParamRule::kPositive),
@@ -198,11 +191,11 @@ inline constexpr ParamRole kMatmulIParams[] = {
     Param(MatmulParam::kLdAcc, "ldacc"),
 };
 inline constexpr BindingRole kMatmulBindings[] = {
-    Bound(MatmulBinding::kA, "a"),
-    Bound(MatmulBinding::kW, "w"),
-    Bound(MatmulBinding::kC, "c"),
-    BoundIf(MatmulBinding::kBias, "bias", MatmulParam::kHasBias),
-    BoundIf(MatmulBinding::kAcc, "acc", MatmulParam::kAccumulate),
+    {Index(MatmulBinding::kA), "a", kAlwaysBound},
+    {Index(MatmulBinding::kW), "w", kAlwaysBound},
+    {Index(MatmulBinding::kC), "c", kAlwaysBound},
+    {Index(MatmulBinding::kBias), "bias", Index(MatmulParam::kHasBias)},
+    {Index(MatmulBinding::kAcc), "acc", Index(MatmulParam::kAccumulate)},
 };
 
 inline constexpr ParamRole kPagedAttentionIParams[] = {
@@ -222,16 +215,16 @@ inline constexpr ParamRole kPagedAttentionFParams[] = {
     Param(PagedAttentionFParam::kScale, "scale"),
 };
 inline constexpr BindingRole kPagedAttentionBindings[] = {
-    Bound(PagedAttentionBinding::kQ, "q"),
-    Bound(PagedAttentionBinding::kK, "k"),
-    Bound(PagedAttentionBinding::kV, "v"),
-    Bound(PagedAttentionBinding::kOut, "out"),
-    Bound(PagedAttentionBinding::kKCache, "k_cache"),
-    Bound(PagedAttentionBinding::kVCache, "v_cache"),
-    Bound(PagedAttentionBinding::kSlotMapping, "slot_mapping"),
-    Bound(PagedAttentionBinding::kBlockTables, "block_tables"),
-    Bound(PagedAttentionBinding::kSeqLens, "seq_lens"),
-    Bound(PagedAttentionBinding::kQueryStartLoc, "query_start_loc"),
+    {Index(PagedAttentionBinding::kQ), "q", kAlwaysBound},
+    {Index(PagedAttentionBinding::kK), "k", kAlwaysBound},
+    {Index(PagedAttentionBinding::kV), "v", kAlwaysBound},
+    {Index(PagedAttentionBinding::kOut), "out", kAlwaysBound},
+    {Index(PagedAttentionBinding::kKCache), "k_cache", kAlwaysBound},
+    {Index(PagedAttentionBinding::kVCache), "v_cache", kAlwaysBound},
+    {Index(PagedAttentionBinding::kSlotMapping), "slot_mapping", kAlwaysBound},
+    {Index(PagedAttentionBinding::kBlockTables), "block_tables", kAlwaysBound},
+    {Index(PagedAttentionBinding::kSeqLens), "seq_lens", kAlwaysBound},
+    {Index(PagedAttentionBinding::kQueryStartLoc), "query_start_loc", kAlwaysBound},
 };
 
 // The role enums and tables of each ukernel.

@@ -209,8 +209,8 @@ Status Executor::Run(const xpk::Executable& e) {
         args.k_stride = call[P::kKStride];
         args.v_stride = call[P::kVStride];
         args.out_stride = call[P::kOutStride];
-        args.scale = call[F::kScale];
         args.num_blocks = p_.kv.num_blocks;
+        args.scale = call[F::kScale];
         Status s = PagedAttention(args, pool);
         if (!s.ok())
           return s.WithContext(fmt::format("{} ({})", e.name()->str(),

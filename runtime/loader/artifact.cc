@@ -369,16 +369,16 @@ Status ValidateUkernel(const xpk::Command& c, const std::string& label) {
   int required = 0;
   for (const xpk::abi::BindingRole& b : sig->bindings)
     required += b.bound_if == xpk::abi::kAlwaysBound ? 1 : 0;
+  if (required == sig->bindings.size && nb != static_cast<uint32_t>(required)) {
+    return DataLossError("{}: ukernel {} {}", label, name,
+                         CountMismatch("bindings", NamesOf(sig->bindings), nb));
+  }
   if (nb < static_cast<uint32_t>(required) || nb > static_cast<uint32_t>(sig->bindings.size)) {
     std::string roles;
     for (const xpk::abi::BindingRole& b : sig->bindings) {
       const bool optional = b.bound_if != xpk::abi::kAlwaysBound;
       roles += fmt::format("{}{}{}{}", roles.empty() ? "" : ", ", optional ? "[" : "", b.name,
                            optional ? "]" : "");
-    }
-    if (required == sig->bindings.size) {
-      return DataLossError("{}: ukernel {} takes {} bindings, got {} ({})", label, name, required,
-                           nb, roles);
     }
     return DataLossError("{}: ukernel {} takes {} to {} bindings, got {} ({})", label, name,
                          required, sig->bindings.size, nb, roles);
