@@ -24,7 +24,6 @@
 #include "compiler/model_builder.h"
 #include "compiler/pipeline.h"
 #include "dialects/XG/IR/XGOps.h"
-#include "dialects/XG/Transforms/Utils.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -32,6 +31,7 @@
 #include "runtime/engine/bucket_table.h"
 #include "runtime/kernels/matmul.h"
 #include "runtime/loader/file_header.h"
+#include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/raw_ostream.h"
@@ -127,7 +127,7 @@ class Emitter {
 
   Status Run(ModuleOp module) {
     for (auto fn : module.getOps<func::FuncOp>())
-      if (fn->hasAttr("xg.dispatch_func")) {
+      if (fn->hasAttr(xg::kDispatchFuncAttr)) {
         functionIndex_[fn.getSymName().str()] = static_cast<uint32_t>(functions_.size());
         functions_.push_back(fn.getSymName().str());
       }
@@ -171,11 +171,8 @@ class Emitter {
 
   // Row stride (elements) of a value as planned; contiguous by default.
   static int64_t RowStride(Value v) {
+    if (xg::BufferAttr b = xg::getPlannedBuffer(v)) return b.getRowStride();
     auto t = cast<RankedTensorType>(v.getType());
-    if (auto res = dyn_cast<OpResult>(v)) {
-      if (auto b = res.getOwner()->getAttrOfType<ArrayAttr>(xg::kBuffersAttr))
-        return cast<DenseI64ArrayAttr>(b[res.getResultNumber()]).asArrayRef()[3];
-    }
     return t.getRank() == 2 ? t.getDimSize(1) : 1;
   }
 
@@ -185,99 +182,121 @@ class Emitter {
       XRT_ASSIGN_OR_RETURN(uint32_t index, WeightIndex(w));
       return xpk::Binding(xpk::BindingKind::weight, index, 0, 0);
     }
-    const int64_t elem = t.getElementTypeBitWidth() / 8;
-    if (auto arg = dyn_cast<BlockArgument>(v)) {
-      auto fn = cast<func::FuncOp>(arg.getOwner()->getParentOp());
-      auto io = fn.getArgAttrOfType<DenseI64ArrayAttr>(arg.getArgNumber(), xg::kIoAttr);
-      if (!io) return xrt::InternalError("argument {} has no io placement", arg.getArgNumber());
-      return xpk::Binding(xpk::BindingKind::io, 0, io[0], io[1]);
+    xg::BufferAttr b = xg::getPlannedBuffer(v);
+    if (!b) {
+      if (auto arg = dyn_cast<BlockArgument>(v))
+        return xrt::InternalError("argument {} has no io placement", arg.getArgNumber());
+      return xrt::InternalError("'{}' has no planned buffer", LabelOf(v.getDefiningOp()));
     }
-    auto res = cast<OpResult>(v);
-    auto buffers = res.getOwner()->getAttrOfType<ArrayAttr>(xg::kBuffersAttr);
-    if (!buffers)
-      return xrt::InternalError("'{}' has no planned buffer", LabelOf(res.getOwner()));
-    auto b = cast<DenseI64ArrayAttr>(buffers[res.getResultNumber()]).asArrayRef();
-    const int64_t rowStride = b[3], colOffset = b[4];
-    const int64_t elements = t.getRank() == 2
-                                 ? (t.getDimSize(0) - 1) * rowStride + t.getDimSize(1)
-                                 : t.getNumElements();
-    auto kind = b[0] == static_cast<int64_t>(xg::BufferSpace::kIo) ? xpk::BindingKind::io
-                                                                   : xpk::BindingKind::arena;
-    return xpk::Binding(kind, 0, static_cast<uint64_t>(b[1] + colOffset * elem),
-                        static_cast<uint64_t>(elements * elem));
+    const int64_t elem = t.getElementTypeBitWidth() / 8;
+    auto kind = b.getSpace() == xg::BufferSpace::io ? xpk::BindingKind::io : xpk::BindingKind::arena;
+    return xpk::Binding(kind, 0, static_cast<uint64_t>(b.getOffset() + b.getColOffset() * elem),
+                        static_cast<uint64_t>(b.getSpannedElements(t) * elem));
+  }
+
+  template <xpk::Ukernel U>
+  using UkernelCommand = xpk::abi::UkernelCommand<U, xpk::Binding>;
+
+  // Binds `v` (if any: optional roles are left unbound) to `role` of `u`.
+  template <xpk::Ukernel U>
+  Status Bind(UkernelCommand<U>& u, typename UkernelCommand<U>::Binding role, Value v) {
+    if (!v) return Status::Ok();
+    XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(v));
+    u.Bind(role, b);
+    return Status::Ok();
+  }
+
+  // The command of ukernel `u`, labelled after `op`.
+  template <xpk::Ukernel U>
+  static Expected<CommandDesc> Finish(Operation* op, const UkernelCommand<U>& u) {
+    CommandDesc c;
+    c.kind = xpk::CommandKind::ukernel;
+    c.ukernel = U;
+    c.label = LabelOf(op);
+    std::string error = u.Finish(&c.iparams, &c.fparams, &c.bindings);
+    if (!error.empty()) return xrt::InternalError("'{}': {}", c.label, error);
+    return c;
   }
 
   Expected<CommandDesc> EmitMatmul(xg::LinearOp op) {
-    CommandDesc c;
-    c.kind = xpk::CommandKind::ukernel;
-    c.ukernel = xpk::Ukernel::matmul;
-    c.label = LabelOf(op);
+    using P = xpk::abi::MatmulParam;
+    using B = xpk::abi::MatmulBinding;
     auto w = op.getWeight().getType();
-    auto in = op.getInput().getType();
-    for (Value v : {op.getInput(), op.getWeight(), op.getResult()}) {
-      XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(v));
-      c.bindings.push_back(b);
-    }
-    if (op.getBias()) {
-      XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(op.getBias()));
-      c.bindings.push_back(b);
-    }
-    int64_t ldacc = 0;
-    if (op.getAccumulator()) {
-      XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(op.getAccumulator()));
-      c.bindings.push_back(b);
-      ldacc = RowStride(op.getAccumulator());
-    }
-    c.iparams = {in.getDimSize(0),
-                 w.getDimSize(0),
-                 w.getDimSize(1),
-                 RowStride(op.getInput()),
-                 RowStride(op.getResult()),
-                 op.getAccumulator() ? 1 : 0,
-                 op.getBias() ? 1 : 0,
-                 ldacc};
-    return c;
+    UkernelCommand<xpk::Ukernel::matmul> u;
+    u.Set(P::kM, op.getInput().getType().getDimSize(0));
+    u.Set(P::kN, w.getDimSize(0));
+    u.Set(P::kK, w.getDimSize(1));
+    u.Set(P::kLda, RowStride(op.getInput()));
+    u.Set(P::kLdc, RowStride(op.getResult()));
+    u.Set(P::kLdAcc, op.getAccumulator() ? RowStride(op.getAccumulator()) : 0);
+    // bias and acc are optional: Bind leaves them unbound when the op has none.
+    for (auto [role, v] : {std::pair{B::kA, op.getInput()},
+                           {B::kW, op.getWeight()},
+                           {B::kC, op.getResult()},
+                           {B::kBias, op.getBias()},
+                           {B::kAcc, op.getAccumulator()}})
+      XRT_RETURN_IF_ERROR(Bind(u, role, v));
+    return Finish(op, u);
   }
 
   Expected<CommandDesc> EmitAttention(xg::PagedAttentionOp op) {
-    CommandDesc c;
-    c.kind = xpk::CommandKind::ukernel;
-    c.ukernel = xpk::Ukernel::paged_attention;
-    c.label = LabelOf(op);
+    using P = xpk::abi::PagedAttentionParam;
+    using F = xpk::abi::PagedAttentionFParam;
+    using B = xpk::abi::PagedAttentionBinding;
+    UkernelCommand<xpk::Ukernel::paged_attention> u;
+    for (auto [role, v] : {std::pair{B::kQ, op.getQ()},
+                           {B::kK, op.getK()},
+                           {B::kV, op.getV()},
+                           {B::kOut, op.getResult()},
+                           {B::kSlotMapping, op.getSlotMapping()},
+                           {B::kBlockTables, op.getBlockTables()},
+                           {B::kSeqLens, op.getSeqLens()},
+                           {B::kQueryStartLoc, op.getQueryStartLoc()}})
+      XRT_RETURN_IF_ERROR(Bind(u, role, v));
     const uint32_t layer = static_cast<uint32_t>(op.getLayerAttr().getInt());
-    for (Value v : {op.getQ(), op.getK(), op.getV(), op.getResult()}) {
-      XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(v));
-      c.bindings.push_back(b);
-    }
-    c.bindings.push_back(xpk::Binding(xpk::BindingKind::kv_key, layer, 0, 0));
-    c.bindings.push_back(xpk::Binding(xpk::BindingKind::kv_value, layer, 0, 0));
-    for (Value v : {op.getSlotMapping(), op.getBlockTables(), op.getSeqLens(),
-                    op.getQueryStartLoc()}) {
-      XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(v));
-      c.bindings.push_back(b);
-    }
+    u.Bind(B::kKCache, xpk::Binding(xpk::BindingKind::kv_key, layer, 0, 0));
+    u.Bind(B::kVCache, xpk::Binding(xpk::BindingKind::kv_value, layer, 0, 0));
     auto tables = op.getBlockTables().getType();
-    c.iparams = {op.getQ().getType().getDimSize(0),
-                 tables.getDimSize(0),
-                 tables.getDimSize(1),
-                 op.getNumHeadsAttr().getInt(),
-                 op.getNumKvHeadsAttr().getInt(),
-                 op.getHeadDimAttr().getInt(),
-                 blockSize_,
-                 RowStride(op.getQ()),
-                 RowStride(op.getK()),
-                 RowStride(op.getV()),
-                 RowStride(op.getResult())};
-    c.fparams = {op.getScale().convertToFloat()};
-    return c;
+    u.Set(P::kNumTokens, op.getQ().getType().getDimSize(0));
+    u.Set(P::kMaxNumReqs, tables.getDimSize(0));
+    u.Set(P::kMaxBlocksPerReq, tables.getDimSize(1));
+    u.Set(P::kNumHeads, op.getNumHeadsAttr().getInt());
+    u.Set(P::kNumKvHeads, op.getNumKvHeadsAttr().getInt());
+    u.Set(P::kHeadDim, op.getHeadDimAttr().getInt());
+    u.Set(P::kBlockSize, blockSize_);
+    u.Set(P::kQStride, RowStride(op.getQ()));
+    u.Set(P::kKStride, RowStride(op.getK()));
+    u.Set(P::kVStride, RowStride(op.getV()));
+    u.Set(P::kOutStride, RowStride(op.getResult()));
+    u.Set(F::kScale, op.getScale().convertToFloat());
+    return Finish(op, u);
+  }
+
+  // An op FormDispatches marked `xg.ukernel`: the command of that ukernel.
+  Expected<CommandDesc> EmitUkernel(Operation* op, StringAttr name) {
+    std::optional<xpk::Ukernel> ukernel = xpk::abi::UkernelNamed(name.getValue());
+    auto mismatch = [&](StringRef expected) {
+      return xrt::InternalError("'{}' is marked ukernel '{}' but is not {}", LabelOf(op),
+                                name.getValue().str(), expected.str());
+    };
+    switch (ukernel.value_or(xpk::Ukernel::none)) {
+      case xpk::Ukernel::matmul:
+        if (auto lin = dyn_cast<xg::LinearOp>(op)) return EmitMatmul(lin);
+        return mismatch(xg::LinearOp::getOperationName());
+      case xpk::Ukernel::paged_attention:
+        if (auto att = dyn_cast<xg::PagedAttentionOp>(op)) return EmitAttention(att);
+        return mismatch(xg::PagedAttentionOp::getOperationName());
+      default:
+        return xrt::InternalError("'{}': unknown ukernel '{}'", LabelOf(op), name.getValue().str());
+    }
   }
 
   Expected<CommandDesc> EmitDispatch(Operation* op) {
     CommandDesc c;
     c.kind = xpk::CommandKind::dispatch;
     c.label = LabelOf(op);
-    auto sym = op->getAttrOfType<FlatSymbolRefAttr>("xg.dispatch");
-    auto wg = op->getAttrOfType<IntegerAttr>("xg.workgroups");
+    auto sym = op->getAttrOfType<FlatSymbolRefAttr>(xg::kDispatchAttr);
+    auto wg = op->getAttrOfType<IntegerAttr>(xg::kWorkgroupsAttr);
     if (!sym || !wg) return xrt::InternalError("'{}' was not formed into a dispatch", c.label);
     auto it = functionIndex_.find(sym.getValue().str());
     if (it == functionIndex_.end())
@@ -300,46 +319,52 @@ class Emitter {
     auto bucket = fn->getAttrOfType<IntegerAttr>(xg::kBucketAttr);
     auto param = fn->getAttrOfType<StringAttr>(xg::kBucketParamAttr);
     if (!bucket || !param) return xrt::InternalError("entry '{}' is not specialized", fn.getSymName().str());
-    std::string base = fn.getSymName().str().substr(0, fn.getSymName().rfind('_'));
-    if (base == "lm_step") {
-      e.kind = xpk::ExecutableKind::lm_step;
+    // The model builder names each entry function after its executable kind;
+    // bucket specialization appends "_<bucket>".
+    StringRef base = fn.getSymName().take_front(fn.getSymName().rfind('_'));
+    std::optional<xpk::ExecutableKind> kind = xpk::abi::ExecutableKindNamed(base);
+    if (kind == xpk::ExecutableKind::lm_step) {
       e.num_tokens = bucket.getInt();
       e.num_reqs = maxNumSeqs_;
-      e.name = "lm_step_t" + std::to_string(bucket.getInt());
-    } else if (base == "lm_logits") {
-      e.kind = xpk::ExecutableKind::lm_logits;
+    } else if (kind == xpk::ExecutableKind::lm_logits) {
       e.num_reqs = bucket.getInt();
-      e.name = "lm_logits_r" + std::to_string(bucket.getInt());
     } else {
       return xrt::InternalError("unknown entry function '{}'", fn.getSymName().str());
     }
+    e.kind = *kind;
+    e.name = xpk::abi::ExecutableName(e.kind, bucket.getInt());
     e.io_size = fn->getAttrOfType<IntegerAttr>(xg::kIoSizeAttr).getInt();
     e.arena_size = fn->getAttrOfType<IntegerAttr>(xg::kArenaSizeAttr).getInt();
-    auto tensor = [](Type type, StringAttr name, DenseI64ArrayAttr io) {
+    auto tensor = [&](Type type, StringAttr name, xg::BufferAttr io) -> Expected<TensorDesc> {
+      if (!io) return xrt::InternalError("'{}' has an input or output without io placement", e.name);
       auto t = cast<RankedTensorType>(type);
       TensorDesc d;
       d.name = name ? name.str() : "";
       d.dtype = DTypeOf(t.getElementType());
       d.shape.assign(t.getShape().begin(), t.getShape().end());
-      d.offset = io[0];
-      d.size = io[1];
+      d.offset = io.getOffset();
+      d.size = io.getSize();
       return d;
     };
-    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
-      e.inputs.push_back(tensor(fn.getArgument(i).getType(),
-                                fn.getArgAttrOfType<StringAttr>(i, "xg.name"),
-                                fn.getArgAttrOfType<DenseI64ArrayAttr>(i, xg::kIoAttr)));
-    for (unsigned i = 0; i < fn.getNumResults(); ++i)
-      e.outputs.push_back(tensor(fn.getResultTypes()[i],
-                                 fn.getResultAttrOfType<StringAttr>(i, "xg.name"),
-                                 fn.getResultAttrOfType<DenseI64ArrayAttr>(i, xg::kIoAttr)));
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+      XRT_ASSIGN_OR_RETURN(TensorDesc d,
+                           tensor(fn.getArgument(i).getType(),
+                                  fn.getArgAttrOfType<StringAttr>(i, xg::kNameAttr),
+                                  fn.getArgAttrOfType<xg::BufferAttr>(i, xg::kIoAttr)));
+      e.inputs.push_back(std::move(d));
+    }
+    for (unsigned i = 0; i < fn.getNumResults(); ++i) {
+      XRT_ASSIGN_OR_RETURN(TensorDesc d,
+                           tensor(fn.getResultTypes()[i],
+                                  fn.getResultAttrOfType<StringAttr>(i, xg::kNameAttr),
+                                  fn.getResultAttrOfType<xg::BufferAttr>(i, xg::kIoAttr)));
+      e.outputs.push_back(std::move(d));
+    }
     for (Operation& op : fn.getBody().front()) {
       Expected<CommandDesc> c = xrt::InternalError("unreachable");
-      if (auto lin = dyn_cast<xg::LinearOp>(op)) {
-        c = EmitMatmul(lin);
-      } else if (auto att = dyn_cast<xg::PagedAttentionOp>(op)) {
-        c = EmitAttention(att);
-      } else if (op.hasAttr("xg.dispatch")) {
+      if (auto ukernel = op.getAttrOfType<StringAttr>(xg::kUkernelAttr)) {
+        c = EmitUkernel(&op, ukernel);
+      } else if (op.hasAttr(xg::kDispatchAttr)) {
         c = EmitDispatch(&op);
       } else if (isa<xg::WeightOp, xg::SplitOp, func::ReturnOp>(op)) {
         continue;
@@ -558,7 +583,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     auto codeModuleFb = xpk::CreateCodeModule(
         fbb, fbb.CreateString(code.triple), fbb.CreateString(code.cpu),
         fbb.CreateString(code.features), fbb.CreateVector(req), codeSegment,
-        fbb.CreateVector(fns), kDispatchAbiVersion);
+        fbb.CreateVector(fns), xpk::abi::kDispatchAbiVersion);
     std::vector<flatbuffers::Offset<xpk::Executable>> exes;
     for (const ExecutableDesc& e : emitter.executables()) {
       auto specs = [&](const std::vector<TensorDesc>& ts) {

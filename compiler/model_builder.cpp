@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "dialects/XG/IR/XGOps.h"
-#include "dialects/XG/Transforms/Utils.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "schemas/artifact_generated.h"
 
 using namespace mlir;
 
@@ -53,22 +53,24 @@ class DecoderBuilder {
                                     b_.getF64FloatAttr(c_.rms_norm_eps));
   }
 
-  // A func.func entry with named, partly symbolic arguments.
+  // A func.func entry with named, partly symbolic arguments, named after the
+  // kind of executable it becomes (the emitter reads the kind back from it).
   struct Arg {
     const char* name;
     SmallVector<int64_t> shape;
     Type type;
     const char* symbolic;  // name of the bucket parameter bound to dim 0, or ""
   };
-  func::FuncOp Entry(const char* name, const char* param, ArrayRef<Arg> args,
+  func::FuncOp Entry(xpk::ExecutableKind kind, const char* param, ArrayRef<Arg> args,
                      const char* resultName) {
     SmallVector<Type> types;
     for (const Arg& a : args) types.push_back(T(a.shape, a.type));
-    auto fn = b_.create<func::FuncOp>(loc_, name, FunctionType::get(ctx_, types, {}));
+    auto fn = b_.create<func::FuncOp>(loc_, xpk::EnumNameExecutableKind(kind),
+                                      FunctionType::get(ctx_, types, {}));
     fn->setAttr(xg::kEntryAttr, b_.getUnitAttr());
     fn->setAttr(xg::kBucketParamAttr, b_.getStringAttr(param));
     for (auto [i, a] : llvm::enumerate(args)) {
-      fn.setArgAttr(i, "xg.name", b_.getStringAttr(a.name));
+      fn.setArgAttr(i, xg::kNameAttr, b_.getStringAttr(a.name));
       SmallVector<Attribute> dims(a.shape.size(), b_.getStringAttr(""));
       if (*a.symbolic) dims[0] = b_.getStringAttr(a.symbolic);
       fn.setArgAttr(i, xg::kSymbolicDimsAttr, b_.getArrayAttr(dims));
@@ -80,7 +82,7 @@ class DecoderBuilder {
   void Return(func::FuncOp fn, Value v) {
     b_.create<func::ReturnOp>(loc_, v);
     fn.setFunctionType(FunctionType::get(ctx_, fn.getArgumentTypes(), {v.getType()}));
-    fn.setResultAttr(0, "xg.name", b_.getStringAttr(result_name_));
+    fn.setResultAttr(0, xg::kNameAttr, b_.getStringAttr(result_name_));
   }
 
   void BuildStep() {
@@ -88,7 +90,7 @@ class DecoderBuilder {
                   hd = c_.head_dim, F = c_.intermediate_size, R = o_.max_num_reqs,
                   B = o_.max_blocks_per_req;
     func::FuncOp fn = Entry(
-        "lm_step", "num_tokens",
+        xpk::ExecutableKind::lm_step, "num_tokens",
         {{"token_ids", {kDyn}, i32(), "num_tokens"},
          {"positions", {kDyn}, i32(), "num_tokens"},
          {"slot_mapping", {kDyn}, i32(), "num_tokens"},
@@ -132,7 +134,7 @@ class DecoderBuilder {
 
   void BuildLogits() {
     const int64_t D = c_.hidden_size;
-    func::FuncOp fn = Entry("lm_logits", "num_reqs",
+    func::FuncOp fn = Entry(xpk::ExecutableKind::lm_logits, "num_reqs",
                             {{"hidden_states", {o_.max_token_bucket, D}, f32(), ""},
                              {"logits_indices", {kDyn}, i32(), "num_reqs"}},
                             "logits");

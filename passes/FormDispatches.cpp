@@ -1,11 +1,12 @@
 //===- FormDispatches.cpp - ukernel calls and outlined dispatch functions -===//
 #include "dialects/XG/IR/XGOps.h"
-#include "dialects/XG/Transforms/Utils.h"
 #include "passes/DispatchBodies.h"
 #include "passes/Passes.h"
+#include "schemas/artifact_generated.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 
@@ -33,13 +34,10 @@ FailureOr<Layout> layoutOf(Value v, int64_t rowStride) {
   return l;
 }
 
-// Row stride of an operand, from the producer's plan (0: contiguous).
+// Row stride of an operand, from its plan (0: contiguous).
 int64_t plannedRowStride(Value v) {
-  auto res = dyn_cast<OpResult>(v);
-  if (!res) return 0;
-  auto buffers = res.getOwner()->getAttrOfType<ArrayAttr>(xg::kBuffersAttr);
-  if (!buffers) return 0;
-  return cast<DenseI64ArrayAttr>(buffers[res.getResultNumber()]).asArrayRef()[3];
+  xg::BufferAttr buffer = xg::getPlannedBuffer(v);
+  return buffer ? buffer.getRowStride() : 0;
 }
 
 // Elements a flat binding must span to hold the (possibly strided) tensor.
@@ -66,12 +64,15 @@ struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass
         return signalPassFailure();
       }
       for (Operation& op : entry.getBody().front()) {
-        if (isa<xg::LinearOp>(op)) {
-          op.setAttr("xg.ukernel", StringAttr::get(ctx, "matmul"));
-          continue;
-        }
-        if (isa<xg::PagedAttentionOp>(op)) {
-          op.setAttr("xg.ukernel", StringAttr::get(ctx, "paged_attention"));
+        // Matmul-class work runs on runtime microkernels, named as the
+        // artifact names them (xpk::Ukernel).
+        std::optional<xpk::Ukernel> ukernel =
+            TypeSwitch<Operation*, std::optional<xpk::Ukernel>>(&op)
+                .Case([](xg::LinearOp) { return xpk::Ukernel::matmul; })
+                .Case([](xg::PagedAttentionOp) { return xpk::Ukernel::paged_attention; })
+                .Default([](Operation*) { return std::nullopt; });
+        if (ukernel) {
+          op.setAttr(xg::kUkernelAttr, StringAttr::get(ctx, xpk::EnumNameUkernel(*ukernel)));
           continue;
         }
         if (isa<xg::WeightOp, xg::SplitOp, func::ReturnOp>(op)) continue;
@@ -96,8 +97,8 @@ struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass
           symbols.insert(*fn);
           byBody[body] = *fn;
         }
-        op.setAttr("xg.dispatch", FlatSymbolRefAttr::get(*fn));
-        op.setAttr("xg.workgroups",
+        op.setAttr(xg::kDispatchAttr, FlatSymbolRefAttr::get(*fn));
+        op.setAttr(xg::kWorkgroupsAttr,
                    IntegerAttr::get(IntegerType::get(ctx, 64), dispatchWorkgroups(&op)));
       }
     }
@@ -138,7 +139,7 @@ struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass
     OpBuilder b(ctx);
     auto fn = b.create<func::FuncOp>(op.getLoc(), "dispatch",
                                      FunctionType::get(ctx, argTypes, {}));
-    fn->setAttr("xg.dispatch_func", UnitAttr::get(ctx));
+    fn->setAttr(xg::kDispatchFuncAttr, UnitAttr::get(ctx));
     Block* block = fn.addEntryBlock();
     b.setInsertionPointToStart(block);
     SmallVector<Value> views;

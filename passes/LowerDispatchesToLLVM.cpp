@@ -1,6 +1,8 @@
 //===- LowerDispatchesToLLVM.cpp - dispatch functions to the LLVM dialect -===//
 #include "passes/Passes.h"
 
+#include "dialects/XG/IR/XGDialect.h"
+
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
@@ -33,7 +35,7 @@ struct LowerDispatchesToLLVMPass
     SmallVector<std::string> names;
     for (Operation& op : llvm::make_early_inc_range(module.getBody()->getOperations())) {
       auto fn = dyn_cast<func::FuncOp>(op);
-      if (fn && fn->hasAttr("xg.dispatch_func")) {
+      if (fn && fn->hasAttr(xg::kDispatchFuncAttr)) {
         names.push_back(fn.getSymName().str());
         fn.setPrivate();
         continue;
@@ -69,7 +71,8 @@ struct LowerDispatchesToLLVMPass
     pm.addPass(createReconcileUnrealizedCastsPass());
     if (failed(runPipeline(pm, module))) return signalPassFailure();
 
-    // The exported ABI entry of each dispatch:
+    // The exported ABI entry of each dispatch, xpk::abi::DispatchFn in schemas/abi.h
+    // (bump xpk::abi::kDispatchAbiVersion with any change):
     //   void name(void* const* bindings, const void* imports, i64 wg_begin, i64 wg_end)
     OpBuilder b(ctx);
     auto ptrType = LLVM::LLVMPointerType::get(ctx);

@@ -18,7 +18,4 @@ namespace xcc {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-// Version of the dispatch calling convention above; stored in the artifact.
-inline constexpr unsigned kDispatchAbiVersion = 1;
-
 }  // namespace xcc

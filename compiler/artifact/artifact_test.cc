@@ -19,6 +19,7 @@
 #include "runtime/loader/file_header.h"
 #include "runtime/loader/manifest_printer.h"
 #include "runtime/loader/tokenizer_spec_reader.h"
+#include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
 
 namespace xcc {
@@ -146,11 +147,20 @@ struct Fake {
           xpk::Binding(xpk::BindingKind::weight, 0, 0, 0),
           xpk::Binding(xpk::BindingKind::kv_key, p.kv_layer, 0, 0),
           xpk::Binding(xpk::BindingKind::arena, 0, 0, 1024)};
-      std::vector<xpk::Binding> matmul_bindings = {
-          xpk::Binding(xpk::BindingKind::arena, 0, p.arena_binding_offset, 1024),
-          xpk::Binding(xpk::BindingKind::weight, 1, 0, 0),
-          xpk::Binding(xpk::BindingKind::io, 0, 128, 1024)};
-      std::vector<int64_t> mm_iparams = {16, 8, 16, 16, 8, 0, 0, 8};
+      // lm_head: logits [16, 8] (io) = hidden [16, 16] (arena) · lm_head.weightᵀ.
+      using MP = xpk::abi::MatmulParam;
+      using MB = xpk::abi::MatmulBinding;
+      xpk::abi::UkernelCommand<xpk::Ukernel::matmul, xpk::Binding> matmul;
+      matmul.Bind(MB::kA, xpk::Binding(xpk::BindingKind::arena, 0, p.arena_binding_offset, 1024));
+      matmul.Bind(MB::kW, xpk::Binding(xpk::BindingKind::weight, 1, 0, 0));
+      matmul.Bind(MB::kC, xpk::Binding(xpk::BindingKind::io, 0, 128, 1024));
+      for (auto [param, value] : {std::pair{MP::kM, 16}, {MP::kN, 8}, {MP::kK, 16}, {MP::kLda, 16},
+                                  {MP::kLdc, 8}, {MP::kLdAcc, 8}})
+        matmul.Set(param, value);
+      std::vector<xpk::Binding> matmul_bindings;
+      std::vector<int64_t> mm_iparams;
+      std::vector<float> mm_fparams;
+      EXPECT_EQ(matmul.Finish(&mm_iparams, &mm_fparams, &matmul_bindings), "");
       mm_iparams.resize(p.matmul_iparams, 1);
       std::vector<flatbuffers::Offset<xpk::Command>> commands = {
           xpk::CreateCommandDirect(fbb, xpk::CommandKind::dispatch, p.dispatch_function,

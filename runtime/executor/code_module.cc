@@ -41,9 +41,9 @@ Expected<std::unique_ptr<CodeModule>> CodeModule::Load(const Artifact& artifact,
   if (!m.code() || index >= m.code()->size())
     return NotFoundError("{}: no code module {}", path, index);
   const xpk::CodeModule* cm = m.code()->Get(index);
-  if (cm->abi_version() != kSupportedDispatchAbi)
+  if (cm->abi_version() != xpk::abi::kDispatchAbiVersion)
     return UnimplementedError("{}: code module uses dispatch ABI {}, this runtime supports {}",
-                              path, cm->abi_version(), kSupportedDispatchAbi);
+                              path, cm->abi_version(), xpk::abi::kDispatchAbiVersion);
   if (cm->required_features()) {
     std::string missing;
     for (const auto* f : *cm->required_features())

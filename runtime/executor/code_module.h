@@ -15,17 +15,14 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "schemas/abi.h"
 
 namespace xrt {
 
 class Artifact;
 
-// The dispatch calling convention (kDispatchAbiVersion == 1):
-//   bindings[i] is the address of argument i's first element;
-//   the dispatch computes workgroups [wg_begin, wg_end).
-using DispatchFn = void (*)(void* const* bindings, const void* imports, int64_t wg_begin,
-                            int64_t wg_end);
-inline constexpr uint32_t kSupportedDispatchAbi = 1;
+// A generated dispatch function (calling convention in schemas/abi.h).
+using DispatchFn = xpk::abi::DispatchFn;
 
 class CodeModule {
  public:

@@ -7,6 +7,7 @@
 #include "runtime/kernels/matmul.h"
 #include "runtime/kernels/thread_pool.h"
 #include "runtime/loader/artifact.h"
+#include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
 
 namespace xrt {
@@ -31,7 +32,27 @@ uint8_t* AlignedAlloc(uint64_t bytes) {
   return static_cast<uint8_t*>(p);
 }
 
-int64_t I(const xpk::Command* c, uint32_t i) { return c->iparams()->Get(i); }
+// A validated ukernel command's parameters and bound pointers, by role.
+template <xpk::Ukernel U>
+class UkernelCall {
+ public:
+  UkernelCall(const xpk::Command& c, const std::vector<void*>& ptrs) : view_(c), ptrs_(ptrs) {}
+
+  template <typename Role>
+  auto operator[](Role r) const {
+    return view_[r];
+  }
+  // The pointer bound to role `r`, or nullptr when the optional role is unbound.
+  template <typename T>
+  T* Ptr(typename xpk::abi::UkernelView<U>::Binding r) const {
+    const int slot = view_.Slot(r);
+    return slot < 0 ? nullptr : static_cast<T*>(ptrs_[slot]);
+  }
+
+ private:
+  xpk::abi::UkernelView<U> view_;
+  const std::vector<void*>& ptrs_;
+};
 
 }  // namespace
 
@@ -137,20 +158,21 @@ Status Executor::Run(const xpk::Executable& e) {
     }
     switch (c->ukernel()) {
       case xpk::Ukernel::matmul: {
+        using P = xpk::abi::MatmulParam;
+        using B = xpk::abi::MatmulBinding;
+        const UkernelCall<xpk::Ukernel::matmul> call(*c, pc.ptrs);
         MatmulArgs args;
-        args.m = I(c, 0);
-        args.n = I(c, 1);
-        args.k = I(c, 2);
-        args.lda = I(c, 3);
-        args.ldc = I(c, 4);
-        const bool accumulate = I(c, 5) != 0, hasBias = I(c, 6) != 0;
-        args.a = static_cast<const float*>(pc.ptrs[0]);
-        args.packed_w = static_cast<const float*>(pc.ptrs[1]);
-        args.c = static_cast<float*>(pc.ptrs[2]);
-        args.bias = hasBias ? static_cast<const float*>(pc.ptrs[3]) : nullptr;
-        if (accumulate) {
-          const float* acc = static_cast<const float*>(pc.ptrs[3 + (hasBias ? 1 : 0)]);
-          const int64_t ldacc = I(c, 7);
+        args.m = call[P::kM];
+        args.n = call[P::kN];
+        args.k = call[P::kK];
+        args.lda = call[P::kLda];
+        args.ldc = call[P::kLdc];
+        args.a = call.Ptr<const float>(B::kA);
+        args.packed_w = call.Ptr<const float>(B::kW);
+        args.c = call.Ptr<float>(B::kC);
+        args.bias = call.Ptr<const float>(B::kBias);
+        if (const float* acc = call.Ptr<const float>(B::kAcc)) {
+          const int64_t ldacc = call[P::kLdAcc];
           if (acc != args.c) {
             for (int64_t r = 0; r < args.m; ++r)
               std::memcpy(args.c + r * args.ldc, acc + r * ldacc, args.n * sizeof(float));
@@ -161,30 +183,34 @@ Status Executor::Run(const xpk::Executable& e) {
         break;
       }
       case xpk::Ukernel::paged_attention: {
+        using P = xpk::abi::PagedAttentionParam;
+        using F = xpk::abi::PagedAttentionFParam;
+        using B = xpk::abi::PagedAttentionBinding;
+        const UkernelCall<xpk::Ukernel::paged_attention> call(*c, pc.ptrs);
         PagedAttentionArgs args;
-        args.q = static_cast<const float*>(pc.ptrs[0]);
-        args.k = static_cast<const float*>(pc.ptrs[1]);
-        args.v = static_cast<const float*>(pc.ptrs[2]);
-        args.out = static_cast<float*>(pc.ptrs[3]);
-        args.k_cache = static_cast<float*>(pc.ptrs[4]);
-        args.v_cache = static_cast<float*>(pc.ptrs[5]);
-        args.slot_mapping = static_cast<const int32_t*>(pc.ptrs[6]);
-        args.block_tables = static_cast<const int32_t*>(pc.ptrs[7]);
-        args.seq_lens = static_cast<const int32_t*>(pc.ptrs[8]);
-        args.query_start_loc = static_cast<const int32_t*>(pc.ptrs[9]);
-        args.num_tokens = I(c, 0);
-        args.max_num_reqs = I(c, 1);
-        args.max_blocks_per_req = I(c, 2);
-        args.num_heads = I(c, 3);
-        args.num_kv_heads = I(c, 4);
-        args.head_dim = I(c, 5);
-        args.block_size = I(c, 6);
-        args.q_stride = I(c, 7);
-        args.k_stride = I(c, 8);
-        args.v_stride = I(c, 9);
-        args.out_stride = I(c, 10);
-        args.scale = c->fparams()->Get(0);
+        args.q = call.Ptr<const float>(B::kQ);
+        args.k = call.Ptr<const float>(B::kK);
+        args.v = call.Ptr<const float>(B::kV);
+        args.out = call.Ptr<float>(B::kOut);
+        args.k_cache = call.Ptr<float>(B::kKCache);
+        args.v_cache = call.Ptr<float>(B::kVCache);
+        args.slot_mapping = call.Ptr<const int32_t>(B::kSlotMapping);
+        args.block_tables = call.Ptr<const int32_t>(B::kBlockTables);
+        args.seq_lens = call.Ptr<const int32_t>(B::kSeqLens);
+        args.query_start_loc = call.Ptr<const int32_t>(B::kQueryStartLoc);
+        args.num_tokens = call[P::kNumTokens];
+        args.max_num_reqs = call[P::kMaxNumReqs];
+        args.max_blocks_per_req = call[P::kMaxBlocksPerReq];
+        args.num_heads = call[P::kNumHeads];
+        args.num_kv_heads = call[P::kNumKvHeads];
+        args.head_dim = call[P::kHeadDim];
+        args.block_size = call[P::kBlockSize];
+        args.q_stride = call[P::kQStride];
+        args.k_stride = call[P::kKStride];
+        args.v_stride = call[P::kVStride];
+        args.out_stride = call[P::kOutStride];
         args.num_blocks = p_.kv.num_blocks;
+        args.scale = call[F::kScale];
         Status s = PagedAttention(args, pool);
         if (!s.ok())
           return s.WithContext(fmt::format("{} ({})", e.name()->str(),

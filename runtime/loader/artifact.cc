@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "runtime/loader/tokenizer_spec_reader.h"
+#include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
 
 namespace xrt {
@@ -302,10 +303,6 @@ Status ValidateTensorSpec(const xpk::TensorSpec* t, const std::string& label, ui
   return Status::Ok();
 }
 
-struct UkernelArity {
-  uint32_t min_bindings, max_bindings, iparams, fparams;
-};
-
 Status ValidateBinding(const xpk::Manifest& m, const xpk::Executable& e, const xpk::Binding* b,
                        const std::string& label) {
   switch (b->kind()) {
@@ -339,13 +336,90 @@ Status ValidateBinding(const xpk::Manifest& m, const xpk::Executable& e, const x
   return DataLossError("{}: unknown binding kind {}", label, static_cast<int>(b->kind()));
 }
 
+// "takes 8 iparams, got 7 (missing ldacc)" when `got` differs from the
+// `names.size()` roles expected.
+std::string CountMismatch(const char* what, const std::vector<std::string>& names, uint32_t got) {
+  const uint32_t want = static_cast<uint32_t>(names.size());
+  std::string s = fmt::format("takes {} {}, got {}", want, what, got);
+  if (got < want) {
+    std::string missing;
+    for (uint32_t i = got; i < want; ++i) missing += (i > got ? ", " : "") + names[i];
+    s += fmt::format(" (missing {})", missing);
+  } else if (want > 0) {
+    s += fmt::format(" (nothing follows {})", names.back());
+  }
+  return s;
+}
+
+template <typename Role>
+std::vector<std::string> NamesOf(xpk::abi::Roles<Role> roles) {
+  std::vector<std::string> names;
+  for (const Role& r : roles) names.push_back(r.name);
+  return names;
+}
+
+// A ukernel command against its signature in schemas/abi.h: the number of
+// params, their rules, and the bindings the flag params call for.
+Status ValidateUkernel(const xpk::Command& c, const std::string& label) {
+  const xpk::abi::UkernelSignature* sig = xpk::abi::SignatureOf(c.ukernel());
+  if (!sig) return DataLossError("{}: unknown ukernel {}", label, static_cast<int>(c.ukernel()));
+  const char* name = xpk::EnumNameUkernel(c.ukernel());
+  const uint32_t nb = Count(c.bindings()), ni = Count(c.iparams()), nf = Count(c.fparams());
+  // Whatever the flags say, the bindings lie between the required ones and all.
+  int required = 0;
+  for (const xpk::abi::BindingRole& b : sig->bindings)
+    required += b.bound_if == xpk::abi::kAlwaysBound ? 1 : 0;
+  if (required == sig->bindings.size && nb != static_cast<uint32_t>(required)) {
+    return DataLossError("{}: ukernel {} {}", label, name,
+                         CountMismatch("bindings", NamesOf(sig->bindings), nb));
+  }
+  if (nb < static_cast<uint32_t>(required) || nb > static_cast<uint32_t>(sig->bindings.size)) {
+    std::string roles;
+    for (const xpk::abi::BindingRole& b : sig->bindings) {
+      const bool optional = b.bound_if != xpk::abi::kAlwaysBound;
+      roles += fmt::format("{}{}{}{}", roles.empty() ? "" : ", ", optional ? "[" : "", b.name,
+                           optional ? "]" : "");
+    }
+    return DataLossError("{}: ukernel {} takes {} to {} bindings, got {} ({})", label, name,
+                         required, sig->bindings.size, nb, roles);
+  }
+  if (ni != static_cast<uint32_t>(sig->iparams.size)) {
+    return DataLossError("{}: ukernel {} {}", label, name,
+                         CountMismatch("iparams", NamesOf(sig->iparams), ni));
+  }
+  if (nf != static_cast<uint32_t>(sig->fparams.size)) {
+    return DataLossError("{}: ukernel {} {}", label, name,
+                         CountMismatch("fparams", NamesOf(sig->fparams), nf));
+  }
+  for (const xpk::abi::ParamRole& p : sig->iparams) {
+    const int64_t v = c.iparams()->Get(p.index);
+    if (p.rule == xpk::abi::ParamRule::kPositive && v < 1) {
+      return DataLossError("{}: {} {} is {} (must be >= 1)", label, name, p.name, v);
+    }
+    if (p.rule == xpk::abi::ParamRule::kFlag && v != 0 && v != 1) {
+      return DataLossError("{}: {} {} is {} (must be 0 or 1)", label, name, p.name, v);
+    }
+  }
+  auto iparam = [&](int i) { return c.iparams()->Get(i); };
+  std::vector<std::string> bound;
+  std::string flags;
+  for (const xpk::abi::BindingRole& b : sig->bindings) {
+    if (xpk::abi::IsBound(*sig, b.index, iparam)) bound.push_back(b.name);
+    if (b.bound_if != xpk::abi::kAlwaysBound) {
+      flags += fmt::format("{}{} {}", flags.empty() ? " with " : " and ",
+                           sig->iparams[b.bound_if].name, iparam(b.bound_if));
+    }
+  }
+  if (nb != bound.size()) {
+    return DataLossError("{}: {}{} {}", label, name, flags, CountMismatch("bindings", bound, nb));
+  }
+  return Status::Ok();
+}
+
 Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_t ci,
                        const std::string& exe_label) {
   const xpk::Command* c = e.commands()->Get(ci);
   const std::string label = fmt::format("{} command {}", exe_label, ci);
-  const uint32_t nb = Count(c->bindings());
-  const uint32_t ni = Count(c->iparams());
-  const uint32_t nf = Count(c->fparams());
   if (!ElementsAligned(c->bindings()) || !ElementsAligned(c->iparams()) ||
       !ElementsAligned(c->fparams())) {
     return DataLossError("{}: bindings or params vector is misaligned", label);
@@ -365,57 +439,13 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
       }
       break;
     }
-    case xpk::CommandKind::ukernel: {
-      UkernelArity arity{};
-      switch (c->ukernel()) {
-        case xpk::Ukernel::matmul: arity = {3, 5, 8, 0}; break;
-        case xpk::Ukernel::paged_attention: arity = {10, 10, 11, 1}; break;
-        default:
-          return DataLossError("{}: unknown ukernel {}", label, static_cast<int>(c->ukernel()));
-      }
-      const char* name = xpk::EnumNameUkernel(c->ukernel());
-      if (nb < arity.min_bindings || nb > arity.max_bindings) {
-        if (arity.min_bindings == arity.max_bindings) {
-          return DataLossError("{}: ukernel {} takes {} bindings, got {}", label, name,
-                               arity.min_bindings, nb);
-        }
-        return DataLossError("{}: ukernel {} takes {} or {} bindings, got {}", label, name,
-                             arity.min_bindings, arity.max_bindings, nb);
-      }
-      if (ni != arity.iparams) {
-        return DataLossError("{}: ukernel {} takes {} iparams, got {}", label, name, arity.iparams, ni);
-      }
-      if (nf != arity.fparams) {
-        return DataLossError("{}: ukernel {} takes {} fparams, got {}", label, name, arity.fparams, nf);
-      }
-      if (c->ukernel() == xpk::Ukernel::matmul) {
-        // iparams: m, n, k, lda, ldc, accumulate, has_bias, ldacc
-        for (uint32_t p = 0; p < 3; ++p) {
-          if (c->iparams()->Get(p) < 1) {
-            return DataLossError("{}: matmul {} is {} (must be >= 1)", label, "mnk"[p],
-                                 c->iparams()->Get(p));
-          }
-        }
-        const int64_t accumulate = c->iparams()->Get(5);
-        const int64_t has_bias = c->iparams()->Get(6);
-        if (accumulate != 0 && accumulate != 1) {
-          return DataLossError("{}: matmul accumulate is {} (must be 0 or 1)", label, accumulate);
-        }
-        if (has_bias != 0 && has_bias != 1) {
-          return DataLossError("{}: matmul has_bias is {} (must be 0 or 1)", label, has_bias);
-        }
-        if (nb != 3 + has_bias + accumulate) {
-          return DataLossError(
-              "{}: matmul with has_bias {} and accumulate {} takes {} bindings, got {}", label,
-              has_bias, accumulate, 3 + has_bias + accumulate, nb);
-        }
-      }
+    case xpk::CommandKind::ukernel:
+      XRT_RETURN_IF_ERROR(ValidateUkernel(*c, label));
       break;
-    }
     default:
       return DataLossError("{}: unknown command kind {}", label, static_cast<int>(c->kind()));
   }
-  for (uint32_t bi = 0; bi < nb; ++bi) {
+  for (uint32_t bi = 0; bi < Count(c->bindings()); ++bi) {
     XRT_RETURN_IF_ERROR(ValidateBinding(m, e, c->bindings()->Get(bi),
                                         fmt::format("{} binding {}", label, bi)));
   }

@@ -19,8 +19,46 @@ def XG_Dialect : Dialect {
     `xcc-xg-specialize-buckets` makes every dimension static.
   }];
   let cppNamespace = "::xcc::xg";
-  let useDefaultAttributePrinterParser = 0;
+  let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 0;
+
+  // Every `xg.*` attribute the compiler attaches to ops, functions, arguments
+  // and results, with the type of its value. These are the only xg attribute
+  // names (XGDialect.h gives them short C++ names); the dialect's attribute
+  // verifiers (XGDialect.cpp) reject any other.
+  let discardableAttrs = (ins
+    // Entry functions (one per executable), set by the model builder:
+    // unit: the function is an executable.
+    "::mlir::UnitAttr":$entry,
+    // The bucket parameter batch dimensions are bound to: "num_tokens" | "num_reqs".
+    "::mlir::StringAttr":$bucket_param,
+    // Entry arguments: the bucket parameter of each dimension ("" for static ones).
+    "::mlir::ArrayAttr":$symbolic_dims,
+    // Entry arguments and results: the executable's input / output name.
+    "::mlir::StringAttr":$name,
+    // Entry functions after bucket specialization: i64 bucket value.
+    "::mlir::IntegerAttr":$bucket,
+    // After memory planning: entry function i64 sizes of the arena and of the
+    // io buffer (bytes), the io placement of each argument and result, and the
+    // placement of each result of every op (one #xg.buffer per result).
+    "::mlir::IntegerAttr":$arena_size,
+    "::mlir::IntegerAttr":$io_size,
+    "::xcc::xg::BufferAttr":$io,
+    "::mlir::ArrayAttr":$buffers,
+    // After dispatch formation: the runtime microkernel an op runs on (the
+    // name of an xpk::Ukernel, see schemas/abi.h), or the outlined dispatch
+    // function (marked dispatch_func) an op runs as, with its workgroup count.
+    "::mlir::StringAttr":$ukernel,
+    "::mlir::FlatSymbolRefAttr":$dispatch,
+    "::mlir::IntegerAttr":$workgroups,
+    "::mlir::UnitAttr":$dispatch_func
+  );
+  let extraClassDeclaration = [{
+    void registerAttributes();
+  }];
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 class XG_Op<string mnemonic, list<Trait> traits = []>

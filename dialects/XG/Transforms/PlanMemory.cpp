@@ -1,7 +1,6 @@
 //===- PlanMemory.cpp - liveness-based static arena planning --------------===//
 #include "dialects/XG/IR/XGOps.h"
 #include "dialects/XG/Transforms/Passes.h"
-#include "dialects/XG/Transforms/Utils.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/MathExtras.h"
@@ -14,14 +13,6 @@ namespace xcc::xg {
 #include "dialects/XG/Transforms/Passes.h.inc"
 
 namespace {
-
-struct Buffer {
-  BufferSpace space = BufferSpace::kArena;
-  int64_t offset = 0;
-  int64_t size = 0;       // bytes of the whole (root) buffer
-  int64_t rowStride = 0;  // elements
-  int64_t colOffset = 0;  // elements
-};
 
 FailureOr<int64_t> byteSize(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -81,7 +72,12 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
       return signalPassFailure();
     }
     Block& block = func.getBody().front();
-    Builder b(&getContext());
+    MLIRContext* ctx = &getContext();
+    Builder b(ctx);
+    // A buffer of its own for `v`: contiguous rows of its last dimension.
+    auto ownBuffer = [&](Value v, BufferSpace space, int64_t offset) {
+      return BufferAttr::get(ctx, space, offset, *byteSize(v), rowLength(v), /*colOffset=*/0);
+    };
 
     // 1. The io buffer: results, then arguments, in order. Results come first so
     //    that an output feeding another executable (lm_step's hidden states read by
@@ -94,7 +90,7 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
       ioSize = llvm::alignTo(offset + *size, alignment);
       return offset;
     };
-    DenseMap<Value, Buffer> buffers;
+    DenseMap<Value, BufferAttr> buffers;
     Operation* terminator = block.getTerminator();
     for (auto [i, v] : llvm::enumerate(terminator->getOperands())) {
       Operation* def = v.getDefiningOp();
@@ -109,8 +105,8 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
         func.emitError() << "result " << i << " needs a static shape, got " << v.getType();
         return signalPassFailure();
       }
-      func.setResultAttr(i, kIoAttr, b.getDenseI64ArrayAttr({*offset, *byteSize(v)}));
-      buffers[v] = Buffer{BufferSpace::kIo, *offset, *byteSize(v), rowLength(v), 0};
+      buffers[v] = ownBuffer(v, BufferSpace::io, *offset);
+      func.setResultAttr(i, kIoAttr, buffers[v]);
     }
 
     for (BlockArgument arg : func.getArguments()) {
@@ -120,8 +116,7 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
                          << " needs a static shape for memory planning, got " << arg.getType();
         return signalPassFailure();
       }
-      func.setArgAttr(arg.getArgNumber(), kIoAttr,
-                      b.getDenseI64ArrayAttr({*offset, *byteSize(arg)}));
+      func.setArgAttr(arg.getArgNumber(), kIoAttr, ownBuffer(arg, BufferSpace::io, *offset));
     }
 
     // 2. Liveness: the index of the last op that reads each root buffer
@@ -154,17 +149,16 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
       if (isa<WeightOp>(op) || &op == terminator) continue;
       SmallVector<Attribute> attrs;
       if (auto split = dyn_cast<SplitOp>(op)) {
-        Buffer base = buffers.lookup(split.getInput());
-        if (!buffers.count(split.getInput())) {
+        BufferAttr base = buffers.lookup(split.getInput());
+        if (!base) {
           op.emitError() << "cannot plan a view of a value without a buffer";
           return signalPassFailure();
         }
-        int64_t col = base.colOffset;
+        int64_t col = base.getColOffset();
         for (Value r : split.getResults()) {
-          Buffer view = base;
-          view.colOffset = col;
+          buffers[r] = BufferAttr::get(ctx, base.getSpace(), base.getOffset(), base.getSize(),
+                                       base.getRowStride(), col);
           col += rowLength(r);
-          buffers[r] = view;
         }
       } else {
         // A linear whose accumulator dies here writes its result in place.
@@ -172,11 +166,11 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
           Value acc = lin.getAccumulator();
           Value r = lin.getResult();
           if (acc && !buffers.count(r) && root(acc) == acc && buffers.count(acc) &&
-              buffers[acc].space == BufferSpace::kArena && lastUse.lookup(acc) == i &&
+              buffers[acc].getSpace() == BufferSpace::arena && lastUse.lookup(acc) == i &&
               acc.getType() == r.getType()) {
             buffers[r] = buffers[acc];
             for (auto& p : pendingFree)
-              if (p.second == buffers[acc].offset) p.first = lastUse.lookup(r);
+              if (p.second == buffers[acc].getOffset()) p.first = lastUse.lookup(r);
           }
         }
         for (Value r : op.getResults()) {
@@ -188,15 +182,11 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
             return signalPassFailure();
           }
           int64_t offset = arena.allocate(*size);
-          buffers[r] = Buffer{BufferSpace::kArena, offset, *size, rowLength(r), 0};
+          buffers[r] = ownBuffer(r, BufferSpace::arena, offset);
           pendingFree.push_back({lastUse.lookup(r), offset});
         }
       }
-      for (Value r : op.getResults()) {
-        const Buffer& buf = buffers[r];
-        attrs.push_back(b.getDenseI64ArrayAttr({static_cast<int64_t>(buf.space), buf.offset,
-                                                buf.size, buf.rowStride, buf.colOffset}));
-      }
+      for (Value r : op.getResults()) attrs.push_back(buffers[r]);
       op.setAttr(kBuffersAttr, b.getArrayAttr(attrs));
     }
     func->setAttr(kArenaSizeAttr, b.getI64IntegerAttr(arena.peak()));

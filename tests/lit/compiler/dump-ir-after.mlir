@@ -30,6 +30,6 @@
 
 // Every tensor has a planned range.
 // CHECK-LABEL: IR Dump After XGPlanMemory (xcc-xg-plan-memory)
-// CHECK: func.func @lm_step_16({{.*}}xg.io = array<i64:
+// CHECK: func.func @lm_step_16({{.*}}xg.io = #xg.buffer<io, offset =
 // CHECK-SAME: xg.arena_size =
-// CHECK: xg.embedding {{.*}}xg.buffers = [array<i64: 0,
+// CHECK: xg.embedding {{.*}}xg.buffers = [#xg.buffer<arena,

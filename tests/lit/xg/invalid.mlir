@@ -220,3 +220,86 @@ func.func @gather_rank(%x: tensor<4x8xf32>, %i: tensor<2x2xi32>) {
   %y = xg.gather_rows %x, %i : tensor<4x8xf32>, tensor<2x2xi32> -> tensor<2x8xf32>
   return
 }
+
+// -----
+
+// expected-error @+2 {{expected ::xcc::xg::BufferSpace to be one of: arena, io}}
+// expected-error @+1 {{failed to parse XG_BufferAttr parameter 'space'}}
+func.func private @buffer_space(tensor<4xf32> {xg.io = #xg.buffer<heap, offset = 0, size = 16, row_stride = 4>})
+
+// -----
+
+// expected-error @+1 {{struct is missing required parameter: size}}
+func.func private @buffer_missing(tensor<4xf32> {xg.io = #xg.buffer<io, offset = 0, row_stride = 4>})
+
+// -----
+
+// expected-error @+1 {{buffer offset must be >= 0, got -64}}
+func.func private @buffer_offset(tensor<4xf32> {xg.io = #xg.buffer<io, offset = -64, size = 16, row_stride = 4>})
+
+// -----
+
+// expected-error @+1 {{buffer col_offset must be in [0, row_stride 4), got 4}}
+func.func private @buffer_col(tensor<4xf32> {xg.io = #xg.buffer<io, offset = 0, size = 16, row_stride = 4, col_offset = 4>})
+
+// -----
+
+// expected-error @+1 {{argument 0 attribute 'xg.io' must place it in the io buffer}}
+func.func private @io_in_arena(tensor<4xf32> {xg.io = #xg.buffer<arena, offset = 0, size = 16, row_stride = 4>})
+
+// -----
+
+// expected-error @+1 {{result 0 attribute 'xg.io' a 'tensor<4x8xf32>' at column 0 spans 128 bytes, more than the buffer's 64}}
+func.func private @io_too_small() -> (tensor<4x8xf32> {xg.io = #xg.buffer<io, offset = 0, size = 64, row_stride = 8>})
+
+// -----
+
+// expected-error @+1 {{argument 0 attribute 'xg.entry' is not an xg argument attribute}}
+func.func private @arg_attr(tensor<4xf32> {xg.entry})
+
+// -----
+
+func.func @buffers_count(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'xg.buffers' has 2 buffers for 1 results}}
+  %y = xg.add %x, %x {xg.buffers = [#xg.buffer<arena, offset = 0, size = 128, row_stride = 8>,
+                                    #xg.buffer<arena, offset = 128, size = 128, row_stride = 8>]}
+         : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @buffers_positional(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'xg.buffers' must be an array of #xg.buffer}}
+  %y = xg.add %x, %x {xg.buffers = [array<i64: 0, 0, 128, 8, 0>]}
+         : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @buffers_view_wraps(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'xg.buffers' buffer 1 rows of 4 elements at column 6 do not fit in row_stride 8}}
+  %a, %b = xg.split %x {sizes = array<i64: 4, 4>,
+                        xg.buffers = [#xg.buffer<arena, offset = 0, size = 128, row_stride = 8>,
+                                      #xg.buffer<arena, offset = 0, size = 128, row_stride = 8, col_offset = 6>]}
+             : tensor<4x8xf32> -> tensor<4x4xf32>, tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @workgroups(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'xg.workgroups' must be >= 1, got 0}}
+  %y = xg.add %x, %x {xg.dispatch = @add_0, xg.workgroups = 0 : i64}
+         : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @unknown_attr(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'xg.bufers' is not an xg operation attribute}}
+  %y = xg.add %x, %x {xg.bufers = []} : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}

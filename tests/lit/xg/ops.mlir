@@ -50,3 +50,37 @@ func.func @logits(%hidden: tensor<64x64xf32>, %idx: tensor<8xi32>) -> tensor<8x6
   %h = xg.gather_rows %hidden, %idx : tensor<64x64xf32>, tensor<8xi32> -> tensor<8x64xf32>
   return %h : tensor<8x64xf32>
 }
+
+// The xg attributes of a planned entry function: io placements of arguments and
+// results, a buffer per op result (a view at a column offset of its source's
+// buffer; col_offset 0 is the default and is not printed), the ukernel or
+// dispatch an op runs as.
+// CHECK-LABEL: func.func @planned
+// CHECK-SAME: (%{{.*}}: tensor<4x64xf32> {xg.io = #xg.buffer<io, offset = 1024, size = 1024, row_stride = 64>, xg.name = "x", xg.symbolic_dims = ["num_tokens", ""]}
+// CHECK-SAME: -> (tensor<4x32xf32> {xg.io = #xg.buffer<io, offset = 0, size = 512, row_stride = 32>, xg.name = "y"})
+// CHECK-SAME: attributes {xg.arena_size = 512 : i64, xg.bucket = 4 : i64, xg.bucket_param = "num_tokens", xg.entry, xg.io_size = 2048 : i64}
+func.func @planned(%x: tensor<4x64xf32> {xg.io = #xg.buffer<io, offset = 1024, size = 1024, row_stride = 64, col_offset = 0>,
+                                          xg.name = "x", xg.symbolic_dims = ["num_tokens", ""]})
+    -> (tensor<4x32xf32> {xg.io = #xg.buffer<io, offset = 0, size = 512, row_stride = 32>, xg.name = "y"})
+    attributes {xg.entry, xg.bucket_param = "num_tokens", xg.bucket = 4 : i64,
+                xg.arena_size = 512 : i64, xg.io_size = 2048 : i64} {
+  // CHECK: xg.split {{.*}}xg.buffers = [#xg.buffer<io, offset = 1024, size = 1024, row_stride = 64>, #xg.buffer<io, offset = 1024, size = 1024, row_stride = 64, col_offset = 32>]
+  %a, %b = xg.split %x {sizes = array<i64: 32, 32>,
+                        xg.buffers = [#xg.buffer<io, offset = 1024, size = 1024, row_stride = 64>,
+                                      #xg.buffer<io, offset = 1024, size = 1024, row_stride = 64, col_offset = 32>]}
+             : tensor<4x64xf32> -> tensor<4x32xf32>, tensor<4x32xf32>
+  // CHECK: xg.silu_mul {{.*}}{xg.buffers = [#xg.buffer<arena, offset = 0, size = 512, row_stride = 32>], xg.dispatch = @silu_mul_0, xg.workgroups = 4 : i64}
+  %s = xg.silu_mul %a, %b {xg.buffers = [#xg.buffer<arena, offset = 0, size = 512, row_stride = 32>],
+                           xg.dispatch = @silu_mul_0, xg.workgroups = 4 : i64}
+         : tensor<4x32xf32>, tensor<4x32xf32> -> tensor<4x32xf32>
+  %w = xg.weight "w" {pack_nr = 16 : i64} : tensor<32x32xf32>
+  // CHECK: xg.linear {{.*}}{xg.buffers = [#xg.buffer<io, offset = 0, size = 512, row_stride = 32>], xg.ukernel = "matmul"}
+  %y = xg.linear %s, %w {xg.buffers = [#xg.buffer<io, offset = 0, size = 512, row_stride = 32>], xg.ukernel = "matmul"}
+         : tensor<4x32xf32>, tensor<32x32xf32> -> tensor<4x32xf32>
+  return %y : tensor<4x32xf32>
+}
+
+// CHECK-LABEL: func.func private @silu_mul_0
+// CHECK-SAME: attributes {xg.dispatch_func}
+func.func private @silu_mul_0(memref<128xf32>, memref<128xf32>, memref<128xf32>, index, index)
+    attributes {xg.dispatch_func}

@@ -5,15 +5,15 @@
 // alive until silu_mul; %n1's range [0, 4096) is free again after the first
 // linear but too small for silu_mul's 6144 bytes, which go after %gu.
 // CHECK-LABEL: func.func @mlp
-// CHECK-SAME: %arg0: tensor<16x64xf32> {xg.io = array<i64: 4096, 4096>}
-// CHECK-SAME: -> (tensor<16x64xf32> {xg.io = array<i64: 0, 4096>})
+// CHECK-SAME: %arg0: tensor<16x64xf32> {xg.io = #xg.buffer<io, offset = 4096, size = 4096, row_stride = 64>}
+// CHECK-SAME: -> (tensor<16x64xf32> {xg.io = #xg.buffer<io, offset = 0, size = 4096, row_stride = 64>})
 // CHECK-SAME: xg.arena_size = 22528 : i64
 // CHECK-SAME: xg.io_size = 8192 : i64
-// CHECK: xg.rms_norm {{.*}}xg.buffers = [array<i64: 0, 0, 4096, 64, 0>]
-// CHECK: xg.linear {{.*}}xg.buffers = [array<i64: 0, 4096, 12288, 192, 0>]
-// CHECK: xg.split {{.*}}xg.buffers = [array<i64: 0, 4096, 12288, 192, 0>, array<i64: 0, 4096, 12288, 192, 96>]
-// CHECK: xg.silu_mul {{.*}}xg.buffers = [array<i64: 0, 16384, 6144, 96, 0>]
-// CHECK: xg.linear {{.*}}xg.buffers = [array<i64: 1, 0, 4096, 64, 0>]
+// CHECK: xg.rms_norm {{.*}}xg.buffers = [#xg.buffer<arena, offset = 0, size = 4096, row_stride = 64>]
+// CHECK: xg.linear {{.*}}xg.buffers = [#xg.buffer<arena, offset = 4096, size = 12288, row_stride = 192>]
+// CHECK: xg.split {{.*}}xg.buffers = [#xg.buffer<arena, offset = 4096, size = 12288, row_stride = 192>, #xg.buffer<arena, offset = 4096, size = 12288, row_stride = 192, col_offset = 96>]
+// CHECK: xg.silu_mul {{.*}}xg.buffers = [#xg.buffer<arena, offset = 16384, size = 6144, row_stride = 96>]
+// CHECK: xg.linear {{.*}}xg.buffers = [#xg.buffer<io, offset = 0, size = 4096, row_stride = 64>]
 func.func @mlp(%x: tensor<16x64xf32>) -> tensor<16x64xf32> attributes {xg.entry} {
   %nw = xg.weight "norm" : tensor<64xf32>
   %n1 = xg.rms_norm %x, %nw {eps = 1.0e-5 : f64} : tensor<16x64xf32>, tensor<64xf32> -> tensor<16x64xf32>
@@ -47,10 +47,10 @@ func.func @dynamic(%x: tensor<?x64xf32>) -> tensor<?x64xf32> attributes {xg.entr
 // The residual stream is updated in place: %x1 dies at the linear that
 // accumulates into it, so %x2 takes %x1's range.
 // CHECK-LABEL: func.func @in_place
-// CHECK: xg.rms_norm {{.*}}xg.buffers = [array<i64: 0, 0, 4096, 64, 0>]
-// CHECK: xg.rms_norm {{.*}}xg.buffers = [array<i64: 0, 4096, 4096, 64, 0>]
-// CHECK: xg.linear {{.*}}accumulate{{.*}}xg.buffers = [array<i64: 0, 0, 4096, 64, 0>]
-// CHECK: xg.rms_norm {{.*}}xg.buffers = [array<i64: 1, 0, 4096, 64, 0>]
+// CHECK: xg.rms_norm {{.*}}xg.buffers = [#xg.buffer<arena, offset = 0, size = 4096, row_stride = 64>]
+// CHECK: xg.rms_norm {{.*}}xg.buffers = [#xg.buffer<arena, offset = 4096, size = 4096, row_stride = 64>]
+// CHECK: xg.linear {{.*}}accumulate{{.*}}xg.buffers = [#xg.buffer<arena, offset = 0, size = 4096, row_stride = 64>]
+// CHECK: xg.rms_norm {{.*}}xg.buffers = [#xg.buffer<io, offset = 0, size = 4096, row_stride = 64>]
 func.func @in_place(%x: tensor<16x64xf32>) -> tensor<16x64xf32> attributes {xg.entry} {
   %nw = xg.weight "norm" : tensor<64xf32>
   %x1 = xg.rms_norm %x, %nw {eps = 1.0e-5 : f64} : tensor<16x64xf32>, tensor<64xf32> -> tensor<16x64xf32>
