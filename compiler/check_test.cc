@@ -44,6 +44,15 @@ uint32_t SegmentOfKind(const std::string& path, xpk::SegmentKind kind) {
   return 0;
 }
 
+// `r` ran and has exactly one finding, of `kind`, saying `message`.
+void ExpectOneFinding(const xrt::Expected<CheckReport>& r, const std::string& kind,
+                      const std::string& message) {
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->findings.size(), 1u) << r->ToText();
+  EXPECT_EQ(r->findings[0].kind, kind);
+  EXPECT_EQ(r->findings[0].message, message);
+}
+
 class CheckTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -160,15 +169,11 @@ TEST_F(CheckTest, VerifyWeightsFindsAFlippedWeightByte) {
   bytes = ReadBytes(o.artifact_path);
   const xrt::Xxh3_128Digest actual = xrt::ComputeXxh3_128(bytes.data() + begin, end - begin);
 
-  auto corrupt = RunCheck(o);
-  ASSERT_TRUE(corrupt.ok()) << corrupt.status().ToString();
-  ASSERT_EQ(corrupt->findings.size(), 1u) << corrupt->ToText();
-  EXPECT_EQ(corrupt->findings[0].kind, "integrity");
-  EXPECT_EQ(corrupt->findings[0].message,
-            fmt::format("{}: segment {} (weights): checksum mismatch, the bytes [{}, {}) are "
-                        "corrupt: expected xxh3_128 {}, actual {}",
-                        o.artifact_path, index, begin, end, expected,
-                        xrt::HexDigest(actual.data(), actual.size())));
+  ExpectOneFinding(RunCheck(o), "integrity",
+                   fmt::format("{}: segment {} (weights): checksum mismatch, the bytes [{}, {}) "
+                               "are corrupt: expected xxh3_128 {}, actual {}",
+                               o.artifact_path, index, begin, end, expected,
+                               xrt::HexDigest(actual.data(), actual.size())));
   // Without the flag the weights are not read.
   o.verify_weights = false;
   auto unchecked = RunCheck(o);
@@ -197,16 +202,12 @@ TEST_F(CheckTest, Format10ArtifactWithoutChecksumsIsAFinding) {
       .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   const uint32_t code = SegmentOfKind(o.artifact_path, xpk::SegmentKind::code);
   const uint32_t weights = SegmentOfKind(o.artifact_path, xpk::SegmentKind::weights);
-  auto r = RunCheck(o);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_EQ(r->findings.size(), 1u) << r->ToText();
-  EXPECT_EQ(r->findings[0].kind, "integrity");
-  EXPECT_EQ(r->findings[0].message,
-            fmt::format("segment {} (code) has no checksum (artifact format 1.0): its code is "
-                        "loaded unverified; recompile",
-                        code));
+  ExpectOneFinding(RunCheck(o), "integrity",
+                   fmt::format("segment {} (code) has no checksum (artifact format 1.0): its "
+                               "code is loaded unverified; recompile",
+                               code));
   o.verify_weights = true;
-  r = RunCheck(o);
+  auto r = RunCheck(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->findings.size(), 2u) << r->ToText();
   EXPECT_THAT(r->ToText(),

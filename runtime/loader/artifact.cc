@@ -627,9 +627,8 @@ Expected<ByteSpan> Artifact::segment_data(uint32_t index) const {
 
 Status Artifact::VerifySegment(uint32_t index) const {
   XRT_ASSIGN_OR_RETURN(ByteSpan bytes, segment_data(index));
-  Status s = VerifySegmentChecksum(*manifest_->segments()->Get(index), index, bytes.data,
-                                   bytes.size);
-  return s.ok() ? s : s.WithContext(path_);
+  return VerifySegmentChecksum(*manifest_->segments()->Get(index), index, bytes.data, bytes.size)
+      .WithContext(path_);
 }
 
 uint32_t Artifact::num_weights() const { return Count(manifest_->weights()); }
