@@ -323,10 +323,10 @@ TEST(SegmentChecksum, Xxh3_128KnownVectors) {
 TEST(ArtifactIntegrity, EverySegmentCarriesItsChecksum) {
   Fake fake;
   std::vector<uint8_t> bytes = fake.Bytes();
-  auto loaded = Load(bytes);
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  const xrt::Artifact& a = **loaded;
-  EXPECT_GE(a.header().format_minor, xrt::kXpkFirstMinorWithChecksums);
+  auto artifact = Load(bytes);
+  ASSERT_TRUE(artifact.ok()) << artifact.status().ToString();
+  EXPECT_GE((*artifact)->header().format_minor, xrt::kXpkFirstMinorWithChecksums);
+  const xrt::Artifact& a = **artifact;
   ASSERT_EQ(a.num_segments(), 2u);
   for (uint32_t i = 0; i < a.num_segments(); ++i) {
     SCOPED_TRACE(i);
