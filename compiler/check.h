@@ -24,10 +24,13 @@ struct CheckOptions {
   // JSONL request trace to replay through the real scheduler (see
   // runtime/engine/replay.h); empty: no replay.
   std::string trace_path;
+  // Also recompute the checksum of every weights/adapters segment (reads the whole
+  // file). Code segments are always verified: the loader does it at open.
+  bool verify_weights = false;
 };
 
 struct CheckFinding {
-  std::string kind;     // "coverage" | "stale"
+  std::string kind;     // "coverage" | "stale" | "integrity"
   std::string message;  // names the shape / file and the limit or change behind it
 };
 
@@ -41,7 +44,9 @@ struct CheckReport {
 };
 
 // Runs every check. An error Status means the check could not run (exit code
-// 2); findings mean it ran and found a gap or staleness (exit code 1).
+// 2), e.g. an artifact the loader rejects (a corrupt code segment among them);
+// findings mean it ran and found a gap, staleness or a corrupt or unverifiable
+// segment (exit code 1).
 xrt::Expected<CheckReport> RunCheck(const CheckOptions& options);
 
 }  // namespace xcc

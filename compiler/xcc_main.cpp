@@ -1,8 +1,9 @@
 // xcc: the ahead-of-time compiler driver.
 //   xcc compile MODEL_PATH -o ARTIFACT [options]
 //   xcc inspect ARTIFACT [--json]
-//   xcc check ARTIFACT [--serving-config FILE] [--inputs MODEL_PATH ...] [--trace FILE] [--json]
-//     exit codes: 0 all good, 1 a finding (gap or stale), 2 could not run
+//   xcc check ARTIFACT [--serving-config FILE] [--inputs MODEL_PATH ...] [--trace FILE]
+//             [--verify-weights] [--json]
+//     exit codes: 0 all good, 1 a finding (gap, stale, corrupt segment), 2 could not run
 //   xcc tune-buckets ARTIFACT --trace FILE [--max-executables K] [--serving-config FILE]
 #include <cstdio>
 #include <iostream>
@@ -76,8 +77,8 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand(
       "check",
       "CI gate: prove every step shape the serving limits allow is compiled, and that the "
-      "artifact is up to date with its inputs. Exit 0: all good; 1: a gap or staleness was "
-      "found; 2: the check could not run");
+      "artifact is up to date with its inputs and intact. Exit 0: all good; 1: a gap, "
+      "staleness or a corrupt segment was found; 2: the check could not run");
   check->add_option("artifact", checkOptions.artifact_path, "The .xpk file")->required();
   check->add_option("--serving-config", checkOptions.serving_config_path,
                     "JSON with xrt run's limits (max-num-seqs, max-num-batched-tokens, "
@@ -87,6 +88,10 @@ int main(int argc, char** argv) {
   check->add_option("--trace", checkOptions.trace_path,
                     "JSONL request trace (arrival, prompt or prompt_len, max_tokens) to replay "
                     "through the real scheduler: bucket histogram, padding, preemptions");
+  check->add_flag("--verify-weights", checkOptions.verify_weights,
+                  "Also recompute the checksum of every weights segment (reads the whole "
+                  "file); a mismatch is a finding naming the segment and both digests. Code "
+                  "segments are always verified");
   check->add_flag("--json", checkJson, "Print JSON");
 
   xcc::TuneOptions tuneOptions;

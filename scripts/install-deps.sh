@@ -14,6 +14,7 @@ PKGS=(
   libpcre2-dev libutf8proc-dev
   # SHA-256 content hashes for provenance
   libssl-dev
+  libxxhash-dev  # XXH3-128 segment checksums: the runtime verifies an artifact's code before loading it
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev

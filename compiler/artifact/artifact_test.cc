@@ -12,12 +12,15 @@
 #include <iterator>
 #include <random>
 
+#include "compiler/artifact/artifact_patch_for_tests.h"
 #include "compiler/artifact/artifact_writer.h"
 #include "compiler/artifact/sha256.h"
 #include "compiler/artifact/tokenizer_spec_writer.h"
+#include "runtime/executor/code_module.h"
 #include "runtime/loader/artifact.h"
 #include "runtime/loader/file_header.h"
 #include "runtime/loader/manifest_printer.h"
+#include "runtime/loader/segment_checksum.h"
 #include "runtime/loader/tokenizer_spec_reader.h"
 #include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
@@ -215,22 +218,17 @@ std::string LoadError(const std::vector<uint8_t>& bytes) {
   return a.status().message();
 }
 
-const xpk::Manifest* ManifestOf(std::vector<uint8_t>& bytes) {
-  return xpk::GetManifest(bytes.data() + xrt::kXpkHeaderSize);
+std::string Hex(const xrt::Xxh3_128Digest& d) { return xrt::HexDigest(d.data(), d.size()); }
+
+// The XXH3-128 of segment `index`'s bytes inside `bytes` (a whole artifact).
+xrt::Xxh3_128Digest SegmentDigest(std::vector<uint8_t>& bytes, uint32_t index) {
+  const xpk::Segment* s = ManifestOf(bytes)->segments()->Get(index);
+  return xrt::ComputeXxh3_128(bytes.data() + s->offset(), s->size());
 }
 
-// Address of a table's field inside the buffer (generated tables inherit Table privately).
-template <typename T>
-const uint8_t* FieldAddr(const T* table, flatbuffers::voffset_t field) {
-  const uint8_t* p = reinterpret_cast<const flatbuffers::Table*>(table)->GetAddressOf(field);
-  EXPECT_NE(p, nullptr) << "field " << field << " not stored";
-  return p;
-}
-
-// Overwrites a scalar that lives inside `bytes` (found through a parsed view of them).
-template <typename T>
-void Poke(const void* where, T value) {
-  std::memcpy(const_cast<void*>(where), &value, sizeof(T));
+std::string StoredChecksumHex(std::vector<uint8_t>& bytes, uint32_t index) {
+  const auto* c = ManifestOf(bytes)->segments()->Get(index)->checksum();
+  return c ? xrt::HexDigest(c->data(), c->size()) : "";
 }
 
 std::vector<uint8_t> ReadFile(const std::string& path) {
@@ -320,6 +318,155 @@ TEST(Sha256, KnownVectorsAndFile) {
   auto missing = Sha256File(path);
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr(path));
+}
+
+// ---- segment checksums ---------------------------------------------------------------
+
+TEST(SegmentChecksum, Xxh3_128KnownVectors) {
+  // Canonical big-endian digests, as `xxh128sum` prints them.
+  EXPECT_EQ(Hex(xrt::ComputeXxh3_128("", 0)), "99aa06d3014798d86001c324468d497f");
+  EXPECT_EQ(Hex(xrt::ComputeXxh3_128("abc", 3)), "06b05ab6733a618578af5f94892f3950");
+  const uint8_t bytes[] = {0x00, 0x0f, 0xa0, 0xff};
+  EXPECT_EQ(xrt::HexDigest(bytes, sizeof(bytes)), "000fa0ff");
+}
+
+TEST(ArtifactIntegrity, EverySegmentCarriesItsChecksum) {
+  Fake fake;
+  std::vector<uint8_t> bytes = fake.Bytes();
+  auto artifact = Load(bytes);
+  ASSERT_TRUE(artifact.ok()) << artifact.status().ToString();
+  EXPECT_GE((*artifact)->header().format_minor, xrt::kXpkFirstMinorWithChecksums);
+  const xrt::Artifact& a = **artifact;
+  ASSERT_EQ(a.num_segments(), 2u);
+  for (uint32_t i = 0; i < a.num_segments(); ++i) {
+    SCOPED_TRACE(i);
+    const xpk::Segment* s = a.manifest().segments()->Get(i);
+    EXPECT_EQ(s->checksum_algorithm(), xpk::ChecksumAlgorithm::xxh3_128);
+    EXPECT_EQ(StoredChecksumHex(bytes, i), Hex(SegmentDigest(bytes, i)));
+    Status v = a.VerifySegment(i);
+    EXPECT_TRUE(v.ok()) << v.ToString();
+  }
+  // The code segment's digest is the digest of exactly the code the writer was given.
+  EXPECT_EQ(StoredChecksumHex(bytes, fake.code_segment),
+            Hex(xrt::ComputeXxh3_128(fake.inputs.code.data(), fake.inputs.code.size())));
+  Status out_of_range = a.VerifySegment(2);
+  EXPECT_EQ(out_of_range.code(), xrt::StatusCode::kOutOfRange);
+}
+
+TEST(ArtifactIntegrity, FlippedCodeByteIsRejectedAtLoad) {
+  Fake fake;
+  const std::vector<uint8_t> bytes = fake.Bytes();
+  std::vector<uint8_t> copy = bytes;
+  const xpk::Segment* code = ManifestOf(copy)->segments()->Get(fake.code_segment);
+  const uint64_t begin = code->offset(), end = code->offset() + code->size();
+  const std::string expected = StoredChecksumHex(copy, fake.code_segment);
+  for (uint64_t pos : {begin, begin + 5, end - 1}) {
+    SCOPED_TRACE(pos);
+    std::vector<uint8_t> bad = bytes;
+    bad[pos] ^= 0x01;
+    const std::string actual = Hex(SegmentDigest(bad, fake.code_segment));
+    ASSERT_NE(actual, expected);
+    EXPECT_EQ(LoadError(bad),
+              fmt::format("model.xpk: segment 1 (code): checksum mismatch, the bytes [{}, {}) are "
+                          "corrupt: expected xxh3_128 {}, actual {}",
+                          begin, end, expected, actual));
+  }
+}
+
+TEST(ArtifactIntegrity, FlippedWeightByteIsFoundOnRequest) {
+  Fake fake;
+  std::vector<uint8_t> bad = fake.Bytes();
+  const xpk::Segment* weights = ManifestOf(bad)->segments()->Get(0);
+  const uint64_t begin = weights->offset(), end = weights->offset() + weights->size();
+  const std::string expected = StoredChecksumHex(bad, 0);
+  bad[begin + fake.lm_head.offset + 3] ^= 0x80;
+  const std::string actual = Hex(SegmentDigest(bad, 0));
+  // Weights are not hashed at open (that would read the whole file at every start).
+  auto loaded = Load(bad);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  Status v = (*loaded)->VerifySegment(0);
+  EXPECT_EQ(v.code(), xrt::StatusCode::kDataLoss);
+  EXPECT_EQ(v.message(),
+            fmt::format("model.xpk: segment 0 (weights): checksum mismatch, the bytes [{}, {}) are "
+                        "corrupt: expected xxh3_128 {}, actual {}",
+                        begin, end, expected, actual));
+  EXPECT_TRUE((*loaded)->VerifySegment(1).ok());
+}
+
+TEST(ArtifactIntegrity, MalformedChecksumFields) {
+  Fake fake;
+  const std::vector<uint8_t> bytes = fake.Bytes();
+  auto code_segment = [&](std::vector<uint8_t>& b) {
+    return ManifestOf(b)->segments()->Get(fake.code_segment);
+  };
+  std::vector<uint8_t> bad = bytes;
+  Poke<uint8_t>(FieldAddr(code_segment(bad), xpk::Segment::VT_CHECKSUM_ALGORITHM), 7);
+  EXPECT_EQ(LoadError(bad),
+            "model.xpk: segment 1 (code): unknown checksum algorithm 7 (this runtime knows "
+            "xxh3_128)");
+  bad = bytes;
+  Poke<uint8_t>(FieldAddr(code_segment(bad), xpk::Segment::VT_CHECKSUM_ALGORITHM), 0);
+  EXPECT_EQ(LoadError(bad), "model.xpk: segment 1 (code): 16 checksum bytes but no checksum algorithm");
+  bad = bytes;  // the digest vector's length field precedes its bytes
+  Poke<uint32_t>(code_segment(bad)->checksum()->data() - 4, 8);
+  EXPECT_EQ(LoadError(bad), "model.xpk: segment 1 (code): xxh3_128 checksum has 8 bytes, expected 16");
+}
+
+// A format 1.0 artifact has neither checksum field: it loads unverified; from format 1.1 on
+// a segment without a checksum is corrupt.
+TEST(ArtifactIntegrity, SegmentsWithoutChecksums) {
+  Fake fake;
+  std::vector<uint8_t> bad = fake.Bytes();
+  StripSegmentChecksums(bad, xrt::kXpkFormatMinor);
+  ASSERT_EQ(ManifestOf(bad)->segments()->Get(1)->checksum(), nullptr);
+  EXPECT_EQ(LoadError(bad), fmt::format("model.xpk: segment 0 (weights): no checksum, but format "
+                                        "1.{} requires one",
+                                        xrt::kXpkFormatMinor));
+
+  StripSegmentChecksums(bad, 0);  // a genuine 1.0 artifact
+  auto loaded = Load(bad);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  Status v = (*loaded)->VerifySegment(0);
+  EXPECT_EQ(v.code(), xrt::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(v.message(),
+            "model.xpk: segment 0 (weights): no checksum to verify against (artifact format 1.0)");
+  EXPECT_THAT(xrt::ManifestToText(**loaded), HasSubstr("align 64  checksum none\n"));
+  EXPECT_EQ(xrt::ManifestToJson(**loaded)["segments"][1]["checksum_algorithm"], "none");
+  // Unverified, as documented: a corrupt code byte goes unnoticed in a 1.0 artifact.
+  bad[ManifestOf(bad)->segments()->Get(1)->offset()] ^= 0x01;
+  EXPECT_TRUE(Load(bad).ok());
+}
+
+// The code module verifies its own sealed copy, the bytes dlopen maps: a file overwritten in
+// place after Artifact::Open() must not get its new code executed.
+TEST(ArtifactIntegrity, CodeModuleVerifiesTheBytesItMaps) {
+  if (!xrt::CpuHasFeature("avx2")) GTEST_SKIP() << "the fake code module requires avx2";
+  namespace fs = std::filesystem;
+  const std::string path =
+      ::testing::TempDir() + "/xpk_code_integrity_" + std::to_string(::getpid()) + ".xpk";
+  Fake fake;
+  ASSERT_TRUE(fake.writer.WriteToFile(path, fake.Builder()).ok());
+  auto loaded = xrt::Artifact::Open(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const xpk::Segment* code = (*loaded)->manifest().segments()->Get(fake.code_segment);
+
+  // Intact: verification passes and dlopen then rejects the fake (not a real ELF) code.
+  auto intact = xrt::CodeModule::Load(**loaded, 0);
+  ASSERT_FALSE(intact.ok());
+  EXPECT_THAT(intact.status().message(), HasSubstr("cannot load the code segment"));
+
+  // Overwritten in place after Open(): the mapping sees the new byte.
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(code->offset() + 2));
+    f.put(static_cast<char>(fake.inputs.code[2] ^ 0x10));
+  }
+  auto tampered = xrt::CodeModule::Load(**loaded, 0);
+  ASSERT_FALSE(tampered.ok());
+  EXPECT_EQ(tampered.status().code(), xrt::StatusCode::kDataLoss);
+  EXPECT_THAT(tampered.status().message(),
+              HasSubstr(path + ": segment 1 (code): checksum mismatch"));
+  fs::remove(path);
 }
 
 // ---- valid artifact ------------------------------------------------------------------
@@ -487,6 +634,14 @@ TEST(Artifact, Printer) {
   EXPECT_EQ(j["tokenizer"]["vocab_size"], 8);
   EXPECT_EQ(j["limits"]["max_blocks_per_req"], 4);
   EXPECT_EQ(j["provenance"]["inputs"][0]["role"], "config");
+  // Every segment's checksum.
+  std::vector<uint8_t> bytes = fake.Bytes();
+  const std::string code_digest = StoredChecksumHex(bytes, fake.code_segment);
+  EXPECT_EQ(code_digest.size(), 32u);
+  EXPECT_THAT(text, HasSubstr("align 64  checksum xxh3_128 " + code_digest + "\n"));
+  EXPECT_THAT(text, HasSubstr("checksum xxh3_128 " + StoredChecksumHex(bytes, 0)));
+  EXPECT_EQ(j["segments"][1]["checksum_algorithm"], "xxh3_128");
+  EXPECT_EQ(j["segments"][1]["checksum"], code_digest);
 }
 
 // ---- corrupt files -------------------------------------------------------------------
@@ -522,8 +677,9 @@ TEST(ArtifactCorrupt, MagicAndVersion) {
   EXPECT_EQ(LoadError(bad), "model.xpk: not an xpk artifact (bad magic)");
   bad = bytes;
   bad[8] = 2;
-  EXPECT_EQ(LoadError(bad),
-            "model.xpk: format version 2.0 is not supported by this runtime (supports 1.x)");
+  EXPECT_EQ(LoadError(bad), fmt::format("model.xpk: format version 2.{} is not supported by this "
+                                       "runtime (supports 1.x)",
+                                       xrt::kXpkFormatMinor));
   bad = bytes;
   bad[64 + 4] = 'Z';  // flatbuffer file identifier
   EXPECT_EQ(LoadError(bad), "model.xpk: manifest file identifier is not \"XPK1\"");

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "runtime/loader/file_header.h"
+#include "runtime/loader/segment_checksum.h"
 
 namespace xcc {
 namespace {
@@ -117,6 +118,13 @@ Expected<ArtifactWriter::Layout> ArtifactWriter::ComputeLayout(const ManifestBui
     return Status::Ok();
   };
 
+  // The checksums depend only on the bytes, not on the placement: hash once.
+  std::vector<xrt::Xxh3_128Digest> digests;
+  digests.reserve(segments_.size());
+  for (const PendingSegment& s : segments_) {
+    digests.push_back(xrt::ComputeXxh3_128(s.bytes.data(), s.bytes.size()));
+  }
+
   Layout layout;
   uint64_t manifest_size = 0;
   std::vector<SegmentPlacement> placed;
@@ -129,8 +137,11 @@ Expected<ArtifactWriter::Layout> ArtifactWriter::ComputeLayout(const ManifestBui
     fbb.ForceDefaults(true);
     std::vector<flatbuffers::Offset<xpk::Segment>> segs;
     segs.reserve(placed.size());
-    for (const SegmentPlacement& p : placed) {
-      segs.push_back(xpk::CreateSegment(fbb, p.kind, p.offset, p.size, p.alignment));
+    for (size_t i = 0; i < placed.size(); ++i) {
+      const SegmentPlacement& p = placed[i];
+      auto checksum = fbb.CreateVector(digests[i].data(), digests[i].size());
+      segs.push_back(xpk::CreateSegment(fbb, p.kind, p.offset, p.size, p.alignment,
+                                        xpk::ChecksumAlgorithm::xxh3_128, checksum));
     }
     SegmentTable table = fbb.CreateVector(segs);
     fbb.ForceDefaults(false);

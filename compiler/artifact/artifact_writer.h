@@ -11,7 +11,8 @@
 // the Segment table, and iterates to a fixed point: place segments after the manifest
 // built with the previous guess, rebuild, until the placement no longer changes (two
 // passes in practice: Segment fields are always stored, so the flatbuffer's size does not
-// depend on the offset values).
+// depend on the offset values). Every segment gets an XXH3-128 checksum of its bytes
+// (runtime/loader/segment_checksum.h), computed once per layout.
 //
 // Output is a pure function of the inputs: no timestamps, nothing pointer- or
 // hash-order-dependent, all padding zeroed. Files are written atomically (a temporary file

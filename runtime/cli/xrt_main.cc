@@ -4,6 +4,7 @@
 //           [--shutdown-timeout SECONDS]
 //   xrt generate ARTIFACT --prompt TEXT [--chat] [--max-tokens N] [--temperature T]
 //                [--top-p P] [--top-k K] [--seed S] [--threads N]
+//   both: [--verify-weights] (recompute the weights' checksums before running)
 #include <pthread.h>
 #include <signal.h>
 
@@ -32,6 +33,23 @@ int Fail(const xrt::Status& s) {
 // The text of a special token (for chat templates' bos_token/eos_token), "" if absent.
 std::string SpecialTokenText(const xrt::Tokenizer& tok, int32_t id) {
   return id >= 0 ? tok.Decode({id}) : "";
+}
+
+// --verify-weights: recomputes the checksum of every segment but the code (which the
+// loader verified at open); the first mismatch, or a segment without a checksum, is an error.
+xrt::Status VerifyWeights(const xrt::Artifact& a) {
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < a.num_segments(); ++i) {
+    const xpk::Segment* s = a.manifest().segments()->Get(i);
+    if (s->kind() == xpk::SegmentKind::code) continue;
+    XRT_RETURN_IF_ERROR(a.VerifySegment(i));
+    bytes += s->size();
+  }
+  std::fprintf(stderr, "xrt: verified the checksums of %.1f MiB of weights in %.2f s\n",
+               bytes / 1048576.0,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return xrt::Status::Ok();
 }
 
 // "2GiB", "512MiB", "1000000" -> bytes.
@@ -63,7 +81,7 @@ xrt::Expected<int64_t> ParseBytes(const std::string& text) {
 // wait), end the rest with finish_reason "abort" (streams get a final chunk
 // and [DONE]), exit 0.
 int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::ServerParams sp,
-          const std::string& kvMemory, double shutdownTimeout) {
+          const std::string& kvMemory, double shutdownTimeout, bool verifyWeights) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -78,6 +96,10 @@ int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::Serve
   auto runner = xrt::ModelRunner::Create(rp);
   if (!runner.ok()) return Fail(runner.status());
   xrt::ModelRunner& r = **runner;
+  if (verifyWeights) {
+    xrt::Status v = VerifyWeights(r.artifact());
+    if (!v.ok()) return Fail(v);
+  }
   ep.runner = &r;
   auto engine = xrt::LLMEngine::Create(ep);
   if (!engine.ok()) return Fail(engine.status());
@@ -138,7 +160,10 @@ int main(int argc, char** argv) {
 
   xrt::ModelRunnerParams rp;
   std::string prompt, system;
-  bool chat = false, ignoreEos = false, showIds = false;
+  bool chat = false, ignoreEos = false, showIds = false, verifyWeights = false;
+  const char* verifyWeightsHelp =
+      "Recompute the checksum of every weights segment before running (reads the whole "
+      "artifact); fail on a mismatch. The code is always verified";
   int64_t maxTokens = 128;
   xrt::SamplingParams sp;
   sp.temperature = 0.0f;
@@ -161,6 +186,7 @@ int main(int argc, char** argv) {
   gen->add_option("--num-kv-blocks", rp.num_kv_blocks, "KV cache blocks (default: from limits)");
   gen->add_flag("--ignore-eos", ignoreEos, "Keep generating past end-of-sequence tokens");
   gen->add_flag("--show-ids", showIds, "Also print prompt and output token ids (JSON, stderr)");
+  gen->add_flag("--verify-weights", verifyWeights, verifyWeightsHelp);
 
   xrt::ModelRunnerParams runRp;
   xrt::LLMEngineParams runEp;
@@ -193,6 +219,7 @@ int main(int argc, char** argv) {
                   "finish_reason 'abort'. Default 0, as in vLLM: end them at once")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  run->add_flag("--verify-weights", verifyWeights, verifyWeightsHelp);
   run->add_flag("--check-recompilation", runEp.check_recompilation,
                 "Strict mode: a step no compiled bucket holds fails its requests (counted in "
                 "/metrics, logged) instead of being split. Neither mode ever compiles");
@@ -200,12 +227,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*run) {
     runEp.enable_prefix_caching = !noPrefixCaching;
-    return Serve(runRp, runEp, runSp, kvMemory, shutdownTimeout);
+    return Serve(runRp, runEp, runSp, kvMemory, shutdownTimeout, verifyWeights);
   }
 
   auto runner = xrt::ModelRunner::Create(rp);
   if (!runner.ok()) return Fail(runner.status());
   xrt::ModelRunner& r = **runner;
+  if (verifyWeights) {
+    xrt::Status v = VerifyWeights(r.artifact());
+    if (!v.ok()) return Fail(v);
+  }
   const xrt::Tokenizer& tok = r.tokenizer();
   // Sampling defaults from the model's generation_config.json, as vLLM does;
   // flags given on the command line win.

@@ -1,6 +1,7 @@
 #include "runtime/executor/code_module.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "runtime/loader/artifact.h"
+#include "runtime/loader/segment_checksum.h"
 #include "schemas/artifact_generated.h"
 
 namespace xrt {
@@ -35,6 +37,29 @@ bool CpuHasFeature(const std::string& f) {
   return false;
 }
 
+namespace {
+
+// Seals memfd `fd` (holding a copy of code segment `segment`, `size` bytes) against any
+// change, then checks the copy against the segment's checksum. A format 1.0 artifact has
+// no checksum: sealed, not verified.
+Status VerifySealedCopy(const Artifact& artifact, uint32_t segment, int fd, uint64_t size) {
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    return UnavailableError("sealing the code segment's memfd failed: {}", std::strerror(errno));
+  const xpk::Segment& seg = *artifact.manifest().segments()->Get(segment);
+  if (seg.checksum_algorithm() == xpk::ChecksumAlgorithm::none) return Status::Ok();
+  const void* copy = nullptr;
+  if (size > 0) {
+    copy = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (copy == MAP_FAILED)
+      return UnavailableError("mapping the code segment's memfd failed: {}", std::strerror(errno));
+  }
+  Status s = VerifySegmentChecksum(seg, segment, static_cast<const uint8_t*>(copy), size);
+  if (copy) ::munmap(const_cast<void*>(copy), size);
+  return s.WithContext(artifact.path());
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<CodeModule>> CodeModule::Load(const Artifact& artifact, uint32_t index) {
   const xpk::Manifest& m = artifact.manifest();
   const std::string& path = artifact.path();
@@ -57,7 +82,7 @@ Expected<std::unique_ptr<CodeModule>> CodeModule::Load(const Artifact& artifact,
   XRT_ASSIGN_OR_RETURN(ByteSpan bytes, artifact.segment_data(cm->segment()));
 
   std::unique_ptr<CodeModule> mod(new CodeModule());
-  mod->fd_ = static_cast<int>(::memfd_create("xpk-code", MFD_CLOEXEC));
+  mod->fd_ = static_cast<int>(::memfd_create("xpk-code", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (mod->fd_ < 0) return UnavailableError("memfd_create failed: {}", std::strerror(errno));
   uint64_t written = 0;
   while (written < bytes.size) {
@@ -68,6 +93,10 @@ Expected<std::unique_ptr<CodeModule>> CodeModule::Load(const Artifact& artifact,
     }
     written += static_cast<uint64_t>(n);
   }
+  // The loader verified the segment's checksum at Open(), in the mapped file. Seal the copy
+  // and verify it again, so the bytes dlopen maps executable are exactly bytes whose
+  // checksum matched, even if the file was overwritten in place since Open().
+  XRT_RETURN_IF_ERROR(VerifySealedCopy(artifact, cm->segment(), mod->fd_, bytes.size));
   std::string fdPath = "/proc/self/fd/" + std::to_string(mod->fd_);
   mod->handle_ = ::dlopen(fdPath.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!mod->handle_) {

@@ -1,8 +1,10 @@
 // CodeModule: an artifact's generated dispatch code, loaded without compiling.
 //
 // The shared object stored in a code segment is written to an anonymous memory
-// file (memfd) and dlopen'ed from /proc/self/fd; every exported function the
-// manifest lists is resolved up front. Before loading, the CPU features the
+// file (memfd), sealed, checked against the segment's checksum (the loader checked
+// the file at Open(); this checks the very bytes that get mapped) and dlopen'ed
+// from /proc/self/fd; every exported function the manifest lists is resolved up
+// front. Before loading, the CPU features the
 // code was compiled for are checked, so an artifact built for AVX-512 fails
 // with a message on an older CPU instead of a SIGILL.
 //

@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "runtime/loader/segment_checksum.h"
 #include "runtime/loader/tokenizer_spec_reader.h"
 #include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
@@ -174,6 +175,11 @@ Status ValidateSegments(const xpk::Manifest& m, const FileHeader& h) {
     if (s->size() > 0 && s->offset() < manifest_end) {
       return DataLossError("segment {} ({}): range {} overlaps the header and manifest [0, {})",
                            i, kind, RangeText(s->offset(), s->size()), manifest_end);
+    }
+    XRT_ASSIGN_OR_RETURN(bool has_checksum, SegmentHasChecksum(*s, i));
+    if (!has_checksum && h.format_minor >= kXpkFirstMinorWithChecksums) {
+      return DataLossError("segment {} ({}): no checksum, but format {}.{} requires one", i,
+                           kind, h.format_major, h.format_minor);
     }
   }
   // No two segments share bytes.
@@ -606,6 +612,16 @@ Expected<std::unique_ptr<Artifact>> Artifact::Validate(std::unique_ptr<Artifact>
   if (!s.ok()) return s.WithContext(what);
   s = a->BuildIndexes();
   if (!s.ok()) return s.WithContext(what);
+
+  // Layer 4: the checksum of every code segment, before anything can map it executable.
+  // (Weights are verified on request: hashing them would read the whole file.) A format
+  // 1.0 artifact has no checksums and loads unverified.
+  for (uint32_t i = 0; i < a->num_segments(); ++i) {
+    const xpk::Segment* seg = a->manifest_->segments()->Get(i);
+    if (seg->kind() != xpk::SegmentKind::code) continue;
+    if (seg->checksum_algorithm() == xpk::ChecksumAlgorithm::none) continue;  // 1.0
+    XRT_RETURN_IF_ERROR(a->VerifySegment(i));
+  }
   return a;
 }
 
@@ -637,6 +653,12 @@ Expected<ByteSpan> Artifact::segment_data(uint32_t index) const {
   }
   const xpk::Segment* s = manifest_->segments()->Get(index);
   return ByteSpan{data_ + s->offset(), s->size()};
+}
+
+Status Artifact::VerifySegment(uint32_t index) const {
+  XRT_ASSIGN_OR_RETURN(ByteSpan bytes, segment_data(index));
+  return VerifySegmentChecksum(*manifest_->segments()->Get(index), index, bytes.data, bytes.size)
+      .WithContext(path_);
 }
 
 uint32_t Artifact::num_weights() const { return Count(manifest_->weights()); }

@@ -8,7 +8,11 @@
 //      other), every weight (in its segment, aligned, byte size consistent with dtype,
 //      shape and layout), every code module, every executable (tensor specs inside the
 //      io buffer, every command and binding in range: arena, io, weights, KV layers;
-//      ukernel argument counts as documented in artifact.fbs).
+//      ukernel argument counts as documented in artifact.fbs), every segment's checksum
+//      fields well formed and present (format 1.1+);
+//   4. the checksum of every code segment (segment_checksum.h), so generated code that
+//      was corrupted on disk is never loaded. Weights are not hashed here (that would read
+//      the whole file at every start): VerifySegment() does it on request.
 // After Open() succeeds every offset and index in the manifest has been checked, so
 // accessors that take an index validated here cannot read outside the file. A corrupt
 // or truncated file gives a Status naming the file and the item, never a crash.
@@ -93,6 +97,12 @@ class Artifact {
   // Segments: OutOfRange error for an index >= num_segments().
   uint32_t num_segments() const;
   Expected<ByteSpan> segment_data(uint32_t index) const;
+  // Recomputes segment `index`'s checksum over its bytes in the file and compares it with
+  // the manifest's (reads the whole segment). Ok when they match; DataLoss naming the file,
+  // the segment, its range and the expected and actual digests when they differ;
+  // FailedPrecondition when the segment has no checksum (format 1.0 artifacts);
+  // OutOfRange for an index >= num_segments().
+  Status VerifySegment(uint32_t index) const;
 
   // Weights (Manifest.weights). weight_data() is the weight's bytes, in place in the file
   // and 64-byte aligned; OutOfRange for an index >= num_weights().

@@ -55,6 +55,7 @@ TEST(FileHeader, Errors) {
   EXPECT_THAT(decode(h, 0), HasSubstr("bad magic"));
   FileHeader v2 = h;
   v2.format_major = 2;
+  v2.format_minor = 0;
   EXPECT_EQ(decode(v2, 164),
             "m.xpk: format version 2.0 is not supported by this runtime (supports 1.x)");
   FileHeader overlap = h;

@@ -2,12 +2,18 @@
 
 #include <map>
 
+#include "runtime/loader/segment_checksum.h"
 #include "schemas/artifact_generated.h"
 
 namespace xrt {
 namespace {
 
 using nlohmann::json;
+
+// The segment's checksum digest in hex ("" when it has none, as in format 1.0).
+std::string ChecksumHex(const xpk::Segment& s) {
+  return s.checksum() ? HexDigest(s.checksum()->data(), s.checksum()->size()) : std::string();
+}
 
 // `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by U+FFFD:
 // manifest strings come from the file, and JSON (and terminals) need valid UTF-8.
@@ -270,7 +276,10 @@ nlohmann::json ManifestToJson(const Artifact& artifact) {
     segments.push_back(json{{"kind", xpk::EnumNameSegmentKind(s->kind())},
                             {"offset", s->offset()},
                             {"size", s->size()},
-                            {"alignment", s->alignment()}});
+                            {"alignment", s->alignment()},
+                            {"checksum_algorithm",
+                             xpk::EnumNameChecksumAlgorithm(s->checksum_algorithm())},
+                            {"checksum", ChecksumHex(*s)}});
   }
   j["segments"] = segments;
 
@@ -374,9 +383,11 @@ std::string ManifestToText(const Artifact& artifact) {
   line(fmt::format("segments ({}):", Count(m.segments())));
   for (uint32_t i = 0; i < Count(m.segments()); ++i) {
     const xpk::Segment* s = m.segments()->Get(i);
-    line(fmt::format("  {:>3}  {:<8} offset {:>12}  size {:>12} ({})  align {}", i,
-                     xpk::EnumNameSegmentKind(s->kind()), s->offset(), s->size(),
-                     HumanBytes(s->size()), s->alignment()));
+    line(fmt::format("  {:>3}  {:<8} offset {:>12}  size {:>12} ({})  align {}  checksum {}{}",
+                     i, xpk::EnumNameSegmentKind(s->kind()), s->offset(), s->size(),
+                     HumanBytes(s->size()), s->alignment(),
+                     xpk::EnumNameChecksumAlgorithm(s->checksum_algorithm()),
+                     s->checksum() ? " " + ChecksumHex(*s) : ""));
   }
 
   uint64_t weight_bytes = 0;
