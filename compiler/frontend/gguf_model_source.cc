@@ -89,7 +89,9 @@ Expected<xrt::TokenizerSpec> TokenizerFromGguf(const GgufFile& f) {
   XRT_ASSIGN_OR_RETURN(m.eos_id, TokenIdKeyOr(f, "tokenizer.ggml.eos_token_id", -1));
   XRT_ASSIGN_OR_RETURN(m.unk_id, TokenIdKeyOr(f, "tokenizer.ggml.unknown_token_id", -1));
   XRT_ASSIGN_OR_RETURN(m.pad_id, TokenIdKeyOr(f, "tokenizer.ggml.padding_token_id", -1));
-  XRT_ASSIGN_OR_RETURN(m.add_bos, BoolKeyOr(f, "tokenizer.ggml.add_bos_token", false));
+  if (f.Has("tokenizer.ggml.add_bos_token")) {
+    XRT_ASSIGN_OR_RETURN(m.add_bos, f.GetBool("tokenizer.ggml.add_bos_token"));
+  }
   XRT_ASSIGN_OR_RETURN(m.add_eos, BoolKeyOr(f, "tokenizer.ggml.add_eos_token", false));
   XRT_ASSIGN_OR_RETURN(m.add_space_prefix, BoolKeyOr(f, "tokenizer.ggml.add_space_prefix", false));
   const int64_t n = static_cast<int64_t>(m.tokens.size());

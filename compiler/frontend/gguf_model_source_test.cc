@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "compiler/frontend/decoder_tensors.h"
 #include "compiler/frontend/test_util.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 namespace xcc {
 namespace {
@@ -65,6 +69,9 @@ struct TinyOptions {
   bool permute = true;        // store q/k permuted (llama convention)
   std::string skip_key;       // metadata key to leave out
   std::vector<uint64_t> k_ne = {kD, kKV * kHd};
+  // Writes the tokenizer.ggml.* keys instead of the default 6-token vocabulary
+  // and returns the vocabulary size.
+  std::function<uint64_t(GgufWriter&)> tokenizer;
 };
 
 std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
@@ -87,19 +94,24 @@ std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
   u32(a + ".rope.dimension_count", kHd);
   f32(a + ".rope.freq_base", 100000.0f);
   f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  w.KvString("tokenizer.ggml.model", "gpt2");
-  w.KvString("tokenizer.ggml.pre", "smollm");
-  w.KvStringArray("tokenizer.ggml.tokens",
-                  {"a", "b", "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"});
-  w.KvI32Array("tokenizer.ggml.token_type", {1, 1, 1, 3, 3, 3});
-  w.KvStringArray("tokenizer.ggml.merges", {"a b"});
-  w.KvU32("tokenizer.ggml.bos_token_id", 4);
-  w.KvU32("tokenizer.ggml.eos_token_id", 3);
-  w.KvU32("tokenizer.ggml.eot_token_id", 5);
-  w.KvBool("tokenizer.ggml.add_bos_token", false);
+  uint64_t vocab = kV;
+  if (o.tokenizer) {
+    vocab = o.tokenizer(w);
+  } else {
+    w.KvString("tokenizer.ggml.model", "gpt2");
+    w.KvString("tokenizer.ggml.pre", "smollm");
+    w.KvStringArray("tokenizer.ggml.tokens",
+                    {"a", "b", "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+    w.KvI32Array("tokenizer.ggml.token_type", {1, 1, 1, 3, 3, 3});
+    w.KvStringArray("tokenizer.ggml.merges", {"a b"});
+    w.KvU32("tokenizer.ggml.bos_token_id", 4);
+    w.KvU32("tokenizer.ggml.eos_token_id", 3);
+    w.KvU32("tokenizer.ggml.eot_token_id", 5);
+    w.KvBool("tokenizer.ggml.add_bos_token", false);
+  }
   w.KvString("tokenizer.chat_template", "{{ messages }}");
 
-  w.Tensor("token_embd.weight", {kD, kV}, kTF32, Bytes(Iota(kD * kV, 0)));
+  w.Tensor("token_embd.weight", {kD, vocab}, kTF32, Bytes(Iota(kD * vocab, 0)));
   w.TensorF32("blk.0.attn_norm.weight", {kD}, Iota(kD, 1));
   if (o.permute) {
     w.Tensor("blk.0.attn_q.weight", {kD, kH * kHd}, kTQ8_0, QAsPermutedQ8_0());
@@ -131,7 +143,7 @@ std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
   w.TensorF32("blk.0.ffn_up.weight", {kD, kF}, Iota(kD * kF, 600));
   w.TensorF32("blk.0.ffn_down.weight", {kF, kD}, Iota(kD * kF, 700));
   w.TensorF32("output_norm.weight", {kD}, Iota(kD, 3));
-  if (o.output) w.TensorF32("output.weight", {kD, kV}, Iota(kD * kV, 800));
+  if (o.output) w.TensorF32("output.weight", {kD, vocab}, Iota(kD * vocab, 800));
   return w.Build();
 }
 
@@ -348,6 +360,78 @@ TEST(GgufModelSourceTest, CorruptedBytesNeverCrash) {
   }
   EXPECT_GT(errors, 0);
 }
+
+nlohmann::json ReadFixture(const std::string& relative) {
+  std::ifstream in(std::string(XCC_SOURCE_DIR) + "/tests/fixtures/" + relative);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+// A byte-level BPE tokenizer.json converted to GGUF metadata the way
+// convert_hf_to_gguf.py does (one token list, added tokens typed CONTROL or
+// USER_DEFINED and stored as their text), with the added-token table and
+// tokenizer.ggml.pre of `expected` (tests/fixtures/tokenizer/<name>/gguf_expected.json).
+// No tokenizer.ggml.add_bos_token key is written: llama.cpp's default applies.
+std::function<uint64_t(GgufWriter&)> GgufTokenizerFrom(const nlohmann::json& tokenizer_json,
+                                                       const nlohmann::json& expected) {
+  return [&tokenizer_json, &expected](GgufWriter& w) -> uint64_t {
+    std::vector<std::string> tokens;
+    std::vector<int32_t> types;
+    for (const auto& [text, id] : tokenizer_json["model"]["vocab"].items()) {
+      const size_t i = id.get<size_t>();
+      if (i >= tokens.size()) tokens.resize(i + 1), types.resize(i + 1, 1);
+      tokens[i] = text;
+    }
+    for (const auto& t : expected["added_tokens"]) {
+      const size_t i = t["id"].get<size_t>();
+      if (i >= tokens.size()) tokens.resize(i + 1), types.resize(i + 1, 1);
+      tokens[i] = t["content"].get<std::string>();
+      types[i] = t["type"].get<int32_t>();
+    }
+    std::vector<std::string> merges;
+    for (const auto& m : tokenizer_json["model"]["merges"]) {
+      merges.push_back(m.is_string() ? m.get<std::string>()
+                                     : m[0].get<std::string>() + " " + m[1].get<std::string>());
+    }
+    w.KvString("tokenizer.ggml.model", "gpt2");
+    w.KvString("tokenizer.ggml.pre", expected["pre"].get<std::string>());
+    w.KvStringArray("tokenizer.ggml.tokens", tokens);
+    w.KvI32Array("tokenizer.ggml.token_type", types);
+    w.KvStringArray("tokenizer.ggml.merges", merges);
+    if (!expected["bos_token_id"].is_null()) {
+      w.KvU32("tokenizer.ggml.bos_token_id", expected["bos_token_id"].get<uint32_t>());
+    }
+    return tokens.size();
+  };
+}
+
+// A GGUF vocabulary encodes like Hugging Face `tokenizers` on the equivalent
+// tokenizer (tests/gen_tokenizer_fixtures.py): llama-bpe implies ignore_merges
+// and, with add_bos_token absent, a BOS; qwen2 implies NFC; control tokens
+// spelled outside the byte-level alphabet (DeepSeek-R1's <｜User｜>) are single tokens.
+class GgufTokenizerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufTokenizerTest, EncodesLikeHuggingFace) {
+  const nlohmann::json tokenizer_json = ReadFixture("tokenizer/" + GetParam() + "/tokenizer.json");
+  const nlohmann::json expected = ReadFixture("tokenizer/" + GetParam() + "/gguf_expected.json");
+  TempDir dir;
+  TinyOptions o;
+  o.tokenizer = GgufTokenizerFrom(tokenizer_json, expected);
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  Expected<xrt::Tokenizer> tok = xrt::Tokenizer::Create((*src)->tokenizer());
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  ASSERT_GE(expected["cases"].size(), 25u);
+  for (const auto& c : expected["cases"]) {
+    const std::string text = c["text"];
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->Encode(text, /*add_special_tokens=*/true), ids) << "text: " << text;
+    EXPECT_EQ(tok->Decode(ids, false), c["decoded"].get<std::string>()) << "text: " << text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufTokenizerTest, ::testing::Values("llama3", "qwen2"));
 
 TEST(GgufModelSourceTest, NameMapping) {
   EXPECT_EQ(GgufToHfTensorName("token_embd.weight"), "model.embed_tokens.weight");
