@@ -263,6 +263,20 @@ TINY_MODELS = {
         # tied: the embedding is also the lm_head, keep logits in a sane range
         std=dict(embed=0.35, attn=0.2, mlp=0.2, lm_head=None, norm=0.2, bias=0.0),
     ),
+    # Llama with attention_bias: transformers' LlamaAttention gives q, k, v AND o_proj a bias.
+    "llama_attn_bias": dict(
+        arch="LlamaForCausalLM", seed=1305, tok_style="llama3",
+        specials=["<|begin_of_text|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        bos="<|begin_of_text|>", eos=["<|im_end|>"], pad=None,
+        chat_template=CHATML_BOS_TEMPLATE, config_format="v5",
+        config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    rope_theta=10000.0, rope_scaling=None, attention_bias=True,
+                    max_position_embeddings=512, rms_norm_eps=1e-5,
+                    tie_word_embeddings=False),
+        gen_extra={},
+        std=dict(embed=1.0, attn=0.2, mlp=0.2, lm_head=0.2, norm=0.2, bias=0.5),
+    ),
     "qwen2_bias": dict(
         arch="Qwen2ForCausalLM", seed=2103, tok_style="qwen2",
         specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],

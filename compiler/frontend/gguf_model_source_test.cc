@@ -66,6 +66,8 @@ struct TinyOptions {
   std::string arch = "llama";
   bool output = false;        // write output.weight
   bool bias = true;           // q/k/v biases
+  bool o_bias = false;        // attn_output bias
+  std::vector<std::string> extra_f32;  // more [kD] F32 tensors, by GGUF name
   bool permute = true;        // store q/k permuted (llama convention)
   std::string skip_key;       // metadata key to leave out
   std::vector<uint64_t> k_ne = {kD, kKV * kHd};
@@ -138,6 +140,8 @@ std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
     w.TensorF32("blk.0.attn_v.bias", {kKV * kHd}, Iota(kKV * kHd, 70));
   }
   w.TensorF32("blk.0.attn_output.weight", {kH * kHd, kD}, Iota(kD * kH * kHd, 400));
+  if (o.o_bias) w.TensorF32("blk.0.attn_output.bias", {kD}, Iota(kD, 450));
+  for (const std::string& name : o.extra_f32) w.TensorF32(name, {kD}, Iota(kD, 0));
   w.TensorF32("blk.0.ffn_norm.weight", {kD}, Iota(kD, 2));
   w.TensorF32("blk.0.ffn_gate.weight", {kD, kF}, Iota(kD * kF, 500));
   w.TensorF32("blk.0.ffn_up.weight", {kD, kF}, Iota(kD * kF, 600));
@@ -157,20 +161,21 @@ TEST(GgufModelSourceTest, OpensTinyLlama) {
   Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, TinyOptions());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  const DecoderConfig& c = m.config();
-  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(c.hidden_size, kD);
-  EXPECT_EQ(c.num_hidden_layers, 1);
-  EXPECT_EQ(c.intermediate_size, kF);
-  EXPECT_EQ(c.num_attention_heads, kH);
-  EXPECT_EQ(c.num_key_value_heads, kKV);
-  EXPECT_EQ(c.head_dim, kHd);
-  EXPECT_EQ(c.vocab_size, kV);  // from the token list
-  EXPECT_EQ(c.max_position_embeddings, 128);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
-  EXPECT_NEAR(c.rms_norm_eps, 1e-5, 1e-12);
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_TRUE(c.attention_bias);
+  DecoderConfig want;
+  want.architecture = "LlamaForCausalLM";
+  want.vocab_size = kV;  // from the token list
+  want.hidden_size = kD;
+  want.intermediate_size = kF;
+  want.num_hidden_layers = 1;
+  want.num_attention_heads = kH;
+  want.num_key_value_heads = kKV;
+  want.head_dim = kHd;
+  want.max_position_embeddings = 128;
+  want.rms_norm_eps = 1e-5;
+  want.rope_theta = 100000.0;
+  want.tie_word_embeddings = true;
+  want.attention_bias = true;
+  ExpectDecoderConfigEq(m.config(), want);
   EXPECT_EQ(m.generation().eos_token_ids, (std::vector<int32_t>{3, 5}));
   EXPECT_EQ(m.chat_template(), "{{ messages }}");
   EXPECT_EQ(m.input_files(), (std::vector<std::string>{dir.File("tiny.gguf")}));
@@ -433,6 +438,41 @@ TEST_P(GgufTokenizerTest, EncodesLikeHuggingFace) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufTokenizerTest, ::testing::Values("llama3", "qwen2"));
 
+// llama.cpp loads blk.N.attn_output.bias for llama, never for qwen2; any
+// tensor the graph does not read is an error naming it, as llama.cpp's
+// "wrong number of tensors".
+TEST(GgufModelSourceTest, AttentionOutputBiasAndUnusedTensors) {
+  TempDir dir;
+  TinyOptions o;
+  o.o_bias = true;
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_TRUE((*src)->config().attention_output_bias);
+  Expected<std::vector<float>> ob = (*src)->ReadF32("model.layers.0.self_attn.o_proj.bias");
+  ASSERT_TRUE(ob.ok()) << ob.status().ToString();
+  EXPECT_EQ(*ob, Iota(kD, 450));
+  EXPECT_TRUE(ValidateDecoderTensors(**src).ok());
+
+  o.arch = "qwen2";
+  o.permute = false;
+  src = OpenTiny(dir, o);
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().code(), xrt::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.self_attn.o_proj.bias' (" +
+                                                   dir.File("tiny.gguf") + ")"))
+      << src.status().message();
+
+  TinyOptions extra;
+  extra.extra_f32 = {"blk.0.attn_rot_embd.weight", "blk.0.ffn_down.bias"};
+  src = OpenTiny(dir, extra);
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(), "2 tensor(s) the LlamaForCausalLM decoder graph "
+                                               "does not use"))
+      << src.status().message();
+  EXPECT_TRUE(Contains(src.status().message(), "'blk.0.attn_rot_embd.weight'"));
+  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.mlp.down_proj.bias'"));
+}
+
 TEST(GgufModelSourceTest, NameMapping) {
   EXPECT_EQ(GgufToHfTensorName("token_embd.weight"), "model.embed_tokens.weight");
   EXPECT_EQ(GgufToHfTensorName("output.weight"), "lm_head.weight");
@@ -455,18 +495,20 @@ TEST(GgufModelSourceTest, SmolLM2) {
   Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  const DecoderConfig& c = m.config();
-  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(c.hidden_size, 576);
-  EXPECT_EQ(c.num_hidden_layers, 30);
-  EXPECT_EQ(c.num_attention_heads, 9);
-  EXPECT_EQ(c.num_key_value_heads, 3);
-  EXPECT_EQ(c.head_dim, 64);
-  EXPECT_EQ(c.intermediate_size, 1536);
-  EXPECT_EQ(c.vocab_size, 49152);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_FALSE(c.attention_bias);
+  DecoderConfig want;
+  want.architecture = "LlamaForCausalLM";
+  want.vocab_size = 49152;
+  want.hidden_size = 576;
+  want.intermediate_size = 1536;
+  want.num_hidden_layers = 30;
+  want.num_attention_heads = 9;
+  want.num_key_value_heads = 3;
+  want.head_dim = 64;
+  want.max_position_embeddings = 8192;
+  want.rms_norm_eps = 1e-5;
+  want.rope_theta = 100000.0;
+  want.tie_word_embeddings = true;
+  ExpectDecoderConfigEq(m.config(), want);
   EXPECT_FALSE(m.chat_template().empty());
   EXPECT_FALSE(m.generation().eos_token_ids.empty());
   EXPECT_EQ(m.tokenizer().vocab.size(), 49152u);

@@ -12,6 +12,7 @@ namespace {
 
 using json = nlohmann::json;
 using testing::SafetensorsWriter;
+using testing::ExpectDecoderConfigEq;
 using testing::TempDir;
 using testing::WriteFile;
 
@@ -108,21 +109,20 @@ TEST(HfModelSourceTest, OpensTinyModel) {
   Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  const DecoderConfig& c = m.config();
-  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(c.vocab_size, 6);
-  EXPECT_EQ(c.hidden_size, 8);
-  EXPECT_EQ(c.intermediate_size, 4);
-  EXPECT_EQ(c.num_hidden_layers, 1);
-  EXPECT_EQ(c.num_attention_heads, 2);
-  EXPECT_EQ(c.num_key_value_heads, 1);
-  EXPECT_EQ(c.head_dim, 4);
-  EXPECT_EQ(c.max_position_embeddings, 64);
-  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
-  EXPECT_EQ(c.rope_scaling.type, "none");
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_FALSE(c.attention_bias);
+  DecoderConfig want;
+  want.architecture = "LlamaForCausalLM";
+  want.vocab_size = 6;
+  want.hidden_size = 8;
+  want.intermediate_size = 4;
+  want.num_hidden_layers = 1;
+  want.num_attention_heads = 2;
+  want.num_key_value_heads = 1;
+  want.head_dim = 4;
+  want.max_position_embeddings = 64;
+  want.rms_norm_eps = 1e-5;
+  want.rope_theta = 100000.0;
+  want.tie_word_embeddings = true;
+  ExpectDecoderConfigEq(m.config(), want);
 
   EXPECT_EQ(m.generation().eos_token_ids, (std::vector<int32_t>{4, 5}));
   EXPECT_DOUBLE_EQ(m.generation().temperature, 0.7);
@@ -242,6 +242,60 @@ TEST(HfModelSourceTest, MissingLmHeadWhenUntied) {
   src = ModelSource::Open(dir.path());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   EXPECT_FALSE((*src)->config().tie_word_embeddings);
+}
+
+// A tensor the decoder graph would not read is an error naming it, except
+// what transformers itself skips (rotary_emb.inv_freq of older checkpoints).
+TEST(HfModelSourceTest, UnusedTensorIsAnErrorNamingIt) {
+  TempDir dir;
+  WriteTinyModel(dir);
+  SafetensorsWriter w;
+  AddTinyTensors(&w);
+  w.AddF32("model.layers.0.self_attn.rotary_emb.inv_freq", {2}, {1.0f, 0.01f});
+  WriteFile(dir.File("model.safetensors"), w.Build());
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+
+  w.AddF32("model.layers.0.mlp.gate_proj.bias", {4}, Iota(4, 0));
+  WriteFile(dir.File("model.safetensors"), w.Build());
+  src = ModelSource::Open(dir.path());
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().code(), xrt::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.mlp.gate_proj.bias' (" +
+                                                   dir.File("model.safetensors") + ")"))
+      << src.status().message();
+  EXPECT_TRUE(Contains(src.status().message(), "does not use")) << src.status().message();
+
+  // q/k/v biases without attention_bias in config.json.
+  SafetensorsWriter biased;
+  AddTinyTensors(&biased, /*bias=*/true);
+  WriteFile(dir.File("model.safetensors"), biased.Build());
+  src = ModelSource::Open(dir.path());
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.self_attn.q_proj.bias'"))
+      << src.status().message();
+}
+
+// Llama attention_bias: q, k, v and o_proj all have biases (LlamaAttention).
+TEST(HfModelSourceTest, LlamaAttentionBiasIncludesOProj) {
+  TempDir dir;
+  json config = TinyConfig();
+  config["attention_bias"] = true;
+  WriteTinyModel(dir, config);
+  SafetensorsWriter w;
+  AddTinyTensors(&w, /*bias=*/true);
+  WriteFile(dir.File("model.safetensors"), w.Build());
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(), "tensor 'model.layers.0.self_attn.o_proj.bias': missing"))
+      << src.status().message();
+
+  w.AddF32("model.layers.0.self_attn.o_proj.bias", {8}, Iota(8, 0));
+  WriteFile(dir.File("model.safetensors"), w.Build());
+  src = ModelSource::Open(dir.path());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_TRUE((*src)->config().attention_output_bias);
+  EXPECT_TRUE((*src)->tensor("model.layers.0.self_attn.o_proj.bias").ok());
 }
 
 TEST(HfModelSourceTest, Qwen2NeedsBiases) {
@@ -383,9 +437,28 @@ TEST(HfConfigTest, DefaultsAndExplicitHeadDim) {
   j["sliding_window"] = 4096;
   c = ParseHfConfig(j.dump(), "config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_TRUE(c->decoder.attention_bias);
+  // transformers' MistralAttention has no biases whatever attention_bias says.
+  EXPECT_FALSE(c->decoder.attention_bias);
+  EXPECT_FALSE(c->decoder.attention_output_bias);
   EXPECT_EQ(c->decoder.sliding_window, 4096);
   EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{1, 2}));
+}
+
+// LlamaAttention: attention_bias puts a bias on q, k, v and o; Qwen2Attention
+// has q/k/v biases and none on o_proj.
+TEST(HfConfigTest, AttentionBiasAsTransformersBuildsIt) {
+  json j = TinyConfig();
+  j["attention_bias"] = true;
+  Expected<HfConfig> c = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->decoder.attention_bias);
+  EXPECT_TRUE(c->decoder.attention_output_bias);
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["attention_bias"] = false;
+  c = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->decoder.attention_bias);
+  EXPECT_FALSE(c->decoder.attention_output_bias);
 }
 
 TEST(HfConfigTest, RopeScaling) {

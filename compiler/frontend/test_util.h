@@ -1,5 +1,6 @@
 // Test helpers: a self-deleting temp directory and writers for safetensors and
-// GGUF bytes, so tests build their fixtures in C++ with no checked-in binaries.
+// GGUF bytes, so tests build their fixtures in C++ with no checked-in binaries;
+// a field-by-field DecoderConfig expectation.
 #pragma once
 
 #include <dirent.h>
@@ -7,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -14,10 +16,37 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "compiler/frontend/model_source.h"
 
 namespace xcc {
 namespace testing {
+
+// Expects every field of `actual` to equal `expected` (floating-point fields
+// to within a relative 1e-6: GGUF stores them as f32).
+inline void ExpectDecoderConfigEq(const DecoderConfig& actual, const DecoderConfig& expected) {
+  auto near = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::abs(b); };
+  EXPECT_EQ(actual.architecture, expected.architecture);
+  EXPECT_EQ(actual.vocab_size, expected.vocab_size);
+  EXPECT_EQ(actual.hidden_size, expected.hidden_size);
+  EXPECT_EQ(actual.intermediate_size, expected.intermediate_size);
+  EXPECT_EQ(actual.num_hidden_layers, expected.num_hidden_layers);
+  EXPECT_EQ(actual.num_attention_heads, expected.num_attention_heads);
+  EXPECT_EQ(actual.num_key_value_heads, expected.num_key_value_heads);
+  EXPECT_EQ(actual.head_dim, expected.head_dim);
+  EXPECT_EQ(actual.max_position_embeddings, expected.max_position_embeddings);
+  EXPECT_PRED2(near, actual.rms_norm_eps, expected.rms_norm_eps);
+  EXPECT_PRED2(near, actual.rope_theta, expected.rope_theta);
+  EXPECT_EQ(actual.rope_scaling.type, expected.rope_scaling.type);
+  EXPECT_PRED2(near, actual.rope_scaling.factor, expected.rope_scaling.factor);
+  EXPECT_EQ(actual.tie_word_embeddings, expected.tie_word_embeddings);
+  EXPECT_EQ(actual.attention_bias, expected.attention_bias);
+  EXPECT_EQ(actual.attention_output_bias, expected.attention_output_bias);
+  EXPECT_EQ(actual.hidden_act, expected.hidden_act);
+  EXPECT_EQ(actual.sliding_window, expected.sliding_window);
+}
 
 class TempDir {
  public:
