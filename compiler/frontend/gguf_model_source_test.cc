@@ -161,21 +161,11 @@ TEST(GgufModelSourceTest, OpensTinyLlama) {
   Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, TinyOptions());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  DecoderConfig want;
-  want.architecture = "LlamaForCausalLM";
-  want.vocab_size = kV;  // from the token list
-  want.hidden_size = kD;
-  want.intermediate_size = kF;
-  want.num_hidden_layers = 1;
-  want.num_attention_heads = kH;
-  want.num_key_value_heads = kKV;
-  want.head_dim = kHd;
-  want.max_position_embeddings = 128;
-  want.rms_norm_eps = 1e-5;
-  want.rope_theta = 100000.0;
-  want.tie_word_embeddings = true;
-  want.attention_bias = true;
-  ExpectDecoderConfigEq(m.config(), want);
+  // vocab from the token list; sizes kV, kD, kF, kH, kKV, kHd.
+  EXPECT_EQ(DescribeDecoderConfig(m.config()),
+            "LlamaForCausalLM vocab 6 hidden 32 intermediate 16 layers 1 heads 4 kv_heads 2 "
+            "head_dim 8 max_pos 128 rms_eps 1e-05 rope_theta 100000 rope_scaling none x1 "
+            "tied yes qkv_bias yes o_bias no act silu sliding_window 0");
   EXPECT_EQ(m.generation().eos_token_ids, (std::vector<int32_t>{3, 5}));
   EXPECT_EQ(m.chat_template(), "{{ messages }}");
   EXPECT_EQ(m.input_files(), (std::vector<std::string>{dir.File("tiny.gguf")}));
@@ -495,20 +485,10 @@ TEST(GgufModelSourceTest, SmolLM2) {
   Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  DecoderConfig want;
-  want.architecture = "LlamaForCausalLM";
-  want.vocab_size = 49152;
-  want.hidden_size = 576;
-  want.intermediate_size = 1536;
-  want.num_hidden_layers = 30;
-  want.num_attention_heads = 9;
-  want.num_key_value_heads = 3;
-  want.head_dim = 64;
-  want.max_position_embeddings = 8192;
-  want.rms_norm_eps = 1e-5;
-  want.rope_theta = 100000.0;
-  want.tie_word_embeddings = true;
-  ExpectDecoderConfigEq(m.config(), want);
+  EXPECT_EQ(DescribeDecoderConfig(m.config()),
+            "LlamaForCausalLM vocab 49152 hidden 576 intermediate 1536 layers 30 heads 9 "
+            "kv_heads 3 head_dim 64 max_pos 8192 rms_eps 1e-05 rope_theta 100000 rope_scaling "
+            "none x1 tied yes qkv_bias no o_bias no act silu sliding_window 0");
   EXPECT_FALSE(m.chat_template().empty());
   EXPECT_FALSE(m.generation().eos_token_ids.empty());
   EXPECT_EQ(m.tokenizer().vocab.size(), 49152u);

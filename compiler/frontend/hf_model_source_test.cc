@@ -12,7 +12,7 @@ namespace {
 
 using json = nlohmann::json;
 using testing::SafetensorsWriter;
-using testing::ExpectDecoderConfigEq;
+using testing::DescribeDecoderConfig;
 using testing::TempDir;
 using testing::WriteFile;
 
@@ -109,20 +109,10 @@ TEST(HfModelSourceTest, OpensTinyModel) {
   Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  DecoderConfig want;
-  want.architecture = "LlamaForCausalLM";
-  want.vocab_size = 6;
-  want.hidden_size = 8;
-  want.intermediate_size = 4;
-  want.num_hidden_layers = 1;
-  want.num_attention_heads = 2;
-  want.num_key_value_heads = 1;
-  want.head_dim = 4;
-  want.max_position_embeddings = 64;
-  want.rms_norm_eps = 1e-5;
-  want.rope_theta = 100000.0;
-  want.tie_word_embeddings = true;
-  ExpectDecoderConfigEq(m.config(), want);
+  EXPECT_EQ(DescribeDecoderConfig(m.config()),
+            "LlamaForCausalLM vocab 6 hidden 8 intermediate 4 layers 1 heads 2 kv_heads 1 "
+            "head_dim 4 max_pos 64 rms_eps 1e-05 rope_theta 100000 rope_scaling none x1 tied yes "
+            "qkv_bias no o_bias no act silu sliding_window 0");
 
   EXPECT_EQ(m.generation().eos_token_ids, (std::vector<int32_t>{4, 5}));
   EXPECT_DOUBLE_EQ(m.generation().temperature, 0.7);
@@ -244,6 +234,20 @@ TEST(HfModelSourceTest, MissingLmHeadWhenUntied) {
   EXPECT_FALSE((*src)->config().tie_word_embeddings);
 }
 
+// Writes `w` as the directory's model.safetensors and opens the model; returns
+// the error ("" and a test failure if it opened).
+std::string OpenWithWeights(const TempDir& dir, const SafetensorsWriter& w,
+                            xrt::StatusCode want = xrt::StatusCode::kInvalidArgument) {
+  WriteFile(dir.File("model.safetensors"), w.Build());
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
+  if (src.ok()) {
+    ADD_FAILURE() << "opened, expected an error";
+    return "";
+  }
+  EXPECT_EQ(src.status().code(), want) << src.status().ToString();
+  return src.status().message();
+}
+
 // A tensor the decoder graph would not read is an error naming it, except
 // what transformers itself skips (rotary_emb.inv_freq of older checkpoints).
 TEST(HfModelSourceTest, UnusedTensorIsAnErrorNamingIt) {
@@ -257,23 +261,16 @@ TEST(HfModelSourceTest, UnusedTensorIsAnErrorNamingIt) {
   ASSERT_TRUE(src.ok()) << src.status().ToString();
 
   w.AddF32("model.layers.0.mlp.gate_proj.bias", {4}, Iota(4, 0));
-  WriteFile(dir.File("model.safetensors"), w.Build());
-  src = ModelSource::Open(dir.path());
-  ASSERT_FALSE(src.ok());
-  EXPECT_EQ(src.status().code(), xrt::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.mlp.gate_proj.bias' (" +
-                                                   dir.File("model.safetensors") + ")"))
-      << src.status().message();
-  EXPECT_TRUE(Contains(src.status().message(), "does not use")) << src.status().message();
+  std::string error = OpenWithWeights(dir, w);
+  EXPECT_TRUE(Contains(error, "'model.layers.0.mlp.gate_proj.bias' (" +
+                                  dir.File("model.safetensors") + ")")) << error;
+  EXPECT_TRUE(Contains(error, "does not use")) << error;
 
   // q/k/v biases without attention_bias in config.json.
   SafetensorsWriter biased;
   AddTinyTensors(&biased, /*bias=*/true);
-  WriteFile(dir.File("model.safetensors"), biased.Build());
-  src = ModelSource::Open(dir.path());
-  ASSERT_FALSE(src.ok());
-  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.self_attn.q_proj.bias'"))
-      << src.status().message();
+  error = OpenWithWeights(dir, biased);
+  EXPECT_TRUE(Contains(error, "'model.layers.0.self_attn.q_proj.bias'")) << error;
 }
 
 // Llama attention_bias: q, k, v and o_proj all have biases (LlamaAttention).
@@ -284,15 +281,12 @@ TEST(HfModelSourceTest, LlamaAttentionBiasIncludesOProj) {
   WriteTinyModel(dir, config);
   SafetensorsWriter w;
   AddTinyTensors(&w, /*bias=*/true);
-  WriteFile(dir.File("model.safetensors"), w.Build());
-  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
-  ASSERT_FALSE(src.ok());
-  EXPECT_TRUE(Contains(src.status().message(), "tensor 'model.layers.0.self_attn.o_proj.bias': missing"))
-      << src.status().message();
+  std::string error = OpenWithWeights(dir, w, xrt::StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(error, "tensor 'model.layers.0.self_attn.o_proj.bias': missing")) << error;
 
   w.AddF32("model.layers.0.self_attn.o_proj.bias", {8}, Iota(8, 0));
   WriteFile(dir.File("model.safetensors"), w.Build());
-  src = ModelSource::Open(dir.path());
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   EXPECT_TRUE((*src)->config().attention_output_bias);
   EXPECT_TRUE((*src)->tensor("model.layers.0.self_attn.o_proj.bias").ok());

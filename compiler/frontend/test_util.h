@@ -1,6 +1,6 @@
 // Test helpers: a self-deleting temp directory and writers for safetensors and
 // GGUF bytes, so tests build their fixtures in C++ with no checked-in binaries;
-// a field-by-field DecoderConfig expectation.
+// a one-line description of a DecoderConfig to compare whole configs.
 #pragma once
 
 #include <dirent.h>
@@ -8,15 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "compiler/frontend/model_source.h"
@@ -24,28 +23,36 @@
 namespace xcc {
 namespace testing {
 
-// Expects every field of `actual` to equal `expected` (floating-point fields
-// to within a relative 1e-6: GGUF stores them as f32).
-inline void ExpectDecoderConfigEq(const DecoderConfig& actual, const DecoderConfig& expected) {
-  auto near = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::abs(b); };
-  EXPECT_EQ(actual.architecture, expected.architecture);
-  EXPECT_EQ(actual.vocab_size, expected.vocab_size);
-  EXPECT_EQ(actual.hidden_size, expected.hidden_size);
-  EXPECT_EQ(actual.intermediate_size, expected.intermediate_size);
-  EXPECT_EQ(actual.num_hidden_layers, expected.num_hidden_layers);
-  EXPECT_EQ(actual.num_attention_heads, expected.num_attention_heads);
-  EXPECT_EQ(actual.num_key_value_heads, expected.num_key_value_heads);
-  EXPECT_EQ(actual.head_dim, expected.head_dim);
-  EXPECT_EQ(actual.max_position_embeddings, expected.max_position_embeddings);
-  EXPECT_PRED2(near, actual.rms_norm_eps, expected.rms_norm_eps);
-  EXPECT_PRED2(near, actual.rope_theta, expected.rope_theta);
-  EXPECT_EQ(actual.rope_scaling.type, expected.rope_scaling.type);
-  EXPECT_PRED2(near, actual.rope_scaling.factor, expected.rope_scaling.factor);
-  EXPECT_EQ(actual.tie_word_embeddings, expected.tie_word_embeddings);
-  EXPECT_EQ(actual.attention_bias, expected.attention_bias);
-  EXPECT_EQ(actual.attention_output_bias, expected.attention_output_bias);
-  EXPECT_EQ(actual.hidden_act, expected.hidden_act);
-  EXPECT_EQ(actual.sliding_window, expected.sliding_window);
+// Every field of `c` on one line, floating-point values to 6 significant
+// digits (GGUF stores them as f32), so a test can state a whole config:
+//   "LlamaForCausalLM vocab 6 hidden 8 ... rope_theta 100000 rope_scaling none x1 ..."
+inline std::string DescribeDecoderConfig(const DecoderConfig& c) {
+  std::string out = c.architecture;
+  auto add = [&out](const char* key, const std::string& value) {
+    out += std::string(" ") + key + " " + value;
+  };
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  add("vocab", std::to_string(c.vocab_size));
+  add("hidden", std::to_string(c.hidden_size));
+  add("intermediate", std::to_string(c.intermediate_size));
+  add("layers", std::to_string(c.num_hidden_layers));
+  add("heads", std::to_string(c.num_attention_heads));
+  add("kv_heads", std::to_string(c.num_key_value_heads));
+  add("head_dim", std::to_string(c.head_dim));
+  add("max_pos", std::to_string(c.max_position_embeddings));
+  add("rms_eps", num(c.rms_norm_eps));
+  add("rope_theta", num(c.rope_theta));
+  add("rope_scaling", c.rope_scaling.type + " x" + num(c.rope_scaling.factor));
+  add("tied", c.tie_word_embeddings ? "yes" : "no");
+  add("qkv_bias", c.attention_bias ? "yes" : "no");
+  add("o_bias", c.attention_output_bias ? "yes" : "no");
+  add("act", c.hidden_act);
+  add("sliding_window", std::to_string(c.sliding_window));
+  return out;
 }
 
 class TempDir {

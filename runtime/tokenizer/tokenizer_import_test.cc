@@ -242,26 +242,25 @@ TEST(GgufImport, AddBosDefaultsLikeLlamaCpp) {
   meta.token_types = {1, 1, 1, 3};
   meta.merges = {"a b"};
   meta.bos_id = 3;
-  for (const char* pre : {"llama-bpe", "llama3", "llama-v3"}) {
-    meta.pre = pre;
+  struct Implied {
+    const char* pre;
+    bool llama3;  // add_bos by default, ignore_merges
+    const char* normalizer;
+  };
+  for (const Implied& c : {Implied{"llama-bpe", true, ""}, Implied{"llama3", true, ""},
+                           Implied{"llama-v3", true, ""}, Implied{"qwen2", false, "nfc"},
+                           Implied{"smollm", false, ""}, Implied{"gpt2", false, ""},
+                           Implied{"default", false, ""}, Implied{"smaug-bpe", false, ""},
+                           Implied{"deepseek-r1-qwen", false, ""}}) {
+    meta.pre = c.pre;
     meta.add_bos.reset();
     auto spec = TokenizerSpecFromGguf(meta);
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    EXPECT_TRUE(spec->add_bos) << pre;
-    EXPECT_TRUE(spec->ignore_merges) << pre;
-    meta.add_bos = false;
-    EXPECT_FALSE(TokenizerSpecFromGguf(meta)->add_bos) << pre;
-  }
-  for (const char* pre : {"qwen2", "smollm", "gpt2", "default", "smaug-bpe", "deepseek-r1-qwen"}) {
-    meta.pre = pre;
-    meta.add_bos.reset();
-    auto spec = TokenizerSpecFromGguf(meta);
-    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    EXPECT_FALSE(spec->add_bos) << pre;
-    EXPECT_FALSE(spec->ignore_merges) << pre;
-    EXPECT_EQ(spec->normalizer, std::string(pre) == "qwen2" ? "nfc" : "") << pre;
-    meta.add_bos = true;
-    EXPECT_TRUE(TokenizerSpecFromGguf(meta)->add_bos) << pre;
+    EXPECT_EQ(spec->add_bos, c.llama3) << c.pre;
+    EXPECT_EQ(spec->ignore_merges, c.llama3) << c.pre;
+    EXPECT_EQ(spec->normalizer, c.normalizer) << c.pre;
+    meta.add_bos = !c.llama3;
+    EXPECT_EQ(TokenizerSpecFromGguf(meta)->add_bos, !c.llama3) << c.pre;
   }
 }
 
