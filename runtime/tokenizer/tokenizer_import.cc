@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/mapped_file.h"
-#include "runtime/tokenizer/byte_level.h"
 #include "runtime/tokenizer/utf8.h"
 
 namespace xrt {
