@@ -120,7 +120,7 @@ class DecoderBuilder {
           NameLoc(L(l, "self_attn")), q, k, v, slots, tables, lens, qsl,
           b_.getI64IntegerAttr(l), b_.getI64IntegerAttr(H), b_.getI64IntegerAttr(KV), hdAttr,
           b_.getF32FloatAttr(scale));
-      Value attnOut = Linear(o, L(l, "self_attn.o_proj"), D, H * hd, false);
+      Value attnOut = Linear(o, L(l, "self_attn.o_proj"), D, H * hd, c_.attention_output_bias);
       x = b_.create<xg::AddOp>(NameLoc(L(l, "residual_attn")), x, attnOut);
       h = RmsNorm(x, L(l, "post_attention_layernorm.weight"));
       Value gate = Linear(h, L(l, "mlp.gate_proj"), F, D, false);

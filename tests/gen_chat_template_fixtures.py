@@ -127,6 +127,14 @@ LLAVA_CONVERSATIONS = {
 }
 
 
+# Assistant turns with and without tool_calls, tool_calls None, a message with no content.
+TOOL_MESSAGES = [
+    {"role": "user", "content": "a"},
+    {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f"}}]},
+    {"role": "assistant", "content": "b", "tool_calls": None},
+    {"role": "tool"},
+]
+
 FEATURE_CASES = [
  # (template source, context): jinja2 features used by chat templates.
  ("{{ x }}|{{ y.z if y is defined else 'u' }}|{{ missing }}|{{ missing|default('d') }}", {"x": 1}),
@@ -157,6 +165,26 @@ FEATURE_CASES = [
  ("{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}{% if p.type == 'image' %}<image>{% elif p['type'] == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %};{% endfor %}", {"messages": [{"role":"user","content":"plain"},{"role":"user","content":[{"type":"image"},{"type":"text","text":"describe"}]}]}),
  ("{{ x.y }}|{{ x.y is defined }}", {"x": None}),
  ("{{ l[10] }}|{{ d.missing }}|{{ d['missing'] is defined }}|{{ (d.missing or 'z') }}", {"l": [1], "d": {}}),
+ # selectattr/rejectattr/map over items where the attribute is missing or None, and over
+ # a missing or None sequence (jinja2 yields nothing): tool-calling templates rely on it.
+ ("{{ messages|selectattr('tool_calls')|list|length }}|{{ messages|selectattr('tool_calls', 'defined')|list|length }}"
+  "|{{ messages|rejectattr('tool_calls')|list|length }}|{{ messages|selectattr('tool_calls', 'none')|list|length }}"
+  "|{{ messages|selectattr('tool_calls', 'ne', none)|list|length }}"
+  "|{{ messages|selectattr('content', 'equalto', none)|list|length }}"
+  "|{{ messages|selectattr('tool_calls', 'defined')|selectattr('tool_calls')|map(attribute='role')|join(',') }}",
+  {"messages": TOOL_MESSAGES}),
+ ("{{ messages|map(attribute='content')|list }}|{{ messages|map(attribute='content', default='-')|list }}"
+  "|{{ messages|map(attribute='tool_calls')|list }}|{{ messages|map(attribute='content')|select|list }}"
+  "|{{ messages|map(attribute='missing')|join(',') }}|{{ messages|map(attribute='tool_calls')|select|list|length }}"
+  "|{{ [{'x': none}]|map(attribute='x', default='d')|list }}|{{ [{'x': none}]|map(attribute='x.y')|list }}"
+  "|{{ [{'x': none}]|selectattr('x.y')|list }}|{{ [none, {'x': 1}]|map(attribute='x')|list }}"
+  "|{{ [none, {'x': 1}]|selectattr('x')|list }}|{{ [none, 1]|map('string')|list }}",
+  {"messages": TOOL_MESSAGES}),
+ ("{{ none|selectattr('x')|list }}|{{ missing|selectattr('x')|list }}|{{ none|map(attribute='x')|list }}"
+  "|{{ missing|map(attribute='x')|list }}|{{ none|map('string')|list }}|{{ none|select|list }}"
+  "|{{ missing|rejectattr('x')|list }}|{{ messages[2].tool_calls|map(attribute='function')|list }}"
+  "|{{ messages[2].tool_calls|selectattr('function')|list }}|{{ messages[3].tool_calls|map(attribute='id')|list }}",
+  {"messages": TOOL_MESSAGES}),
 ]
 
 

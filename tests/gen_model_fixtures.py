@@ -231,37 +231,46 @@ MISTRAL_TEMPLATE = (
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
 
+# What the Llama models share: Llama 3 style tokenizer, ChatML with a BOS.
+LLAMA_CHATML = dict(
+    arch="LlamaForCausalLM", tok_style="llama3",
+    specials=["<|begin_of_text|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    bos="<|begin_of_text|>", chat_template=CHATML_BOS_TEMPLATE, gen_extra={})
+
 # config_format: "legacy" rewrites config.json's transformers-5 "rope_parameters"
 # into the top-level "rope_theta"/"rope_scaling" keys that most checkpoints in the
 # wild (written by transformers 4.x) carry; "v5" keeps what transformers 5 writes.
 # The reference numbers are always computed from the model re-loaded from disk.
 TINY_MODELS = {
     "llama_gqa": dict(
-        arch="LlamaForCausalLM", seed=1001, tok_style="llama3",
-        specials=["<|begin_of_text|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        bos="<|begin_of_text|>", eos=["<|im_end|>"], pad=None,
-        chat_template=CHATML_BOS_TEMPLATE, config_format="legacy",
+        LLAMA_CHATML, seed=1001, eos=["<|im_end|>"], pad=None, config_format="legacy",
         config=dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                     rope_theta=10000.0, rope_scaling=dict(LLAMA3_SCALING),
                     max_position_embeddings=512, rms_norm_eps=1e-5,
                     tie_word_embeddings=False),
-        gen_extra={},
         std=dict(embed=1.0, attn=0.2, mlp=0.2, lm_head=0.2, norm=0.2, bias=0.0),
     ),
     "llama_tied": dict(
-        arch="LlamaForCausalLM", seed=1102, tok_style="llama3",
-        specials=["<|begin_of_text|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        bos="<|begin_of_text|>", eos=["<|im_end|>", "<|endoftext|>"], pad="<|endoftext|>",
-        chat_template=CHATML_BOS_TEMPLATE, config_format="v5", shard="150KB",
+        LLAMA_CHATML, seed=1102, eos=["<|im_end|>", "<|endoftext|>"], pad="<|endoftext|>",
+        config_format="v5", shard="150KB",
         config=dict(hidden_size=64, intermediate_size=160, num_hidden_layers=3,
                     num_attention_heads=4, num_key_value_heads=4, head_dim=16,
                     rope_theta=500000.0, rope_scaling=None,
                     max_position_embeddings=512, rms_norm_eps=1e-6,
                     tie_word_embeddings=True),
-        gen_extra={},
         # tied: the embedding is also the lm_head, keep logits in a sane range
         std=dict(embed=0.35, attn=0.2, mlp=0.2, lm_head=None, norm=0.2, bias=0.0),
+    ),
+    # Llama with attention_bias: transformers' LlamaAttention gives q, k, v AND o_proj a bias.
+    "llama_attn_bias": dict(
+        LLAMA_CHATML, seed=1305, eos=["<|im_end|>"], pad=None, config_format="v5",
+        config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    rope_theta=10000.0, rope_scaling=None, attention_bias=True,
+                    max_position_embeddings=512, rms_norm_eps=1e-5,
+                    tie_word_embeddings=False),
+        std=dict(embed=1.0, attn=0.2, mlp=0.2, lm_head=0.2, norm=0.2, bias=0.5),
     ),
     "qwen2_bias": dict(
         arch="Qwen2ForCausalLM", seed=2103, tok_style="qwen2",

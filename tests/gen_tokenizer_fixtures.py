@@ -13,6 +13,17 @@ line of corpus.jsonl:
 Each directory gets tokenizer.json, tokenizer_config.json and expected.json:
   {"cases": [{"text": ..., "ids": [...], "decoded": ..., "decoded_skip_special": ...}, ...]}
 
+llama3/ and qwen2/ also get gguf_expected.json: what llama.cpp's reading of the same
+vocabulary converted to GGUF (tokenizer.ggml.pre "llama-bpe" / "qwen2", no add_bos_token
+key) gives, computed with `tokenizers` on the equivalent tokenizer (gguf_equivalent below):
+  {"pre": ..., "bos_token_id": ..., "added_tokens": [{"id", "content", "type"}],
+   "cases": [{"text", "ids", "decoded"}]}
+qwen2's has DeepSeek-R1-Distill-Qwen's control tokens (text outside the byte-level
+alphabet) appended to the vocabulary, and both have lines using them.
+
+single_word_chars.json: the code points `tokenizers` treats as word characters next to a
+single_word added token ({"checked": ranges, "word": ranges}).
+
 With --smollm2-gguf PATH it also writes smollm2_expected.json: the ids the original SmolLM2
 tokenizer gives for every corpus line. The tokenizer is rebuilt with `tokenizers` from the
 GGUF's tokenizer.ggml.* metadata (read with the `gguf` package) in the shape of SmolLM2's
@@ -240,6 +251,96 @@ def smollm2_from_gguf(path):
     return tok
 
 
+# How convert_hf_to_gguf.py types an added token: CONTROL (3) if it is special or
+# looks special (<|...|>, <｜...｜>), else USER_DEFINED (4).
+def gguf_token_type(content, special):
+    looks_special = ((content.startswith("<|") and content.endswith("|>")) or
+                     (content.startswith("<\uff5c") and content.endswith("\uff5c>")))
+    return 3 if special or looks_special else 4
+
+
+# DeepSeek-R1-Distill-Qwen's chat markers, spelled outside the byte-level alphabet.
+R1_CONTROL_TOKENS = ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cUser\uff5c>",
+                     "<\uff5cAssistant\uff5c>"]
+GGUF_EXTRA_LINES = [
+    "<\uff5cbegin\u2581of\u2581sentence\uff5c><\uff5cUser\uff5c>What is 1+1?<\uff5cAssistant\uff5c>",
+    "x<\uff5cUser\uff5c>y <\uff5cAssistant\uff5c> z",
+    "<\uff5cUser\uff5c",
+]
+
+
+def gguf_equivalent(tok, config, pre, extra_control=()):
+    """What llama.cpp makes of `tok` converted to GGUF with tokenizer.ggml.pre = `pre` and no
+    tokenizer.ggml.add_bos_token key, as a `tokenizers` Tokenizer, and the added-token table
+    of that GGUF. Added tokens keep only their text and type (no lstrip/rstrip/single_word,
+    matched verbatim); `extra_control` tokens are appended as CONTROL tokens."""
+    spec = json.loads(tok.to_str())
+    added = [{"id": t["id"], "content": t["content"],
+              "type": gguf_token_type(t["content"], t["special"])} for t in spec["added_tokens"]]
+    next_id = tok.get_vocab_size()
+    for content in extra_control:
+        added.append({"id": next_id, "content": content, "type": 3})
+        next_id += 1
+    llama3 = pre == "llama-bpe"
+    model = models.BPE(vocab=spec["model"]["vocab"],
+                       merges=[tuple(m) if isinstance(m, list) else tuple(m.split(" "))
+                               for m in spec["model"]["merges"]],
+                       ignore_merges=llama3)
+    out = Tokenizer(model)
+    if pre == "qwen2":
+        out.normalizer = normalizers.NFC()
+    out.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_REGEX if llama3 else QWEN2_REGEX),
+                             behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    out.decoder = decoders.ByteLevel()
+    for t in sorted(added, key=lambda t: t["id"]):
+        at = AddedToken(t["content"], special=t["type"] == 3, normalized=False)
+        (out.add_special_tokens if t["type"] == 3 else out.add_tokens)([at])
+        assert out.token_to_id(t["content"]) == t["id"], t
+    bos = config.get("bos_token")
+    bos_id = out.token_to_id(bos) if isinstance(bos, str) else None
+    if llama3:  # llama.cpp: add_bos defaults to true for the Llama 3 pre-tokenizer
+        out.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, bos_id)])
+    return out, added, bos_id
+
+
+def gguf_expected(tok, config, pre, corpus, extra_control=()):
+    out, added, bos_id = gguf_equivalent(tok, config, pre, extra_control)
+    cases = [{"text": text, "ids": ids, "decoded": out.decode(ids, skip_special_tokens=False)}
+             for text in corpus + GGUF_EXTRA_LINES
+             for ids in [out.encode(text, add_special_tokens=True).ids]]
+    return {"pre": pre, "bos_token_id": bos_id, "added_tokens": added, "cases": cases}
+
+
+def single_word_chars():
+    """The non-ASCII code points `tokenizers` counts as word characters for a single_word
+    added token, as ranges, among the code points Python's unicodedata has assigned."""
+    import unicodedata
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())},
+                               merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.add_tokens([AddedToken("<w>", single_word=True, normalized=False)])
+    wid = tok.token_to_id("<w>")
+    checked, word = [], []
+
+    def add(ranges, cp):
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+
+    for cp in range(0x80, 0x110000):
+        if unicodedata.category(chr(cp)) in ("Cn", "Cs"):
+            continue
+        add(checked, cp)
+        if wid not in tok.encode(chr(cp) + "<w>").ids:  # rejected: touches a word char
+            add(word, cp)
+    return {"unicode_version": unicodedata.unidata_version, "checked": checked, "word": word}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smollm2-gguf", default=os.environ.get("XCC_SMOLLM2_GGUF"),
@@ -253,7 +354,14 @@ def main():
         tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
         write_json(os.path.join(d, "tokenizer_config.json"), config)
         write_json(os.path.join(d, "expected.json"), {"cases": expected_cases(tok, corpus)})
+        if name == "llama3":
+            write_json(os.path.join(d, "gguf_expected.json"),
+                       gguf_expected(tok, config, "llama-bpe", corpus))
+        elif name == "qwen2":
+            write_json(os.path.join(d, "gguf_expected.json"),
+                       gguf_expected(tok, config, "qwen2", corpus, R1_CONTROL_TOKENS))
         print(f"{name}: vocab {tok.get_vocab_size()}")
+    write_json(os.path.join(OUT, "single_word_chars.json"), single_word_chars(), compact=True)
     if args.smollm2_gguf:
         tok = smollm2_from_gguf(args.smollm2_gguf)
         cases = [{k: c[k] for k in ("text", "ids", "decoded", "decoded_skip_special")}

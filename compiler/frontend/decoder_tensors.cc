@@ -1,5 +1,7 @@
 #include "compiler/frontend/decoder_tensors.h"
 
+#include <set>
+
 #include <fmt/ranges.h>
 
 namespace xcc {
@@ -26,6 +28,7 @@ std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c) {
       out.push_back({p + "self_attn.v_proj.bias", {kv_rows}});
     }
     out.push_back({p + "self_attn.o_proj.weight", {D, q_rows}});
+    if (c.attention_output_bias) out.push_back({p + "self_attn.o_proj.bias", {D}});
     out.push_back({p + "post_attention_layernorm.weight", {D}});
     out.push_back({p + "mlp.gate_proj.weight", {F, D}});
     out.push_back({p + "mlp.up_proj.weight", {F, D}});
@@ -36,8 +39,30 @@ std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c) {
   return out;
 }
 
-Status ValidateDecoderTensors(const ModelSource& source) {
-  for (const DecoderTensorSpec& spec : DecoderTensorSpecs(source.config())) {
+Status ValidateDecoderTensors(const ModelSource& source,
+                              bool (*ignored)(const std::string& name)) {
+  const std::vector<DecoderTensorSpec> specs = DecoderTensorSpecs(source.config());
+  std::set<std::string> used;
+  for (const DecoderTensorSpec& spec : specs) used.insert(spec.name);
+  std::vector<std::string> unused;
+  for (const std::string& name : source.tensor_names()) {
+    if (used.count(name) == 0 && !(ignored && ignored(name))) unused.push_back(name);
+  }
+  if (!unused.empty()) {
+    constexpr size_t kNamed = 8;
+    std::vector<std::string> named;
+    for (size_t i = 0; i < unused.size() && i < kNamed; ++i) {
+      Expected<const SourceTensor*> t = source.tensor(unused[i]);
+      named.push_back(fmt::format("'{}' ({})", unused[i], t.ok() ? (*t)->file : "?"));
+    }
+    return xrt::InvalidArgumentError(
+        "{} tensor(s) the {} decoder graph does not use (attention_bias {}, "
+        "tie_word_embeddings {}): {}{}",
+        unused.size(), source.config().architecture, source.config().attention_bias,
+        source.config().tie_word_embeddings, fmt::join(named, ", "),
+        unused.size() > kNamed ? ", ..." : "");
+  }
+  for (const DecoderTensorSpec& spec : specs) {
     Expected<const SourceTensor*> t = source.tensor(spec.name);
     if (!t.ok()) {
       if (!spec.required) continue;

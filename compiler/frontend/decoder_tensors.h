@@ -23,9 +23,13 @@ struct DecoderTensorSpec {
 std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c);
 
 // Checks that every tensor of DecoderTensorSpecs(source.config()) exists with
-// its shape. Errors name the tensor and expected vs actual shape, e.g.
-//   "tensor 'model.layers.3.self_attn.k_proj.weight' (model.safetensors): shape [64, 576], expected [192, 576]".
-Status ValidateDecoderTensors(const ModelSource& source);
+// its shape, and that the source holds no other tensor except those
+// `ignored` accepts (what the format's reference loader skips). Errors name
+// the tensor and expected vs actual shape, e.g.
+//   "tensor 'model.layers.3.self_attn.k_proj.weight' (model.safetensors): shape [64, 576], expected [192, 576]",
+// or the tensors the graph would not read.
+Status ValidateDecoderTensors(const ModelSource& source,
+                              bool (*ignored)(const std::string& name) = nullptr);
 
 // "[a, b, c]"
 std::string ShapeToString(const std::vector<int64_t>& shape);

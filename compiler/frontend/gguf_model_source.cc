@@ -89,7 +89,9 @@ Expected<xrt::TokenizerSpec> TokenizerFromGguf(const GgufFile& f) {
   XRT_ASSIGN_OR_RETURN(m.eos_id, TokenIdKeyOr(f, "tokenizer.ggml.eos_token_id", -1));
   XRT_ASSIGN_OR_RETURN(m.unk_id, TokenIdKeyOr(f, "tokenizer.ggml.unknown_token_id", -1));
   XRT_ASSIGN_OR_RETURN(m.pad_id, TokenIdKeyOr(f, "tokenizer.ggml.padding_token_id", -1));
-  XRT_ASSIGN_OR_RETURN(m.add_bos, BoolKeyOr(f, "tokenizer.ggml.add_bos_token", false));
+  if (f.Has("tokenizer.ggml.add_bos_token")) {
+    XRT_ASSIGN_OR_RETURN(m.add_bos, f.GetBool("tokenizer.ggml.add_bos_token"));
+  }
   XRT_ASSIGN_OR_RETURN(m.add_eos, BoolKeyOr(f, "tokenizer.ggml.add_eos_token", false));
   XRT_ASSIGN_OR_RETURN(m.add_space_prefix, BoolKeyOr(f, "tokenizer.ggml.add_space_prefix", false));
   const int64_t n = static_cast<int64_t>(m.tokens.size());
@@ -106,27 +108,9 @@ Expected<xrt::TokenizerSpec> TokenizerFromGguf(const GgufFile& f) {
   return spec;
 }
 
-class GgufModelSource final : public ModelSource {
+class GgufModelSource final : public IndexedModelSource {
  public:
-  const DecoderConfig& config() const override { return config_; }
-  const xrt::TokenizerSpec& tokenizer() const override { return tokenizer_; }
-  const GenerationDefaults& generation() const override { return generation_; }
-  const std::string& chat_template() const override { return chat_template_; }
   std::vector<std::string> input_files() const override { return {file_.path()}; }
-
-  std::vector<std::string> tensor_names() const override {
-    std::vector<std::string> names;
-    names.reserve(tensors_.size());
-    for (const auto& kv : tensors_) names.push_back(kv.first);
-    return names;
-  }
-  Expected<const SourceTensor*> tensor(const std::string& name) const override {
-    auto it = tensors_.find(name);
-    if (it == tensors_.end()) {
-      return xrt::NotFoundError("tensor '{}': not found in {}", name, file_.path());
-    }
-    return &it->second;
-  }
 
   Status Load(const std::string& path);
 
@@ -134,11 +118,7 @@ class GgufModelSource final : public ModelSource {
   Status AddTensor(const GgufTensorInfo& info, const ArchInfo& arch);
 
   GgufFile file_;
-  DecoderConfig config_;
-  xrt::TokenizerSpec tokenizer_;
-  GenerationDefaults generation_;
-  std::string chat_template_;
-  std::map<std::string, SourceTensor> tensors_;
+  std::list<SourceTensor> owned_tensors_;  // indexed by tensors_
   std::list<std::vector<uint8_t>> owned_;  // un-permuted q/k data
 };
 
@@ -172,16 +152,18 @@ Status GgufModelSource::AddTensor(const GgufTensorInfo& info, const ArchInfo& ar
                             .WithContext(fmt::format("{}: tensor '{}'", file_.path(), info.name)));
     t.data = buf.data();
   }
-  std::string name = t.name;
-  if (!tensors_.emplace(name, std::move(t)).second) {
+  if (tensors_.count(t.name) != 0) {
     return xrt::DataLossError("{}: tensor '{}': maps to '{}', which another tensor also maps to",
-                              file_.path(), info.name, name);
+                              file_.path(), info.name, t.name);
   }
+  const SourceTensor& owned = owned_tensors_.emplace_back(std::move(t));
+  tensors_.emplace(owned.name, &owned);
   return Status::Ok();
 }
 
 Status GgufModelSource::Load(const std::string& path) {
   XRT_ASSIGN_OR_RETURN(file_, GgufFile::Open(path));
+  origin_ = file_.path();
   XRT_ASSIGN_OR_RETURN(config_, DecoderConfigFromGguf(file_));
   const ArchInfo* arch = FindArch(file_.GetString("general.architecture").value());
   for (const GgufTensorInfo& info : file_.tensors()) XRT_RETURN_IF_ERROR(AddTensor(info, *arch));
@@ -361,6 +343,9 @@ Expected<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
     return xrt::NotFoundError("{}: tensor 'blk.0.attn_q.bias': missing (qwen2 has q/k/v biases)",
                               f.path());
   }
+  // llama.cpp loads an attn_output bias for llama (and so Mistral), never for
+  // qwen2: there it is a tensor the graph does not consume.
+  c.attention_output_bias = arch_name != "qwen2" && HasTensor(f, "blk.0.attn_output.bias");
   c.hidden_act = "silu";
   return c;
 }

@@ -18,11 +18,13 @@
 
 namespace xcc {
 
-// Opens and validates a GGUF model (metadata, tensors, decoder tensors).
+// Opens and validates a GGUF model (metadata, tensors, decoder tensors). As in
+// llama.cpp, a tensor the decoder graph does not read is an error.
 Expected<std::unique_ptr<ModelSource>> OpenGgufModel(const std::string& path);
 
 // DecoderConfig from the `<arch>.*` keys. Tensor-dependent fields
-// (tie_word_embeddings, attention_bias) are filled from the tensor list.
+// (tie_word_embeddings, attention_bias, attention_output_bias) are filled from
+// the tensor list.
 Expected<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f);
 
 // GGUF tensor name -> HF tensor name; names without a mapping are returned unchanged.

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "compiler/frontend/decoder_tensors.h"
 #include "compiler/frontend/test_util.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 namespace xcc {
 namespace {
@@ -62,9 +66,14 @@ struct TinyOptions {
   std::string arch = "llama";
   bool output = false;        // write output.weight
   bool bias = true;           // q/k/v biases
+  bool o_bias = false;        // attn_output bias
+  std::vector<std::string> extra_f32;  // more [kD] F32 tensors, by GGUF name
   bool permute = true;        // store q/k permuted (llama convention)
   std::string skip_key;       // metadata key to leave out
   std::vector<uint64_t> k_ne = {kD, kKV * kHd};
+  // Writes the tokenizer.ggml.* keys instead of the default 6-token vocabulary
+  // and returns the vocabulary size.
+  std::function<uint64_t(GgufWriter&)> tokenizer;
 };
 
 std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
@@ -87,19 +96,24 @@ std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
   u32(a + ".rope.dimension_count", kHd);
   f32(a + ".rope.freq_base", 100000.0f);
   f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  w.KvString("tokenizer.ggml.model", "gpt2");
-  w.KvString("tokenizer.ggml.pre", "smollm");
-  w.KvStringArray("tokenizer.ggml.tokens",
-                  {"a", "b", "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"});
-  w.KvI32Array("tokenizer.ggml.token_type", {1, 1, 1, 3, 3, 3});
-  w.KvStringArray("tokenizer.ggml.merges", {"a b"});
-  w.KvU32("tokenizer.ggml.bos_token_id", 4);
-  w.KvU32("tokenizer.ggml.eos_token_id", 3);
-  w.KvU32("tokenizer.ggml.eot_token_id", 5);
-  w.KvBool("tokenizer.ggml.add_bos_token", false);
+  uint64_t vocab = kV;
+  if (o.tokenizer) {
+    vocab = o.tokenizer(w);
+  } else {
+    w.KvString("tokenizer.ggml.model", "gpt2");
+    w.KvString("tokenizer.ggml.pre", "smollm");
+    w.KvStringArray("tokenizer.ggml.tokens",
+                    {"a", "b", "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+    w.KvI32Array("tokenizer.ggml.token_type", {1, 1, 1, 3, 3, 3});
+    w.KvStringArray("tokenizer.ggml.merges", {"a b"});
+    w.KvU32("tokenizer.ggml.bos_token_id", 4);
+    w.KvU32("tokenizer.ggml.eos_token_id", 3);
+    w.KvU32("tokenizer.ggml.eot_token_id", 5);
+    w.KvBool("tokenizer.ggml.add_bos_token", false);
+  }
   w.KvString("tokenizer.chat_template", "{{ messages }}");
 
-  w.Tensor("token_embd.weight", {kD, kV}, kTF32, Bytes(Iota(kD * kV, 0)));
+  w.Tensor("token_embd.weight", {kD, vocab}, kTF32, Bytes(Iota(kD * vocab, 0)));
   w.TensorF32("blk.0.attn_norm.weight", {kD}, Iota(kD, 1));
   if (o.permute) {
     w.Tensor("blk.0.attn_q.weight", {kD, kH * kHd}, kTQ8_0, QAsPermutedQ8_0());
@@ -126,12 +140,14 @@ std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
     w.TensorF32("blk.0.attn_v.bias", {kKV * kHd}, Iota(kKV * kHd, 70));
   }
   w.TensorF32("blk.0.attn_output.weight", {kH * kHd, kD}, Iota(kD * kH * kHd, 400));
+  if (o.o_bias) w.TensorF32("blk.0.attn_output.bias", {kD}, Iota(kD, 450));
+  for (const std::string& name : o.extra_f32) w.TensorF32(name, {kD}, Iota(kD, 0));
   w.TensorF32("blk.0.ffn_norm.weight", {kD}, Iota(kD, 2));
   w.TensorF32("blk.0.ffn_gate.weight", {kD, kF}, Iota(kD * kF, 500));
   w.TensorF32("blk.0.ffn_up.weight", {kD, kF}, Iota(kD * kF, 600));
   w.TensorF32("blk.0.ffn_down.weight", {kF, kD}, Iota(kD * kF, 700));
   w.TensorF32("output_norm.weight", {kD}, Iota(kD, 3));
-  if (o.output) w.TensorF32("output.weight", {kD, kV}, Iota(kD * kV, 800));
+  if (o.output) w.TensorF32("output.weight", {kD, vocab}, Iota(kD * vocab, 800));
   return w.Build();
 }
 
@@ -145,20 +161,11 @@ TEST(GgufModelSourceTest, OpensTinyLlama) {
   Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, TinyOptions());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  const DecoderConfig& c = m.config();
-  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(c.hidden_size, kD);
-  EXPECT_EQ(c.num_hidden_layers, 1);
-  EXPECT_EQ(c.intermediate_size, kF);
-  EXPECT_EQ(c.num_attention_heads, kH);
-  EXPECT_EQ(c.num_key_value_heads, kKV);
-  EXPECT_EQ(c.head_dim, kHd);
-  EXPECT_EQ(c.vocab_size, kV);  // from the token list
-  EXPECT_EQ(c.max_position_embeddings, 128);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
-  EXPECT_NEAR(c.rms_norm_eps, 1e-5, 1e-12);
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_TRUE(c.attention_bias);
+  // vocab from the token list; sizes kV, kD, kF, kH, kKV, kHd.
+  EXPECT_EQ(DescribeDecoderConfig(m.config()),
+            "LlamaForCausalLM vocab 6 hidden 32 intermediate 16 layers 1 heads 4 kv_heads 2 "
+            "head_dim 8 max_pos 128 rms_eps 1e-05 rope_theta 100000 rope_scaling none x1 "
+            "tied yes qkv_bias yes o_bias no act silu sliding_window 0");
   EXPECT_EQ(m.generation().eos_token_ids, (std::vector<int32_t>{3, 5}));
   EXPECT_EQ(m.chat_template(), "{{ messages }}");
   EXPECT_EQ(m.input_files(), (std::vector<std::string>{dir.File("tiny.gguf")}));
@@ -349,6 +356,113 @@ TEST(GgufModelSourceTest, CorruptedBytesNeverCrash) {
   EXPECT_GT(errors, 0);
 }
 
+nlohmann::json ReadFixture(const std::string& relative) {
+  std::ifstream in(std::string(XCC_SOURCE_DIR) + "/tests/fixtures/" + relative);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+// A byte-level BPE tokenizer.json converted to GGUF metadata the way
+// convert_hf_to_gguf.py does (one token list, added tokens typed CONTROL or
+// USER_DEFINED and stored as their text), with the added-token table and
+// tokenizer.ggml.pre of `expected` (tests/fixtures/tokenizer/<name>/gguf_expected.json).
+// No tokenizer.ggml.add_bos_token key is written: llama.cpp's default applies.
+std::function<uint64_t(GgufWriter&)> GgufTokenizerFrom(const nlohmann::json& tokenizer_json,
+                                                       const nlohmann::json& expected) {
+  return [&tokenizer_json, &expected](GgufWriter& w) -> uint64_t {
+    std::vector<std::string> tokens;
+    std::vector<int32_t> types;
+    for (const auto& [text, id] : tokenizer_json["model"]["vocab"].items()) {
+      const size_t i = id.get<size_t>();
+      if (i >= tokens.size()) tokens.resize(i + 1), types.resize(i + 1, 1);
+      tokens[i] = text;
+    }
+    for (const auto& t : expected["added_tokens"]) {
+      const size_t i = t["id"].get<size_t>();
+      if (i >= tokens.size()) tokens.resize(i + 1), types.resize(i + 1, 1);
+      tokens[i] = t["content"].get<std::string>();
+      types[i] = t["type"].get<int32_t>();
+    }
+    std::vector<std::string> merges;
+    for (const auto& m : tokenizer_json["model"]["merges"]) {
+      merges.push_back(m.is_string() ? m.get<std::string>()
+                                     : m[0].get<std::string>() + " " + m[1].get<std::string>());
+    }
+    w.KvString("tokenizer.ggml.model", "gpt2");
+    w.KvString("tokenizer.ggml.pre", expected["pre"].get<std::string>());
+    w.KvStringArray("tokenizer.ggml.tokens", tokens);
+    w.KvI32Array("tokenizer.ggml.token_type", types);
+    w.KvStringArray("tokenizer.ggml.merges", merges);
+    if (!expected["bos_token_id"].is_null()) {
+      w.KvU32("tokenizer.ggml.bos_token_id", expected["bos_token_id"].get<uint32_t>());
+    }
+    return tokens.size();
+  };
+}
+
+// A GGUF vocabulary encodes like Hugging Face `tokenizers` on the equivalent
+// tokenizer (tests/gen_tokenizer_fixtures.py): llama-bpe implies ignore_merges
+// and, with add_bos_token absent, a BOS; qwen2 implies NFC; control tokens
+// spelled outside the byte-level alphabet (DeepSeek-R1's <｜User｜>) are single tokens.
+class GgufTokenizerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufTokenizerTest, EncodesLikeHuggingFace) {
+  const nlohmann::json tokenizer_json = ReadFixture("tokenizer/" + GetParam() + "/tokenizer.json");
+  const nlohmann::json expected = ReadFixture("tokenizer/" + GetParam() + "/gguf_expected.json");
+  TempDir dir;
+  TinyOptions o;
+  o.tokenizer = GgufTokenizerFrom(tokenizer_json, expected);
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  Expected<xrt::Tokenizer> tok = xrt::Tokenizer::Create((*src)->tokenizer());
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  ASSERT_GE(expected["cases"].size(), 25u);
+  for (const auto& c : expected["cases"]) {
+    const std::string text = c["text"];
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->Encode(text, /*add_special_tokens=*/true), ids) << "text: " << text;
+    EXPECT_EQ(tok->Decode(ids, false), c["decoded"].get<std::string>()) << "text: " << text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufTokenizerTest, ::testing::Values("llama3", "qwen2"));
+
+// llama.cpp loads blk.N.attn_output.bias for llama, never for qwen2; any
+// tensor the graph does not read is an error naming it, as llama.cpp's
+// "wrong number of tensors".
+TEST(GgufModelSourceTest, AttentionOutputBiasAndUnusedTensors) {
+  TempDir dir;
+  TinyOptions o;
+  o.o_bias = true;
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_TRUE((*src)->config().attention_output_bias);
+  Expected<std::vector<float>> ob = (*src)->ReadF32("model.layers.0.self_attn.o_proj.bias");
+  ASSERT_TRUE(ob.ok()) << ob.status().ToString();
+  EXPECT_EQ(*ob, Iota(kD, 450));
+  EXPECT_TRUE(ValidateDecoderTensors(**src).ok());
+
+  o.arch = "qwen2";
+  o.permute = false;
+  src = OpenTiny(dir, o);
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().code(), xrt::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.self_attn.o_proj.bias' (" +
+                                                   dir.File("tiny.gguf") + ")"))
+      << src.status().message();
+
+  TinyOptions extra;
+  extra.extra_f32 = {"blk.0.attn_rot_embd.weight", "blk.0.ffn_down.bias"};
+  src = OpenTiny(dir, extra);
+  ASSERT_FALSE(src.ok());
+  EXPECT_TRUE(Contains(src.status().message(), "2 tensor(s) the LlamaForCausalLM decoder graph "
+                                               "does not use"))
+      << src.status().message();
+  EXPECT_TRUE(Contains(src.status().message(), "'blk.0.attn_rot_embd.weight'"));
+  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.mlp.down_proj.bias'"));
+}
+
 TEST(GgufModelSourceTest, NameMapping) {
   EXPECT_EQ(GgufToHfTensorName("token_embd.weight"), "model.embed_tokens.weight");
   EXPECT_EQ(GgufToHfTensorName("output.weight"), "lm_head.weight");
@@ -371,18 +485,10 @@ TEST(GgufModelSourceTest, SmolLM2) {
   Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(path);
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  const DecoderConfig& c = m.config();
-  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(c.hidden_size, 576);
-  EXPECT_EQ(c.num_hidden_layers, 30);
-  EXPECT_EQ(c.num_attention_heads, 9);
-  EXPECT_EQ(c.num_key_value_heads, 3);
-  EXPECT_EQ(c.head_dim, 64);
-  EXPECT_EQ(c.intermediate_size, 1536);
-  EXPECT_EQ(c.vocab_size, 49152);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(DescribeDecoderConfig(m.config()),
+            "LlamaForCausalLM vocab 49152 hidden 576 intermediate 1536 layers 30 heads 9 "
+            "kv_heads 3 head_dim 64 max_pos 8192 rms_eps 1e-05 rope_theta 100000 rope_scaling "
+            "none x1 tied yes qkv_bias no o_bias no act silu sliding_window 0");
   EXPECT_FALSE(m.chat_template().empty());
   EXPECT_FALSE(m.generation().eos_token_ids.empty());
   EXPECT_EQ(m.tokenizer().vocab.size(), 49152u);

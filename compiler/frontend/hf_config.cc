@@ -248,10 +248,14 @@ Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string
   if (!(c.rope_theta > 0)) return f.Invalid("rope_theta", "must be positive");
   XRT_RETURN_IF_ERROR(ParseRopeScaling(f, j, file, &c));
   XRT_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.BoolOr("tie_word_embeddings", false));
+  // As transformers builds the attention projections: Qwen2 has q/k/v biases
+  // and none on o_proj; Llama's attention_bias gives all four a bias; Mistral
+  // has none whatever the config says.
   if (qwen2) {
-    c.attention_bias = true;  // Qwen2 always has q/k/v biases
-  } else {
+    c.attention_bias = true;
+  } else if (c.architecture == "LlamaForCausalLM") {
     XRT_ASSIGN_OR_RETURN(c.attention_bias, f.BoolOr("attention_bias", false));
+    c.attention_output_bias = c.attention_bias;
   }
   XRT_ASSIGN_OR_RETURN(bool mlp_bias, f.BoolOr("mlp_bias", false));
   if (mlp_bias) {

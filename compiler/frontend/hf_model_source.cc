@@ -23,25 +23,16 @@ bool IsFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-class HfModelSource final : public ModelSource {
- public:
-  const DecoderConfig& config() const override { return config_; }
-  const xrt::TokenizerSpec& tokenizer() const override { return tokenizer_; }
-  const GenerationDefaults& generation() const override { return generation_; }
-  const std::string& chat_template() const override { return chat_template_; }
-  std::vector<std::string> input_files() const override { return files_; }
+// Checkpoint tensors transformers skips when loading a Llama/Qwen2/Mistral
+// model (PreTrainedModel._adjust_missing_and_unexpected_keys): the
+// rotary_emb.inv_freq buffers older checkpoints saved per layer.
+bool IgnoredByTransformers(const std::string& name) {
+  return name.find("rotary_emb.inv_freq") != std::string::npos;
+}
 
-  std::vector<std::string> tensor_names() const override {
-    std::vector<std::string> names;
-    names.reserve(tensors_.size());
-    for (const auto& kv : tensors_) names.push_back(kv.first);
-    return names;
-  }
-  Expected<const SourceTensor*> tensor(const std::string& name) const override {
-    auto it = tensors_.find(name);
-    if (it == tensors_.end()) return xrt::NotFoundError("tensor '{}': not found in {}", name, dir_);
-    return it->second;
-  }
+class HfModelSource final : public IndexedModelSource {
+ public:
+  std::vector<std::string> input_files() const override { return files_; }
 
   Status Load(const std::string& dir);
 
@@ -50,18 +41,14 @@ class HfModelSource final : public ModelSource {
   Status AddShard(const std::string& path);
 
   std::string dir_;
-  DecoderConfig config_;
-  xrt::TokenizerSpec tokenizer_;
-  GenerationDefaults generation_;
-  std::string chat_template_;
   std::vector<std::string> files_;
   std::vector<SafetensorsFile> shards_;
-  std::map<std::string, const SourceTensor*> tensors_;
 };
 
 Status HfModelSource::Load(const std::string& dir) {
   dir_ = dir;
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  origin_ = dir_;
   const std::string config_path = dir_ + "/config.json";
   if (!IsFile(config_path)) {
     return xrt::NotFoundError("{}: not a Hugging Face model directory: config.json missing",
@@ -90,7 +77,7 @@ Status HfModelSource::Load(const std::string& dir) {
 
   std::sort(files_.begin(), files_.end());
   files_.erase(std::unique(files_.begin(), files_.end()), files_.end());
-  return ValidateDecoderTensors(*this).WithContext(dir_);
+  return ValidateDecoderTensors(*this, IgnoredByTransformers).WithContext(dir_);
 }
 
 Status HfModelSource::AddShard(const std::string& path) {

@@ -13,7 +13,8 @@ namespace xcc {
 
 // Opens and validates the directory: config fields, every safetensors header,
 // the index's weight_map against the shards, and the decoder tensors
-// (ValidateDecoderTensors).
+// (ValidateDecoderTensors): each one present with its shape, and no other
+// tensor except what transformers skips on load (rotary_emb.inv_freq).
 Expected<std::unique_ptr<ModelSource>> OpenHfModelDir(const std::string& dir);
 
 }  // namespace xcc

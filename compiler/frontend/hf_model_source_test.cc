@@ -12,6 +12,7 @@ namespace {
 
 using json = nlohmann::json;
 using testing::SafetensorsWriter;
+using testing::DescribeDecoderConfig;
 using testing::TempDir;
 using testing::WriteFile;
 
@@ -108,21 +109,10 @@ TEST(HfModelSourceTest, OpensTinyModel) {
   Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   const ModelSource& m = **src;
-  const DecoderConfig& c = m.config();
-  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(c.vocab_size, 6);
-  EXPECT_EQ(c.hidden_size, 8);
-  EXPECT_EQ(c.intermediate_size, 4);
-  EXPECT_EQ(c.num_hidden_layers, 1);
-  EXPECT_EQ(c.num_attention_heads, 2);
-  EXPECT_EQ(c.num_key_value_heads, 1);
-  EXPECT_EQ(c.head_dim, 4);
-  EXPECT_EQ(c.max_position_embeddings, 64);
-  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
-  EXPECT_EQ(c.rope_scaling.type, "none");
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(DescribeDecoderConfig(m.config()),
+            "LlamaForCausalLM vocab 6 hidden 8 intermediate 4 layers 1 heads 2 kv_heads 1 "
+            "head_dim 4 max_pos 64 rms_eps 1e-05 rope_theta 100000 rope_scaling none x1 tied yes "
+            "qkv_bias no o_bias no act silu sliding_window 0");
 
   EXPECT_EQ(m.generation().eos_token_ids, (std::vector<int32_t>{4, 5}));
   EXPECT_DOUBLE_EQ(m.generation().temperature, 0.7);
@@ -242,6 +232,64 @@ TEST(HfModelSourceTest, MissingLmHeadWhenUntied) {
   src = ModelSource::Open(dir.path());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   EXPECT_FALSE((*src)->config().tie_word_embeddings);
+}
+
+// Writes `w` as the directory's model.safetensors and opens the model; returns
+// the error ("" and a test failure if it opened).
+std::string OpenWithWeights(const TempDir& dir, const SafetensorsWriter& w,
+                            xrt::StatusCode want = xrt::StatusCode::kInvalidArgument) {
+  WriteFile(dir.File("model.safetensors"), w.Build());
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
+  if (src.ok()) {
+    ADD_FAILURE() << "opened, expected an error";
+    return "";
+  }
+  EXPECT_EQ(src.status().code(), want) << src.status().ToString();
+  return src.status().message();
+}
+
+// A tensor the decoder graph would not read is an error naming it, except
+// what transformers itself skips (rotary_emb.inv_freq of older checkpoints).
+TEST(HfModelSourceTest, UnusedTensorIsAnErrorNamingIt) {
+  TempDir dir;
+  WriteTinyModel(dir);
+  SafetensorsWriter w;
+  AddTinyTensors(&w);
+  w.AddF32("model.layers.0.self_attn.rotary_emb.inv_freq", {2}, {1.0f, 0.01f});
+  WriteFile(dir.File("model.safetensors"), w.Build());
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+
+  w.AddF32("model.layers.0.mlp.gate_proj.bias", {4}, Iota(4, 0));
+  std::string error = OpenWithWeights(dir, w);
+  EXPECT_TRUE(Contains(error, "'model.layers.0.mlp.gate_proj.bias' (" +
+                                  dir.File("model.safetensors") + ")")) << error;
+  EXPECT_TRUE(Contains(error, "does not use")) << error;
+
+  // q/k/v biases without attention_bias in config.json.
+  SafetensorsWriter biased;
+  AddTinyTensors(&biased, /*bias=*/true);
+  error = OpenWithWeights(dir, biased);
+  EXPECT_TRUE(Contains(error, "'model.layers.0.self_attn.q_proj.bias'")) << error;
+}
+
+// Llama attention_bias: q, k, v and o_proj all have biases (LlamaAttention).
+TEST(HfModelSourceTest, LlamaAttentionBiasIncludesOProj) {
+  TempDir dir;
+  json config = TinyConfig();
+  config["attention_bias"] = true;
+  WriteTinyModel(dir, config);
+  SafetensorsWriter w;
+  AddTinyTensors(&w, /*bias=*/true);
+  std::string error = OpenWithWeights(dir, w, xrt::StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(error, "tensor 'model.layers.0.self_attn.o_proj.bias': missing")) << error;
+
+  w.AddF32("model.layers.0.self_attn.o_proj.bias", {8}, Iota(8, 0));
+  WriteFile(dir.File("model.safetensors"), w.Build());
+  Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_TRUE((*src)->config().attention_output_bias);
+  EXPECT_TRUE((*src)->tensor("model.layers.0.self_attn.o_proj.bias").ok());
 }
 
 TEST(HfModelSourceTest, Qwen2NeedsBiases) {
@@ -383,9 +431,28 @@ TEST(HfConfigTest, DefaultsAndExplicitHeadDim) {
   j["sliding_window"] = 4096;
   c = ParseHfConfig(j.dump(), "config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_TRUE(c->decoder.attention_bias);
+  // transformers' MistralAttention has no biases whatever attention_bias says.
+  EXPECT_FALSE(c->decoder.attention_bias);
+  EXPECT_FALSE(c->decoder.attention_output_bias);
   EXPECT_EQ(c->decoder.sliding_window, 4096);
   EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{1, 2}));
+}
+
+// LlamaAttention: attention_bias puts a bias on q, k, v and o; Qwen2Attention
+// has q/k/v biases and none on o_proj.
+TEST(HfConfigTest, AttentionBiasAsTransformersBuildsIt) {
+  json j = TinyConfig();
+  j["attention_bias"] = true;
+  Expected<HfConfig> c = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->decoder.attention_bias);
+  EXPECT_TRUE(c->decoder.attention_output_bias);
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["attention_bias"] = false;
+  c = ParseHfConfig(j.dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->decoder.attention_bias);
+  EXPECT_FALSE(c->decoder.attention_output_bias);
 }
 
 TEST(HfConfigTest, RopeScaling) {

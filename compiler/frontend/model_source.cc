@@ -31,6 +31,19 @@ Expected<std::unique_ptr<ModelSource>> ModelSource::Open(const std::string& path
       path);
 }
 
+std::vector<std::string> IndexedModelSource::tensor_names() const {
+  std::vector<std::string> names;
+  names.reserve(tensors_.size());
+  for (const auto& kv : tensors_) names.push_back(kv.first);
+  return names;
+}
+
+Expected<const SourceTensor*> IndexedModelSource::tensor(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return xrt::NotFoundError("tensor '{}': not found in {}", name, origin_);
+  return it->second;
+}
+
 Expected<std::vector<float>> ModelSource::ReadF32(const std::string& name) const {
   XRT_ASSIGN_OR_RETURN(const SourceTensor* t, tensor(name));
   XRT_ASSIGN_OR_RETURN(int64_t n, ShapeNumel(t->shape));

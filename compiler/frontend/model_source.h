@@ -58,6 +58,7 @@ struct DecoderConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (Qwen2: true)
+  bool attention_output_bias = false;  // o_proj bias (HF Llama's attention_bias gives both)
   std::string hidden_act = "silu";
   int64_t sliding_window = 0;   // 0: none (recorded; not yet supported if > 0 and < max len)
 };
@@ -102,6 +103,30 @@ class ModelSource {
   virtual Expected<const SourceTensor*> tensor(const std::string& name) const = 0;
   // Tensor converted (dequantized, permuted as documented above) to f32, row-major HF layout.
   Expected<std::vector<float>> ReadF32(const std::string& name) const;
+};
+
+// The part of a ModelSource every frontend implements the same way: the
+// metadata, filled by the frontend while it loads, and its tensors indexed by
+// HF name (the SourceTensors are owned by the frontend and live as long as it).
+class IndexedModelSource : public ModelSource {
+ public:
+  const DecoderConfig& config() const override { return config_; }
+  const xrt::TokenizerSpec& tokenizer() const override { return tokenizer_; }
+  const GenerationDefaults& generation() const override { return generation_; }
+  const std::string& chat_template() const override { return chat_template_; }
+  std::vector<std::string> tensor_names() const override;
+  // NotFound naming `origin_` if absent.
+  Expected<const SourceTensor*> tensor(const std::string& name) const override;
+
+ protected:
+  IndexedModelSource() = default;
+
+  std::string origin_;  // the directory or file, for messages
+  DecoderConfig config_;
+  xrt::TokenizerSpec tokenizer_;
+  GenerationDefaults generation_;
+  std::string chat_template_;
+  std::map<std::string, const SourceTensor*> tensors_;
 };
 
 // Dequantizes/converts `n` elements of `src` (of type `t`) to f32. For block

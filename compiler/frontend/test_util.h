@@ -1,5 +1,6 @@
 // Test helpers: a self-deleting temp directory and writers for safetensors and
-// GGUF bytes, so tests build their fixtures in C++ with no checked-in binaries.
+// GGUF bytes, so tests build their fixtures in C++ with no checked-in binaries;
+// a one-line description of a DecoderConfig to compare whole configs.
 #pragma once
 
 #include <dirent.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -16,8 +18,42 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compiler/frontend/model_source.h"
+
 namespace xcc {
 namespace testing {
+
+// Every field of `c` on one line, floating-point values to 6 significant
+// digits (GGUF stores them as f32), so a test can state a whole config:
+//   "LlamaForCausalLM vocab 6 hidden 8 ... rope_theta 100000 rope_scaling none x1 ..."
+inline std::string DescribeDecoderConfig(const DecoderConfig& c) {
+  std::string out = c.architecture;
+  auto add = [&out](const char* key, const std::string& value) {
+    out += std::string(" ") + key + " " + value;
+  };
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  add("vocab", std::to_string(c.vocab_size));
+  add("hidden", std::to_string(c.hidden_size));
+  add("intermediate", std::to_string(c.intermediate_size));
+  add("layers", std::to_string(c.num_hidden_layers));
+  add("heads", std::to_string(c.num_attention_heads));
+  add("kv_heads", std::to_string(c.num_key_value_heads));
+  add("head_dim", std::to_string(c.head_dim));
+  add("max_pos", std::to_string(c.max_position_embeddings));
+  add("rms_eps", num(c.rms_norm_eps));
+  add("rope_theta", num(c.rope_theta));
+  add("rope_scaling", c.rope_scaling.type + " x" + num(c.rope_scaling.factor));
+  add("tied", c.tie_word_embeddings ? "yes" : "no");
+  add("qkv_bias", c.attention_bias ? "yes" : "no");
+  add("o_bias", c.attention_output_bias ? "yes" : "no");
+  add("act", c.hidden_act);
+  add("sliding_window", std::to_string(c.sliding_window));
+  return out;
+}
 
 class TempDir {
  public:

@@ -99,6 +99,18 @@ TEST(ChatTemplate, RuntimeErrorsNamePosition) {
   EXPECT_NE(s.message().find("depth"), std::string::npos) << s.message();
 }
 
+// map/selectattr look a dotted attribute up part by part like jinja2's
+// environment.getitem: a missing part yields undefined, but looking further
+// into it is an error (jinja2: UndefinedError).
+TEST(ChatTemplate, DottedAttributeThroughUndefinedIsAnError) {
+  const json ctx = {{"ms", {{{"role", "user"}}}}};
+  Status s = RenderError("{{ ms|map(attribute='tool_calls.0.function.name')|list }}", ctx);
+  EXPECT_NE(s.message().find("has no attribute 'tool_calls'"), std::string::npos) << s.message();
+  s = RenderError("{{ ms|selectattr('tool_calls.0')|list }}", ctx);
+  EXPECT_NE(s.message().find("has no attribute 'tool_calls'"), std::string::npos) << s.message();
+  EXPECT_EQ(RenderOrDie("{{ ms|map(attribute='tool_calls')|list }}", ctx), "[Undefined]");
+}
+
 TEST(ChatTemplate, ContextMustBeAnObject) {
   auto t = ChatTemplate::Parse("x");
   ASSERT_TRUE(t.ok());

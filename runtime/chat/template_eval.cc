@@ -1068,13 +1068,25 @@ class Interpreter {
     while (true) {
       size_t dot = attr.find('.', pos);
       std::string part = attr.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
-      if (cur.is_undefined()) return cur;
+      // jinja2 looks each part up with environment.getitem, and looking
+      // anything up on an Undefined raises.
+      if (cur.is_undefined()) {
+        throw TemplateError(cur.undefined_hint().empty() ? "value is undefined" : cur.undefined_hint());
+      }
       bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
       Value item = GetItem(cur, numeric ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
       cur = item.is_undefined() && !numeric ? GetAttr(cur, part) : item;
       if (dot == std::string::npos) return cur;
       pos = dot + 1;
     }
+  }
+
+  // The items select/reject/selectattr/rejectattr/map go over: like jinja2
+  // (`if value: for item in value`), a false value (none, undefined, empty)
+  // gives none rather than an error.
+  static ValueList FilterInput(const Value& seq) {
+    if (!seq.Truthy()) return {};
+    return Iterate(seq, 0, 0);
   }
 
   // select/reject/selectattr/rejectattr: args[first_test_arg] is the test name.
@@ -1095,7 +1107,7 @@ class Interpreter {
       targs.positional.assign(a.positional.begin() + static_cast<long>(t) + 1, a.positional.end());
     }
     ValueList out;
-    for (const auto& item : Iterate(seq, 0, 0)) {
+    for (const auto& item : FilterInput(seq)) {
       Value x = by_attr ? Attribute(item, attr) : item;
       bool r = test.empty() ? x.Truthy() : ApplyTest(test, x, targs);
       if (r == keep_if) out.push_back(item);
@@ -1251,7 +1263,7 @@ class Interpreter {
       const Value* attr = a.Keyword("attribute");
       if (attr) {
         const Value* dflt = a.Keyword("default");
-        for (const auto& item : Iterate(v, 0, 0)) {
+        for (const auto& item : FilterInput(v)) {
           Value x = Attribute(item, attr->ToString());
           out.push_back(x.is_undefined() && dflt ? *dflt : x);
         }
@@ -1261,7 +1273,7 @@ class Interpreter {
       CallArgs rest;
       rest.positional.assign(a.positional.begin() + 1, a.positional.end());
       rest.keyword = a.keyword;
-      for (const auto& item : Iterate(v, 0, 0)) out.push_back(ApplyFilter(a.positional[0].str(), item, rest));
+      for (const auto& item : FilterInput(v)) out.push_back(ApplyFilter(a.positional[0].str(), item, rest));
       return Value::List(std::move(out));
     }
     if (name == "unique") {

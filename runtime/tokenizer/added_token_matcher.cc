@@ -16,15 +16,25 @@ bool IsWhitespace(uint32_t c) {
          c == 0x205F || c == 0x3000;
 }
 
-// A regex \w character: letters, marks, digits, connector punctuation.
+// A word character for single_word, as Hugging Face `tokenizers` decides it:
+// the Unicode regex \w of Rust's `regex` crate (UTS #18 Annex C), i.e.
+// Alphabetic, Mark, Decimal_Number, Connector_Punctuation and Join_Control.
+// Letter numbers (Nl, e.g. 'Ⅻ') are Alphabetic; other numbers (No, e.g. '²',
+// '½') are not word characters. Alphabetic also takes in the Other_Alphabetic
+// symbols: circled and squared Latin letters.
 bool IsWordChar(uint32_t c) {
   if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
     case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
     case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
     case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
       return true;
+    case UTF8PROC_CATEGORY_CF:
+      return c == 0x200C || c == 0x200D;  // Join_Control
+    case UTF8PROC_CATEGORY_SO:
+      return (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) ||
+             (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189);
     default:
       return false;
   }

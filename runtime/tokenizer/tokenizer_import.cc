@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/mapped_file.h"
-#include "runtime/tokenizer/byte_level.h"
 #include "runtime/tokenizer/utf8.h"
 
 namespace xrt {
@@ -247,14 +246,14 @@ Status ParsePreTokenizer(const JsonFile& f, const json& root, TokenizerSpec* spe
     if (type == "Split") {
       auto pattern = step->find("pattern");
       if (pattern == step->end() || !pattern->is_object()) {
-        return f.Invalid(path + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
+        return f.Invalid(path + ".pattern", "expected {{\"Regex\": ...}} or {{\"String\": ...}}");
       }
       if (auto r = pattern->find("Regex"); r != pattern->end() && r->is_string()) {
         spec->split_regexes.push_back(r->get<std::string>());
       } else if (auto s = pattern->find("String"); s != pattern->end() && s->is_string()) {
         spec->split_regexes.push_back(RegexEscape(s->get<std::string>()));
       } else {
-        return f.Invalid(path + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
+        return f.Invalid(path + ".pattern", "expected {{\"Regex\": ...}} or {{\"String\": ...}}");
       }
       XRT_ASSIGN_OR_RETURN(std::optional<std::string> behavior, f.OptString(*step, path, "behavior"));
       if (behavior.value_or("") != "Isolated") {
@@ -325,7 +324,7 @@ Status ParsePostProcessor(const JsonFile& f, const json& j, const std::string& p
     auto st = item.is_object() ? item.find("SpecialToken") : item.end();
     if (!item.is_object() || st == item.end() || !st->is_object() || !st->contains("id") ||
         !(*st)["id"].is_string()) {
-      return f.Invalid(ipath, "expected {\"SpecialToken\": {\"id\": ...}} or {\"Sequence\": ...}");
+      return f.Invalid(ipath, "expected {{\"SpecialToken\": {{\"id\": ...}}}} or {{\"Sequence\": ...}}");
     }
     const std::string name = (*st)["id"].get<std::string>();
     if (specials == j.end() || !specials->is_object() || !specials->contains(name)) {
@@ -433,7 +432,7 @@ Status ParseConfig(const std::string& path, TokenizerSpec* spec, const Template&
     } else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
       content = (*it)["content"].get<std::string>();
     } else {
-      return f.Invalid(n.key, "expected a string or {\"content\": ...}");
+      return f.Invalid(n.key, "expected a string or {{\"content\": ...}}");
     }
     const int32_t id = FindToken(*spec, content);
     if (id < 0) {
@@ -497,21 +496,28 @@ Expected<TokenizerSpec> LoadTokenizerJsonImpl(const std::string& tokenizer_json_
   return spec;
 }
 
-// Pre-tokenizer of a GGUF tokenizer.ggml.pre name.
+// What a GGUF tokenizer.ggml.pre name implies, as llama.cpp reads it
+// (llama_vocab::impl::load): the split regexes of the model's tokenizer.json,
+// BPE ignore_merges, whether a BOS is prepended when tokenizer.ggml.add_bos_token
+// is absent, and the normalizer the model's tokenizer.json has (llama.cpp
+// normalizes nothing; Hugging Face's Qwen2 tokenizer.json has NFC).
 struct GgufPre {
   const char* name;
   bool individual_digits;
   const char* regex;
+  bool ignore_merges = false;
+  bool default_add_bos = false;
+  const char* normalizer = "";
 };
 constexpr GgufPre kGgufPres[] = {
     {"", false, kGpt2SplitRegex},
     {"default", false, kGpt2SplitRegex},
     {"gpt2", false, kGpt2SplitRegex},
-    {"llama-bpe", false, kLlama3SplitRegex},
-    {"llama3", false, kLlama3SplitRegex},
-    {"llama-v3", false, kLlama3SplitRegex},
+    {"llama-bpe", false, kLlama3SplitRegex, /*ignore_merges=*/true, /*default_add_bos=*/true},
+    {"llama3", false, kLlama3SplitRegex, /*ignore_merges=*/true, /*default_add_bos=*/true},
+    {"llama-v3", false, kLlama3SplitRegex, /*ignore_merges=*/true, /*default_add_bos=*/true},
     {"smaug-bpe", false, kLlama3SplitRegex},
-    {"qwen2", false, kQwen2SplitRegex},
+    {"qwen2", false, kQwen2SplitRegex, false, false, /*normalizer=*/"nfc"},
     {"deepseek-r1-qwen", false, kQwen2SplitRegex},
     {"smollm", true, kGpt2SplitRegex},
     {"starcoder", true, kGpt2SplitRegex},
@@ -548,6 +554,8 @@ Expected<TokenizerSpec> TokenizerSpecFromGguf(const GgufTokenizerMetadata& meta)
   TokenizerSpec spec;
   spec.individual_digits = pre->individual_digits;
   spec.split_regexes = {pre->regex};
+  spec.ignore_merges = pre->ignore_merges;
+  spec.normalizer = pre->normalizer;
   spec.add_prefix_space = meta.add_space_prefix;
   spec.vocab = meta.tokens;
   for (size_t id = 0; id < n; ++id) {
@@ -555,10 +563,10 @@ Expected<TokenizerSpec> TokenizerSpecFromGguf(const GgufTokenizerMetadata& meta)
       return DataLossError("GGUF tokenizer.ggml.tokens[{}]: not valid UTF-8", id);
     }
     const int32_t type = meta.token_types.empty() ? 1 : meta.token_types[id];
-    if (type != 3 && type != 4) continue;
-    // A control token spelled outside the byte-level alphabet is a converter
-    // mislabel; it stays a plain vocabulary entry.
-    if (type == 3 && !byte_level::Decode(meta.tokens[id]).has_value()) continue;
+    // Control and user-defined tokens are stored as their text, which need not
+    // be spelled in the byte-level alphabet (DeepSeek's "<｜User｜>"); like
+    // llama.cpp, they are matched verbatim before pre-tokenization.
+    if ((type != 3 && type != 4) || meta.tokens[id].empty()) continue;
     AddedToken token;
     token.id = static_cast<int32_t>(id);
     token.content = meta.tokens[id];
@@ -585,13 +593,19 @@ Expected<TokenizerSpec> TokenizerSpecFromGguf(const GgufTokenizerMetadata& meta)
     }
     *dst = src;
   }
-  if (meta.add_bos && spec.bos_id < 0) {
+  spec.add_bos = meta.add_bos.value_or(pre->default_add_bos);
+  if (spec.add_bos && spec.bos_id < 0) {
+    if (!meta.add_bos.has_value()) {
+      return DataLossError(
+          "GGUF tokenizer.ggml.bos_token_id: missing, and tokenizer.ggml.pre '{}' prepends a BOS "
+          "when tokenizer.ggml.add_bos_token is absent",
+          meta.pre);
+    }
     return DataLossError("GGUF tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
   }
   if (meta.add_eos && spec.eos_id < 0) {
     return DataLossError("GGUF tokenizer.ggml.add_eos_token is true but there is no eos_token_id");
   }
-  spec.add_bos = meta.add_bos;
   spec.add_eos = meta.add_eos;
   return spec;
 }

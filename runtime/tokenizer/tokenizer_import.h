@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,8 @@ struct GgufTokenizerMetadata {
   std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (1 normal, 3 control, 4 user defined, ...)
   std::vector<std::string> merges;   // tokenizer.ggml.merges, "a b"
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
-  bool add_bos = false, add_eos = false;
+  std::optional<bool> add_bos;  // absent: what llama.cpp assumes for `pre` (see below)
+  bool add_eos = false;
   bool add_space_prefix = false;
 };
 
@@ -59,8 +61,11 @@ struct GgufTokenizerMetadata {
 // Supported `pre`: "default"/"gpt2"/"" (GPT-2 regex), "llama-bpe"/"llama3"/
 // "llama-v3"/"smaug-bpe" (Llama 3), "qwen2"/"deepseek-r1-qwen" (Qwen2),
 // "smollm"/"starcoder" (individual digits, then the GPT-2 regex).
-// Control tokens (type 3) become special added tokens, user-defined ones
-// (type 4) non-special added tokens.
+// As in llama.cpp, the Llama 3 names ("llama-bpe", "llama3", "llama-v3") imply
+// BPE ignore_merges and, when add_bos is absent, add_bos = true; every other
+// name implies add_bos = false. "qwen2" gets the NFC normalizer of Qwen2's
+// tokenizer.json. Control tokens (type 3) become special added tokens,
+// user-defined ones (type 4) non-special added tokens, whatever their text.
 Expected<TokenizerSpec> TokenizerSpecFromGguf(const GgufTokenizerMetadata& meta);
 
 }  // namespace xrt

@@ -148,6 +148,37 @@ TEST_F(ImportTest, MalformedFiles) {
               R"({"add_bos_token": true})");
 }
 
+// Messages that quote JSON shapes: braces in them are text, not format fields
+// (they used to come out as "malformed tokenizer files: invalid format string").
+TEST_F(ImportTest, MessagesQuotingJsonNameTheField) {
+  const json split_bad_pattern = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Glob", "*"}}}, {"behavior", "Isolated"}},
+        {{"type", "ByteLevel"}, {"use_regex", false}, {"add_prefix_space", false}}}}};
+  ExpectError([&](json& j) { j["pre_tokenizer"] = split_bad_pattern; }, StatusCode::kDataLoss,
+              "field 'pre_tokenizer.pretokenizers[0].pattern': expected {\"Regex\": ...} or "
+              "{\"String\": ...}");
+  ExpectError([&](json& j) {
+                json p = split_bad_pattern;
+                p["pretokenizers"][0]["pattern"] = 7;
+                j["pre_tokenizer"] = p;
+              },
+              StatusCode::kDataLoss, "field 'pre_tokenizer.pretokenizers[0].pattern': expected {");
+  ExpectError(
+      [](json& j) {
+        j["post_processor"] = {{"type", "TemplateProcessing"},
+                               {"single", {{{"Sequence", {{"id", "A"}}}}, 5}},
+                               {"special_tokens", json::object()}};
+      },
+      StatusCode::kDataLoss,
+      "field 'post_processor.single[1]': expected {\"SpecialToken\": {\"id\": ...}} or "
+      "{\"Sequence\": ...}");
+  ExpectError([](json& j) {}, StatusCode::kDataLoss,
+              "field 'bos_token': expected a string or {\"content\": ...}",
+              R"({"bos_token": 12})");
+}
+
 TEST_F(ImportTest, BadRegexIsReportedByCreate) {
   json j = Valid();
   j["pre_tokenizer"] = {{"type", "Sequence"},
@@ -197,6 +228,61 @@ TEST(GgufImport, RejectsUnsupportedAndInconsistentMetadata) {
   m = meta;
   m.bos_id = 7;
   expect(m, StatusCode::kDataLoss, "bos_token_id: 7 outside");
+  m = meta;
+  m.pre = "llama-bpe";  // implies add_bos, but there is no BOS id
+  expect(m, StatusCode::kDataLoss, "tokenizer.ggml.bos_token_id: missing, and tokenizer.ggml.pre");
+}
+
+// tokenizer.ggml.add_bos_token absent: llama.cpp prepends a BOS for the Llama 3
+// pre-tokenizers and for no other BPE pre-tokenizer; present, it wins.
+TEST(GgufImport, AddBosDefaultsLikeLlamaCpp) {
+  GgufTokenizerMetadata meta;
+  meta.model = "gpt2";
+  meta.tokens = {"a", "b", "ab", "<|begin_of_text|>"};
+  meta.token_types = {1, 1, 1, 3};
+  meta.merges = {"a b"};
+  meta.bos_id = 3;
+  struct Implied {
+    const char* pre;
+    bool llama3;  // add_bos by default, ignore_merges
+    const char* normalizer;
+  };
+  for (const Implied& c : {Implied{"llama-bpe", true, ""}, Implied{"llama3", true, ""},
+                           Implied{"llama-v3", true, ""}, Implied{"qwen2", false, "nfc"},
+                           Implied{"smollm", false, ""}, Implied{"gpt2", false, ""},
+                           Implied{"default", false, ""}, Implied{"smaug-bpe", false, ""},
+                           Implied{"deepseek-r1-qwen", false, ""}}) {
+    meta.pre = c.pre;
+    meta.add_bos.reset();
+    auto spec = TokenizerSpecFromGguf(meta);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_EQ(spec->add_bos, c.llama3) << c.pre;
+    EXPECT_EQ(spec->ignore_merges, c.llama3) << c.pre;
+    EXPECT_EQ(spec->normalizer, c.normalizer) << c.pre;
+    meta.add_bos = !c.llama3;
+    EXPECT_EQ(TokenizerSpecFromGguf(meta)->add_bos, !c.llama3) << c.pre;
+  }
+}
+
+// Control and user-defined tokens are added tokens whatever their spelling.
+TEST(GgufImport, ControlTokensOutsideTheByteLevelAlphabet) {
+  GgufTokenizerMetadata meta;
+  meta.model = "gpt2";
+  meta.pre = "qwen2";
+  meta.tokens = {"a", "b", "ab", "<\xEF\xBD\x9CUser\xEF\xBD\x9C>", "<think>", " "};
+  meta.token_types = {1, 1, 1, 3, 4, 4};
+  meta.merges = {"a b"};
+  auto spec = TokenizerSpecFromGguf(meta);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->added_tokens.size(), 3u);
+  EXPECT_TRUE(spec->added_tokens[0].special);
+  EXPECT_FALSE(spec->added_tokens[1].special);
+  auto tok = Tokenizer::Create(*spec);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::string text = "ab<\xEF\xBD\x9CUser\xEF\xBD\x9C><think> a";
+  EXPECT_EQ(tok->Encode(text), (std::vector<int32_t>{2, 3, 4, 5, 0}));
+  EXPECT_EQ(tok->Decode(tok->Encode(text)), text);
+  EXPECT_EQ(tok->Decode(tok->Encode(text), /*skip_special_tokens=*/true), "ab<think> a");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // and validation.
 #include "runtime/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -200,6 +201,49 @@ TEST(Tokenizer, AddedTokensStripAndSingleWord) {
   EXPECT_EQ(tok->Encode("ab! c"), (std::vector<int32_t>{261, *tok->PieceToId("Ġ"), 'c'}));
   EXPECT_EQ(tok->Encode("cab!"), (std::vector<int32_t>{'c', 256, '!'}));  // not a single word
   EXPECT_EQ(tok->Decode(tok->Encode("c <x>"), /*skip_special_tokens=*/true), "c");
+}
+
+// Which characters next to a single_word token make it part of a word, for
+// every assigned non-ASCII code point, as `tokenizers` decides
+// (tests/fixtures/tokenizer/single_word_chars.json): the Unicode \w class, so
+// letter numbers ('Ⅻ') and joiners count, other numbers ('²', '½') do not.
+TEST(Tokenizer, SingleWordBoundariesMatchHuggingFace) {
+  TokenizerSpec spec = TinySpec();
+  spec.vocab.push_back("<w>");
+  spec.added_tokens = {{260, "<w>", false, false, false, false, /*single_word=*/true}};
+  auto tok = Tokenizer::Create(spec);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto is_word_char = [&](uint32_t cp) {
+    std::string s;
+    utf8::AppendCodePoint(cp, &s);
+    const std::vector<int32_t> left = tok->Encode(s + "<w>"), right = tok->Encode("<w>" + s);
+    const bool left_word = std::find(left.begin(), left.end(), 260) == left.end();
+    const bool right_word = std::find(right.begin(), right.end(), 260) == right.end();
+    EXPECT_EQ(left_word, right_word) << std::hex << cp;
+    return left_word;
+  };
+  EXPECT_FALSE(is_word_char(0xB2));    // '²' (No)
+  EXPECT_FALSE(is_word_char(0xBD));    // '½' (No)
+  EXPECT_TRUE(is_word_char(0x216B));   // 'Ⅻ' (Nl)
+  EXPECT_TRUE(is_word_char(0x200D));   // zero width joiner
+  EXPECT_TRUE(is_word_char(0x24B6));   // circled 'A' (So, Other_Alphabetic)
+
+  const auto fixture = ReadJsonFile(kFixtures + "single_word_chars.json");
+  std::vector<std::pair<uint32_t, uint32_t>> word;
+  for (const auto& r : fixture["word"]) word.emplace_back(r[0], r[1]);
+  size_t checked = 0, mismatches = 0;
+  for (const auto& r : fixture["checked"]) {
+    for (uint32_t cp = r[0]; cp <= r[1].get<uint32_t>(); ++cp) {
+      auto it = std::upper_bound(word.begin(), word.end(), std::make_pair(cp, UINT32_MAX));
+      const bool want = it != word.begin() && std::prev(it)->second >= cp;
+      ++checked;
+      if (is_word_char(cp) != want && ++mismatches <= 10) {
+        ADD_FAILURE() << "U+" << std::hex << cp << ": tokenizers says word char = " << want;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100000u);
+  EXPECT_EQ(mismatches, 0u);
 }
 
 TEST(Tokenizer, NfcNormalizesBeforeSplitting) {

@@ -95,6 +95,7 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderNumerics,
-                         ::testing::Values("llama_gqa", "llama_tied", "qwen2_bias", "mistral"));
+                         ::testing::Values("llama_gqa", "llama_tied", "llama_attn_bias", "qwen2_bias",
+                                           "mistral"));
 
 }  // namespace
