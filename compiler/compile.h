@@ -6,17 +6,17 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/engine/serving_limits.h"
 
 namespace xcc {
 
 struct CompileOptions {
   std::string model_path;   // HF model directory or .gguf file
   std::string output_path;  // .xpk
-  // Serving limits the artifact is compiled for.
-  int64_t max_num_seqs = 16;
-  int64_t max_num_batched_tokens = 256;
-  int64_t max_model_len = 0;  // 0: min(max_position_embeddings, 4096)
-  int64_t block_size = 16;
+  // Serving limits the artifact is compiled for. max_model_len 0:
+  // min(max_position_embeddings, 4096); max_blocks_per_req is derived.
+  xrt::ServingLimits limits = {/*max_num_seqs=*/16, /*max_num_batched_tokens=*/256,
+                               /*max_model_len=*/0, /*block_size=*/16, /*max_blocks_per_req=*/0};
   // Buckets: explicit list, or the defaults from max_num_batched_tokens (+ gap).
   std::vector<int64_t> token_buckets;
   int64_t token_bucket_gap = 0;
