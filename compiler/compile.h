@@ -25,12 +25,13 @@ struct CompileOptions {
   bool quiet = false;  // no progress / summary on stderr
 };
 
+// What `xcc compile` prints at the end.
 struct CompileSummary {
-  int64_t num_executables = 0;
-  int64_t num_dispatch_functions = 0;
-  uint64_t code_bytes = 0;
+  int64_t num_executables = 0;         // in the manifest
+  int64_t num_dispatch_functions = 0;  // in the code segment
+  uint64_t code_bytes = 0;             // the code segment (one shared object)
   uint64_t weight_bytes = 0;
-  uint64_t max_arena_bytes = 0;
+  uint64_t max_arena_bytes = 0;        // the largest executable's scratch arena
   uint64_t file_bytes = 0;
   double seconds = 0;
 };
