@@ -569,5 +569,30 @@ TEST_F(HttpServerTest, NoChatTemplate) {
   plain.Wait();
 }
 
+TEST_F(HttpServerTest, ModelSamplingDefaultsFillWhatTheRequestLeavesUnset) {
+  RequestProcessorParams pp;
+  pp.tokenizer = tokenizer_;
+  pp.limits.max_model_len = 64;
+  pp.sampling_defaults.temperature = 0.7f;
+  pp.sampling_defaults.repetition_penalty = 1.05f;
+  RequestProcessor with_defaults(pp);
+  ServerParams p;
+  p.port = 0;
+  p.served_model_name = "tiny";
+  HttpServer server(p, engine_.get(), &with_defaults);
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client c("127.0.0.1", server.port());
+  auto res = c.Post("/v1/completions", R"({"model":"tiny","prompt":"Hi","max_tokens":2,"temperature":0})",
+                    "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_FLOAT_EQ(sub[0].sampling.repetition_penalty, 1.05f);  // the model's
+  EXPECT_FLOAT_EQ(sub[0].sampling.temperature, 0.0f);          // the request's
+  server.Stop();
+  server.Wait();
+}
+
 }  // namespace
 }  // namespace xrt::server
