@@ -21,6 +21,7 @@
 #include "compiler/artifact/sha256.h"
 #include "compiler/compile.h"
 #include "compiler/serving_model.h"
+#include "runtime/engine/artifact_params.h"
 #include "runtime/engine/input_builder.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
@@ -53,10 +54,9 @@ void ForEachFailingRun(int64_t n, F fails, R report) {
   }
 }
 
-void CheckCoverage(const xrt::Artifact& a, const ServingConfig& serving, CheckReport* r) {
-  const xpk::Manifest& m = a.manifest();
-  const xpk::ServingLimits& compiled = *m.limits();
-  const CompiledBuckets compiledBuckets = BucketsOf(a);
+void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, CheckReport* r) {
+  const xrt::ServingLimits compiled = xrt::CompiledLimitsOf(a);
+  const xrt::CompiledBuckets compiledBuckets = xrt::CompiledBucketsOf(a);
   const std::vector<int64_t>& tokenBuckets = compiledBuckets.tokens;
   const std::vector<int64_t>& reqBuckets = compiledBuckets.reqs;
   auto join = [](const std::vector<int64_t>& v) {
@@ -74,38 +74,24 @@ void CheckCoverage(const xrt::Artifact& a, const ServingConfig& serving, CheckRe
     return;
   }
 
-  // Limits baked into every executable's shapes.
-  if (serving.max_num_seqs > compiled.max_num_seqs())
-    r->findings.push_back(
-        {"coverage",
-         fmt::format("max_num_seqs {} exceeds the {} request rows lm_step was compiled with "
-                     "(block_tables/seq_lens); steps with {} requests have no executable",
-                     serving.max_num_seqs, compiled.max_num_seqs(),
-                     Range(compiled.max_num_seqs() + 1, serving.max_num_seqs))});
-  if (serving.max_model_len > compiled.max_model_len())
-    r->findings.push_back(
-        {"coverage", fmt::format("max_model_len {} exceeds the compiled {} ({} KV blocks per "
-                                 "request); longer sequences have no executable",
-                                 serving.max_model_len, compiled.max_model_len(),
-                                 compiled.max_blocks_per_req())});
+  // Limits baked into every executable's shapes, checked as xrt run checks
+  // its flags. A token budget beyond the compiled one shows below as the
+  // num_tokens no bucket holds.
+  for (const xrt::LimitExcess& e : xrt::LimitsBeyondCompiled(compiled, serving))
+    if (e.field != "max_num_batched_tokens") r->findings.push_back({"coverage", e.message});
 
   auto buckets = xrt::BucketTable::Create(tokenBuckets, reqBuckets);
   if (!buckets.ok()) {
     r->findings.push_back({"coverage", buckets.status().message()});
     return;
   }
-  xrt::InputBuilderParams ip;
-  ip.buckets = *buckets;
-  ip.max_num_reqs = compiled.max_num_seqs();
-  ip.max_blocks_per_req = compiled.max_blocks_per_req();
-  ip.block_size = compiled.block_size();
-  auto builder = xrt::InputBuilder::Create(ip);
+  auto builder = xrt::InputBuilder::ForCompiled(compiled, *buckets);
   if (!builder.ok()) {
     r->findings.push_back({"coverage", builder.status().message()});
     return;
   }
   xrt::StepInputs in;
-  const int64_t bs = compiled.block_size();
+  const int64_t bs = compiled.block_size;
 
   // Every token count a step can hold: one request's prefill chunk of n tokens
   // (the largest per-step shape for that n), sampling at its end.
@@ -113,7 +99,7 @@ void CheckCoverage(const xrt::Artifact& a, const ServingConfig& serving, CheckRe
   std::vector<int32_t> table;
   auto tokenStepFails = [&](int64_t n) {
     table.assign(static_cast<size_t>((n + bs - 1) / bs), 0);
-    if (static_cast<int64_t>(table.size()) > ip.max_blocks_per_req) return false;  // reported above
+    if (static_cast<int64_t>(table.size()) > compiled.max_blocks_per_req) return false;  // reported above
     xrt::ScheduledRequest s;
     s.token_ids = tokens.data();
     s.num_tokens = n;
@@ -133,7 +119,7 @@ void CheckCoverage(const xrt::Artifact& a, const ServingConfig& serving, CheckRe
 
   // Every request count: r decodes sampling at once.
   const int64_t maxReqs = std::min({serving.max_num_seqs, serving.max_num_batched_tokens,
-                                     static_cast<int64_t>(compiled.max_num_seqs())});
+                                     compiled.max_num_seqs});
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(maxReqs), std::vector<int32_t>{0});
   auto reqStepFails = [&](int64_t n) {
     std::vector<xrt::ScheduledRequest> step(static_cast<size_t>(n));
@@ -261,13 +247,13 @@ void CheckIntegrity(const xrt::Artifact& a, bool verifyWeights, CheckReport* r) 
   }
 }
 
-Status CheckTrace(const xrt::Artifact& a, const ServingConfig& serving, const std::string& path,
-                  CheckReport* r) {
+Status CheckTrace(const xrt::Artifact& a, const xrt::ServingLimits& serving,
+                  const std::string& path, CheckReport* r) {
   XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(a, path));
-  const CompiledBuckets compiled = BucketsOf(a);
+  const xrt::CompiledBuckets compiled = xrt::CompiledBucketsOf(a);
   XRT_ASSIGN_OR_RETURN(xrt::BucketTable buckets,
                        xrt::BucketTable::Create(compiled.tokens, compiled.reqs));
-  const xrt::ReplayParams p = ReplayParamsFor(a, serving, std::move(buckets));
+  XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p, ReplayParamsFor(a, serving, std::move(buckets)));
   XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
   std::string hist;
   for (const auto& [exe, n] : rep.bucket_hits)
@@ -286,7 +272,7 @@ Status CheckTrace(const xrt::Artifact& a, const ServingConfig& serving, const st
 
 Expected<CheckReport> RunCheck(const CheckOptions& o) {
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> artifact, xrt::Artifact::Open(o.artifact_path));
-  XRT_ASSIGN_OR_RETURN(ServingConfig serving, LoadServingConfig(*artifact, o.serving_config_path));
+  XRT_ASSIGN_OR_RETURN(xrt::ServingLimits serving, LoadServingConfig(*artifact, o.serving_config_path));
   CheckReport report;
   CheckCoverage(*artifact, serving, &report);
   CheckIntegrity(*artifact, o.verify_weights, &report);

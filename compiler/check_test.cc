@@ -71,9 +71,9 @@ class CheckTest : public ::testing::Test {
     o.output_path = (dir_ / name).string();
     o.quiet = true;
     o.token_buckets = std::move(buckets);
-    o.max_num_batched_tokens = budget;
-    o.max_num_seqs = seqs;
-    o.max_model_len = 256;
+    o.limits.max_num_batched_tokens = budget;
+    o.limits.max_num_seqs = seqs;
+    o.limits.max_model_len = 256;
     auto s = xcc::Compile(o);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return o.output_path;

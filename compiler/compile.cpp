@@ -447,13 +447,15 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   const DecoderConfig& cfg = source->config();
 
   // Serving limits and buckets.
-  if (o.max_num_seqs < 1) return xrt::InvalidArgumentError("--max-num-seqs must be >= 1, got {}", o.max_num_seqs);
-  if (o.max_num_batched_tokens < 1)
-    return xrt::InvalidArgumentError("--max-num-batched-tokens must be >= 1, got {}", o.max_num_batched_tokens);
-  if (o.block_size < 1 || o.block_size > 1024)
-    return xrt::InvalidArgumentError("--block-size must be in [1, 1024], got {}", o.block_size);
-  int64_t maxModelLen = o.max_model_len > 0
-                            ? o.max_model_len
+  if (o.limits.max_num_seqs < 1)
+    return xrt::InvalidArgumentError("--max-num-seqs must be >= 1, got {}", o.limits.max_num_seqs);
+  if (o.limits.max_num_batched_tokens < 1)
+    return xrt::InvalidArgumentError("--max-num-batched-tokens must be >= 1, got {}",
+                                     o.limits.max_num_batched_tokens);
+  if (o.limits.block_size < 1 || o.limits.block_size > 1024)
+    return xrt::InvalidArgumentError("--block-size must be in [1, 1024], got {}", o.limits.block_size);
+  int64_t maxModelLen = o.limits.max_model_len > 0
+                            ? o.limits.max_model_len
                             : std::min<int64_t>(cfg.max_position_embeddings > 0
                                                     ? cfg.max_position_embeddings
                                                     : 4096,
@@ -467,22 +469,23 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
         "{}: sliding_window {} is shorter than max_model_len {}; sliding-window attention is "
         "not supported yet (pass --max-model-len <= {})",
         o.model_path, cfg.sliding_window, maxModelLen, cfg.sliding_window);
-  const int64_t maxBlocksPerReq = (maxModelLen + o.block_size - 1) / o.block_size;
+  const int64_t maxBlocksPerReq = (maxModelLen + o.limits.block_size - 1) / o.limits.block_size;
   std::vector<int64_t> tokenBuckets =
-      o.token_buckets.empty() ? xrt::DefaultTokenBuckets(o.max_num_batched_tokens, o.token_bucket_gap)
-                              : o.token_buckets;
+      o.token_buckets.empty()
+          ? xrt::DefaultTokenBuckets(o.limits.max_num_batched_tokens, o.token_bucket_gap)
+          : o.token_buckets;
   for (size_t i = 0; i < tokenBuckets.size(); ++i)
     if (tokenBuckets[i] < 1 || (i && tokenBuckets[i] <= tokenBuckets[i - 1]))
       return xrt::InvalidArgumentError("--token-buckets must be positive and increasing, got {}",
                                        JoinInts(tokenBuckets));
-  std::vector<int64_t> reqBuckets = xrt::DefaultReqBuckets(o.max_num_seqs);
+  std::vector<int64_t> reqBuckets = xrt::DefaultReqBuckets(o.limits.max_num_seqs);
 
   // Graph.
   MLIRContext ctx;
   LoadPipelineDialects(&ctx);
   DiagnosticCollector diags(&ctx);
   DecoderBuildOptions bo;
-  bo.max_num_reqs = o.max_num_seqs;
+  bo.max_num_reqs = o.limits.max_num_seqs;
   bo.max_blocks_per_req = maxBlocksPerReq;
   bo.max_token_bucket = tokenBuckets.back();
   progress(fmt::format("building the graph of {} ({} layers, hidden {}, vocab {})",
@@ -499,7 +502,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   if (failed(RunGraphPipeline(*module, po)))
     return xrt::InternalError("graph pipeline failed:\n{}", diags.text());
 
-  Emitter emitter(o, o.max_num_seqs, maxBlocksPerReq, o.block_size);
+  Emitter emitter(o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size);
   XRT_RETURN_IF_ERROR(emitter.Run(*module));
 
   // Code.
@@ -530,10 +533,10 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   prov.compiler_version = kXccVersion;
   prov.llvm_version = LLVM_VERSION_STRING;
   prov.options = {
-      {"max_num_seqs", std::to_string(o.max_num_seqs)},
-      {"max_num_batched_tokens", std::to_string(o.max_num_batched_tokens)},
+      {"max_num_seqs", std::to_string(o.limits.max_num_seqs)},
+      {"max_num_batched_tokens", std::to_string(o.limits.max_num_batched_tokens)},
       {"max_model_len", std::to_string(maxModelLen)},
-      {"block_size", std::to_string(o.block_size)},
+      {"block_size", std::to_string(o.limits.block_size)},
       {"token_buckets", JoinInts(tokenBuckets)},
       {"req_buckets", JoinInts(reqBuckets)},
       {"target", o.target},
@@ -566,10 +569,10 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
                                cfg.rope_scaling.high_freq_factor,
                                cfg.rope_scaling.original_max_position_embeddings),
         cfg.tie_word_embeddings, cfg.attention_bias, fbb.CreateString(source->chat_template()),
-        fbb.CreateVector(eos), gen.temperature, gen.top_p, gen.top_k);
+        fbb.CreateVector(eos), gen.temperature, gen.top_p, gen.top_k, gen.repetition_penalty);
     auto tokenizer = BuildTokenizer(fbb, tok);
-    auto limits = xpk::CreateServingLimits(fbb, o.max_num_seqs, o.max_num_batched_tokens,
-                                           maxModelLen, o.block_size, maxBlocksPerReq, 0, 0, 0);
+    auto limits = xpk::CreateServingLimits(fbb, o.limits.max_num_seqs, o.limits.max_num_batched_tokens,
+                                           maxModelLen, o.limits.block_size, maxBlocksPerReq, 0, 0, 0);
     std::vector<flatbuffers::Offset<xpk::Weight>> weights;
     for (const WeightDesc& w : emitter.weights())
       weights.push_back(xpk::CreateWeight(

@@ -6,17 +6,17 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/engine/serving_limits.h"
 
 namespace xcc {
 
 struct CompileOptions {
   std::string model_path;   // HF model directory or .gguf file
   std::string output_path;  // .xpk
-  // Serving limits the artifact is compiled for.
-  int64_t max_num_seqs = 16;
-  int64_t max_num_batched_tokens = 256;
-  int64_t max_model_len = 0;  // 0: min(max_position_embeddings, 4096)
-  int64_t block_size = 16;
+  // Serving limits the artifact is compiled for. max_model_len 0:
+  // min(max_position_embeddings, 4096); max_blocks_per_req is derived.
+  xrt::ServingLimits limits = {/*max_num_seqs=*/16, /*max_num_batched_tokens=*/256,
+                               /*max_model_len=*/0, /*block_size=*/16, /*max_blocks_per_req=*/0};
   // Buckets: explicit list, or the defaults from max_num_batched_tokens (+ gap).
   std::vector<int64_t> token_buckets;
   int64_t token_bucket_gap = 0;
@@ -25,12 +25,13 @@ struct CompileOptions {
   bool quiet = false;  // no progress / summary on stderr
 };
 
+// What `xcc compile` prints at the end.
 struct CompileSummary {
-  int64_t num_executables = 0;
-  int64_t num_dispatch_functions = 0;
-  uint64_t code_bytes = 0;
+  int64_t num_executables = 0;         // in the manifest
+  int64_t num_dispatch_functions = 0;  // in the code segment
+  uint64_t code_bytes = 0;             // the code segment (one shared object)
   uint64_t weight_bytes = 0;
-  uint64_t max_arena_bytes = 0;
+  uint64_t max_arena_bytes = 0;        // the largest executable's scratch arena
   uint64_t file_bytes = 0;
   double seconds = 0;
 };

@@ -5,17 +5,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/engine/kv_cache_storage.h"
+#include "runtime/engine/artifact_params.h"
 #include "runtime/loader/artifact.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "schemas/artifact_generated.h"
 
 namespace xcc {
 
-xrt::Expected<ServingConfig> LoadServingConfig(const xrt::Artifact& artifact,
-                                               const std::string& path) {
-  const xpk::ServingLimits& lim = *artifact.manifest().limits();
-  ServingConfig c{lim.max_num_seqs(), lim.max_num_batched_tokens(), lim.max_model_len()};
+xrt::Expected<xrt::ServingLimits> LoadServingConfig(const xrt::Artifact& artifact,
+                                                    const std::string& path) {
+  xrt::ServingLimits c = xrt::CompiledLimitsOf(artifact);
   if (path.empty()) return c;
   std::ifstream in(path);
   if (!in) return xrt::NotFoundError("{}: cannot open", path);
@@ -39,37 +38,19 @@ xrt::Expected<ServingConfig> LoadServingConfig(const xrt::Artifact& artifact,
   return c;
 }
 
-CompiledBuckets BucketsOf(const xrt::Artifact& artifact) {
-  CompiledBuckets b;
-  for (const xpk::Executable* e : *artifact.manifest().executables()) {
-    if (e->lora_mode() != xpk::LoraMode::none) continue;
-    if (e->kind() == xpk::ExecutableKind::lm_step) b.tokens.push_back(e->num_tokens());
-    if (e->kind() == xpk::ExecutableKind::lm_logits) b.reqs.push_back(e->num_reqs());
-  }
-  std::sort(b.tokens.begin(), b.tokens.end());
-  std::sort(b.reqs.begin(), b.reqs.end());
-  return b;
-}
-
-xrt::ReplayParams ReplayParamsFor(const xrt::Artifact& artifact, const ServingConfig& serving,
-                                  xrt::BucketTable buckets) {
-  const xpk::Manifest& m = artifact.manifest();
-  const xpk::ServingLimits& lim = *m.limits();
+xrt::Expected<xrt::ReplayParams> ReplayParamsFor(const xrt::Artifact& artifact,
+                                                 const xrt::ServingLimits& serving,
+                                                 xrt::BucketTable buckets) {
   xrt::ReplayParams p;
-  p.buckets = std::move(buckets);
-  p.max_num_seqs = std::min<int64_t>(serving.max_num_seqs, lim.max_num_seqs());
-  p.max_num_batched_tokens = serving.max_num_batched_tokens;
-  p.max_model_len = std::min<int64_t>(serving.max_model_len, lim.max_model_len());
-  p.compiled_max_num_reqs = lim.max_num_seqs();
-  xrt::KvCacheParams kv;
-  kv.num_layers = m.config()->num_hidden_layers();
-  kv.num_kv_heads = m.config()->num_key_value_heads();
-  kv.head_dim = m.config()->head_dim();
-  kv.block_size = lim.block_size();
-  p.kv.num_blocks = xrt::DefaultNumKvBlocks(kv, lim.max_num_seqs(), lim.max_blocks_per_req());
-  p.kv.block_size = lim.block_size();
-  p.kv.max_blocks_per_req = lim.max_blocks_per_req();
-  p.kv.enable_prefix_caching = true;
+  XRT_ASSIGN_OR_RETURN(p.core, xrt::EngineCoreParamsFor(artifact));
+  const xrt::ServingLimits compiled = p.core.compiled;
+  p.core.buckets = std::move(buckets);
+  // An artifact compiled for this token budget (tune-buckets proposes its buckets).
+  p.core.compiled.max_num_batched_tokens = serving.max_num_batched_tokens;
+  p.core.requested.max_num_seqs = std::min(serving.max_num_seqs, compiled.max_num_seqs);
+  p.core.requested.max_num_batched_tokens = serving.max_num_batched_tokens;
+  p.core.requested.max_model_len = std::min(serving.max_model_len, compiled.max_model_len);
+  p.core.enable_prefix_caching = true;
   return p;
 }
 

@@ -1,6 +1,9 @@
 // What `xcc check` and `xcc tune-buckets` need to know about how an artifact
-// will be served: its compiled buckets, the serving limits (the artifact's,
-// or a serving config's), and the replay parameters that match xrt run.
+// will be served: the serving limits (the artifact's, or a serving config's)
+// and the replay parameters that match xrt run. The artifact's compiled
+// limits, buckets and engine parameters are read by the runtime's own
+// functions (runtime/engine/artifact_params.h), so the check sees the engine
+// xrt run builds.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +12,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/engine/replay.h"
+#include "runtime/engine/serving_limits.h"
 
 namespace xrt {
 class Artifact;
@@ -16,30 +20,21 @@ class Artifact;
 
 namespace xcc {
 
-struct ServingConfig {
-  int64_t max_num_seqs = 0;
-  int64_t max_num_batched_tokens = 0;
-  int64_t max_model_len = 0;
-};
-
 // The artifact's limits, overridden by a serving config file if `path` is
 // non-empty: a JSON object whose keys are xrt run's flags (dashes or
-// underscores). Unknown keys are errors: a typo must not pass a CI gate.
-xrt::Expected<ServingConfig> LoadServingConfig(const xrt::Artifact& artifact,
-                                               const std::string& path);
-
-// Sorted num_tokens buckets of lm_step and num_reqs buckets of lm_logits
-// (executables without LoRA).
-struct CompiledBuckets {
-  std::vector<int64_t> tokens, reqs;
-};
-CompiledBuckets BucketsOf(const xrt::Artifact& artifact);
+// underscores): max-num-seqs, max-num-batched-tokens, max-model-len. Unknown
+// keys are errors: a typo must not pass a CI gate.
+xrt::Expected<xrt::ServingLimits> LoadServingConfig(const xrt::Artifact& artifact,
+                                                    const std::string& path);
 
 // Replay parameters for serving `artifact` under `serving` with `buckets`:
-// limits clamped to what the artifact can run, KV cache sized as xrt run
-// sizes it by default, prefix caching on (xrt run's default).
-xrt::ReplayParams ReplayParamsFor(const xrt::Artifact& artifact, const ServingConfig& serving,
-                                  xrt::BucketTable buckets);
+// the engine xrt run builds by default (KV pool, prefix caching on), on an
+// artifact compiled for `serving`'s token budget; max_num_seqs and
+// max_model_len are clamped to the compiled ones (going beyond them is a
+// coverage finding of its own).
+xrt::Expected<xrt::ReplayParams> ReplayParamsFor(const xrt::Artifact& artifact,
+                                                 const xrt::ServingLimits& serving,
+                                                 xrt::BucketTable buckets);
 
 // Reads a JSONL trace, encoding text prompts with the artifact's tokenizer.
 xrt::Expected<std::vector<xrt::TraceRequest>> ReadTraceFor(const xrt::Artifact& artifact,

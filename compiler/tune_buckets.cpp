@@ -15,6 +15,7 @@
 #include <map>
 
 #include "compiler/serving_model.h"
+#include "runtime/engine/artifact_params.h"
 #include "runtime/engine/bucket_table.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
@@ -90,16 +91,16 @@ Expected<std::vector<int64_t>> OptimalBuckets(const std::vector<int64_t>& steps,
 
 Expected<TuneReport> TuneBuckets(const TuneOptions& o) {
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> a, xrt::Artifact::Open(o.artifact_path));
-  XRT_ASSIGN_OR_RETURN(ServingConfig serving, LoadServingConfig(*a, o.serving_config_path));
+  XRT_ASSIGN_OR_RETURN(xrt::ServingLimits serving, LoadServingConfig(*a, o.serving_config_path));
   const int64_t budget = serving.max_num_batched_tokens;
   TuneReport r;
   r.budget = budget;
-  const CompiledBuckets compiled = BucketsOf(*a);
+  const xrt::CompiledBuckets compiled = xrt::CompiledBucketsOf(*a);
   r.current = compiled.tokens;
   XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(*a, o.trace_path));
   // Step sizes with every size covered: one bucket at the budget.
   XRT_ASSIGN_OR_RETURN(xrt::BucketTable full, xrt::BucketTable::Create({budget}, compiled.reqs));
-  const xrt::ReplayParams p = ReplayParamsFor(*a, serving, std::move(full));
+  XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p, ReplayParamsFor(*a, serving, std::move(full)));
   XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
   r.steps = static_cast<int64_t>(rep.step_tokens.size());
   for (int64_t n : rep.step_tokens) r.real_tokens += n;

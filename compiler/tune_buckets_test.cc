@@ -60,9 +60,9 @@ TEST(TuneBuckets, BeatsTheDefaultSetOnTheCommittedTrace) {
   o.model_path = (fs::path(XCC_SOURCE_DIR) / "tests/fixtures/models/llama_gqa").string();
   o.output_path = (dir / "m.xpk").string();
   o.quiet = true;
-  o.max_num_seqs = 8;
-  o.max_num_batched_tokens = 64;
-  o.max_model_len = 256;
+  o.limits.max_num_seqs = 8;
+  o.limits.max_num_batched_tokens = 64;
+  o.limits.max_model_len = 256;
   ASSERT_TRUE(Compile(o).ok());
   TuneOptions t;
   t.artifact_path = o.output_path;

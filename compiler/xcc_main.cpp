@@ -46,14 +46,14 @@ int main(int argc, char** argv) {
   auto* compile = app.add_subcommand("compile", "Compile a model into a bucketed .xpk artifact");
   compile->add_option("model", co.model_path, "HF model directory or .gguf file")->required();
   compile->add_option("-o,--output", co.output_path, "Output artifact (.xpk)")->required();
-  compile->add_option("--max-num-seqs", co.max_num_seqs, "Most requests in one step")
+  compile->add_option("--max-num-seqs", co.limits.max_num_seqs, "Most requests in one step")
       ->capture_default_str();
-  compile->add_option("--max-num-batched-tokens", co.max_num_batched_tokens,
+  compile->add_option("--max-num-batched-tokens", co.limits.max_num_batched_tokens,
                       "Token budget of one step")
       ->capture_default_str();
-  compile->add_option("--max-model-len", co.max_model_len,
+  compile->add_option("--max-model-len", co.limits.max_model_len,
                       "Longest prompt + output (default: min(max_position_embeddings, 4096))");
-  compile->add_option("--block-size", co.block_size, "KV cache block size in tokens")
+  compile->add_option("--block-size", co.limits.block_size, "KV cache block size in tokens")
       ->capture_default_str();
   compile->add_option("--token-buckets", tokenBuckets,
                       "Explicit num_tokens buckets, e.g. 16,32,64 (default: doubling from 16 "

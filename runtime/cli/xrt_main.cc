@@ -3,8 +3,12 @@
 //           [--kv-cache-memory BYTES | --num-kv-blocks N] [--served-model-name NAME] [--api-key KEY]
 //           [--shutdown-timeout SECONDS]
 //   xrt generate ARTIFACT --prompt TEXT [--chat] [--max-tokens N] [--temperature T]
-//                [--top-p P] [--top-k K] [--seed S] [--threads N]
+//                [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S] [--threads N]
 //   both: [--verify-weights] (recompute the weights' checksums before running)
+//
+// Both are clients of the one engine core (runtime/engine/engine_core.h):
+// `run` through the serving engine's thread (LLMEngine), `generate` as one
+// request driven to completion; requests are made by the RequestProcessor.
 #include <pthread.h>
 #include <signal.h>
 
@@ -16,12 +20,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "runtime/model_runner/generate.h"
+#include "runtime/engine/engine_core.h"
+#include "runtime/engine/request_processor.h"
 #include "runtime/model_runner/model_runner.h"
 #include "runtime/serving/llm_engine.h"
 #include "runtime/server/http_server.h"
-#include "runtime/tokenizer/streaming_detokenizer.h"
-#include "schemas/artifact_generated.h"
 
 namespace {
 
@@ -30,9 +33,13 @@ int Fail(const xrt::Status& s) {
   return 1;
 }
 
-// The text of a special token (for chat templates' bos_token/eos_token), "" if absent.
-std::string SpecialTokenText(const xrt::Tokenizer& tok, int32_t id) {
-  return id >= 0 ? tok.Decode({id}) : "";
+// The request path of this model for an engine core with `core` params
+// (limits, KV pool, tokenizer): adds the chat template and the model's
+// generation_config defaults.
+xrt::RequestProcessor MakeProcessor(const xrt::ModelRunner& runner, xrt::RequestProcessorParams core) {
+  core.chat_template = runner.chat_template();
+  core.sampling_defaults = runner.sampling_defaults();
+  return xrt::RequestProcessor(std::move(core));
 }
 
 // --verify-weights: recomputes the checksum of every segment but the code (which the
@@ -80,7 +87,7 @@ xrt::Expected<int64_t> ParseBytes(const std::string& text) {
 // flight finish for up to `shutdownTimeout` seconds (a second signal ends the
 // wait), end the rest with finish_reason "abort" (streams get a final chunk
 // and [DONE]), exit 0.
-int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::ServerParams sp,
+int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::ServerParams sp,
           const std::string& kvMemory, double shutdownTimeout, bool verifyWeights) {
   sigset_t signals;
   sigemptyset(&signals);
@@ -100,32 +107,31 @@ int Serve(xrt::ModelRunnerParams rp, xrt::LLMEngineParams ep, xrt::server::Serve
     xrt::Status v = VerifyWeights(r.artifact());
     if (!v.ok()) return Fail(v);
   }
-  ep.runner = &r;
-  auto engine = xrt::LLMEngine::Create(ep);
+  xrt::EngineCoreParams cp = r.engine_core_params();
+  cp.requested = ep.requested;
+  cp.enable_prefix_caching = ep.enable_prefix_caching;
+  cp.check_recompilation = ep.check_recompilation;
+  auto engine = xrt::LLMEngine::Create(cp);
   if (!engine.ok()) return Fail(engine.status());
-  const xrt::Tokenizer& tok = r.tokenizer();
-  std::string bos = SpecialTokenText(tok, tok.bos_id());
-  std::string eos = SpecialTokenText(tok, tok.eos_id());
+  const xrt::ServingLimits& lim = (*engine)->limits();
+  const xrt::RequestProcessor processor = MakeProcessor(r, (*engine)->request_processor_params());
   if (sp.http_threads <= 0)
-    sp.http_threads = static_cast<int>(std::max<int64_t>(
-        64, 4 * (ep.max_num_seqs ? ep.max_num_seqs : r.limits().max_num_seqs)));
+    sp.http_threads = static_cast<int>(std::max<int64_t>(64, 4 * lim.max_num_seqs));
   if (sp.served_model_name.empty()) {
     std::string name = rp.artifact_path.substr(rp.artifact_path.find_last_of('/') + 1);
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".xpk") == 0) name.resize(name.size() - 4);
     sp.served_model_name = name;
   }
-  xrt::server::HttpServer server(sp, engine->get(), &tok, r.chat_template(), bos, eos);
+  xrt::server::HttpServer server(sp, engine->get(), &processor);
   xrt::Status s = server.Start();
   if (!s.ok()) return Fail(s);
   std::fprintf(stderr,
                "xrt: serving '%s' on http://%s:%d/v1 (max_num_seqs %lld, max_num_batched_tokens %lld, "
                "max_model_len %lld, %lld KV blocks of %lld tokens)\n",
                sp.served_model_name.c_str(), sp.host.c_str(), server.port(),
-               static_cast<long long>(ep.max_num_seqs ? ep.max_num_seqs : r.limits().max_num_seqs),
-               static_cast<long long>(ep.max_num_batched_tokens ? ep.max_num_batched_tokens
-                                                               : r.limits().max_num_batched_tokens),
-               static_cast<long long>(r.limits().max_model_len),
-               static_cast<long long>(r.num_kv_blocks()), static_cast<long long>(r.limits().block_size));
+               static_cast<long long>(lim.max_num_seqs), static_cast<long long>(lim.max_num_batched_tokens),
+               static_cast<long long>(lim.max_model_len), static_cast<long long>(r.num_kv_blocks()),
+               static_cast<long long>(lim.block_size));
   int sig = 0;
   sigwait(&signals, &sig);
   server.StopAccepting();
@@ -180,6 +186,9 @@ int main(int argc, char** argv) {
                                   "Nucleus sampling mass (default: the model's, else 1)");
   auto* topKOpt = gen->add_option("--top-k", sp.top_k,
                                   "Keep the k most likely tokens (default: the model's, else all)");
+  auto* repPenOpt = gen->add_option("--repetition-penalty", sp.repetition_penalty,
+                                    "Penalty for tokens of the prompt and output (default: the "
+                                    "model's, else 1)");
   gen->add_option("--min-p", sp.min_p, "Drop tokens below min_p x the top probability");
   gen->add_option("--seed", seed, "Sampling seed");
   gen->add_option("--threads", rp.num_threads, "Worker threads (default: all cores)");
@@ -189,7 +198,7 @@ int main(int argc, char** argv) {
   gen->add_flag("--verify-weights", verifyWeights, verifyWeightsHelp);
 
   xrt::ModelRunnerParams runRp;
-  xrt::LLMEngineParams runEp;
+  xrt::EngineCoreParams runEp;
   xrt::server::ServerParams runSp;
   std::string kvMemory;
   bool noPrefixCaching = false;
@@ -198,9 +207,9 @@ int main(int argc, char** argv) {
   run->add_option("artifact", runRp.artifact_path, "The .xpk artifact")->required();
   run->add_option("--host", runSp.host, "Address to listen on")->capture_default_str();
   run->add_option("--port", runSp.port, "Port (0: any free port)")->capture_default_str();
-  run->add_option("--max-num-seqs", runEp.max_num_seqs,
+  run->add_option("--max-num-seqs", runEp.requested.max_num_seqs,
                   "Most requests per step (default and maximum: the compiled limit)");
-  run->add_option("--max-num-batched-tokens", runEp.max_num_batched_tokens,
+  run->add_option("--max-num-batched-tokens", runEp.requested.max_num_batched_tokens,
                   "Token budget per step (default and maximum: the compiled limit)");
   run->add_option("--kv-cache-memory", kvMemory, "KV cache size, e.g. 2GiB");
   run->add_option("--num-kv-blocks", runRp.num_kv_blocks, "KV cache size in blocks");
@@ -237,65 +246,73 @@ int main(int argc, char** argv) {
     xrt::Status v = VerifyWeights(r.artifact());
     if (!v.ok()) return Fail(v);
   }
-  const xrt::Tokenizer& tok = r.tokenizer();
-  // Sampling defaults from the model's generation_config.json, as vLLM does;
-  // flags given on the command line win.
-  const auto& cfg = *r.artifact().manifest().config();
-  if (tempOpt->count() == 0 && cfg.default_temperature() >= 0)
-    sp.temperature = static_cast<float>(cfg.default_temperature());
-  if (topPOpt->count() == 0 && cfg.default_top_p() > 0) sp.top_p = static_cast<float>(cfg.default_top_p());
-  if (topKOpt->count() == 0 && cfg.default_top_k() > 0) sp.top_k = static_cast<int32_t>(cfg.default_top_k());
+  auto core = xrt::EngineCore::Create(r.engine_core_params());
+  if (!core.ok()) return Fail(core.status());
+  const xrt::RequestProcessor processor = MakeProcessor(r, (*core)->request_processor_params());
 
-  std::vector<int32_t> ids;
+  xrt::GenerationRequest g;
+  g.request_id = "generate";
   if (chat) {
-    const xrt::ChatTemplate* tmpl = r.chat_template();
-    if (!tmpl) return Fail(xrt::FailedPreconditionError("--chat: the model has no chat template"));
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
-    messages.push_back({{"role", "user"}, {"content", prompt}});
-    std::string bos = SpecialTokenText(tok, tok.bos_id());
-    std::string eos = SpecialTokenText(tok, tok.eos_id());
-    auto text = xrt::ApplyChatTemplate(*tmpl, messages, true, bos, eos);
-    if (!text.ok()) return Fail(text.status().WithContext("chat template"));
-    // Like HF's apply_chat_template(tokenize=True): the template writes the
-    // special tokens itself.
-    ids = tok.Encode(*text, /*add_special_tokens=*/false);
+    g.kind = xrt::PromptKind::kChat;
+    if (!system.empty()) g.messages.push_back({{"role", "system"}, {"content", system}});
+    g.messages.push_back({{"role", "user"}, {"content", prompt}});
   } else {
-    ids = tok.Encode(prompt, /*add_special_tokens=*/true);
+    g.prompt = prompt;
   }
-
-  xrt::GenerateRequest req;
-  req.prompt = ids;
-  req.max_tokens = maxTokens;
-  req.ignore_eos = ignoreEos;
+  g.max_tokens = maxTokens;
+  g.ignore_eos = ignoreEos;
   if (seed >= 0) {
     sp.has_seed = true;
     sp.seed = static_cast<uint64_t>(seed);
   }
-  req.sampling = sp;
-  xrt::StreamingDetokenizer detok(&tok, /*skip_special_tokens=*/true);
-  req.on_token = [&](int32_t id) {
-    std::string s = detok.Push(id);
-    std::fwrite(s.data(), 1, s.size(), stdout);
+  g.sampling = sp;
+  // Flags not given take the model's generation_config defaults (as vLLM).
+  g.sampling_set.temperature = tempOpt->count() > 0;
+  g.sampling_set.top_p = topPOpt->count() > 0;
+  g.sampling_set.top_k = topKOpt->count() > 0;
+  g.sampling_set.repetition_penalty = repPenOpt->count() > 0;
+  auto request = processor.Process(g);
+  if (!request.ok()) return Fail(request.status());
+  const std::vector<int32_t> ids = request->prompt;
+  const int64_t promptTokens = static_cast<int64_t>(ids.size());
+  if (xrt::Status s = (*core)->AddRequest(std::move(*request)); !s.ok()) return Fail(s);
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto t1 = t0;
+  int64_t prefillSteps = 0;
+  std::vector<int32_t> outputIds;
+  std::string finishReason, error;
+  xrt::Status s = xrt::RunToCompletion(**core, [&](const xrt::RequestOutput& o) {
+    if (outputIds.empty() && !o.tokens.empty()) {
+      t1 = Clock::now();
+      prefillSteps = (*core)->num_steps();
+    }
+    for (const xrt::GeneratedToken& t : o.tokens) outputIds.push_back(t.token);
+    std::fwrite(o.text.data(), 1, o.text.size(), stdout);
     std::fflush(stdout);
-  };
-  auto result = xrt::Generate(r, req);
-  if (!result.ok()) return Fail(result.status());
-  std::string tail = detok.Flush();
-  std::fwrite(tail.data(), 1, tail.size(), stdout);
+    if (o.finished) {
+      finishReason = o.finish_reason;
+      error = o.error;
+    }
+  });
+  const auto t2 = Clock::now();
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  const double prefillTps = result->prefill_seconds > 0 ? result->prompt_tokens / result->prefill_seconds : 0;
-  const int64_t decoded = static_cast<int64_t>(result->tokens.size()) - 1;
-  const double decodeTps = result->decode_seconds > 0 && decoded > 0 ? decoded / result->decode_seconds : 0;
+  if (!s.ok()) return Fail(s);
+  if (finishReason == "error") return Fail(xrt::InternalError("{}", error));
+  const double prefillSeconds = std::chrono::duration<double>(t1 - t0).count();
+  const double decodeSeconds = std::chrono::duration<double>(t2 - t1).count();
+  const double prefillTps = prefillSeconds > 0 ? promptTokens / prefillSeconds : 0;
+  const int64_t decoded = static_cast<int64_t>(outputIds.size()) - 1;
+  const double decodeTps = decodeSeconds > 0 && decoded > 0 ? decoded / decodeSeconds : 0;
   std::fprintf(stderr,
                "[prompt %lld tokens, prefill %.1f tok/s in %lld steps | generated %zu tokens, "
                "decode %.1f tok/s | finish: %s]\n",
-               static_cast<long long>(result->prompt_tokens), prefillTps,
-               static_cast<long long>(result->prefill_steps), result->tokens.size(), decodeTps,
-               result->finish_reason.c_str());
+               static_cast<long long>(promptTokens), prefillTps, static_cast<long long>(prefillSteps),
+               outputIds.size(), decodeTps, finishReason.c_str());
   if (showIds) {
-    nlohmann::json j = {{"prompt_ids", ids}, {"output_ids", result->tokens}};
+    nlohmann::json j = {{"prompt_ids", ids}, {"output_ids", outputIds}};
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   }
   return 0;

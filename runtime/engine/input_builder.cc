@@ -40,6 +40,17 @@ Expected<InputBuilder> InputBuilder::Create(InputBuilderParams params) {
   return InputBuilder(std::move(params));
 }
 
+Expected<InputBuilder> InputBuilder::ForCompiled(const ServingLimits& compiled, BucketTable buckets,
+                                                 int64_t vocab_size) {
+  InputBuilderParams p;
+  p.buckets = std::move(buckets);
+  p.max_num_reqs = compiled.max_num_seqs;
+  p.max_blocks_per_req = compiled.max_blocks_per_req;
+  p.block_size = compiled.block_size;
+  p.vocab_size = vocab_size;
+  return Create(std::move(p));
+}
+
 Status InputBuilder::Validate(const std::vector<ScheduledRequest>& step, int64_t* num_tokens,
                               int64_t* num_logits) const {
   const InputBuilderParams& p = params_;

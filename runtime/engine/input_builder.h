@@ -54,6 +54,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/engine/bucket_table.h"
+#include "runtime/engine/serving_limits.h"
 
 namespace xrt {
 
@@ -102,6 +103,10 @@ class InputBuilder {
   // InvalidArgument for an empty bucket table or a field < 1 (vocab_size may
   // be 0: unchecked).
   static Expected<InputBuilder> Create(InputBuilderParams params);
+  // The builder of executables compiled for `compiled` with `buckets`:
+  // compiled.max_num_seqs request rows of max_blocks_per_req columns.
+  static Expected<InputBuilder> ForCompiled(const ServingLimits& compiled, BucketTable buckets,
+                                            int64_t vocab_size = 0);
 
   // Fills *out for `step` (see the file comment).
   Status Build(const std::vector<ScheduledRequest>& step, StepInputs* out) const;

@@ -1,11 +1,9 @@
 #include "runtime/engine/replay.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
-
-#include "runtime/engine/input_builder.h"
-#include "runtime/engine/scheduler.h"
 
 namespace xrt {
 
@@ -52,65 +50,70 @@ Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const Enc
   return out;
 }
 
+namespace {
+
+// Runs no kernels and computes no logits.
+class NoKernelExecutor : public StepExecutor {
+ public:
+  Expected<const float*> Execute(const StepInputs&) override { return nullptr; }
+};
+
+}  // namespace
+
 Expected<ReplayReport> Replay(const ReplayParams& p, const std::vector<TraceRequest>& trace) {
-  SchedulerParams sp;
-  sp.max_num_seqs = p.max_num_seqs;
-  sp.max_num_batched_tokens = p.max_num_batched_tokens;
-  sp.max_model_len = p.max_model_len;
-  sp.buckets = p.buckets;
-  sp.kv = p.kv;
-  XRT_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(sp));
-  InputBuilderParams ip;
-  ip.buckets = p.buckets;
-  ip.max_num_reqs = p.compiled_max_num_reqs;
-  ip.max_blocks_per_req = p.kv.max_blocks_per_req;
-  ip.block_size = p.kv.block_size;
-  XRT_ASSIGN_OR_RETURN(InputBuilder builder, InputBuilder::Create(ip));
-  StepInputs in;
-  builder.Reserve(&in);
+  NoKernelExecutor executor;
+  EngineCoreParams cp = p.core;
+  cp.executor = &executor;
+  cp.tokenizer = nullptr;
+  cp.eos_token_ids.clear();
+  XRT_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, EngineCore::Create(cp));
+  const RequestProcessor processor(core->request_processor_params());
 
   ReplayReport report;
-  std::map<RequestId, int64_t> remaining;  // tokens still to generate
   size_t next = 0;
   double now = 0;
-  while (next < trace.size() || scheduler.HasUnfinished()) {
-    if (!scheduler.HasUnfinished() && next < trace.size()) now = std::max(now, trace[next].arrival);
+  while (next < trace.size() || core->HasUnfinished()) {
+    if (!core->HasUnfinished() && next < trace.size()) now = std::max(now, trace[next].arrival);
     for (; next < trace.size() && trace[next].arrival <= now; ++next) {
-      const RequestId id = next + 1;
-      Status s = scheduler.AddRequest(id, trace[next].prompt, trace[next].max_tokens);
+      GenerationRequest g;
+      g.request_id = fmt::format("trace-{}", next + 1);
+      g.kind = PromptKind::kTokens;
+      g.prompt_token_ids = trace[next].prompt;
+      g.max_tokens = trace[next].max_tokens;
+      g.ignore_eos = true;
+      g.sampling.temperature = 0;
+      g.sampling_set.temperature = true;
+      Expected<EngineRequest> request = processor.Process(g);
+      Status s = request.ok() ? core->AddRequest(std::move(*request)) : request.status();
       if (!s.ok()) return s.WithContext(fmt::format("trace request {}", next + 1));
-      remaining[id] = trace[next].max_tokens;
     }
-    XRT_ASSIGN_OR_RETURN(SchedulerOutput out, scheduler.Schedule());
+    EngineCoreOutputs out = core->Step();
     now += p.step_seconds;
-    if (out.empty()) continue;
+    const StepStats& st = out.stats;
+    if (st.step == 0) {
+      if (!st.error.ok()) return st.error;
+      if (core->HasUnfinished())
+        return InternalError("replay: requests are left but nothing could be scheduled");
+      continue;
+    }
     ++report.steps;
-    report.preemptions += static_cast<int64_t>(out.preempted.size());
-    Status built = builder.Build(out.requests, &in);
-    if (!built.ok()) {
+    report.preemptions += st.preemptions;
+    const std::string failure = !st.error.ok() ? st.error.message() : st.unbucketed;
+    if (!failure.empty()) {
       ++report.steps_without_bucket;
       report.unbucketed.push_back(fmt::format("step {} ({} tokens, {} requests): {}", report.steps,
-                                              out.num_tokens, out.size(), built.message()));
-    } else {
-      report.bucket_hits["lm_step_t" + std::to_string(in.token_bucket)]++;
-      report.padding["lm_step_t" + std::to_string(in.token_bucket)] += in.token_bucket - in.num_tokens;
-      if (in.num_logits > 0) {
-        report.bucket_hits["lm_logits_r" + std::to_string(in.req_bucket)]++;
-        report.padding["lm_logits_r" + std::to_string(in.req_bucket)] += in.req_bucket - in.num_logits;
-      }
+                                              st.num_tokens, st.num_reqs, failure));
     }
-    report.step_tokens.push_back(out.num_tokens);
-    report.step_reqs.push_back(out.num_sampling);
-    std::vector<int32_t> sampled(static_cast<size_t>(out.num_sampling), 1);
-    XRT_RETURN_IF_ERROR(scheduler.UpdateAfterStep(out, sampled));
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (!out.samples(i)) continue;
-      const RequestId id = out.request_ids[i];
-      if (--remaining[id] == 0) {
-        XRT_RETURN_IF_ERROR(scheduler.FinishRequest(id));
-        remaining.erase(id);
-      }
+    if (!st.lm_step.empty()) {
+      report.bucket_hits[st.lm_step]++;
+      report.padding[st.lm_step] += st.lm_step_padding;
     }
+    if (!st.lm_logits.empty()) {
+      report.bucket_hits[st.lm_logits]++;
+      report.padding[st.lm_logits] += st.lm_logits_padding;
+    }
+    report.step_tokens.push_back(st.num_tokens);
+    report.step_reqs.push_back(st.num_sampling);
   }
   return report;
 }

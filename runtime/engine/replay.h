@@ -1,12 +1,14 @@
-// Replay: run a request trace through the real Scheduler, KV cache manager and
-// InputBuilder without running any kernels, and report which compiled
+// Replay: run a request trace through the engine core (engine_core.h: the
+// same Scheduler, KV cache manager, InputBuilder and stop checks the server
+// runs) with a step executor that runs no kernels, and report which compiled
 // executables the steps would use (`xcc check --trace`, `xcc tune-buckets`).
 //
-// Requests arrive in trace order; a request is admitted to the scheduler once
-// the virtual clock reaches its arrival time, and every step advances the clock
-// by `step_seconds`. Each request generates exactly max_tokens tokens (EOS is
-// not modelled), so the schedule depends only on lengths, arrival order and
-// prefix-cache hits of the prompts.
+// Requests arrive in trace order; a request is added once the virtual clock
+// reaches its arrival time (through the RequestProcessor, as the server adds
+// them), and every step advances the clock by `step_seconds`. Without logits
+// the core samples a fixed token and models no EOS: each request generates
+// exactly max_tokens tokens, so the schedule depends only on lengths, arrival
+// order and prefix-cache hits of the prompts.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +18,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
-#include "runtime/engine/bucket_table.h"
-#include "runtime/engine/kv_cache_manager.h"
+#include "runtime/engine/engine_core.h"
 
 namespace xrt {
 
@@ -35,12 +36,9 @@ Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const Enc
                                               int32_t vocab_size);
 
 struct ReplayParams {
-  BucketTable buckets;
-  int64_t max_num_seqs = 0;
-  int64_t max_num_batched_tokens = 0;
-  int64_t max_model_len = 0;
-  int64_t compiled_max_num_reqs = 0;  // request rows of lm_step
-  KvCacheManagerParams kv;
+  // The engine to replay: limits, buckets, KV pool, prefix caching. Its
+  // executor, tokenizer and EOS ids are not used (no kernels, no text, no EOS).
+  EngineCoreParams core;
   double step_seconds = 0.05;
 };
 
@@ -48,7 +46,7 @@ struct ReplayReport {
   int64_t steps = 0;
   int64_t preemptions = 0;
   int64_t steps_without_bucket = 0;
-  std::vector<std::string> unbucketed;          // one message per step with no bucket
+  std::vector<std::string> unbucketed;          // one message per step that could not run
   std::map<std::string, int64_t> bucket_hits;   // "lm_step_t16" -> steps
   std::map<std::string, int64_t> padding;       // executable -> padded minus real rows
   std::vector<int64_t> step_tokens;             // real tokens of every step, in order

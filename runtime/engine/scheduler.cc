@@ -14,40 +14,46 @@ const char* RequestStateName(RequestState state) {
 }
 
 Expected<Scheduler> Scheduler::Create(SchedulerParams params) {
+  const ServingLimits& lim = params.limits;
   const struct {
     const char* name;
     int64_t value;
-  } fields[] = {{"max_num_seqs", params.max_num_seqs},
-                {"max_num_batched_tokens", params.max_num_batched_tokens},
-                {"max_model_len", params.max_model_len}};
+  } fields[] = {{"max_num_seqs", lim.max_num_seqs},
+                {"max_num_batched_tokens", lim.max_num_batched_tokens},
+                {"max_model_len", lim.max_model_len}};
   for (const auto& f : fields) {
     if (f.value < 1) return InvalidArgumentError("scheduler: {} is {}; must be >= 1", f.name, f.value);
   }
   if (params.buckets.max_tokens() < 1 || params.buckets.max_reqs() < 1) {
     return InvalidArgumentError("scheduler: the bucket table is empty");
   }
-  if (params.buckets.max_reqs() < params.max_num_seqs) {
+  if (params.buckets.max_reqs() < lim.max_num_seqs) {
     return InvalidArgumentError(
         "scheduler: max_num_seqs = {} but the largest req bucket is {}: a step's logits would "
         "not fit",
-        params.max_num_seqs, params.buckets.max_reqs());
+        lim.max_num_seqs, params.buckets.max_reqs());
   }
-  XRT_ASSIGN_OR_RETURN(KvCacheManager kv, KvCacheManager::Create(params.kv));
-  const int64_t positions = params.kv.max_blocks_per_req * params.kv.block_size;
-  if (positions < params.max_model_len) {
+  KvCacheManagerParams kp;
+  kp.num_blocks = params.num_kv_blocks;
+  kp.block_size = lim.block_size;
+  kp.max_blocks_per_req = lim.max_blocks_per_req;
+  kp.enable_prefix_caching = params.enable_prefix_caching;
+  XRT_ASSIGN_OR_RETURN(KvCacheManager kv, KvCacheManager::Create(kp));
+  const int64_t positions = lim.max_blocks_per_req * lim.block_size;
+  if (positions < lim.max_model_len) {
     return InvalidArgumentError(
         "scheduler: max_model_len = {} but a request's block table holds {} positions "
         "(max_blocks_per_req {} x block_size {})",
-        params.max_model_len, positions, params.kv.max_blocks_per_req, params.kv.block_size);
+        lim.max_model_len, positions, lim.max_blocks_per_req, lim.block_size);
   }
   const int64_t budget = params.strict_buckets
-                             ? params.max_num_batched_tokens
-                             : std::min(params.max_num_batched_tokens, params.buckets.max_tokens());
-  if (!params.enable_chunked_prefill && budget < params.max_model_len) {
+                             ? lim.max_num_batched_tokens
+                             : std::min(lim.max_num_batched_tokens, params.buckets.max_tokens());
+  if (!params.enable_chunked_prefill && budget < lim.max_model_len) {
     return InvalidArgumentError(
         "scheduler: without chunked prefill the token budget ({} = min(max_num_batched_tokens "
         "{}, largest token bucket {})) must hold max_model_len = {}",
-        budget, params.max_num_batched_tokens, params.buckets.max_tokens(), params.max_model_len);
+        budget, lim.max_num_batched_tokens, params.buckets.max_tokens(), lim.max_model_len);
   }
   return Scheduler(std::move(params), std::move(kv), budget);
 }
@@ -65,7 +71,7 @@ Expected<const Scheduler::Request*> Scheduler::Find(RequestId id) const {
 }
 
 int64_t Scheduler::BlocksFor(int64_t positions) const {
-  const int64_t bs = params_.kv.block_size;
+  const int64_t bs = params_.limits.block_size;
   return (positions + bs - 1) / bs;
 }
 
@@ -80,20 +86,20 @@ Status Scheduler::AddRequest(RequestId id, std::vector<int32_t> prompt, int64_t 
     return InvalidArgumentError("scheduler: request {}: max_tokens is {}; must be >= 1", id,
                                 max_tokens);
   }
-  if (n + max_tokens > params_.max_model_len) {
+  if (n + max_tokens > params_.limits.max_model_len) {
     return InvalidArgumentError(
         "scheduler: request {}: the prompt ({} tokens) plus max_tokens ({}) exceeds "
         "max_model_len ({})",
-        id, n, max_tokens, params_.max_model_len);
+        id, n, max_tokens, params_.limits.max_model_len);
   }
   XRT_RETURN_IF_ERROR(ValidatePrefixKeys(keys).WithContext(fmt::format("scheduler: request {}", id)));
   // The last sampled token is never fed back, so its KV is never written.
   const int64_t need = BlocksFor(n + max_tokens - 1);
-  if (need > params_.kv.num_blocks) {
+  if (need > params_.num_kv_blocks) {
     return ResourceExhaustedError(
         "scheduler: request {}: {} prompt tokens + max_tokens {} need {} KV blocks; the pool "
         "has {}",
-        id, n, max_tokens, need, params_.kv.num_blocks);
+        id, n, max_tokens, need, params_.num_kv_blocks);
   }
   Request r;
   r.id = id;
@@ -223,7 +229,7 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
   // the pool is short, admitting would only preempt again.
   if (preempted.empty() || running_.empty()) {
     while (!waiting_.empty() && budget > 0 &&
-           static_cast<int64_t>(running_.size()) < params_.max_num_seqs) {
+           static_cast<int64_t>(running_.size()) < params_.limits.max_num_seqs) {
       Request* front = waiting_.front();
       if (front->num_generated() >= front->max_tokens) break;  // awaiting FinishRequest
       bool admitted = false;
@@ -240,11 +246,11 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
     const int64_t total = static_cast<int64_t>(r->tokens.size());
     const int64_t cached = kv_.CachedPrefixLength(r->tokens.data(), total, r->keys);
     const int64_t n = std::min(total - cached, budget);
-    const int64_t need = BlocksFor(cached + n) - cached / params_.kv.block_size;
+    const int64_t need = BlocksFor(cached + n) - cached / params_.limits.block_size;
     return ResourceExhaustedError(
         "scheduler: request {} needs {} KV blocks for its next {} tokens but only {} of {} "
         "blocks are free and nothing else is running",
-        r->id, need, n, kv_.num_free_blocks(), params_.kv.num_blocks);
+        r->id, need, n, kv_.num_free_blocks(), params_.num_kv_blocks);
   }
 
   SchedulerOutput out;

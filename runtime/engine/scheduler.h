@@ -80,13 +80,17 @@
 #include "runtime/engine/bucket_table.h"
 #include "runtime/engine/input_builder.h"
 #include "runtime/engine/kv_cache_manager.h"
+#include "runtime/engine/serving_limits.h"
 
 namespace xrt {
 
 struct SchedulerParams {
-  int64_t max_num_seqs = 0;            // requests per step (and running at once)
-  int64_t max_num_batched_tokens = 0;  // token budget per step
-  int64_t max_model_len = 0;           // prompt + max_tokens of one request
+  // The limits served at: max_num_seqs (requests per step, and running at
+  // once), max_num_batched_tokens (token budget per step), max_model_len
+  // (prompt + max_tokens of one request), and the KV geometry of the
+  // requests' block tables: max_blocks_per_req * block_size must hold
+  // max_model_len positions.
+  ServingLimits limits;
   // The compiled shapes: a step's tokens <= buckets.max_tokens(); a step's
   // requests (hence its logits rows) <= max_num_seqs <= buckets.max_reqs().
   BucketTable buckets;
@@ -96,9 +100,10 @@ struct SchedulerParams {
   // tokens, so such a step is formed and the engine fails it instead of the
   // scheduler splitting it. Off: the budget is capped by the largest bucket.
   bool strict_buckets = false;
-  // The KV cache the scheduler creates and owns. max_blocks_per_req *
-  // block_size must hold max_model_len positions.
-  KvCacheManagerParams kv;
+  // The KV cache the scheduler creates and owns (KvCacheManager, with the
+  // geometry of `limits`).
+  int64_t num_kv_blocks = 0;
+  bool enable_prefix_caching = false;
 };
 
 enum class RequestState {

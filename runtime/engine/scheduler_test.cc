@@ -36,9 +36,9 @@ struct Config {
 
 SchedulerParams MakeParams(const Config& c) {
   SchedulerParams p;
-  p.max_num_seqs = c.max_num_seqs;
-  p.max_num_batched_tokens = c.max_num_batched_tokens;
-  p.max_model_len = c.max_model_len;
+  p.limits.max_num_seqs = c.max_num_seqs;
+  p.limits.max_num_batched_tokens = c.max_num_batched_tokens;
+  p.limits.max_model_len = c.max_model_len;
   std::vector<int64_t> tb;
   for (int64_t t = 8; t < c.max_num_batched_tokens; t *= 2) tb.push_back(t);
   tb.push_back(c.max_num_batched_tokens);
@@ -47,10 +47,10 @@ SchedulerParams MakeParams(const Config& c) {
   rb.push_back(c.max_num_seqs);
   p.buckets = Buckets(tb, rb);
   p.enable_chunked_prefill = c.chunked;
-  p.kv.num_blocks = c.num_blocks;
-  p.kv.block_size = c.block_size;
-  p.kv.max_blocks_per_req = (c.max_model_len + c.block_size - 1) / c.block_size;
-  p.kv.enable_prefix_caching = c.prefix_caching;
+  p.num_kv_blocks = c.num_blocks;
+  p.limits.block_size = c.block_size;
+  p.limits.max_blocks_per_req = (c.max_model_len + c.block_size - 1) / c.block_size;
+  p.enable_prefix_caching = c.prefix_caching;
   return p;
 }
 
@@ -93,7 +93,7 @@ class Harness {
     InputBuilderParams ip;
     ip.buckets = sched_->params().buckets;
     ip.max_num_reqs = c.max_num_seqs;
-    ip.max_blocks_per_req = sched_->params().kv.max_blocks_per_req;
+    ip.max_blocks_per_req = sched_->params().limits.max_blocks_per_req;
     ip.block_size = c.block_size;
     ip.vocab_size = kVocab;
     auto b = InputBuilder::Create(ip);
@@ -181,10 +181,10 @@ class Harness {
     const SchedulerParams& p = sched_->params();
     ASSERT_EQ(out.request_ids.size(), out.requests.size());
     ASSERT_EQ(out.num_cached_tokens.size(), out.requests.size());
-    EXPECT_LE(out.num_tokens, p.max_num_batched_tokens);
+    EXPECT_LE(out.num_tokens, p.limits.max_num_batched_tokens);
     EXPECT_LE(out.num_tokens, p.buckets.max_tokens());
-    EXPECT_LE(static_cast<int64_t>(out.size()), p.max_num_seqs);
-    EXPECT_LE(sched_->num_running(), p.max_num_seqs);
+    EXPECT_LE(static_cast<int64_t>(out.size()), p.limits.max_num_seqs);
+    EXPECT_LE(sched_->num_running(), p.limits.max_num_seqs);
     int64_t tokens = 0, sampling = 0;
     bool seen_prefill = false;
     std::set<RequestId> ids;
@@ -248,13 +248,13 @@ class Harness {
 TEST(Scheduler, CreateValidates) {
   Config c;
   SchedulerParams p = MakeParams(c);
-  p.max_num_seqs = 0;
+  p.limits.max_num_seqs = 0;
   auto s = Scheduler::Create(p);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr("max_num_seqs is 0"));
 
   p = MakeParams(c);
-  p.max_num_seqs = 8;  // req buckets end at 4
+  p.limits.max_num_seqs = 8;  // req buckets end at 4
   s = Scheduler::Create(p);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr("largest req bucket is 4"));
@@ -264,7 +264,7 @@ TEST(Scheduler, CreateValidates) {
   EXPECT_FALSE(Scheduler::Create(p).ok());
 
   p = MakeParams(c);
-  p.kv.max_blocks_per_req = 10;  // 40 positions < 256
+  p.limits.max_blocks_per_req = 10;  // 40 positions < 256
   s = Scheduler::Create(p);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr("max_model_len = 256"));
@@ -277,7 +277,7 @@ TEST(Scheduler, CreateValidates) {
 
   // Token budget is the smaller of the limit and the largest bucket.
   p = MakeParams(c);
-  p.max_num_batched_tokens = 1000;
+  p.limits.max_num_batched_tokens = 1000;
   s = Scheduler::Create(p);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->token_budget(), 32);

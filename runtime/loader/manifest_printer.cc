@@ -131,7 +131,8 @@ json ConfigJson(const xpk::ModelConfig& c) {
          {"has_chat_template", c.chat_template() != nullptr && c.chat_template()->size() > 0},
          {"default_temperature", c.default_temperature()},
          {"default_top_p", c.default_top_p()},
-         {"default_top_k", c.default_top_k()}};
+         {"default_top_k", c.default_top_k()},
+         {"default_repetition_penalty", c.default_repetition_penalty()}};
   json eos = json::array();
   for (uint32_t i = 0; i < Count(c.eos_token_ids()); ++i) eos.push_back(c.eos_token_ids()->Get(i));
   j["eos_token_ids"] = eos;

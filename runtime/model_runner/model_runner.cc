@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/engine/artifact_params.h"
 #include "schemas/artifact_generated.h"
 
 namespace xrt {
@@ -10,65 +11,43 @@ namespace xrt {
 Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerParams& params) {
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   XRT_ASSIGN_OR_RETURN(r->artifact_, Artifact::Open(params.artifact_path));
-  const xpk::Manifest& m = r->artifact_->manifest();
+  const Artifact& a = *r->artifact_;
+  const xpk::Manifest& m = a.manifest();
   const xpk::ModelConfig& cfg = *m.config();
-  const xpk::ServingLimits& lim = *m.limits();
-  r->limits_ = {lim.max_num_seqs(), lim.max_num_batched_tokens(), lim.max_model_len(),
-                lim.block_size(), lim.max_blocks_per_req()};
-  r->vocab_size_ = cfg.vocab_size();
+  XRT_ASSIGN_OR_RETURN(r->core_params_, EngineCoreParamsFor(a));
+  r->sampling_defaults_ = SamplingDefaultsOf(a);
   r->hidden_size_ = cfg.hidden_size();
-  if (cfg.eos_token_ids())
-    r->eos_.assign(cfg.eos_token_ids()->begin(), cfg.eos_token_ids()->end());
 
-  XRT_ASSIGN_OR_RETURN(TokenizerSpec spec, r->artifact_->tokenizer_spec());
+  XRT_ASSIGN_OR_RETURN(TokenizerSpec spec, a.tokenizer_spec());
   XRT_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Create(std::move(spec)));
   r->tokenizer_.emplace(std::move(tok));
-  if (r->eos_.empty() && r->tokenizer_->eos_id() >= 0) r->eos_.push_back(r->tokenizer_->eos_id());
   if (cfg.chat_template() && cfg.chat_template()->size() > 0) {
     auto t = ChatTemplate::Parse(cfg.chat_template()->str());
     if (!t.ok()) return t.status().WithContext(params.artifact_path + ": chat template");
     r->chat_template_.emplace(std::move(*t));
   }
 
-  // Buckets, from the executables the artifact holds.
-  std::vector<int64_t> tokenBuckets, reqBuckets;
+  // Executables by bucket.
   for (const xpk::Executable* e : *m.executables()) {
     if (e->lora_mode() != xpk::LoraMode::none) continue;
-    if (e->kind() == xpk::ExecutableKind::lm_step) {
-      tokenBuckets.push_back(e->num_tokens());
-      r->step_by_bucket_[e->num_tokens()] = e;
-    } else if (e->kind() == xpk::ExecutableKind::lm_logits) {
-      reqBuckets.push_back(e->num_reqs());
-      r->logits_by_bucket_[e->num_reqs()] = e;
-    }
+    if (e->kind() == xpk::ExecutableKind::lm_step) r->step_by_bucket_[e->num_tokens()] = e;
+    if (e->kind() == xpk::ExecutableKind::lm_logits) r->logits_by_bucket_[e->num_reqs()] = e;
   }
-  std::sort(tokenBuckets.begin(), tokenBuckets.end());
-  std::sort(reqBuckets.begin(), reqBuckets.end());
-  auto buckets = BucketTable::Create(tokenBuckets, reqBuckets);
-  if (!buckets.ok()) return buckets.status().WithContext(params.artifact_path);
-  r->buckets_.emplace(std::move(*buckets));
-  InputBuilderParams ib;
-  ib.buckets = *r->buckets_;
-  ib.max_num_reqs = lim.max_num_seqs();
-  ib.max_blocks_per_req = lim.max_blocks_per_req();
-  ib.block_size = lim.block_size();
-  ib.vocab_size = cfg.vocab_size();
-  XRT_ASSIGN_OR_RETURN(InputBuilder builder, InputBuilder::Create(std::move(ib)));
+  XRT_ASSIGN_OR_RETURN(InputBuilder builder,
+                       InputBuilder::ForCompiled(r->core_params_.compiled, r->core_params_.buckets,
+                                                 r->core_params_.vocab_size));
   r->input_builder_.emplace(std::move(builder));
 
   // KV cache.
-  KvCacheParams kv;
-  kv.num_layers = cfg.num_hidden_layers();
-  kv.num_kv_heads = cfg.num_key_value_heads();
-  kv.head_dim = cfg.head_dim();
-  kv.block_size = lim.block_size();
+  KvCacheParams kv = KvCacheParamsOf(a);
   if (params.num_kv_blocks > 0) {
     kv.num_blocks = params.num_kv_blocks;
   } else if (params.kv_cache_bytes > 0) {
     XRT_ASSIGN_OR_RETURN(kv.num_blocks, KvCacheStorage::NumBlocksForBudget(kv, params.kv_cache_bytes));
   } else {
-    kv.num_blocks = DefaultNumKvBlocks(kv, lim.max_num_seqs(), lim.max_blocks_per_req());
+    kv.num_blocks = r->core_params_.num_kv_blocks;  // xrt run's default
   }
+  r->core_params_.num_kv_blocks = kv.num_blocks;
   XRT_ASSIGN_OR_RETURN(KvCacheStorage storage, KvCacheStorage::Create(kv));
   r->kv_.emplace(std::move(storage));
 
@@ -83,6 +62,13 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   ep.kv.num_blocks = kv.num_blocks;
   XRT_ASSIGN_OR_RETURN(r->executor_, Executor::Create(ep));
   return r;
+}
+
+EngineCoreParams ModelRunner::engine_core_params() {
+  EngineCoreParams p = core_params_;
+  p.executor = this;
+  p.tokenizer = &*tokenizer_;
+  return p;
 }
 
 Status ModelRunner::CopyInput(const xpk::Executable& e, const char* name,

@@ -3,8 +3,9 @@
 // Owns the mapped artifact, the thread pool, the KV cache memory, the executor
 // and the tokenizer; turns a StepInputs (built by InputBuilder) into logits by
 // running the lm_step executable of the step's token bucket and, when any
-// request needs logits, the lm_logits executable of its request bucket. The
-// serving engine and `xrt generate` sit on top of it; it never compiles.
+// request needs logits, the lm_logits executable of its request bucket. It is
+// the StepExecutor of the engine core (runtime/engine/engine_core.h), which
+// the serving engine and `xrt generate` drive; it never compiles.
 //
 // Thread-compatible: one Execute at a time.
 #pragma once
@@ -19,8 +20,11 @@
 #include "runtime/base/status.h"
 #include "runtime/chat/chat_template.h"
 #include "runtime/engine/bucket_table.h"
+#include "runtime/engine/engine_core.h"
 #include "runtime/engine/input_builder.h"
 #include "runtime/engine/kv_cache_storage.h"
+#include "runtime/engine/serving_limits.h"
+#include "runtime/sampler/sampling_params.h"
 #include "runtime/executor/executor.h"
 #include "runtime/kernels/thread_pool.h"
 #include "runtime/loader/artifact.h"
@@ -37,33 +41,33 @@ struct ModelRunnerParams {
   int64_t kv_cache_bytes = 0;
 };
 
-// The serving limits the artifact was compiled for.
-struct ServingLimits {
-  int64_t max_num_seqs = 0;
-  int64_t max_num_batched_tokens = 0;
-  int64_t max_model_len = 0;
-  int64_t block_size = 0;
-  int64_t max_blocks_per_req = 0;
-};
-
-class ModelRunner {
+class ModelRunner : public StepExecutor {
  public:
   static Expected<std::unique_ptr<ModelRunner>> Create(const ModelRunnerParams& params);
 
   // Runs one step. Returns logits [in.num_logits][vocab_size], valid until the
   // next Execute (nullptr when num_logits == 0).
-  Expected<const float*> Execute(const StepInputs& in);
+  Expected<const float*> Execute(const StepInputs& in) override;
+
+  // Parameters of an EngineCore running this model: the artifact's
+  // (EngineCoreParamsFor) with this runner as executor, its tokenizer and its
+  // KV pool. The caller sets the requested limits and switches.
+  EngineCoreParams engine_core_params();
+  // The model's generation_config sampling defaults.
+  const SamplingDefaults& sampling_defaults() const { return sampling_defaults_; }
 
   const Artifact& artifact() const { return *artifact_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   // The model's chat template, or nullptr if it has none.
   const ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
-  const BucketTable& buckets() const { return *buckets_; }
-  const ServingLimits& limits() const { return limits_; }
+  const BucketTable& buckets() const { return core_params_.buckets; }
+  // The serving limits the artifact was compiled for.
+  const ServingLimits& limits() const { return core_params_.compiled; }
   const InputBuilder& input_builder() const { return *input_builder_; }
-  int64_t vocab_size() const { return vocab_size_; }
+  int64_t vocab_size() const { return core_params_.vocab_size; }
   int64_t num_kv_blocks() const { return kv_->params().num_blocks; }
-  const std::vector<int32_t>& eos_token_ids() const { return eos_; }
+  // Every EOS id of the model (generation_config's and the tokenizer's).
+  const std::vector<int32_t>& eos_token_ids() const { return core_params_.eos_token_ids; }
   ThreadPool& pool() { return *pool_; }
 
  private:
@@ -76,11 +80,10 @@ class ModelRunner {
   std::unique_ptr<Executor> executor_;
   std::optional<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
-  std::optional<BucketTable> buckets_;
   std::optional<InputBuilder> input_builder_;
-  ServingLimits limits_;
-  int64_t vocab_size_ = 0, hidden_size_ = 0;
-  std::vector<int32_t> eos_;
+  EngineCoreParams core_params_;  // the artifact's; executor etc. set by engine_core_params()
+  SamplingDefaults sampling_defaults_;
+  int64_t hidden_size_ = 0;
   std::map<int64_t, const xpk::Executable*> step_by_bucket_, logits_by_bucket_;
 };
 

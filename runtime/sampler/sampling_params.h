@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "runtime/base/status.h"
 
@@ -36,6 +37,23 @@ struct SamplingParams {
   LogprobsMode logprobs_mode = LogprobsMode::kProcessed;
 
   bool greedy() const { return temperature < 1e-5f; }
+};
+
+// The model's sampling defaults (its generation_config.json). A request field
+// these cover that the client leaves unset takes the model's value, as in vLLM.
+struct SamplingDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;
+  std::optional<float> repetition_penalty;
+};
+
+// Which of the fields SamplingDefaults covers a request set explicitly.
+struct SamplingFieldsSet {
+  bool temperature = false;
+  bool top_p = false;
+  bool top_k = false;
+  bool repetition_penalty = false;
 };
 
 // InvalidArgument naming the parameter and value, e.g.

@@ -10,7 +10,6 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
-#include "runtime/chat/chat_template.h"
 #include "runtime/server/client_connection.h"
 #include "runtime/server/openai_protocol.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -125,14 +124,11 @@ struct HttpServer::RequestState {
   }
 };
 
-HttpServer::HttpServer(ServerParams params, AsyncEngine* engine, const Tokenizer* tokenizer,
-                       const ChatTemplate* chat_template, std::string bos_token, std::string eos_token)
+HttpServer::HttpServer(ServerParams params, AsyncEngine* engine, const RequestProcessor* processor)
     : params_(std::move(params)),
       engine_(engine),
-      tokenizer_(tokenizer),
-      chat_template_(chat_template),
-      bos_token_(std::move(bos_token)),
-      eos_token_(std::move(eos_token)),
+      processor_(processor),
+      tokenizer_(processor->params().tokenizer),
       http_(std::make_unique<httplib::Server>()) {
   std::random_device rd;
   id_salt_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -365,40 +361,27 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
                                  params_.served_model_name),
                      "model", "model_not_found");
 
-  // Prompt tokens.
-  std::vector<int32_t> prompt;
-  if (chat) {
-    if (!chat_template_)
-      return SendError(res, 400, "invalid_request_error",
-                       "this model has no chat template; use /v1/completions", "messages");
-    Json extra = Json::object();
-    if (!request.tools.is_null()) extra["tools"] = request.tools;
-    Expected<std::string> text =
-        ApplyChatTemplate(*chat_template_, request.messages, /*add_generation_prompt=*/true, bos_token_, eos_token_,
-                          extra);
-    if (!text.ok())
-      return SendApiError(res, ApiErrorFromStatus(text.status().WithContext("chat template"), "messages"));
-    prompt = tokenizer_->Encode(*text, /*add_special_tokens=*/false);
-  } else {
-    prompt = tokenizer_->Encode(request.prompt, /*add_special_tokens=*/true);
+  // The engine request: tokenized, the model's defaults applied, validated.
+  GenerationRequest g;
+  g.kind = chat ? PromptKind::kChat : PromptKind::kText;
+  g.prompt = request.prompt;
+  g.messages = request.messages;
+  g.tools = request.tools;
+  g.max_tokens = request.max_tokens;
+  g.sampling = request.sampling;
+  g.sampling_set = request.sampling_set;
+  g.stop = request.stop;
+  g.stop_token_ids = request.stop_token_ids;
+  g.ignore_eos = request.ignore_eos;
+  g.skip_special_tokens = request.skip_special_tokens;
+  RequestError where;
+  Expected<EngineRequest> made = processor_->Process(g, &where);
+  if (!made.ok()) {
+    ApiError e = ApiErrorFromStatus(made.status(), where.param);
+    e.code = where.code;
+    return SendApiError(res, e);
   }
-  if (prompt.empty())
-    return SendError(res, 400, "invalid_request_error", "the prompt is empty", chat ? "messages" : "prompt");
-
-  const int64_t max_len = engine_->max_model_len();
-  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
-  int64_t max_tokens = request.max_tokens;
-  if (max_tokens < 0) max_tokens = chat ? max_len - prompt_len : 16;
-  if (prompt_len + max_tokens > max_len || max_tokens < 1)
-    return SendError(res, 400, "invalid_request_error",
-                     fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
-                                 "tokens ({} in the {}, {} in the completion). Please reduce the length of the "
-                                 "{} or the completion.",
-                                 max_len, prompt_len + std::max<int64_t>(max_tokens, 0), prompt_len,
-                                 chat ? "messages" : "prompt", std::max<int64_t>(max_tokens, 0),
-                                 chat ? "messages" : "prompt"),
-                     request.max_tokens >= 0 ? (chat ? "max_completion_tokens" : "max_tokens") : "messages",
-                     "context_length_exceeded");
+  const int64_t prompt_len = static_cast<int64_t>(made->prompt.size());
 
   // Fan out into n engine requests.
   state->header.id = NewRequestId(chat ? "chatcmpl-" : "cmpl-");
@@ -413,16 +396,9 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
   state->completion_tokens.assign(n, 0);
   state->usage.prompt_tokens = prompt_len;
   for (int i = 0; i < n; ++i) {
-    EngineRequest er;
+    EngineRequest er = *made;
     er.request_id = fmt::format("{}-{}", state->header.id, i);
-    er.prompt = prompt;
-    er.sampling = request.sampling;
-    if (request.sampling.has_seed) er.sampling.seed = request.sampling.seed + static_cast<uint64_t>(i);
-    er.max_tokens = max_tokens;
-    er.stop = request.stop;
-    er.stop_token_ids = request.stop_token_ids;
-    er.ignore_eos = request.ignore_eos;
-    er.skip_special_tokens = request.skip_special_tokens;
+    if (er.sampling.has_seed) er.sampling.seed += static_cast<uint64_t>(i);
     std::shared_ptr<OutputQueue> queue = state->queue;
     Status st = engine_->Submit(std::move(er), [queue, i](const RequestOutput& o) { queue->Push(i, o); });
     if (!st.ok()) {

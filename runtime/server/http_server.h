@@ -1,8 +1,9 @@
 // HttpServer: the OpenAI-compatible HTTP front end of an AsyncEngine.
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
-// GET /health, GET /metrics. Requests are parsed by openai_protocol.h,
-// tokenized here, and fanned out into n EngineRequests ("<id>-0", "<id>-1",
+// GET /health, GET /metrics. Requests are parsed by openai_protocol.h, made
+// into an EngineRequest by the RequestProcessor (tokenization, chat template,
+// the model's sampling defaults, limits), and fanned out into n ("<id>-0", "<id>-1",
 // ...). Each HTTP request owns a queue (mutex + condvar) into which the
 // engine's callbacks push RequestOutputs; the HTTP thread waits on it, so the
 // engine thread never blocks. Streaming responses are SSE. When the client
@@ -10,7 +11,7 @@
 // a stream notices on its next write or idle probe, a non-streaming request
 // by polling its connection while it waits (client_connection.h).
 //
-// Lifetime: the engine, tokenizer and chat template must outlive the server.
+// Lifetime: the engine and the request processor must outlive the server.
 // Threading: Start/StopAccepting/Stop/Wait from one controlling thread;
 // num_in_flight from any thread; requests are served on `http_threads`
 // worker threads.
@@ -38,6 +39,7 @@
 #include <utility>
 
 #include "runtime/base/status.h"
+#include "runtime/engine/request_processor.h"
 #include "runtime/serving/engine_api.h"
 
 namespace httplib {
@@ -48,7 +50,6 @@ struct Response;
 
 namespace xrt {
 
-class ChatTemplate;
 class Tokenizer;
 
 namespace server {
@@ -66,10 +67,9 @@ struct ServerParams {
 
 class HttpServer {
  public:
-  // `chat_template` may be null (then /v1/chat/completions is a 400).
-  // bos/eos_token are the template's bos_token / eos_token variables.
-  HttpServer(ServerParams params, AsyncEngine* engine, const Tokenizer* tokenizer,
-             const ChatTemplate* chat_template, std::string bos_token, std::string eos_token);
+  // `processor` makes the engine's requests; it needs a tokenizer, and a chat
+  // template for /v1/chat/completions (without one that endpoint is a 400).
+  HttpServer(ServerParams params, AsyncEngine* engine, const RequestProcessor* processor);
   ~HttpServer();  // Stop() + Wait()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -110,9 +110,8 @@ class HttpServer {
 
   ServerParams params_;
   AsyncEngine* engine_;
-  const Tokenizer* tokenizer_;
-  const ChatTemplate* chat_template_;
-  std::string bos_token_, eos_token_;
+  const RequestProcessor* processor_;
+  const Tokenizer* tokenizer_;  // the processor's
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
   int listen_fd_ = -1;           // the listening socket, once bound

@@ -199,14 +199,18 @@ class HttpServerTest : public ::testing::Test {
 
   void StartServer(std::string api_key = "", std::chrono::milliseconds step = std::chrono::milliseconds(1)) {
     engine_ = std::make_unique<FakeEngine>(tokenizer_, 64, step);
+    RequestProcessorParams pp;
+    pp.tokenizer = tokenizer_;
+    pp.chat_template = template_;
+    pp.limits.max_model_len = 64;
+    processor_ = std::make_unique<RequestProcessor>(pp);
     ServerParams p;
     p.host = "127.0.0.1";
     p.port = 0;
     p.served_model_name = "tiny";
     p.api_key = std::move(api_key);
     p.http_threads = 4;
-    server_ = std::make_unique<HttpServer>(p, engine_.get(), tokenizer_, template_, "<|begin_of_text|>",
-                                           "<|eot_id|>");
+    server_ = std::make_unique<HttpServer>(p, engine_.get(), processor_.get());
     Status st = server_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
     ASSERT_GT(server_->port(), 0);
@@ -260,6 +264,7 @@ class HttpServerTest : public ::testing::Test {
   static Tokenizer* tokenizer_;
   static ChatTemplate* template_;
   std::unique_ptr<FakeEngine> engine_;
+  std::unique_ptr<RequestProcessor> processor_;
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
 };
@@ -748,7 +753,7 @@ TEST_F(HttpServerTest, PortInUseIsAClearError) {
   ServerParams p;
   p.port = server_->port();
   p.served_model_name = "tiny";
-  HttpServer second(p, engine_.get(), tokenizer_, template_, "", "");
+  HttpServer second(p, engine_.get(), processor_.get());
   Status st = second.Start();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find(std::to_string(server_->port())), std::string::npos) << st.ToString();
@@ -759,7 +764,11 @@ TEST_F(HttpServerTest, NoChatTemplate) {
   ServerParams p;
   p.port = 0;
   p.served_model_name = "tiny";
-  HttpServer plain(p, engine_.get(), tokenizer_, nullptr, "", "");
+  RequestProcessorParams pp;
+  pp.tokenizer = tokenizer_;
+  pp.limits.max_model_len = 64;
+  RequestProcessor no_template(pp);
+  HttpServer plain(p, engine_.get(), &no_template);
   ASSERT_TRUE(plain.Start().ok());
   httplib::Client c("127.0.0.1", plain.port());
   auto res = c.Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}]})",
@@ -767,6 +776,31 @@ TEST_F(HttpServerTest, NoChatTemplate) {
   ExpectError(res, 400, "invalid_request_error");
   plain.Stop();
   plain.Wait();
+}
+
+TEST_F(HttpServerTest, ModelSamplingDefaultsFillWhatTheRequestLeavesUnset) {
+  RequestProcessorParams pp;
+  pp.tokenizer = tokenizer_;
+  pp.limits.max_model_len = 64;
+  pp.sampling_defaults.temperature = 0.7f;
+  pp.sampling_defaults.repetition_penalty = 1.05f;
+  RequestProcessor with_defaults(pp);
+  ServerParams p;
+  p.port = 0;
+  p.served_model_name = "tiny";
+  HttpServer server(p, engine_.get(), &with_defaults);
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client c("127.0.0.1", server.port());
+  auto res = c.Post("/v1/completions", R"({"model":"tiny","prompt":"Hi","max_tokens":2,"temperature":0})",
+                    "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_FLOAT_EQ(sub[0].sampling.repetition_penalty, 1.05f);  // the model's
+  EXPECT_FLOAT_EQ(sub[0].sampling.temperature, 0.0f);          // the request's
+  server.Stop();
+  server.Wait();
 }
 
 }  // namespace

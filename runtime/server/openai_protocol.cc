@@ -118,6 +118,8 @@ Status ParseCommon(const Json& j, FieldReader& r, OpenAiRequest* req) {
   XRT_RETURN_IF_ERROR(r.Float("presence_penalty", &s.presence_penalty));
   XRT_RETURN_IF_ERROR(r.Float("frequency_penalty", &s.frequency_penalty));
   XRT_RETURN_IF_ERROR(r.Float("repetition_penalty", &s.repetition_penalty));
+  req->sampling_set = {r.Get("temperature") != nullptr, r.Get("top_p") != nullptr, r.Get("top_k") != nullptr,
+                       r.Get("repetition_penalty") != nullptr};
   if (const Json* seed = r.Get("seed")) {
     if (!seed->is_number_integer()) return r.TypeError("seed", "an integer", *seed);
     s.has_seed = true;

@@ -50,6 +50,7 @@ struct OpenAiRequest {
   // chat to whatever fits in max_model_len).
   int64_t max_tokens = -1;
   SamplingParams sampling;  // sampling.logprobs: top-N (-1: no logprobs)
+  SamplingFieldsSet sampling_set;  // the fields the body set (the others take the model's defaults)
   int n = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;  // vLLM extension

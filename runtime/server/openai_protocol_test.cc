@@ -48,6 +48,23 @@ TEST(OpenAiProtocol, CompletionDefaults) {
   EXPECT_EQ(r->stop, std::vector<std::string>{"x"});
 }
 
+TEST(OpenAiProtocol, RecordsWhichSamplingDefaultsTheBodySets) {
+  // Fields left out (or null) take the model's generation_config defaults later.
+  auto none = ParseCompletionRequest(R"({"model":"m","prompt":"x","top_p":null})");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->sampling_set.temperature);
+  EXPECT_FALSE(none->sampling_set.top_p);
+  EXPECT_FALSE(none->sampling_set.top_k);
+  EXPECT_FALSE(none->sampling_set.repetition_penalty);
+  auto all = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":1,
+    "top_p":1,"top_k":-1,"repetition_penalty":1})");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_TRUE(all->sampling_set.temperature);
+  EXPECT_TRUE(all->sampling_set.top_p);
+  EXPECT_TRUE(all->sampling_set.top_k);
+  EXPECT_TRUE(all->sampling_set.repetition_penalty);
+}
+
 struct BadCase {
   const char* body;
   const char* param;

@@ -14,40 +14,9 @@
 #include <vector>
 
 #include "runtime/base/status.h"
-#include "runtime/sampler/sampler.h"  // SamplingParams, TokenLogprob
+#include "runtime/engine/engine_request.h"  // EngineRequest, RequestOutput
 
 namespace xrt {
-
-struct EngineRequest {
-  std::string request_id;           // unique among live requests
-  std::vector<int32_t> prompt;      // token ids (chat template already applied)
-  SamplingParams sampling;          // incl. seed and logprobs (top-N, -1: none)
-  int64_t max_tokens = 16;          // prompt + max_tokens <= max_model_len (checked by Submit)
-  std::vector<std::string> stop;    // stop strings (not included in the output)
-  std::vector<int32_t> stop_token_ids;  // besides the model's eos ids
-  bool ignore_eos = false;
-  bool skip_special_tokens = true;  // in the decoded text
-};
-
-struct GeneratedToken {
-  int32_t token = 0;
-  float logprob = 0;                     // valid when logprobs were requested
-  std::vector<TokenLogprob> top_logprobs;
-};
-
-struct RequestOutput {
-  std::string request_id;
-  std::vector<GeneratedToken> tokens;  // new since the previous output
-  std::string text;                    // new decoded text since the previous output
-  bool finished = false;
-  // When finished: "stop" (eos, stop token or stop string), "length"
-  // (max_tokens or max_model_len), "abort" (client gone, shutdown), "error".
-  std::string finish_reason;
-  std::string error;  // for "error"
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;  // so far
-  int64_t cached_tokens = 0;      // prompt tokens served from the prefix cache
-};
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
 

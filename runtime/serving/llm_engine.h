@@ -1,62 +1,50 @@
-// LLMEngine: continuous batching over one compiled artifact.
+// LLMEngine: the serving engine of `xrt run`: a thread, queues and callbacks
+// around one EngineCore (runtime/engine/engine_core.h), which does the work
+// (continuous batching, the compiled executables, sampling, stop checks).
 //
-// One engine thread runs the loop: take new requests and aborts, ask the
-// Scheduler for a step (decodes first, then chunked prefills, preemption by
-// recompute when KV blocks run out), build the padded step inputs, run the
-// compiled executables (ModelRunner), sample one token per request that needs
-// it, detokenize, apply stop conditions and deliver RequestOutputs through the
-// callbacks. Nothing here compiles; a step whose token count has no compiled
-// bucket cannot be produced (the scheduler's budget is capped by the largest
-// bucket).
+// The engine thread loops: take new requests and aborts, run one core step,
+// compute the metrics from the step's StepStats and outputs, and deliver the
+// RequestOutputs through the callbacks. Nothing here compiles.
 //
 // Thread-safe: Submit/Abort/Shutdown/MetricsText may be called from any
 // thread. Callbacks run on the engine thread and must not block.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "runtime/model_runner/model_runner.h"
+#include "runtime/engine/engine_core.h"
 #include "runtime/serving/engine_api.h"
-#include "runtime/sampler/sampler.h"
 #include "runtime/serving/engine_metrics.h"
 
 namespace xrt {
 
-class Scheduler;
-
-struct LLMEngineParams {
-  ModelRunner* runner = nullptr;     // must outlive the engine
-  // Serving limits; 0: the artifact's. They may be lowered, never raised
-  // beyond what the artifact was compiled for (Create says which and why).
-  int64_t max_num_seqs = 0;
-  int64_t max_num_batched_tokens = 0;
-  bool enable_prefix_caching = true;
-  // Strict mode (xrt run --check-recompilation): a step that no compiled
-  // bucket holds fails its overflowing requests (counted in /metrics, logged
-  // with its shape) instead of being split. Neither mode ever compiles.
-  bool check_recompilation = false;
-};
-
 class LLMEngine : public AsyncEngine {
  public:
-  static Expected<std::unique_ptr<LLMEngine>> Create(const LLMEngineParams& params);
+  // Builds the core (EngineCore::Create's errors, e.g. a requested limit
+  // beyond the compiled one) and starts the engine thread.
+  static Expected<std::unique_ptr<LLMEngine>> Create(const EngineCoreParams& params);
   ~LLMEngine() override;
 
+  // Validates (EngineCore::Validate) and queues.
   Status Submit(EngineRequest request, OutputCallback callback) override;
   void Abort(const std::string& request_id) override;
   void Shutdown() override;
   std::string MetricsText() const override;
-  int64_t max_model_len() const override;
+  int64_t max_model_len() const override { return limits().max_model_len; }
+
+  // The limits served at. Thread-safe.
+  const ServingLimits& limits() const { return core_->limits(); }
+  int64_t num_kv_blocks() const { return core_->num_kv_blocks(); }
+  // For the RequestProcessor that makes this engine's requests. Thread-safe.
+  RequestProcessorParams request_processor_params() const { return core_->request_processor_params(); }
 
   // Queues several requests at once, so the engine sees them together (for
   // deterministic tests and trace replays). All-or-nothing validation.
@@ -66,24 +54,17 @@ class LLMEngine : public AsyncEngine {
 
   // Test hook: the number of steps run and preemptions so far.
   int64_t num_steps() const { return metrics_.steps.load(); }
-  int64_t num_preemptions() const;
+  int64_t num_preemptions() const { return metrics_.preemptions.load(); }
 
  private:
-  struct Live;  // a request in flight
-  explicit LLMEngine(const LLMEngineParams& params);
+  struct Live;  // a request in flight: its callback and timestamps
+  explicit LLMEngine(std::unique_ptr<EngineCore> core);
   void Loop();
-  Status Step();
+  void Deliver(const RequestOutput& output);
+  void CountStep(const StepStats& stats);
   void UpdateGauges();
-  Status Validate(const EngineRequest& request) const;
-  void Finish(uint64_t id, const std::string& reason, const std::string& error = "");
-  void Deliver(Live& r, std::vector<GeneratedToken> tokens, std::string text, bool finished,
-               const std::string& reason, const std::string& error);
 
-  LLMEngineParams params_;
-  ModelRunner& runner_;
-  std::unique_ptr<Scheduler> scheduler_;
-  Sampler sampler_;
-  StepInputs inputs_;
+  std::unique_ptr<EngineCore> core_;  // driven by the engine thread only
 
   mutable std::mutex mu_;  // guards the queues below and accepting_
   std::condition_variable cv_;
@@ -93,9 +74,7 @@ class LLMEngine : public AsyncEngine {
   bool stop_ = false;
 
   // Engine-thread state.
-  uint64_t next_id_ = 1;
-  std::map<uint64_t, std::unique_ptr<Live>> live_;
-  std::map<std::string, uint64_t> by_name_;
+  std::map<std::string, std::unique_ptr<Live>> live_;  // by request_id
 
   mutable EngineMetrics metrics_;
   std::thread thread_;

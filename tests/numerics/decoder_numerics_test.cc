@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/compile.h"
-#include "runtime/model_runner/generate.h"
 #include "runtime/model_runner/model_runner.h"
+#include "tests/numerics/greedy.h"
 
 namespace {
 
@@ -45,13 +45,13 @@ class DecoderNumerics : public ::testing::TestWithParam<std::string> {
     xcc::CompileOptions o;
     o.model_path = ModelDir(name).string();
     o.quiet = true;
-    o.max_num_seqs = 4;
-    o.max_model_len = 256;
-    o.max_num_batched_tokens = 128;
+    o.limits.max_num_seqs = 4;
+    o.limits.max_model_len = 256;
+    o.limits.max_num_batched_tokens = 128;
     o.output_path = a.wide;
     auto s = xcc::Compile(o);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
-    o.max_num_batched_tokens = 16;
+    o.limits.max_num_batched_tokens = 16;
     o.token_buckets = {16};
     o.output_path = a.chunked;
     s = xcc::Compile(o);
@@ -70,17 +70,15 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
     rp.num_threads = getenv("XCC_TEST_THREADS") ? atoi(getenv("XCC_TEST_THREADS")) : 2;
     auto runner = xrt::ModelRunner::Create(rp);
     ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+    xrt::EngineCoreParams cp = (*runner)->engine_core_params();
+    cp.enable_prefix_caching = false;  // every prompt computed from scratch
+    auto core = xrt::EngineCore::Create(cp);
+    ASSERT_TRUE(core.ok()) << core.status().ToString();
     for (const json& p : ref["prompts"]) {
       SCOPED_TRACE(name + " " + p["name"].get<std::string>() + " via " + path);
-      xrt::GenerateRequest req;
-      req.prompt = p["ids"].get<std::vector<int32_t>>();
-      req.max_tokens = 32;
-      req.ignore_eos = true;
-      req.sampling.temperature = 0.0f;
-      std::vector<float> logits;
-      req.prompt_logits = &logits;
-      auto result = xrt::Generate(**runner, req);
-      ASSERT_TRUE(result.ok()) << result.status().ToString();
+      auto result = xcc::testing::Greedy(**core, p["ids"].get<std::vector<int32_t>>(), 32);
+      ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+      const std::vector<float>& logits = result.prompt_logits;
 
       std::vector<float> expected = p["last_logits"].get<std::vector<float>>();
       ASSERT_EQ(logits.size(), expected.size());
@@ -88,7 +86,7 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
       for (size_t i = 0; i < logits.size(); ++i)
         maxDiff = std::max(maxDiff, std::fabs(logits[i] - expected[i]));
       EXPECT_LE(maxDiff, 1e-4f) << "last-position logits differ from HF";
-      EXPECT_EQ(result->tokens, p["greedy_ids"].get<std::vector<int32_t>>())
+      EXPECT_EQ(result.tokens, p["greedy_ids"].get<std::vector<int32_t>>())
           << "greedy continuation differs from HF";
     }
   }

@@ -3,6 +3,8 @@
 // transformers' greedy tokens (transformers loading the same GGUF, fp32) for
 // the committed chat prompts. Needs XCC_SMOLLM2_GGUF (set by the test command,
 // which fetches the file); skipped without it.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/compile.h"
-#include "runtime/model_runner/generate.h"
 #include "runtime/model_runner/model_runner.h"
+#include "tests/numerics/greedy.h"
 
 namespace {
 
@@ -24,14 +26,16 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
   std::ifstream in(fs::path(XCC_SOURCE_DIR) / "tests/fixtures/smollm2/reference.json");
   nlohmann::json ref = nlohmann::json::parse(in);
 
-  const std::string artifact = (fs::temp_directory_path() / "xcc_smollm2_test.xpk").string();
+  // Per process: several checkouts may run this test at once on one machine.
+  const std::string artifact =
+      (fs::temp_directory_path() / ("xcc_smollm2_test_" + std::to_string(::getpid()) + ".xpk")).string();
   xcc::CompileOptions o;
   o.model_path = gguf;
   o.output_path = artifact;
   o.quiet = true;
-  o.max_num_seqs = 4;
-  o.max_num_batched_tokens = 64;
-  o.max_model_len = 512;
+  o.limits.max_num_seqs = 4;
+  o.limits.max_num_batched_tokens = 64;
+  o.limits.max_model_len = 512;
   auto s = xcc::Compile(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   // A second compile of the same inputs gives the same bytes.
@@ -50,21 +54,18 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
   auto runner = xrt::ModelRunner::Create(rp);
   ASSERT_TRUE(runner.ok()) << runner.status().ToString();
   const xrt::Tokenizer& tok = (*runner)->tokenizer();
+  auto core = xrt::EngineCore::Create((*runner)->engine_core_params());
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
   for (const auto& p : ref["prompts"]) {
     SCOPED_TRACE(p["prompt_text"].get<std::string>());
     // Our tokenizer on the chat-formatted prompt gives HF's prompt ids.
     std::vector<int32_t> ids = tok.Encode(p["prompt_text"].get<std::string>(), false);
     ASSERT_EQ(ids, p["prompt_ids"].get<std::vector<int32_t>>());
-    xrt::GenerateRequest req;
-    req.prompt = ids;
-    req.max_tokens = 20;
-    req.ignore_eos = true;
-    req.sampling.temperature = 0.0f;
-    auto result = xrt::Generate(**runner, req);
-    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    auto result = xcc::testing::Greedy(**core, ids, 20);
+    ASSERT_TRUE(result.status.ok()) << result.status.ToString();
     std::vector<int32_t> expected = p["greedy_ids"].get<std::vector<int32_t>>();
     expected.resize(20);
-    EXPECT_EQ(result->tokens, expected);
+    EXPECT_EQ(result.tokens, expected);
   }
   fs::remove(artifact);
 }
