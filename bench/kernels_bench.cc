@@ -21,7 +21,7 @@
 
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/matmul.h"
-#include "runtime/kernels/thread_pool.h"
+#include "runtime/base/thread_pool.h"
 
 #ifdef XRT_BENCH_HAVE_OPENBLAS
 #include <cblas.h>

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/engine/kv_cache_manager.h"
-#include "runtime/model_runner/model_runner.h"
+#include "runtime/kv_cache/kv_cache_manager.h"
+#include "runtime/executor/model_runner.h"
 #include "schemas/artifact_generated.h"
 
 namespace {

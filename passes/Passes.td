@@ -1,8 +1,76 @@
-//===- Passes.td - xcc conversion passes -------------------*- tablegen -*-===//
+//===- Passes.td - every xcc pass --------------------------*- tablegen -*-===//
 #ifndef XCC_PASSES_PASSES_TD
 #define XCC_PASSES_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
+
+//===----------------------------------------------------------------------===//
+// Graph transforms on xg
+//===----------------------------------------------------------------------===//
+
+def XGSpecializeBuckets : Pass<"xcc-xg-specialize-buckets", "mlir::ModuleOp"> {
+  let summary = "Clones each entry function once per bucket, making every dimension static";
+  let description = [{
+    An entry function (`xg.entry` attribute) names the bucket parameter it is
+    specialized over in `xg.bucket_param` ("num_tokens" or "num_reqs"); its
+    arguments' `xg.symbolic_dims` say which of their dimensions are bound to which
+    parameter. For every bucket value the function is cloned as `<name>_<b>` (e.g.
+    `lm_step_16`) with those dimensions set, every result type is re-derived through
+    the ops' shape rules, and the generic function is erased. A symbolic dimension
+    whose parameter has no bucket list is an error.
+  }];
+  let options = [
+    ListOption<"numTokens", "num-tokens", "int64_t", "num_tokens bucket sizes">,
+    ListOption<"numReqs", "num-reqs", "int64_t", "num_reqs bucket sizes">,
+  ];
+}
+
+def XGFuse : Pass<"xcc-xg-fuse", "mlir::func::FuncOp"> {
+  let summary = "Fuses sibling linears (q/k/v, gate/up) and elementwise consumers into producers";
+  let description = [{
+    * Linears that read the same input with plain weights become one linear over
+      the weights concatenated along N, followed by an `xg.split` (q/k/v and
+      gate/up).
+    * `xg.add` of a linear's only use and another tensor becomes the linear's
+      accumulator (the residual add is done in the matmul epilogue).
+  }];
+  let dependentDialects = ["::xcc::xg::XGDialect"];
+}
+
+def XGPackWeights : Pass<"xcc-xg-pack-weights", "mlir::ModuleOp"> {
+  let summary = "Folds weight concatenations and selects packed layouts for linear weights";
+  let description = [{
+    `xg.concat` of weights becomes one `xg.weight` listing its `sources`; every
+    weight consumed as a linear's weight gets `pack_nr`, the panel width of the
+    target's matmul microkernel. A weight that is also used elsewhere (a tied
+    embedding table) keeps its row-major copy for the other uses.
+  }];
+  let options = [
+    Option<"packNr", "pack-nr", "int64_t", /*default=*/"16", "panel width of packed weights">,
+  ];
+}
+
+def XGPlanMemory : Pass<"xcc-xg-plan-memory", "mlir::func::FuncOp"> {
+  let summary = "Assigns every intermediate tensor a static arena range by liveness";
+  let description = [{
+    Requires static shapes. Results, then arguments, are placed in the io buffer
+    (`xg.io` result/argument attributes: byte offset and size), every other tensor
+    produced by an op gets an arena range (`xg.buffers` on the op: per result
+    `[space, offset, size, row_stride, col_offset]`, space 0 = arena, 1 = io;
+    strides in elements). Ranges of tensors whose live ranges overlap never overlap;
+    a dead tensor's range is reused. `xg.split` results are views of their input.
+    A linear whose accumulator dies at the linear writes its result in place.
+    The function gets `xg.arena_size` and `xg.io_size`.
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"64", "byte alignment of every range">,
+  ];
+}
+
+
+//===----------------------------------------------------------------------===//
+// Dispatch formation and lowering to LLVM
+//===----------------------------------------------------------------------===//
 
 def XGFormDispatches : Pass<"xcc-xg-form-dispatches", "mlir::ModuleOp"> {
   let summary = "Splits planned entry functions into ukernel calls and generated dispatch functions";

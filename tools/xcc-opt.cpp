@@ -11,7 +11,6 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 #include "dialects/XG/IR/XGDialect.h"
-#include "dialects/XG/Transforms/Passes.h"
 #include "passes/Passes.h"
 
 int main(int argc, char** argv) {
@@ -20,8 +19,7 @@ int main(int argc, char** argv) {
                   mlir::math::MathDialect, mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
                   mlir::cf::ControlFlowDialect, mlir::vector::VectorDialect,
                   mlir::LLVM::LLVMDialect>();
-  xcc::xg::registerXGPasses();
-  xcc::registerXCCConversionPasses();
+  xcc::registerXCCPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   return mlir::asMainReturnCode(

@@ -12,7 +12,7 @@
 #include "compiler/artifact/artifact_writer.h"
 #include "runtime/executor/executor.h"
 #include "runtime/kernels/matmul.h"
-#include "runtime/kernels/thread_pool.h"
+#include "runtime/base/thread_pool.h"
 #include "runtime/loader/artifact.h"
 #include "runtime/loader/file_header.h"
 #include "schemas/abi.h"

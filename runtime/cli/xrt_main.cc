@@ -22,8 +22,8 @@
 
 #include "runtime/engine/engine_core.h"
 #include "runtime/engine/request_processor.h"
-#include "runtime/model_runner/model_runner.h"
-#include "runtime/serving/llm_engine.h"
+#include "runtime/executor/model_runner.h"
+#include "runtime/engine/llm_engine.h"
 #include "runtime/server/http_server.h"
 
 namespace {

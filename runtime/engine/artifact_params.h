@@ -11,7 +11,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/engine/engine_core.h"
-#include "runtime/engine/kv_cache_storage.h"
+#include "runtime/kv_cache/kv_cache_storage.h"
 #include "runtime/engine/serving_limits.h"
 #include "runtime/sampler/sampling_params.h"
 

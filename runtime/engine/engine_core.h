@@ -1,5 +1,5 @@
 // EngineCore: THE engine step, once (vLLM V1's EngineCore.step). Every client
-// drives this one loop: the server's engine thread (runtime/serving/
+// drives this one loop: the server's engine thread (runtime/engine/
 // llm_engine.h), `xrt generate` (one request) and the trace replay behind
 // `xcc check --trace` and `xcc tune-buckets` (runtime/engine/replay.h, with an
 // executor that runs no kernels), so what the check proves is what the server

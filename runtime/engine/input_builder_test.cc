@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "runtime/engine/kv_cache_manager.h"
+#include "runtime/kv_cache/kv_cache_manager.h"
 
 namespace xrt {
 namespace {

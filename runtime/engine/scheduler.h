@@ -76,10 +76,10 @@
 #include <vector>
 
 #include "runtime/base/status.h"
-#include "runtime/engine/block_hash.h"
+#include "runtime/kv_cache/block_hash.h"
 #include "runtime/engine/bucket_table.h"
 #include "runtime/engine/input_builder.h"
-#include "runtime/engine/kv_cache_manager.h"
+#include "runtime/kv_cache/kv_cache_manager.h"
 #include "runtime/engine/serving_limits.h"
 
 namespace xrt {

@@ -5,7 +5,7 @@
 
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/matmul.h"
-#include "runtime/kernels/thread_pool.h"
+#include "runtime/base/thread_pool.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/abi.h"
 #include "schemas/artifact_generated.h"

@@ -48,7 +48,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/kernels/cpu_isa.h"
-#include "runtime/kernels/thread_pool.h"
+#include "runtime/base/thread_pool.h"
 
 namespace xrt {
 

@@ -42,7 +42,7 @@
 #include <cstdint>
 
 #include "runtime/kernels/cpu_isa.h"
-#include "runtime/kernels/thread_pool.h"
+#include "runtime/base/thread_pool.h"
 
 namespace xrt {
 

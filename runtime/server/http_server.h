@@ -40,7 +40,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/engine/request_processor.h"
-#include "runtime/serving/engine_api.h"
+#include "runtime/engine/engine_api.h"
 
 namespace httplib {
 class Server;

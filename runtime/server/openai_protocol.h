@@ -21,7 +21,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/sampler/sampling_params.h"
-#include "runtime/serving/engine_api.h"
+#include "runtime/engine/engine_api.h"
 
 namespace xrt {
 

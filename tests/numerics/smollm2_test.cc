@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/compile.h"
-#include "runtime/model_runner/model_runner.h"
+#include "runtime/executor/model_runner.h"
 #include "tests/numerics/greedy.h"
 
 namespace {

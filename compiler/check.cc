@@ -1,0 +1,306 @@
+//===- check.cc - xcc check: coverage and staleness of an artifact -------===//
+//
+// Coverage is proven with the runtime's own InputBuilder: for every step size
+// the serving limits allow (every num_tokens up to the token budget, every
+// num_reqs up to max_num_seqs) a step is built exactly as the server would and
+// must land in a compiled executable. Staleness re-hashes the inputs and
+// compares them (and the compiler version) with the artifact's provenance.
+// Integrity: the loader verified every code segment's checksum at open; a
+// segment without a checksum (format 1.0) is a finding, and --verify-weights
+// recomputes the checksums of the weights too.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/check.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "compiler/artifact/sha256.h"
+#include "compiler/compile.h"
+#include "compiler/serving_model.h"
+#include "runtime/engine/artifact_params.h"
+#include "runtime/engine/input_builder.h"
+#include "runtime/loader/artifact.h"
+#include "schemas/artifact_generated.h"
+#include "llvm/Config/llvm-config.h"
+
+namespace xcc {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+using xrt::Expected;
+using xrt::Status;
+
+std::string Range(int64_t lo, int64_t hi) {
+  return lo == hi ? std::to_string(lo) : std::to_string(lo) + ".." + std::to_string(hi);
+}
+
+// Calls `report(lo, hi)` for every maximal run of values in [1, n] for which
+// `fails` is true.
+template <typename F, typename R>
+void ForEachFailingRun(int64_t n, F fails, R report) {
+  int64_t start = 0;
+  for (int64_t v = 1; v <= n + 1; ++v) {
+    bool f = v <= n && fails(v);
+    if (f && !start) start = v;
+    if (!f && start) {
+      report(start, v - 1);
+      start = 0;
+    }
+  }
+}
+
+void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, CheckReport* r) {
+  const xrt::ServingLimits compiled = xrt::CompiledLimitsOf(a);
+  const xrt::CompiledBuckets compiledBuckets = xrt::CompiledBucketsOf(a);
+  const std::vector<int64_t>& tokenBuckets = compiledBuckets.tokens;
+  const std::vector<int64_t>& reqBuckets = compiledBuckets.reqs;
+  auto join = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    return s;
+  };
+  r->notes.push_back(fmt::format(
+      "serving limits: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}; compiled "
+      "lm_step buckets [{}], lm_logits buckets [{}]",
+      serving.max_num_seqs, serving.max_num_batched_tokens, serving.max_model_len,
+      join(tokenBuckets), join(reqBuckets)));
+  if (tokenBuckets.empty() || reqBuckets.empty()) {
+    r->findings.push_back({"coverage", "the artifact has no lm_step or no lm_logits executable"});
+    return;
+  }
+
+  // Limits baked into every executable's shapes, checked as xrt run checks
+  // its flags. A token budget beyond the compiled one shows below as the
+  // num_tokens no bucket holds.
+  for (const xrt::LimitExcess& e : xrt::LimitsBeyondCompiled(compiled, serving))
+    if (e.field != "max_num_batched_tokens") r->findings.push_back({"coverage", e.message});
+
+  auto buckets = xrt::BucketTable::Create(tokenBuckets, reqBuckets);
+  if (!buckets.ok()) {
+    r->findings.push_back({"coverage", buckets.status().message()});
+    return;
+  }
+  auto builder = xrt::InputBuilder::ForCompiled(compiled, *buckets);
+  if (!builder.ok()) {
+    r->findings.push_back({"coverage", builder.status().message()});
+    return;
+  }
+  xrt::StepInputs in;
+  const int64_t bs = compiled.block_size;
+
+  // Every token count a step can hold: one request's prefill chunk of n tokens
+  // (the largest per-step shape for that n), sampling at its end.
+  std::vector<int32_t> tokens(static_cast<size_t>(serving.max_num_batched_tokens), 1);
+  std::vector<int32_t> table;
+  auto tokenStepFails = [&](int64_t n) {
+    table.assign(static_cast<size_t>((n + bs - 1) / bs), 0);
+    if (static_cast<int64_t>(table.size()) > compiled.max_blocks_per_req) return false;  // reported above
+    xrt::ScheduledRequest s;
+    s.token_ids = tokens.data();
+    s.num_tokens = n;
+    s.block_table = &table;
+    s.needs_logits = true;
+    return !builder->Build({s}, &in).ok();
+  };
+  ForEachFailingRun(serving.max_num_batched_tokens, tokenStepFails, [&](int64_t lo, int64_t hi) {
+    r->findings.push_back(
+        {"coverage",
+         fmt::format("num_tokens {}: no lm_step bucket holds these steps (largest compiled "
+                     "bucket {}; limit max_num_batched_tokens = {})",
+                     Range(lo, hi), tokenBuckets.back(), serving.max_num_batched_tokens)});
+  });
+  r->notes.push_back(fmt::format("checked num_tokens 1..{} through InputBuilder",
+                                 serving.max_num_batched_tokens));
+
+  // Every request count: r decodes sampling at once.
+  const int64_t maxReqs = std::min({serving.max_num_seqs, serving.max_num_batched_tokens,
+                                     compiled.max_num_seqs});
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(maxReqs), std::vector<int32_t>{0});
+  auto reqStepFails = [&](int64_t n) {
+    std::vector<xrt::ScheduledRequest> step(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      step[i].token_ids = tokens.data();
+      step[i].num_tokens = 1;
+      step[i].block_table = &tables[i];
+      step[i].needs_logits = true;
+    }
+    return !builder->Build(step, &in).ok();
+  };
+  ForEachFailingRun(maxReqs, reqStepFails, [&](int64_t lo, int64_t hi) {
+    r->findings.push_back(
+        {"coverage", fmt::format("num_reqs {}: no lm_logits bucket holds these steps (largest "
+                                 "compiled bucket {}; limit max_num_seqs = {})",
+                                 Range(lo, hi), reqBuckets.back(), serving.max_num_seqs)});
+  });
+  r->notes.push_back(fmt::format("checked num_reqs 1..{} through InputBuilder", maxReqs));
+}
+
+bool IsModelInput(const fs::path& p) {
+  const std::string name = p.filename().string();
+  auto ends = [&](const char* s) {
+    std::string suffix(s);
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(".safetensors") || ends(".gguf") || name == "config.json" ||
+         name == "generation_config.json" || ends(".index.json") || name == "tokenizer.json" ||
+         name == "tokenizer_config.json" || name.rfind("chat_template", 0) == 0;
+}
+
+Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& inputs,
+                      CheckReport* r) {
+  const xrt::ArtifactProvenance prov = a.provenance();
+  if (prov.compiler_version != kXccVersion)
+    r->findings.push_back({"stale", fmt::format("compiled by xcc {}, this is xcc {}: recompile",
+                                                prov.compiler_version, kXccVersion)});
+  if (prov.llvm_version != LLVM_VERSION_STRING)
+    r->findings.push_back({"stale", fmt::format("compiled with LLVM {}, this xcc uses {}: recompile",
+                                                prov.llvm_version, LLVM_VERSION_STRING)});
+  if (inputs.empty()) return Status::Ok();
+
+  // The files given now, by name (model directories are flat).
+  std::map<std::string, fs::path> current;
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      for (const auto& entry : fs::directory_iterator(in, ec))
+        if (entry.is_regular_file() && IsModelInput(entry.path()))
+          current[entry.path().filename().string()] = entry.path();
+    } else if (fs::is_regular_file(in, ec)) {
+      current[fs::path(in).filename().string()] = in;
+    } else {
+      return xrt::NotFoundError("--inputs {}: no such file or directory", in);
+    }
+  }
+  std::map<std::string, const xrt::ArtifactProvenance::Input*> recorded;
+  for (const auto& in : prov.inputs) recorded[fs::path(in.path).filename().string()] = &in;
+
+  int64_t same = 0;
+  for (const auto& [name, rec] : recorded) {
+    auto it = current.find(name);
+    if (it == current.end()) {
+      r->findings.push_back({"stale", fmt::format("input {} ({}) is no longer present", name,
+                                                  rec->role)});
+      continue;
+    }
+    XRT_ASSIGN_OR_RETURN(std::string sha, Sha256File(it->second.string()));
+    std::error_code ec;
+    const uint64_t size = fs::file_size(it->second, ec);
+    if (sha != rec->sha256) {
+      r->findings.push_back(
+          {"stale", fmt::format("input {} changed: {} bytes sha256 {} at compile time, now {} "
+                                "bytes sha256 {}: recompile",
+                                it->second.string(), rec->size, rec->sha256.substr(0, 16), size,
+                                sha.substr(0, 16))});
+    } else {
+      ++same;
+    }
+  }
+  for (const auto& [name, path] : current)
+    if (!recorded.count(name))
+      r->findings.push_back(
+          {"stale", fmt::format("input {} was not an input of the artifact: recompile", path.string())});
+  r->notes.push_back(fmt::format("re-hashed {} inputs: {} unchanged", current.size(), same));
+  return Status::Ok();
+}
+
+void CheckIntegrity(const xrt::Artifact& a, bool verifyWeights, CheckReport* r) {
+  const auto* segments = a.manifest().segments();
+  uint64_t checkedBytes = 0;
+  int64_t checked = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t i = 0; segments && i < segments->size(); ++i) {
+    const xpk::Segment* s = segments->Get(i);
+    const bool code = s->kind() == xpk::SegmentKind::code;
+    if (!code && !verifyWeights) continue;
+    if (s->checksum_algorithm() == xpk::ChecksumAlgorithm::none) {
+      r->findings.push_back(
+          {"integrity", fmt::format("segment {} ({}) has no checksum (artifact format {}.{}): "
+                                    "{}; recompile",
+                                    i, xpk::EnumNameSegmentKind(s->kind()),
+                                    a.header().format_major, a.header().format_minor,
+                                    code ? "its code is loaded unverified"
+                                         : "its bytes cannot be verified")});
+      continue;
+    }
+    if (code) {
+      r->notes.push_back(fmt::format("segment {} (code): checksum verified when the artifact "
+                                     "was opened", i));
+      continue;
+    }
+    ++checked;
+    checkedBytes += s->size();
+    Status v = a.VerifySegment(i);
+    if (!v.ok()) r->findings.push_back({"integrity", v.message()});
+  }
+  if (verifyWeights) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r->notes.push_back(fmt::format("recomputed the checksums of {} weights segment(s) ({} "
+                                   "bytes) in {:.2f} s",
+                                   checked, checkedBytes, seconds));
+  }
+}
+
+Status CheckTrace(const xrt::Artifact& a, const xrt::ServingLimits& serving,
+                  const std::string& path, CheckReport* r) {
+  XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(a, path));
+  const xrt::CompiledBuckets compiled = xrt::CompiledBucketsOf(a);
+  XRT_ASSIGN_OR_RETURN(xrt::BucketTable buckets,
+                       xrt::BucketTable::Create(compiled.tokens, compiled.reqs));
+  XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p, ReplayParamsFor(a, serving, std::move(buckets)));
+  XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
+  std::string hist;
+  for (const auto& [exe, n] : rep.bucket_hits)
+    hist += fmt::format("{}{}: {} (padding {})", hist.empty() ? "" : ", ", exe, n,
+                        rep.padding.count(exe) ? rep.padding.at(exe) : 0);
+  r->notes.push_back(fmt::format("replayed {} requests of {} in {} steps, {} preemptions; bucket "
+                                 "histogram: {}",
+                                 trace.size(), path, rep.steps, rep.preemptions, hist));
+  for (const std::string& u : rep.unbucketed) r->findings.push_back({"coverage", "replay: " + u});
+  r->replay_bucket_hits = rep.bucket_hits;
+  r->replay_padding = rep.padding;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<CheckReport> RunCheck(const CheckOptions& o) {
+  XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> artifact, xrt::Artifact::Open(o.artifact_path));
+  XRT_ASSIGN_OR_RETURN(xrt::ServingLimits serving, LoadServingConfig(*artifact, o.serving_config_path));
+  CheckReport report;
+  CheckCoverage(*artifact, serving, &report);
+  CheckIntegrity(*artifact, o.verify_weights, &report);
+  XRT_RETURN_IF_ERROR(CheckStaleness(*artifact, o.inputs, &report));
+  if (!o.trace_path.empty()) XRT_RETURN_IF_ERROR(CheckTrace(*artifact, serving, o.trace_path, &report));
+  return report;
+}
+
+ordered_json CheckReport::ToJson() const {
+  ordered_json j;
+  j["ok"] = findings.empty();
+  j["findings"] = ordered_json::array();
+  for (const CheckFinding& f : findings) j["findings"].push_back({{"kind", f.kind}, {"message", f.message}});
+  j["notes"] = notes;
+  if (!replay_bucket_hits.empty()) {
+    j["replay"]["bucket_hits"] = replay_bucket_hits;
+    j["replay"]["padding"] = replay_padding;
+  }
+  return j;
+}
+
+std::string CheckReport::ToText() const {
+  std::string s;
+  for (const std::string& n : notes) s += "  " + n + "\n";
+  for (const CheckFinding& f : findings) s += fmt::format("FAIL [{}] {}\n", f.kind, f.message);
+  s += findings.empty() ? "OK: every step shape is compiled and the artifact is up to date\n"
+                        : fmt::format("{} finding(s)\n", findings.size());
+  return s;
+}
+
+}  // namespace xcc

@@ -1,0 +1,634 @@
+//===- compile.cc - xcc compile: model -> bucketed .xpk artifact ---------===//
+//
+//  1. frontend: ModelSource (HF dir / GGUF)
+//  2. graph: BuildDecoderModule -> RunGraphPipeline (buckets, fusion, packing,
+//     memory plan, dispatch formation)
+//  3. emission: executables (io specs, arena sizes, command lists) and the
+//     weight table are read off the planned entry functions
+//  4. codegen: dispatch functions -> LLVM dialect -> LLVM -> shared object
+//  5. artifact: weights (materialized, concatenated, packed), code, manifest
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/compile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "compiler/artifact/artifact_writer.h"
+#include "compiler/artifact/sha256.h"
+#include "compiler/artifact/tokenizer_spec_writer.h"
+#include "compiler/codegen/llvm_codegen.h"
+#include "compiler/frontend/model_source.h"
+#include "compiler/model_builder.h"
+#include "compiler/pipeline.h"
+#include "dialects/XG/IR/XGOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "passes/Passes.h"
+#include "runtime/engine/bucket_table.h"
+#include "runtime/kernels/matmul.h"
+#include "runtime/loader/file_header.h"
+#include "schemas/abi.h"
+#include "schemas/artifact_generated.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using xrt::Expected;
+using xrt::Status;
+
+namespace xcc {
+namespace {
+
+constexpr int64_t kF32Bytes = 4;
+
+// ---------------------------------------------------------------------------
+// Plain descriptions of what goes into the manifest.
+
+struct WeightDesc {
+  std::string name;
+  std::vector<std::string> sources;  // source tensors concatenated along dim 0
+  std::vector<int64_t> shape;
+  int64_t pack_nr = 0;
+  WeightPlacement placement;
+};
+
+struct TensorDesc {
+  std::string name;
+  xpk::DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0, size = 0;
+};
+
+struct CommandDesc {
+  xpk::CommandKind kind = xpk::CommandKind::dispatch;
+  uint32_t function = 0;
+  xpk::Ukernel ukernel = xpk::Ukernel::none;
+  int64_t workgroups = 0;
+  std::vector<xpk::Binding> bindings;
+  std::vector<int64_t> iparams;
+  std::vector<float> fparams;
+  std::string label;
+};
+
+struct ExecutableDesc {
+  std::string name;
+  xpk::ExecutableKind kind;
+  int64_t num_tokens = 0, num_reqs = 0;
+  std::vector<TensorDesc> inputs, outputs;
+  uint64_t io_size = 0, arena_size = 0;
+  std::vector<CommandDesc> commands;
+};
+
+// Collects MLIR diagnostics so they can be returned in a Status.
+class DiagnosticCollector {
+ public:
+  explicit DiagnosticCollector(MLIRContext* ctx)
+      : handler_(ctx, [this](Diagnostic& d) {
+          llvm::raw_string_ostream os(text_);
+          os << d.getLocation() << ": " << d << "\n";
+          return success();
+        }) {}
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+  ScopedDiagnosticHandler handler_;
+};
+
+xpk::DType DTypeOf(Type t) {
+  if (t.isF32()) return xpk::DType::f32;
+  if (t.isInteger(32)) return xpk::DType::i32;
+  if (t.isInteger(64)) return xpk::DType::i64;
+  if (t.isF16()) return xpk::DType::f16;
+  if (t.isBF16()) return xpk::DType::bf16;
+  return xpk::DType::u8;
+}
+
+std::string LabelOf(Operation* op) {
+  Location loc = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(loc)) loc = fused.getLocations().front();
+  if (auto name = dyn_cast<NameLoc>(loc)) return name.getName().str();
+  return op->getName().getStringRef().str();
+}
+
+// ---------------------------------------------------------------------------
+// Reading executables off the planned module.
+
+class Emitter {
+ public:
+  Emitter(const CompileOptions& o, int64_t maxNumSeqs, int64_t maxBlocksPerReq,
+          int64_t blockSize)
+      : o_(o), maxNumSeqs_(maxNumSeqs), maxBlocksPerReq_(maxBlocksPerReq),
+        blockSize_(blockSize) {}
+
+  Status Run(ModuleOp module) {
+    for (auto fn : module.getOps<func::FuncOp>())
+      if (fn->hasAttr(xg::kDispatchFuncAttr)) {
+        functionIndex_[fn.getSymName().str()] = static_cast<uint32_t>(functions_.size());
+        functions_.push_back(fn.getSymName().str());
+      }
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (!fn->hasAttr(xg::kEntryAttr)) continue;
+      XRT_ASSIGN_OR_RETURN(ExecutableDesc e, EmitExecutable(fn));
+      executables_.push_back(std::move(e));
+    }
+    return Status::Ok();
+  }
+
+  std::vector<WeightDesc>& weights() { return weights_; }
+  const std::vector<ExecutableDesc>& executables() const { return executables_; }
+  const std::vector<std::string>& functions() const { return functions_; }
+
+ private:
+  Expected<uint32_t> WeightIndex(xg::WeightOp w) {
+    std::string key = w.getName().str() + "#" + std::to_string(w.getPackNr().value_or(0));
+    auto it = weightIndex_.find(key);
+    if (it != weightIndex_.end()) return it->second;
+    WeightDesc d;
+    d.name = w.getName().str();
+    // A packed copy of a weight that is also used row-major (a tied embedding
+    // table read by the lm_head matmul) gets a name of its own.
+    if (w.getPackNr() && weightNames_.count(d.name))
+      d.name += ".packed" + std::to_string(*w.getPackNr());
+    weightNames_.insert(d.name);
+    if (auto sources = w.getSources()) {
+      for (Attribute a : *sources) d.sources.push_back(cast<StringAttr>(a).str());
+    } else {
+      d.sources.push_back(w.getName().str());
+    }
+    auto shape = w.getType().getShape();
+    d.shape.assign(shape.begin(), shape.end());
+    d.pack_nr = w.getPackNr().value_or(0);
+    uint32_t index = static_cast<uint32_t>(weights_.size());
+    weights_.push_back(std::move(d));
+    weightIndex_[key] = index;
+    return index;
+  }
+
+  // Row stride (elements) of a value as planned; contiguous by default.
+  static int64_t RowStride(Value v) {
+    if (xg::BufferAttr b = xg::getPlannedBuffer(v)) return b.getRowStride();
+    auto t = cast<RankedTensorType>(v.getType());
+    return t.getRank() == 2 ? t.getDimSize(1) : 1;
+  }
+
+  Expected<xpk::Binding> BindingOf(Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (auto w = v.getDefiningOp<xg::WeightOp>()) {
+      XRT_ASSIGN_OR_RETURN(uint32_t index, WeightIndex(w));
+      return xpk::Binding(xpk::BindingKind::weight, index, 0, 0);
+    }
+    xg::BufferAttr b = xg::getPlannedBuffer(v);
+    if (!b) {
+      if (auto arg = dyn_cast<BlockArgument>(v))
+        return xrt::InternalError("argument {} has no io placement", arg.getArgNumber());
+      return xrt::InternalError("'{}' has no planned buffer", LabelOf(v.getDefiningOp()));
+    }
+    const int64_t elem = t.getElementTypeBitWidth() / 8;
+    auto kind = b.getSpace() == xg::BufferSpace::io ? xpk::BindingKind::io : xpk::BindingKind::arena;
+    return xpk::Binding(kind, 0, static_cast<uint64_t>(b.getOffset() + b.getColOffset() * elem),
+                        static_cast<uint64_t>(b.getSpannedElements(t) * elem));
+  }
+
+  template <xpk::Ukernel U>
+  using UkernelCommand = xpk::abi::UkernelCommand<U, xpk::Binding>;
+
+  // Binds `v` (if any: optional roles are left unbound) to `role` of `u`.
+  template <xpk::Ukernel U>
+  Status Bind(UkernelCommand<U>& u, typename UkernelCommand<U>::Binding role, Value v) {
+    if (!v) return Status::Ok();
+    XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(v));
+    u.Bind(role, b);
+    return Status::Ok();
+  }
+
+  // The command of ukernel `u`, labelled after `op`.
+  template <xpk::Ukernel U>
+  static Expected<CommandDesc> Finish(Operation* op, const UkernelCommand<U>& u) {
+    CommandDesc c;
+    c.kind = xpk::CommandKind::ukernel;
+    c.ukernel = U;
+    c.label = LabelOf(op);
+    std::string error = u.Finish(&c.iparams, &c.fparams, &c.bindings);
+    if (!error.empty()) return xrt::InternalError("'{}': {}", c.label, error);
+    return c;
+  }
+
+  Expected<CommandDesc> EmitMatmul(xg::LinearOp op) {
+    using P = xpk::abi::MatmulParam;
+    using B = xpk::abi::MatmulBinding;
+    auto w = op.getWeight().getType();
+    UkernelCommand<xpk::Ukernel::matmul> u;
+    u.Set(P::kM, op.getInput().getType().getDimSize(0));
+    u.Set(P::kN, w.getDimSize(0));
+    u.Set(P::kK, w.getDimSize(1));
+    u.Set(P::kLda, RowStride(op.getInput()));
+    u.Set(P::kLdc, RowStride(op.getResult()));
+    u.Set(P::kLdAcc, op.getAccumulator() ? RowStride(op.getAccumulator()) : 0);
+    // bias and acc are optional: Bind leaves them unbound when the op has none.
+    for (auto [role, v] : {std::pair{B::kA, op.getInput()},
+                           {B::kW, op.getWeight()},
+                           {B::kC, op.getResult()},
+                           {B::kBias, op.getBias()},
+                           {B::kAcc, op.getAccumulator()}})
+      XRT_RETURN_IF_ERROR(Bind(u, role, v));
+    return Finish(op, u);
+  }
+
+  Expected<CommandDesc> EmitAttention(xg::PagedAttentionOp op) {
+    using P = xpk::abi::PagedAttentionParam;
+    using F = xpk::abi::PagedAttentionFParam;
+    using B = xpk::abi::PagedAttentionBinding;
+    UkernelCommand<xpk::Ukernel::paged_attention> u;
+    for (auto [role, v] : {std::pair{B::kQ, op.getQ()},
+                           {B::kK, op.getK()},
+                           {B::kV, op.getV()},
+                           {B::kOut, op.getResult()},
+                           {B::kSlotMapping, op.getSlotMapping()},
+                           {B::kBlockTables, op.getBlockTables()},
+                           {B::kSeqLens, op.getSeqLens()},
+                           {B::kQueryStartLoc, op.getQueryStartLoc()}})
+      XRT_RETURN_IF_ERROR(Bind(u, role, v));
+    const uint32_t layer = static_cast<uint32_t>(op.getLayerAttr().getInt());
+    u.Bind(B::kKCache, xpk::Binding(xpk::BindingKind::kv_key, layer, 0, 0));
+    u.Bind(B::kVCache, xpk::Binding(xpk::BindingKind::kv_value, layer, 0, 0));
+    auto tables = op.getBlockTables().getType();
+    u.Set(P::kNumTokens, op.getQ().getType().getDimSize(0));
+    u.Set(P::kMaxNumReqs, tables.getDimSize(0));
+    u.Set(P::kMaxBlocksPerReq, tables.getDimSize(1));
+    u.Set(P::kNumHeads, op.getNumHeadsAttr().getInt());
+    u.Set(P::kNumKvHeads, op.getNumKvHeadsAttr().getInt());
+    u.Set(P::kHeadDim, op.getHeadDimAttr().getInt());
+    u.Set(P::kBlockSize, blockSize_);
+    u.Set(P::kQStride, RowStride(op.getQ()));
+    u.Set(P::kKStride, RowStride(op.getK()));
+    u.Set(P::kVStride, RowStride(op.getV()));
+    u.Set(P::kOutStride, RowStride(op.getResult()));
+    u.Set(F::kScale, op.getScale().convertToFloat());
+    return Finish(op, u);
+  }
+
+  // An op FormDispatches marked `xg.ukernel`: the command of that ukernel.
+  Expected<CommandDesc> EmitUkernel(Operation* op, StringAttr name) {
+    std::optional<xpk::Ukernel> ukernel = xpk::abi::UkernelNamed(name.getValue());
+    auto mismatch = [&](StringRef expected) {
+      return xrt::InternalError("'{}' is marked ukernel '{}' but is not {}", LabelOf(op),
+                                name.getValue().str(), expected.str());
+    };
+    switch (ukernel.value_or(xpk::Ukernel::none)) {
+      case xpk::Ukernel::matmul:
+        if (auto lin = dyn_cast<xg::LinearOp>(op)) return EmitMatmul(lin);
+        return mismatch(xg::LinearOp::getOperationName());
+      case xpk::Ukernel::paged_attention:
+        if (auto att = dyn_cast<xg::PagedAttentionOp>(op)) return EmitAttention(att);
+        return mismatch(xg::PagedAttentionOp::getOperationName());
+      default:
+        return xrt::InternalError("'{}': unknown ukernel '{}'", LabelOf(op), name.getValue().str());
+    }
+  }
+
+  Expected<CommandDesc> EmitDispatch(Operation* op) {
+    CommandDesc c;
+    c.kind = xpk::CommandKind::dispatch;
+    c.label = LabelOf(op);
+    auto sym = op->getAttrOfType<FlatSymbolRefAttr>(xg::kDispatchAttr);
+    auto wg = op->getAttrOfType<IntegerAttr>(xg::kWorkgroupsAttr);
+    if (!sym || !wg) return xrt::InternalError("'{}' was not formed into a dispatch", c.label);
+    auto it = functionIndex_.find(sym.getValue().str());
+    if (it == functionIndex_.end())
+      return xrt::InternalError("dispatch function '{}' not found", sym.getValue().str());
+    c.function = it->second;
+    c.workgroups = wg.getInt();
+    for (Value v : op->getOperands()) {
+      XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(v));
+      c.bindings.push_back(b);
+    }
+    for (Value v : op->getResults()) {
+      XRT_ASSIGN_OR_RETURN(xpk::Binding b, BindingOf(v));
+      c.bindings.push_back(b);
+    }
+    return c;
+  }
+
+  Expected<ExecutableDesc> EmitExecutable(func::FuncOp fn) {
+    ExecutableDesc e;
+    auto bucket = fn->getAttrOfType<IntegerAttr>(xg::kBucketAttr);
+    auto param = fn->getAttrOfType<StringAttr>(xg::kBucketParamAttr);
+    if (!bucket || !param) return xrt::InternalError("entry '{}' is not specialized", fn.getSymName().str());
+    // The model builder names each entry function after its executable kind;
+    // bucket specialization appends "_<bucket>".
+    StringRef base = fn.getSymName().take_front(fn.getSymName().rfind('_'));
+    std::optional<xpk::ExecutableKind> kind = xpk::abi::ExecutableKindNamed(base);
+    if (kind == xpk::ExecutableKind::lm_step) {
+      e.num_tokens = bucket.getInt();
+      e.num_reqs = maxNumSeqs_;
+    } else if (kind == xpk::ExecutableKind::lm_logits) {
+      e.num_reqs = bucket.getInt();
+    } else {
+      return xrt::InternalError("unknown entry function '{}'", fn.getSymName().str());
+    }
+    e.kind = *kind;
+    e.name = xpk::abi::ExecutableName(e.kind, bucket.getInt());
+    e.io_size = fn->getAttrOfType<IntegerAttr>(xg::kIoSizeAttr).getInt();
+    e.arena_size = fn->getAttrOfType<IntegerAttr>(xg::kArenaSizeAttr).getInt();
+    auto tensor = [&](Type type, StringAttr name, xg::BufferAttr io) -> Expected<TensorDesc> {
+      if (!io) return xrt::InternalError("'{}' has an input or output without io placement", e.name);
+      auto t = cast<RankedTensorType>(type);
+      TensorDesc d;
+      d.name = name ? name.str() : "";
+      d.dtype = DTypeOf(t.getElementType());
+      d.shape.assign(t.getShape().begin(), t.getShape().end());
+      d.offset = io.getOffset();
+      d.size = io.getSize();
+      return d;
+    };
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+      XRT_ASSIGN_OR_RETURN(TensorDesc d,
+                           tensor(fn.getArgument(i).getType(),
+                                  fn.getArgAttrOfType<StringAttr>(i, xg::kNameAttr),
+                                  fn.getArgAttrOfType<xg::BufferAttr>(i, xg::kIoAttr)));
+      e.inputs.push_back(std::move(d));
+    }
+    for (unsigned i = 0; i < fn.getNumResults(); ++i) {
+      XRT_ASSIGN_OR_RETURN(TensorDesc d,
+                           tensor(fn.getResultTypes()[i],
+                                  fn.getResultAttrOfType<StringAttr>(i, xg::kNameAttr),
+                                  fn.getResultAttrOfType<xg::BufferAttr>(i, xg::kIoAttr)));
+      e.outputs.push_back(std::move(d));
+    }
+    for (Operation& op : fn.getBody().front()) {
+      Expected<CommandDesc> c = xrt::InternalError("unreachable");
+      if (auto ukernel = op.getAttrOfType<StringAttr>(xg::kUkernelAttr)) {
+        c = EmitUkernel(&op, ukernel);
+      } else if (op.hasAttr(xg::kDispatchAttr)) {
+        c = EmitDispatch(&op);
+      } else if (isa<xg::WeightOp, xg::SplitOp, func::ReturnOp>(op)) {
+        continue;
+      } else {
+        return xrt::InternalError("op '{}' has no command", LabelOf(&op));
+      }
+      if (!c.ok()) return c.status();
+      e.commands.push_back(std::move(*c));
+    }
+    return e;
+  }
+
+  const CompileOptions& o_;
+  int64_t maxNumSeqs_, maxBlocksPerReq_, blockSize_;
+  std::vector<std::string> functions_;
+  std::map<std::string, uint32_t> functionIndex_;
+  std::vector<WeightDesc> weights_;
+  std::map<std::string, uint32_t> weightIndex_;
+  std::set<std::string> weightNames_;
+  std::vector<ExecutableDesc> executables_;
+};
+
+// ---------------------------------------------------------------------------
+// Weights.
+
+Expected<std::vector<float>> MaterializeWeight(const ModelSource& source, const WeightDesc& d) {
+  std::vector<float> data;
+  if (d.name == kRopeInvFreqWeight) {
+    data = RopeInverseFrequencies(source.config());
+  } else {
+    for (const std::string& name : d.sources) {
+      XRT_ASSIGN_OR_RETURN(std::vector<float> part, source.ReadF32(name));
+      data.insert(data.end(), part.begin(), part.end());
+    }
+  }
+  int64_t numel = 1;
+  for (int64_t s : d.shape) numel *= s;
+  if (static_cast<int64_t>(data.size()) != numel)
+    return xrt::InternalError("weight '{}': {} elements, expected {}", d.name, data.size(), numel);
+  if (d.pack_nr == 0) return data;
+  if (d.pack_nr != xrt::kPackNR || d.shape.size() != 2)
+    return xrt::InternalError("weight '{}': cannot pack with panel width {}", d.name, d.pack_nr);
+  std::vector<float> packed(xrt::PackedWeightFloats(d.shape[0], d.shape[1]));
+  xrt::PackWeights(data.data(), d.shape[0], d.shape[1], packed.data());
+  return packed;
+}
+
+std::string InputRole(const std::string& path) {
+  auto ends = [&](const char* s) {
+    std::string suffix(s);
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends(".gguf")) return "gguf";
+  if (ends(".safetensors")) return "weights";
+  if (ends("tokenizer.json") || ends("tokenizer_config.json")) return "tokenizer";
+  if (ends("generation_config.json")) return "generation_config";
+  if (ends("config.json") || ends(".index.json")) return "config";
+  return "other";
+}
+
+std::string JoinInts(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+}  // namespace
+
+Expected<CompileSummary> Compile(const CompileOptions& o) {
+  auto start = std::chrono::steady_clock::now();
+  auto progress = [&](const std::string& msg) {
+    if (o.quiet) return;
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    llvm::errs() << fmt::format("[{:6.1f}s] ", t) << msg << "\n";
+  };
+
+  progress("reading " + o.model_path);
+  XRT_ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> source, ModelSource::Open(o.model_path));
+  const DecoderConfig& cfg = source->config();
+
+  // Serving limits and buckets.
+  if (o.limits.max_num_seqs < 1)
+    return xrt::InvalidArgumentError("--max-num-seqs must be >= 1, got {}", o.limits.max_num_seqs);
+  if (o.limits.max_num_batched_tokens < 1)
+    return xrt::InvalidArgumentError("--max-num-batched-tokens must be >= 1, got {}",
+                                     o.limits.max_num_batched_tokens);
+  if (o.limits.block_size < 1 || o.limits.block_size > 1024)
+    return xrt::InvalidArgumentError("--block-size must be in [1, 1024], got {}", o.limits.block_size);
+  int64_t maxModelLen = o.limits.max_model_len > 0
+                            ? o.limits.max_model_len
+                            : std::min<int64_t>(cfg.max_position_embeddings > 0
+                                                    ? cfg.max_position_embeddings
+                                                    : 4096,
+                                                4096);
+  if (cfg.max_position_embeddings > 0 && maxModelLen > cfg.max_position_embeddings)
+    return xrt::InvalidArgumentError(
+        "--max-model-len {} exceeds the model's max_position_embeddings {}", maxModelLen,
+        cfg.max_position_embeddings);
+  if (cfg.sliding_window > 0 && cfg.sliding_window < maxModelLen)
+    return xrt::UnimplementedError(
+        "{}: sliding_window {} is shorter than max_model_len {}; sliding-window attention is "
+        "not supported yet (pass --max-model-len <= {})",
+        o.model_path, cfg.sliding_window, maxModelLen, cfg.sliding_window);
+  const int64_t maxBlocksPerReq = (maxModelLen + o.limits.block_size - 1) / o.limits.block_size;
+  std::vector<int64_t> tokenBuckets =
+      o.token_buckets.empty()
+          ? xrt::DefaultTokenBuckets(o.limits.max_num_batched_tokens, o.token_bucket_gap)
+          : o.token_buckets;
+  for (size_t i = 0; i < tokenBuckets.size(); ++i)
+    if (tokenBuckets[i] < 1 || (i && tokenBuckets[i] <= tokenBuckets[i - 1]))
+      return xrt::InvalidArgumentError("--token-buckets must be positive and increasing, got {}",
+                                       JoinInts(tokenBuckets));
+  std::vector<int64_t> reqBuckets = xrt::DefaultReqBuckets(o.limits.max_num_seqs);
+
+  // Graph.
+  MLIRContext ctx;
+  LoadPipelineDialects(&ctx);
+  DiagnosticCollector diags(&ctx);
+  DecoderBuildOptions bo;
+  bo.max_num_reqs = o.limits.max_num_seqs;
+  bo.max_blocks_per_req = maxBlocksPerReq;
+  bo.max_token_bucket = tokenBuckets.back();
+  progress(fmt::format("building the graph of {} ({} layers, hidden {}, vocab {})",
+                       cfg.architecture, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size));
+  OwningOpRef<ModuleOp> module = BuildDecoderModule(&ctx, cfg, bo);
+  PipelineOptions po;
+  po.token_buckets = tokenBuckets;
+  po.req_buckets = reqBuckets;
+  po.pack_nr = xrt::kPackNR;
+  po.dump_ir_after = o.dump_ir_after;
+  progress(fmt::format("specializing {} token buckets ({}) and {} request buckets ({})",
+                       tokenBuckets.size(), JoinInts(tokenBuckets), reqBuckets.size(),
+                       JoinInts(reqBuckets)));
+  if (failed(RunGraphPipeline(*module, po)))
+    return xrt::InternalError("graph pipeline failed:\n{}", diags.text());
+
+  Emitter emitter(o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size);
+  XRT_RETURN_IF_ERROR(emitter.Run(*module));
+
+  // Code.
+  progress(fmt::format("generating code for {} dispatch functions (target {})",
+                       emitter.functions().size(), o.target));
+  OwningOpRef<ModuleOp> codeModule = cast<ModuleOp>((*module)->clone());
+  if (failed(RunLoweringPipeline(*codeModule, po)))
+    return xrt::InternalError("lowering to LLVM failed:\n{}", diags.text());
+  CodegenOptions co;
+  co.target = o.target;
+  XRT_ASSIGN_OR_RETURN(CodegenResult code, GenerateSharedObject(*codeModule, co));
+
+  // Artifact.
+  ArtifactWriter writer;
+  uint64_t weightBytes = 0;
+  progress(fmt::format("packing {} weights", emitter.weights().size()));
+  for (WeightDesc& w : emitter.weights()) {
+    XRT_ASSIGN_OR_RETURN(std::vector<float> data, MaterializeWeight(*source, w));
+    w.placement = writer.AppendWeight(data.data(), data.size() * sizeof(float));
+    weightBytes += w.placement.size;
+  }
+  XRT_ASSIGN_OR_RETURN(uint32_t codeSegment,
+                       writer.AddSegment(xpk::SegmentKind::code,
+                                         std::vector<uint8_t>(code.shared_object.begin(),
+                                                              code.shared_object.end())));
+
+  xrt::ArtifactProvenance prov;
+  prov.compiler_version = kXccVersion;
+  prov.llvm_version = LLVM_VERSION_STRING;
+  prov.options = {
+      {"max_num_seqs", std::to_string(o.limits.max_num_seqs)},
+      {"max_num_batched_tokens", std::to_string(o.limits.max_num_batched_tokens)},
+      {"max_model_len", std::to_string(maxModelLen)},
+      {"block_size", std::to_string(o.limits.block_size)},
+      {"token_buckets", JoinInts(tokenBuckets)},
+      {"req_buckets", JoinInts(reqBuckets)},
+      {"target", o.target},
+      {"cpu", code.cpu},
+      {"pack_nr", std::to_string(xrt::kPackNR)},
+  };
+  for (const std::string& path : source->input_files()) {
+    XRT_ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
+    xrt::ArtifactProvenance::Input in;
+    in.path = path;
+    in.role = InputRole(path);
+    in.sha256 = sha;
+    if (auto f = xrt::MappedFile::Open(path); f.ok()) in.size = f->size();
+    prov.inputs.push_back(std::move(in));
+  }
+
+  const auto& tok = source->tokenizer();
+  const auto& gen = source->generation();
+  ManifestBuildFn build = [&](flatbuffers::FlatBufferBuilder& fbb,
+                              SegmentTable segments) -> Expected<flatbuffers::Offset<xpk::Manifest>> {
+    std::vector<int32_t> eos = gen.eos_token_ids;
+    if (eos.empty() && tok.eos_id >= 0) eos.push_back(tok.eos_id);
+    auto config = xpk::CreateModelConfig(
+        fbb, fbb.CreateString(cfg.architecture), cfg.vocab_size, cfg.hidden_size,
+        cfg.intermediate_size, cfg.num_hidden_layers, cfg.num_attention_heads,
+        cfg.num_key_value_heads, cfg.head_dim, cfg.max_position_embeddings, cfg.rms_norm_eps,
+        cfg.rope_theta,
+        xpk::CreateRopeScaling(fbb, fbb.CreateString(cfg.rope_scaling.type),
+                               cfg.rope_scaling.factor, cfg.rope_scaling.low_freq_factor,
+                               cfg.rope_scaling.high_freq_factor,
+                               cfg.rope_scaling.original_max_position_embeddings),
+        cfg.tie_word_embeddings, cfg.attention_bias, fbb.CreateString(source->chat_template()),
+        fbb.CreateVector(eos), gen.temperature, gen.top_p, gen.top_k, gen.repetition_penalty);
+    auto tokenizer = BuildTokenizer(fbb, tok);
+    auto limits = xpk::CreateServingLimits(fbb, o.limits.max_num_seqs, o.limits.max_num_batched_tokens,
+                                           maxModelLen, o.limits.block_size, maxBlocksPerReq, 0, 0, 0);
+    std::vector<flatbuffers::Offset<xpk::Weight>> weights;
+    for (const WeightDesc& w : emitter.weights())
+      weights.push_back(xpk::CreateWeight(
+          fbb, fbb.CreateString(w.name), xpk::DType::f32, fbb.CreateVector(w.shape),
+          w.pack_nr ? xpk::WeightLayout::packed_panels : xpk::WeightLayout::row_major,
+          static_cast<int32_t>(w.pack_nr), w.placement.segment, w.placement.offset,
+          w.placement.size));
+    std::vector<flatbuffers::Offset<flatbuffers::String>> fns, req;
+    for (const std::string& f : emitter.functions()) fns.push_back(fbb.CreateString(f));
+    for (const std::string& f : code.required_features) req.push_back(fbb.CreateString(f));
+    auto codeModuleFb = xpk::CreateCodeModule(
+        fbb, fbb.CreateString(code.triple), fbb.CreateString(code.cpu),
+        fbb.CreateString(code.features), fbb.CreateVector(req), codeSegment,
+        fbb.CreateVector(fns), xpk::abi::kDispatchAbiVersion);
+    std::vector<flatbuffers::Offset<xpk::Executable>> exes;
+    for (const ExecutableDesc& e : emitter.executables()) {
+      auto specs = [&](const std::vector<TensorDesc>& ts) {
+        std::vector<flatbuffers::Offset<xpk::TensorSpec>> out;
+        for (const TensorDesc& t : ts)
+          out.push_back(xpk::CreateTensorSpec(fbb, fbb.CreateString(t.name), t.dtype,
+                                              fbb.CreateVector(t.shape), t.offset, t.size));
+        return fbb.CreateVector(out);
+      };
+      auto inputs = specs(e.inputs);
+      auto outputs = specs(e.outputs);
+      std::vector<flatbuffers::Offset<xpk::Command>> cmds;
+      for (const CommandDesc& c : e.commands)
+        // Empty vectors are left out: the manifest treats absent as empty.
+        cmds.push_back(xpk::CreateCommand(
+            fbb, c.kind, c.function, c.ukernel, c.workgroups,
+            fbb.CreateVectorOfStructs(c.bindings),
+            c.iparams.empty() ? 0 : fbb.CreateVector(c.iparams),
+            c.fparams.empty() ? 0 : fbb.CreateVector(c.fparams), fbb.CreateString(c.label)));
+      exes.push_back(xpk::CreateExecutable(fbb, fbb.CreateString(e.name), e.kind, e.num_tokens,
+                                           e.num_reqs, 0, xpk::LoraMode::none, inputs, outputs,
+                                           e.io_size, e.arena_size, fbb.CreateVector(cmds)));
+    }
+    auto provenance = BuildProvenance(fbb, prov);
+    return xpk::CreateManifest(fbb, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor, config,
+                               tokenizer, limits, segments, fbb.CreateVector(weights),
+                               fbb.CreateVector(std::vector{codeModuleFb}),
+                               fbb.CreateVector(exes), provenance);
+  };
+  progress("writing " + o.output_path);
+  XRT_RETURN_IF_ERROR(writer.WriteToFile(o.output_path, build));
+
+  CompileSummary s;
+  s.num_executables = static_cast<int64_t>(emitter.executables().size());
+  s.num_dispatch_functions = static_cast<int64_t>(emitter.functions().size());
+  s.code_bytes = code.shared_object.size();
+  s.weight_bytes = weightBytes;
+  for (const ExecutableDesc& e : emitter.executables())
+    s.max_arena_bytes = std::max<uint64_t>(s.max_arena_bytes, e.arena_size);
+  if (auto f = xrt::MappedFile::Open(o.output_path); f.ok()) s.file_bytes = f->size();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+}  // namespace xcc

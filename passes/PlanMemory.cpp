@@ -1,0 +1,201 @@
+//===- PlanMemory.cpp - liveness-based static arena planning --------------===//
+#include "dialects/XG/IR/XGOps.h"
+#include "passes/Passes.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/MathExtras.h"
+
+using namespace mlir;
+
+namespace xcc {
+#define GEN_PASS_DEF_XGPLANMEMORY
+#include "passes/Passes.h.inc"
+}  // namespace xcc
+
+namespace xcc::xg {
+
+namespace {
+
+FailureOr<int64_t> byteSize(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  if (!t || !t.hasStaticShape()) return failure();
+  return t.getNumElements() * static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
+}
+
+int64_t rowLength(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return t.getRank() == 0 ? 1 : t.getShape().back();
+}
+
+// First-fit allocation over live ranges [offset, offset+size).
+class ArenaAllocator {
+ public:
+  explicit ArenaAllocator(int64_t alignment) : alignment_(alignment) {}
+
+  int64_t allocate(int64_t size) {
+    size = llvm::alignTo(size, alignment_);
+    int64_t candidate = 0;
+    for (auto [offset, len] : live_) {  // sorted by offset
+      if (candidate + size <= offset) break;
+      candidate = std::max(candidate, offset + len);
+    }
+    live_.insert(std::lower_bound(live_.begin(), live_.end(), std::pair(candidate, size)),
+                 {candidate, size});
+    peak_ = std::max(peak_, candidate + size);
+    return candidate;
+  }
+
+  void release(int64_t offset) {
+    auto it = llvm::find_if(live_, [&](auto& r) { return r.first == offset; });
+    assert(it != live_.end() && "releasing a range that is not live");
+    live_.erase(it);
+  }
+
+  int64_t peak() const { return peak_; }
+
+ private:
+  int64_t alignment_;
+  SmallVector<std::pair<int64_t, int64_t>> live_;
+  int64_t peak_ = 0;
+};
+
+struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
+  using XGPlanMemoryBase::XGPlanMemoryBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (!func->hasAttr(kEntryAttr) || func.isExternal()) return;
+    if (alignment <= 0 || !llvm::isPowerOf2_64(alignment)) {
+      func.emitError() << "alignment must be a power of two, got " << alignment;
+      return signalPassFailure();
+    }
+    if (!func.getBody().hasOneBlock()) {
+      func.emitError() << "memory planning needs a single-block function";
+      return signalPassFailure();
+    }
+    Block& block = func.getBody().front();
+    MLIRContext* ctx = &getContext();
+    Builder b(ctx);
+    // A buffer of its own for `v`: contiguous rows of its last dimension.
+    auto ownBuffer = [&](Value v, BufferSpace space, int64_t offset) {
+      return BufferAttr::get(ctx, space, offset, *byteSize(v), rowLength(v), /*colOffset=*/0);
+    };
+
+    // 1. The io buffer: results, then arguments, in order. Results come first so
+    //    that an output feeding another executable (lm_step's hidden states read by
+    //    lm_logits) sits at the same offset, 0, whatever the bucket.
+    int64_t ioSize = 0;
+    auto placeIo = [&](Value v) -> FailureOr<int64_t> {
+      auto size = byteSize(v);
+      if (failed(size)) return failure();
+      int64_t offset = ioSize;
+      ioSize = llvm::alignTo(offset + *size, alignment);
+      return offset;
+    };
+    DenseMap<Value, BufferAttr> buffers;
+    Operation* terminator = block.getTerminator();
+    for (auto [i, v] : llvm::enumerate(terminator->getOperands())) {
+      Operation* def = v.getDefiningOp();
+      if (!def || isa<SplitOp, WeightOp>(def) || buffers.count(v)) {
+        func.emitError() << "result " << i
+                         << " must be computed by an op of its own (not an argument, a "
+                            "weight, a view or another result)";
+        return signalPassFailure();
+      }
+      auto offset = placeIo(v);
+      if (failed(offset)) {
+        func.emitError() << "result " << i << " needs a static shape, got " << v.getType();
+        return signalPassFailure();
+      }
+      buffers[v] = ownBuffer(v, BufferSpace::io, *offset);
+      func.setResultAttr(i, kIoAttr, buffers[v]);
+    }
+
+    for (BlockArgument arg : func.getArguments()) {
+      auto offset = placeIo(arg);
+      if (failed(offset)) {
+        func.emitError() << "argument " << arg.getArgNumber()
+                         << " needs a static shape for memory planning, got " << arg.getType();
+        return signalPassFailure();
+      }
+      func.setArgAttr(arg.getArgNumber(), kIoAttr, ownBuffer(arg, BufferSpace::io, *offset));
+    }
+
+    // 2. Liveness: the index of the last op that reads each root buffer
+    //    (a view's readers keep its root alive).
+    DenseMap<Operation*, int64_t> index;
+    for (auto [i, op] : llvm::enumerate(block)) index[&op] = i;
+    DenseMap<Value, Value> rootOf;  // view -> the value that owns the storage
+    auto root = [&](Value v) {
+      auto it = rootOf.find(v);
+      return it == rootOf.end() ? v : it->second;
+    };
+    DenseMap<Value, int64_t> lastUse;
+    for (Operation& op : block) {
+      if (auto split = dyn_cast<SplitOp>(op))
+        for (Value r : split.getResults()) rootOf[r] = root(split.getInput());
+      for (Value r : op.getResults()) lastUse[root(r)] = std::max(lastUse[root(r)], index[&op]);
+      for (Value in : op.getOperands()) lastUse[root(in)] = std::max(lastUse[root(in)], index[&op]);
+    }
+
+    // 3. Walk in order: free what died before this op, then place its results.
+    ArenaAllocator arena(alignment);
+    SmallVector<std::pair<int64_t, int64_t>> pendingFree;  // (last use, offset)
+    for (Operation& op : block) {
+      int64_t i = index[&op];
+      llvm::erase_if(pendingFree, [&](auto& p) {
+        if (p.first >= i) return false;
+        arena.release(p.second);
+        return true;
+      });
+      if (isa<WeightOp>(op) || &op == terminator) continue;
+      SmallVector<Attribute> attrs;
+      if (auto split = dyn_cast<SplitOp>(op)) {
+        BufferAttr base = buffers.lookup(split.getInput());
+        if (!base) {
+          op.emitError() << "cannot plan a view of a value without a buffer";
+          return signalPassFailure();
+        }
+        int64_t col = base.getColOffset();
+        for (Value r : split.getResults()) {
+          buffers[r] = BufferAttr::get(ctx, base.getSpace(), base.getOffset(), base.getSize(),
+                                       base.getRowStride(), col);
+          col += rowLength(r);
+        }
+      } else {
+        // A linear whose accumulator dies here writes its result in place.
+        if (auto lin = dyn_cast<LinearOp>(op)) {
+          Value acc = lin.getAccumulator();
+          Value r = lin.getResult();
+          if (acc && !buffers.count(r) && root(acc) == acc && buffers.count(acc) &&
+              buffers[acc].getSpace() == BufferSpace::arena && lastUse.lookup(acc) == i &&
+              acc.getType() == r.getType()) {
+            buffers[r] = buffers[acc];
+            for (auto& p : pendingFree)
+              if (p.second == buffers[acc].getOffset()) p.first = lastUse.lookup(r);
+          }
+        }
+        for (Value r : op.getResults()) {
+          if (buffers.count(r)) continue;  // an io result, or in place
+          auto size = byteSize(r);
+          if (failed(size)) {
+            op.emitError() << "result needs a static shape for memory planning, got "
+                           << r.getType();
+            return signalPassFailure();
+          }
+          int64_t offset = arena.allocate(*size);
+          buffers[r] = ownBuffer(r, BufferSpace::arena, offset);
+          pendingFree.push_back({lastUse.lookup(r), offset});
+        }
+      }
+      for (Value r : op.getResults()) attrs.push_back(buffers[r]);
+      op.setAttr(kBuffersAttr, b.getArrayAttr(attrs));
+    }
+    func->setAttr(kArenaSizeAttr, b.getI64IntegerAttr(arena.peak()));
+    func->setAttr(kIoSizeAttr, b.getI64IntegerAttr(ioSize));
+  }
+};
+
+}  // namespace
+
+}  // namespace xcc::xg

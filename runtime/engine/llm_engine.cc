@@ -1,0 +1,164 @@
+#include "runtime/engine/llm_engine.h"
+
+#include <chrono>
+#include <cstdio>
+
+namespace xrt {
+
+using Clock = std::chrono::steady_clock;
+
+struct LLMEngine::Live {
+  OutputCallback callback;
+  Clock::time_point submitted, last_token;
+  bool first_token_seen = false;
+};
+
+LLMEngine::LLMEngine(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {}
+
+Expected<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineCoreParams& params) {
+  XRT_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, EngineCore::Create(params));
+  std::unique_ptr<LLMEngine> e(new LLMEngine(std::move(core)));
+  e->metrics_.kv_blocks_total = e->core_->num_kv_blocks();
+  e->thread_ = std::thread([raw = e.get()] { raw->Loop(); });
+  return e;
+}
+
+LLMEngine::~LLMEngine() {
+  Shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string LLMEngine::MetricsText() const { return metrics_.Render(); }
+
+Status LLMEngine::Submit(EngineRequest request, OutputCallback callback) {
+  XRT_RETURN_IF_ERROR(core_->Validate(request));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!accepting_) return UnavailableError("the server is shutting down");
+  incoming_.emplace_back(std::move(request), std::move(callback));
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+Status LLMEngine::SubmitBatch(std::vector<std::pair<EngineRequest, OutputCallback>> batch) {
+  for (const auto& [request, callback] : batch) XRT_RETURN_IF_ERROR(core_->Validate(request));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!accepting_) return UnavailableError("the server is shutting down");
+  for (auto& item : batch) incoming_.push_back(std::move(item));
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+void LLMEngine::Abort(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborts_.push_back(request_id);
+  cv_.notify_one();
+}
+
+void LLMEngine::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  accepting_ = false;
+  stop_ = true;
+  cv_.notify_one();
+}
+
+void LLMEngine::Deliver(const RequestOutput& o) {
+  auto it = live_.find(o.request_id);
+  if (it == live_.end()) return;
+  Live& r = *it->second;
+  const auto now = Clock::now();
+  if (!o.tokens.empty()) {
+    if (!r.first_token_seen) {
+      metrics_.ttft.Observe(std::chrono::duration<double>(now - r.submitted).count());
+      r.first_token_seen = true;
+    } else {
+      metrics_.tpot.Observe(std::chrono::duration<double>(now - r.last_token).count());
+    }
+    r.last_token = now;
+  }
+  if (!o.finished) return r.callback(o);
+  // Counted before the client hears of it, so /metrics agrees with what it saw.
+  metrics_.CountFinished(o.finish_reason);
+  metrics_.e2e.Observe(std::chrono::duration<double>(now - r.submitted).count());
+  const OutputCallback callback = std::move(r.callback);
+  live_.erase(it);
+  callback(o);
+}
+
+void LLMEngine::CountStep(const StepStats& st) {
+  metrics_.preemptions += st.preemptions;
+  metrics_.prompt_tokens += st.prompt_tokens;
+  metrics_.generation_tokens += st.generation_tokens;
+  metrics_.prefix_queries += st.prefix_queries;
+  metrics_.prefix_hits += st.prefix_hits;
+  if (!st.unbucketed.empty()) {
+    metrics_.steps_without_bucket++;
+    std::fprintf(stderr, "xrt: strict mode: %s\n", st.unbucketed.c_str());
+  }
+  if (!st.ran) return;
+  metrics_.steps++;
+  metrics_.CountBucket(st.lm_step);
+  metrics_.padded_tokens += st.lm_step_padding;
+  if (!st.lm_logits.empty()) {
+    metrics_.CountBucket(st.lm_logits);
+    metrics_.padded_reqs += st.lm_logits_padding;
+  }
+}
+
+void LLMEngine::Loop() {
+  for (;;) {
+    std::deque<std::pair<EngineRequest, OutputCallback>> incoming;
+    std::vector<std::string> aborts;
+    bool stop = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || !incoming_.empty() || !aborts_.empty() || core_->HasUnfinished();
+      });
+      incoming.swap(incoming_);
+      aborts.swap(aborts_);
+      stop = stop_;
+    }
+    for (auto& [req, cb] : incoming) {
+      auto live = std::make_unique<Live>();
+      live->callback = std::move(cb);
+      live->submitted = Clock::now();
+      const std::string id = req.request_id;
+      const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
+      Status s = live_.count(id) != 0
+                     ? InvalidArgumentError("request '{}' is already in flight", id)
+                     : core_->AddRequest(std::move(req));
+      if (!s.ok()) {
+        RequestOutput out;
+        out.request_id = id;
+        out.finished = true;
+        out.finish_reason = "error";
+        out.error = s.message();
+        out.prompt_tokens = prompt_tokens;
+        metrics_.CountFinished("error");
+        live->callback(out);
+        continue;
+      }
+      live_[id] = std::move(live);
+    }
+    for (const std::string& name : aborts)
+      if (std::optional<RequestOutput> out = core_->Abort(name)) Deliver(*out);
+    if (stop) {
+      for (const RequestOutput& out : core_->AbortAll()) Deliver(out);
+      return;
+    }
+    if (core_->HasUnfinished()) {
+      EngineCoreOutputs step = core_->Step();
+      CountStep(step.stats);
+      for (const RequestOutput& out : step.outputs) Deliver(out);
+    }
+    UpdateGauges();
+  }
+}
+
+void LLMEngine::UpdateGauges() {
+  metrics_.running = core_->num_running();
+  metrics_.waiting = core_->num_waiting();
+  metrics_.kv_blocks_used = core_->num_kv_blocks_used();
+}
+
+}  // namespace xrt

@@ -1,0 +1,83 @@
+// LLMEngine: the serving engine of `xrt run`: a thread, queues and callbacks
+// around one EngineCore (runtime/engine/engine_core.h), which does the work
+// (continuous batching, the compiled executables, sampling, stop checks).
+//
+// The engine thread loops: take new requests and aborts, run one core step,
+// compute the metrics from the step's StepStats and outputs, and deliver the
+// RequestOutputs through the callbacks. Nothing here compiles.
+//
+// Thread-safe: Submit/Abort/Shutdown/MetricsText may be called from any
+// thread. Callbacks run on the engine thread and must not block.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine/engine_core.h"
+#include "runtime/engine/engine_api.h"
+#include "runtime/engine/engine_metrics.h"
+
+namespace xrt {
+
+class LLMEngine : public AsyncEngine {
+ public:
+  // Builds the core (EngineCore::Create's errors, e.g. a requested limit
+  // beyond the compiled one) and starts the engine thread.
+  static Expected<std::unique_ptr<LLMEngine>> Create(const EngineCoreParams& params);
+  ~LLMEngine() override;
+
+  // Validates (EngineCore::Validate) and queues.
+  Status Submit(EngineRequest request, OutputCallback callback) override;
+  void Abort(const std::string& request_id) override;
+  void Shutdown() override;
+  std::string MetricsText() const override;
+  int64_t max_model_len() const override { return limits().max_model_len; }
+
+  // The limits served at. Thread-safe.
+  const ServingLimits& limits() const { return core_->limits(); }
+  int64_t num_kv_blocks() const { return core_->num_kv_blocks(); }
+  // For the RequestProcessor that makes this engine's requests. Thread-safe.
+  RequestProcessorParams request_processor_params() const { return core_->request_processor_params(); }
+
+  // Queues several requests at once, so the engine sees them together (for
+  // deterministic tests and trace replays). All-or-nothing validation.
+  Status SubmitBatch(std::vector<std::pair<EngineRequest, OutputCallback>> batch);
+  // Runs of each compiled executable so far ("lm_step_t16" -> count).
+  std::map<std::string, int64_t> bucket_hits() const { return metrics_.BucketHits(); }
+
+  // Test hook: the number of steps run and preemptions so far.
+  int64_t num_steps() const { return metrics_.steps.load(); }
+  int64_t num_preemptions() const { return metrics_.preemptions.load(); }
+
+ private:
+  struct Live;  // a request in flight: its callback and timestamps
+  explicit LLMEngine(std::unique_ptr<EngineCore> core);
+  void Loop();
+  void Deliver(const RequestOutput& output);
+  void CountStep(const StepStats& stats);
+  void UpdateGauges();
+
+  std::unique_ptr<EngineCore> core_;  // driven by the engine thread only
+
+  mutable std::mutex mu_;  // guards the queues below and accepting_
+  std::condition_variable cv_;
+  std::deque<std::pair<EngineRequest, OutputCallback>> incoming_;
+  std::vector<std::string> aborts_;
+  bool accepting_ = true;
+  bool stop_ = false;
+
+  // Engine-thread state.
+  std::map<std::string, std::unique_ptr<Live>> live_;  // by request_id
+
+  mutable EngineMetrics metrics_;
+  std::thread thread_;
+};
+
+}  // namespace xrt

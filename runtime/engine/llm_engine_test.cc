@@ -1,0 +1,152 @@
+// LLMEngine: the engine thread around the core. A failed step fails only its
+// requests; the trace replay behind `xcc check --trace` reports the
+// executables the engine really runs.
+#include "runtime/engine/llm_engine.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "runtime/engine/engine_test_util.h"
+#include "runtime/engine/replay.h"
+
+namespace xrt {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::FakeExecutor;
+
+// Collects the outputs of submitted requests; waits for them to finish.
+class Outputs {
+ public:
+  OutputCallback Callback() {
+    return [this](const RequestOutput& o) {
+      std::lock_guard<std::mutex> lock(mu_);
+      tokens_[o.request_id] += static_cast<int64_t>(o.tokens.size());
+      if (o.finished) {
+        reason_[o.request_id] = o.finish_reason;
+        error_[o.request_id] = o.error;
+        cv_.notify_all();
+      }
+    };
+  }
+  bool WaitFor(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return reason_.size() >= n; });
+  }
+  std::string reason(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reason_[id];
+  }
+  std::string error(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_[id];
+  }
+  int64_t tokens(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tokens_[id];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> reason_, error_;
+  std::map<std::string, int64_t> tokens_;
+};
+
+TEST(LLMEngine, AFailedStepFailsOnlyItsRequestsNotTheWaitingOnes) {
+  FakeExecutor ex(32, 5);
+  EngineCoreParams p = testing::SmallCoreParams(&ex);
+  p.requested.max_num_seqs = 2;
+  ex.FailCall(1);
+  auto engine = LLMEngine::Create(p);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Outputs out;
+  std::vector<std::pair<EngineRequest, OutputCallback>> batch;
+  for (const char* id : {"a", "b", "c", "d"}) batch.emplace_back(testing::SmallRequest(id, 3, 4), out.Callback());
+  ASSERT_TRUE((*engine)->SubmitBatch(std::move(batch)).ok());
+  ASSERT_TRUE(out.WaitFor(4));
+  EXPECT_EQ(out.reason("a"), "error");
+  EXPECT_EQ(out.reason("b"), "error");
+  EXPECT_THAT(out.error("a"), HasSubstr("injected failure of step 1"));
+  EXPECT_EQ(out.reason("c"), "length");
+  EXPECT_EQ(out.reason("d"), "length");
+  EXPECT_EQ(out.tokens("c"), 4);
+  EXPECT_EQ(out.tokens("d"), 4);
+  const std::string metrics = (*engine)->MetricsText();
+  EXPECT_THAT(metrics, HasSubstr("xrt_requests_finished_total{finished_reason=\"error\"} 2"));
+  EXPECT_THAT(metrics, HasSubstr("xrt_requests_finished_total{finished_reason=\"length\"} 2"));
+}
+
+TEST(LLMEngine, RejectsInvalidRequestsAtSubmit) {
+  FakeExecutor ex(32, 5);
+  auto engine = LLMEngine::Create(testing::SmallCoreParams(&ex));
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Outputs out;
+  Status s = (*engine)->Submit(testing::SmallRequest("long", 60, 10), out.Callback());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("maximum context length is 64 tokens"));
+}
+
+// The report of `xcc check --trace` is computed from the same core the engine
+// runs: replaying the committed trace gives the executables the engine runs
+// when it serves the same requests (here with logits and sampled tokens).
+TEST(LLMEngine, ReplayOfTheCommittedTraceMatchesTheEngine) {
+  const int64_t vocab = 512;
+  auto trace = ReadTrace(
+      std::string(XCC_SOURCE_DIR) + "/tests/fixtures/traces/mixed.jsonl",
+      [&](const std::string& text) {
+        std::vector<int32_t> ids;
+        for (unsigned char ch : text) ids.push_back(static_cast<int32_t>(ch));
+        return ids;
+      },
+      static_cast<int32_t>(vocab));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+
+  FakeExecutor ex(vocab, 7);
+  EngineCoreParams p;
+  p.executor = &ex;
+  p.compiled = {/*max_num_seqs=*/8, /*max_num_batched_tokens=*/64, /*max_model_len=*/256,
+                /*block_size=*/16, /*max_blocks_per_req=*/16};
+  p.buckets = BucketTable::Create({16, 32, 64}, {1, 2, 4, 8}).value();
+  p.num_kv_blocks = 16;  // tight: preemptions happen
+  p.vocab_size = vocab;
+  p.eos_token_ids = {7};  // what the fake samples: EOS, ignored by both below
+
+  ReplayParams rp;
+  rp.core = p;
+  auto report = Replay(rp, *trace);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->unbucketed.empty());
+  EXPECT_GT(report->preemptions, 0);
+
+  auto engine = LLMEngine::Create(p);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Outputs out;
+  std::vector<std::pair<EngineRequest, OutputCallback>> batch;
+  for (size_t i = 0; i < trace->size(); ++i) {
+    EngineRequest r;
+    r.request_id = "r" + std::to_string(i);
+    r.prompt = (*trace)[i].prompt;
+    r.max_tokens = (*trace)[i].max_tokens;
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    batch.emplace_back(std::move(r), out.Callback());
+  }
+  ASSERT_TRUE((*engine)->SubmitBatch(std::move(batch)).ok());
+  ASSERT_TRUE(out.WaitFor(trace->size()));
+  for (size_t i = 0; i < trace->size(); ++i) {
+    const std::string id = "r" + std::to_string(i);
+    EXPECT_EQ(out.reason(id), "length") << id << ": " << out.error(id);
+    EXPECT_EQ(out.tokens(id), (*trace)[i].max_tokens) << id;
+  }
+  EXPECT_EQ((*engine)->bucket_hits(), report->bucket_hits);
+  EXPECT_EQ((*engine)->num_steps(), report->steps);
+  EXPECT_EQ((*engine)->num_preemptions(), report->preemptions);
+}
+
+}  // namespace
+}  // namespace xrt

@@ -1,0 +1,118 @@
+#include "runtime/executor/model_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/engine/artifact_params.h"
+#include "schemas/artifact_generated.h"
+
+namespace xrt {
+
+Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerParams& params) {
+  std::unique_ptr<ModelRunner> r(new ModelRunner());
+  XRT_ASSIGN_OR_RETURN(r->artifact_, Artifact::Open(params.artifact_path));
+  const Artifact& a = *r->artifact_;
+  const xpk::Manifest& m = a.manifest();
+  const xpk::ModelConfig& cfg = *m.config();
+  XRT_ASSIGN_OR_RETURN(r->core_params_, EngineCoreParamsFor(a));
+  r->sampling_defaults_ = SamplingDefaultsOf(a);
+  r->hidden_size_ = cfg.hidden_size();
+
+  XRT_ASSIGN_OR_RETURN(TokenizerSpec spec, a.tokenizer_spec());
+  XRT_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Create(std::move(spec)));
+  r->tokenizer_.emplace(std::move(tok));
+  if (cfg.chat_template() && cfg.chat_template()->size() > 0) {
+    auto t = ChatTemplate::Parse(cfg.chat_template()->str());
+    if (!t.ok()) return t.status().WithContext(params.artifact_path + ": chat template");
+    r->chat_template_.emplace(std::move(*t));
+  }
+
+  // Executables by bucket.
+  for (const xpk::Executable* e : *m.executables()) {
+    if (e->lora_mode() != xpk::LoraMode::none) continue;
+    if (e->kind() == xpk::ExecutableKind::lm_step) r->step_by_bucket_[e->num_tokens()] = e;
+    if (e->kind() == xpk::ExecutableKind::lm_logits) r->logits_by_bucket_[e->num_reqs()] = e;
+  }
+  XRT_ASSIGN_OR_RETURN(InputBuilder builder,
+                       InputBuilder::ForCompiled(r->core_params_.compiled, r->core_params_.buckets,
+                                                 r->core_params_.vocab_size));
+  r->input_builder_.emplace(std::move(builder));
+
+  // KV cache.
+  KvCacheParams kv = KvCacheParamsOf(a);
+  if (params.num_kv_blocks > 0) {
+    kv.num_blocks = params.num_kv_blocks;
+  } else if (params.kv_cache_bytes > 0) {
+    XRT_ASSIGN_OR_RETURN(kv.num_blocks, KvCacheStorage::NumBlocksForBudget(kv, params.kv_cache_bytes));
+  } else {
+    kv.num_blocks = r->core_params_.num_kv_blocks;  // xrt run's default
+  }
+  r->core_params_.num_kv_blocks = kv.num_blocks;
+  XRT_ASSIGN_OR_RETURN(KvCacheStorage storage, KvCacheStorage::Create(kv));
+  r->kv_.emplace(std::move(storage));
+
+  r->pool_ = std::make_unique<ThreadPool>(params.num_threads);
+  ExecutorParams ep;
+  ep.artifact = r->artifact_.get();
+  ep.pool = r->pool_.get();
+  for (int64_t l = 0; l < kv.num_layers; ++l) {
+    ep.kv.keys.push_back(r->kv_->key(l));
+    ep.kv.values.push_back(r->kv_->value(l));
+  }
+  ep.kv.num_blocks = kv.num_blocks;
+  XRT_ASSIGN_OR_RETURN(r->executor_, Executor::Create(ep));
+  return r;
+}
+
+EngineCoreParams ModelRunner::engine_core_params() {
+  EngineCoreParams p = core_params_;
+  p.executor = this;
+  p.tokenizer = &*tokenizer_;
+  return p;
+}
+
+Status ModelRunner::CopyInput(const xpk::Executable& e, const char* name,
+                              const std::vector<int32_t>& v) {
+  for (const xpk::TensorSpec* t : *e.inputs()) {
+    if (t->name()->str() != name) continue;
+    const uint64_t bytes = v.size() * sizeof(int32_t);
+    if (t->dtype() != xpk::DType::i32 || bytes != t->size())
+      return InvalidArgumentError("{}: input '{}' holds {} bytes, the step has {}",
+                                  e.name()->str(), name, t->size(), bytes);
+    std::memcpy(executor_->io(e) + t->offset(), v.data(), bytes);
+    return Status::Ok();
+  }
+  return NotFoundError("{}: no input '{}'", e.name()->str(), name);
+}
+
+Expected<const float*> ModelRunner::Execute(const StepInputs& in) {
+  auto step = step_by_bucket_.find(in.token_bucket);
+  if (step == step_by_bucket_.end())
+    return OutOfRangeError("no lm_step executable for {} tokens", in.token_bucket);
+  const xpk::Executable& s = *step->second;
+  XRT_RETURN_IF_ERROR(CopyInput(s, "token_ids", in.token_ids));
+  XRT_RETURN_IF_ERROR(CopyInput(s, "positions", in.positions));
+  XRT_RETURN_IF_ERROR(CopyInput(s, "slot_mapping", in.slot_mapping));
+  XRT_RETURN_IF_ERROR(CopyInput(s, "block_tables", in.block_tables));
+  XRT_RETURN_IF_ERROR(CopyInput(s, "seq_lens", in.seq_lens));
+  XRT_RETURN_IF_ERROR(CopyInput(s, "query_start_loc", in.query_start_loc));
+  XRT_RETURN_IF_ERROR(CopyInput(s, "embed_source", in.embed_source));
+  XRT_RETURN_IF_ERROR(CopyInput(s, "lora_slot", in.lora_slot));
+  XRT_RETURN_IF_ERROR(executor_->Run(s));
+  if (in.num_logits == 0) return static_cast<const float*>(nullptr);
+
+  auto lg = logits_by_bucket_.find(in.req_bucket);
+  if (lg == logits_by_bucket_.end())
+    return OutOfRangeError("no lm_logits executable for {} requests", in.req_bucket);
+  const xpk::Executable& l = *lg->second;
+  XRT_ASSIGN_OR_RETURN(uint8_t* hiddenOut, executor_->Tensor(s, "hidden_states"));
+  XRT_ASSIGN_OR_RETURN(uint8_t* hiddenIn, executor_->Tensor(l, "hidden_states"));
+  // Only the rows of this step's real tokens are read (logits_indices < num_tokens).
+  std::memcpy(hiddenIn, hiddenOut, in.num_tokens * hidden_size_ * sizeof(float));
+  XRT_RETURN_IF_ERROR(CopyInput(l, "logits_indices", in.logits_indices));
+  XRT_RETURN_IF_ERROR(executor_->Run(l));
+  XRT_ASSIGN_OR_RETURN(uint8_t* logits, executor_->Tensor(l, "logits"));
+  return reinterpret_cast<const float*>(logits);
+}
+
+}  // namespace xrt

@@ -1,0 +1,90 @@
+// ModelRunner: one loaded artifact ready to run steps.
+//
+// Owns the mapped artifact, the thread pool, the KV cache memory, the executor
+// and the tokenizer; turns a StepInputs (built by InputBuilder) into logits by
+// running the lm_step executable of the step's token bucket and, when any
+// request needs logits, the lm_logits executable of its request bucket. It is
+// the StepExecutor of the engine core (runtime/engine/engine_core.h), which
+// the serving engine and `xrt generate` drive; it never compiles.
+//
+// Thread-compatible: one Execute at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/chat/chat_template.h"
+#include "runtime/engine/bucket_table.h"
+#include "runtime/engine/engine_core.h"
+#include "runtime/engine/input_builder.h"
+#include "runtime/kv_cache/kv_cache_storage.h"
+#include "runtime/engine/serving_limits.h"
+#include "runtime/sampler/sampling_params.h"
+#include "runtime/executor/executor.h"
+#include "runtime/base/thread_pool.h"
+#include "runtime/loader/artifact.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace xrt {
+
+struct ModelRunnerParams {
+  std::string artifact_path;
+  int num_threads = 0;  // <= 0: all cores
+  // KV cache size: an explicit block count, or a byte budget (0 for both: enough
+  // blocks for max_num_seqs sequences of max_model_len tokens, capped at 4 GiB).
+  int64_t num_kv_blocks = 0;
+  int64_t kv_cache_bytes = 0;
+};
+
+class ModelRunner : public StepExecutor {
+ public:
+  static Expected<std::unique_ptr<ModelRunner>> Create(const ModelRunnerParams& params);
+
+  // Runs one step. Returns logits [in.num_logits][vocab_size], valid until the
+  // next Execute (nullptr when num_logits == 0).
+  Expected<const float*> Execute(const StepInputs& in) override;
+
+  // Parameters of an EngineCore running this model: the artifact's
+  // (EngineCoreParamsFor) with this runner as executor, its tokenizer and its
+  // KV pool. The caller sets the requested limits and switches.
+  EngineCoreParams engine_core_params();
+  // The model's generation_config sampling defaults.
+  const SamplingDefaults& sampling_defaults() const { return sampling_defaults_; }
+
+  const Artifact& artifact() const { return *artifact_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The model's chat template, or nullptr if it has none.
+  const ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
+  const BucketTable& buckets() const { return core_params_.buckets; }
+  // The serving limits the artifact was compiled for.
+  const ServingLimits& limits() const { return core_params_.compiled; }
+  const InputBuilder& input_builder() const { return *input_builder_; }
+  int64_t vocab_size() const { return core_params_.vocab_size; }
+  int64_t num_kv_blocks() const { return kv_->params().num_blocks; }
+  // Every EOS id of the model (generation_config's and the tokenizer's).
+  const std::vector<int32_t>& eos_token_ids() const { return core_params_.eos_token_ids; }
+  ThreadPool& pool() { return *pool_; }
+
+ private:
+  ModelRunner() = default;
+  Status CopyInput(const xpk::Executable& e, const char* name, const std::vector<int32_t>& v);
+
+  std::unique_ptr<Artifact> artifact_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::optional<KvCacheStorage> kv_;
+  std::unique_ptr<Executor> executor_;
+  std::optional<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
+  std::optional<InputBuilder> input_builder_;
+  EngineCoreParams core_params_;  // the artifact's; executor etc. set by engine_core_params()
+  SamplingDefaults sampling_defaults_;
+  int64_t hidden_size_ = 0;
+  std::map<int64_t, const xpk::Executable*> step_by_bucket_, logits_by_bucket_;
+};
+
+}  // namespace xrt
