@@ -97,32 +97,29 @@ def shrink_tokenizer(tok, num_merges, alphabet=None):
     return out
 
 
+def tokenizer_seed(directory, num_merges, text):
+    """(cut-down tokenizer.json, tokenizer.json + NUL + tokenizer_config.json + NUL + text)."""
+    with open(os.path.join(directory, "tokenizer.json"), encoding="utf-8") as f:
+        small = dumps(shrink_tokenizer(json.load(f), num_merges)).encode("utf-8")
+    with open(os.path.join(directory, "tokenizer_config.json"), "rb") as f:
+        config = f.read()
+    return small, small + b"\0" + config + b"\0" + text.encode("utf-8")
+
+
 def tokenizer_seeds():
     reset("tokenizer_import")
     with open(os.path.join(FIXTURES, "tokenizer", "corpus.jsonl"), encoding="utf-8") as f:
         texts = [json.loads(line) for line in f if line.strip()]
     for n, name in enumerate(["llama3", "qwen2", "smollm2"]):
-        d = os.path.join(FIXTURES, "tokenizer", name)
-        with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
-            tok = json.load(f)
-        with open(os.path.join(d, "tokenizer_config.json"), "rb") as f:
-            config = f.read()
-        small = dumps(shrink_tokenizer(tok, 48)).encode("utf-8")
         text = texts[(3 * n) % len(texts)] + "<|im_start|>" + texts[(3 * n + 1) % len(texts)]
-        write("tokenizer_import", f"{name}_small_with_config",
-              small + b"\0" + config + b"\0" + text.encode("utf-8"))
+        small, combined = tokenizer_seed(os.path.join(FIXTURES, "tokenizer", name), 48, text)
+        write("tokenizer_import", f"{name}_small_with_config", combined)
         write("tokenizer_import", f"{name}_small", small)
     # The model fixtures' tokenizers differ from the tokenizer fixtures (added tokens with
     # lstrip/rstrip, TemplateProcessing); one cut-down copy of each.
     for name in ["llama_gqa", "mistral", "qwen2_bias"]:
-        d = os.path.join(FIXTURES, "models", name)
-        with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
-            tok = json.load(f)
-        with open(os.path.join(d, "tokenizer_config.json"), "rb") as f:
-            config = f.read()
-        small = dumps(shrink_tokenizer(tok, 24)).encode("utf-8")
-        write("tokenizer_import", f"{name}_small_with_config",
-              small + b"\0" + config + b"\0" + "Hi there 123 </s><s>".encode("utf-8"))
+        _, combined = tokenizer_seed(os.path.join(FIXTURES, "models", name), 24, "Hi there 123 </s><s>")
+        write("tokenizer_import", f"{name}_small_with_config", combined)
 
 
 # ---- GGUF -------------------------------------------------------------------------------
