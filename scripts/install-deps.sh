@@ -18,6 +18,8 @@ PKGS=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev
+  # ASan/UBSan build and libFuzzer targets (build-asan, tests/fuzz): clang and its runtime
+  clang-19 libclang-rt-19-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -11,5 +11,15 @@ venv="$root/.cache/venv"
   openai pytest prometheus-client requests
 bash "$root/scripts/build.sh" -DXCC_BUILD_TESTS=ON -DXCC_BUILD_BENCH=ON -DXCC_SMOLLM2_GGUF="$gguf" \
   -DXCC_E2E_PYTHON="$venv/bin/python3"
+# The sanitizer tree (README "Fuzzing and sanitizers"): clang with ASan + UBSan, runtime and
+# the plain-C++ compiler libraries only (no MLIR); it builds and runs just the unit tests
+# and the fuzz targets, each fuzzed for a bounded time. Its ctest runs first so the main
+# suite's summary ends the output.
+asan="${XCC_ASAN_BUILD_DIR:-$root/build-asan}"
+cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
+  -DXCC_BUILD_COMPILER=OFF -DXCC_SANITIZE=ON -DXCC_BUILD_FUZZERS=ON -DXCC_BUILD_TESTS=ON \
+  -DXCC_SMOLLM2_GGUF="$gguf"
+cmake --build "$asan" -j "${XCC_JOBS:-$(nproc)}" --target unit_tests fuzzers
+(cd "$asan" && ctest -L 'unit|fuzz' --output-on-failure -j "${XCC_JOBS:-$(nproc)}" --timeout 900)
 cd "${XCC_BUILD_DIR:-$root/build}"
 ctest --output-on-failure -j "${XCC_JOBS:-$(nproc)}" --timeout 900

@@ -41,6 +41,14 @@ std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c) {
 
 Status ValidateDecoderTensors(const ModelSource& source,
                               bool (*ignored)(const std::string& name)) {
+  // Every layer has tensors of its own, so more layers than tensors is a corrupt count; it
+  // is rejected before DecoderTensorSpecs builds a dozen specs per layer (a GGUF
+  // block_count of 10^9 would exhaust memory first).
+  const int64_t num_tensors = static_cast<int64_t>(source.tensor_names().size());
+  if (source.config().num_hidden_layers > num_tensors) {
+    return xrt::InvalidArgumentError("num_hidden_layers is {}, but the model has only {} tensors",
+                                     source.config().num_hidden_layers, num_tensors);
+  }
   const std::vector<DecoderTensorSpec> specs = DecoderTensorSpecs(source.config());
   std::set<std::string> used;
   for (const DecoderTensorSpec& spec : specs) used.insert(spec.name);

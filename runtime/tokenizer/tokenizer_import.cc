@@ -15,6 +15,11 @@ namespace {
 
 using json = nlohmann::json;
 
+// The vocabulary table is sized by the largest token id, so ids are bounded well below
+// INT32_MAX: 2^22 ids is 16 times the largest vocabularies in use (~256K), and a corrupt
+// id can no longer make the import allocate tens of gigabytes.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
+
 // Errors of one JSON file: "<file>: field '<path>': <message>".
 class JsonFile {
  public:
@@ -131,6 +136,10 @@ Status ParseModel(const JsonFile& f, const json& root, TokenizerSpec* spec,
       return f.Invalid("model.vocab", "token '{}': id is not a non-negative 32-bit integer", it.key());
     }
     const int64_t id = it.value().get<int64_t>();
+    if (id > kMaxTokenId) {
+      return f.Invalid("model.vocab", "token '{}': id {} is above the largest supported token id {}",
+                       it.key(), id, kMaxTokenId);
+    }
     auto [slot, inserted] = by_id.emplace(id, it.key());
     if (!inserted) {
       return f.Invalid("model.vocab", "id {} used by both '{}' and '{}'", id, slot->second, it.key());
@@ -181,7 +190,10 @@ Status ParseAddedTokens(const JsonFile& f, const json& root, TokenizerSpec* spec
     if (!t.is_object()) return f.Invalid(path, "expected an object");
     AddedToken token;
     XRT_ASSIGN_OR_RETURN(int64_t id, f.Int(t, path, "id"));
-    if (id < 0 || id > INT32_MAX) return f.Invalid(path + ".id", "{} out of range", id);
+    if (id < 0) return f.Invalid(path + ".id", "{} out of range", id);
+    if (id > kMaxTokenId) {
+      return f.Invalid(path + ".id", "{} is above the largest supported token id {}", id, kMaxTokenId);
+    }
     token.id = static_cast<int32_t>(id);
     XRT_ASSIGN_OR_RETURN(std::optional<std::string> content, f.OptString(t, path, "content"));
     if (!content || content->empty()) return f.Invalid(path + ".content", "missing or empty");
@@ -391,6 +403,9 @@ Status ParseConfig(const std::string& path, TokenizerSpec* spec, const Template&
         id = -1;
       }
       if (id < 0 || id > INT32_MAX) return f.Invalid(tpath, "key is not a token id");
+      if (id > kMaxTokenId) {
+        return f.Invalid(tpath, "{} is above the largest supported token id {}", id, kMaxTokenId);
+      }
       if (!it.value().is_object()) return f.Invalid(tpath, "expected an object");
       XRT_ASSIGN_OR_RETURN(std::optional<std::string> content, f.OptString(it.value(), tpath, "content"));
       if (!content || content->empty()) return f.Invalid(tpath + ".content", "missing or empty");

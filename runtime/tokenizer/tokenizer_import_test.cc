@@ -179,6 +179,20 @@ TEST_F(ImportTest, MessagesQuotingJsonNameTheField) {
               R"({"bos_token": 12})");
 }
 
+// Found by tests/fuzz/tokenizer_import_fuzzer: the vocabulary table is sized by the
+// largest id, so an id of 2000000000 made the import allocate 64 GB and abort. Ids above
+// 2^22 - 1 are an error (the old code accepted 2^22 and allocated a 4M-entry table).
+TEST_F(ImportTest, HugeTokenIdsAreAnError) {
+  const int64_t kFirstTooLarge = int64_t{1} << 22;
+  ExpectError([&](json& j) { j["model"]["vocab"]["c"] = kFirstTooLarge; }, StatusCode::kDataLoss,
+              "token 'c': id 4194304 is above the largest supported token id 4194303");
+  ExpectError([&](json& j) { j["added_tokens"][0]["id"] = kFirstTooLarge; }, StatusCode::kDataLoss,
+              "field 'added_tokens[0].id': 4194304 is above the largest supported token id");
+  ExpectError([](json& j) {}, StatusCode::kDataLoss,
+              "field 'added_tokens_decoder.4194304': 4194304 is above the largest supported token id",
+              R"({"added_tokens_decoder": {"4194304": {"content": "<x>"}}})");
+}
+
 TEST_F(ImportTest, BadRegexIsReportedByCreate) {
   json j = Valid();
   j["pre_tokenizer"] = {{"type", "Sequence"},
