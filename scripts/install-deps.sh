@@ -20,6 +20,8 @@ PKGS=(
   libcpp-httplib-dev
   # ASan/UBSan build and libFuzzer targets (build-asan, tests/fuzz): clang and its runtime
   clang-19 libclang-rt-19-dev
+  # the formatting check (ctest clang_format; .clang-format, CONTRIBUTING.md)
+  clang-format-19
 )
 missing=()
 for p in "${PKGS[@]}"; do
