@@ -19,9 +19,9 @@
 #include <random>
 #include <vector>
 
+#include "runtime/base/thread_pool.h"
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/matmul.h"
-#include "runtime/base/thread_pool.h"
 
 #ifdef XRT_BENCH_HAVE_OPENBLAS
 #include <cblas.h>

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/kv_cache/kv_cache_manager.h"
 #include "runtime/executor/model_runner.h"
+#include "runtime/kv_cache/kv_cache_manager.h"
 #include "schemas/artifact_generated.h"
 
 namespace {
@@ -68,19 +68,25 @@ struct Runner {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE]\n",
+                 argv[0]);
     return 2;
   }
   xrt::ModelRunnerParams rp;
   rp.artifact_path = argv[1];
   int64_t context = 128, iters = 10;
-  std::string jsonPath;
+  std::string json_path;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--threads") rp.num_threads = std::atoi(argv[i + 1]);
-    else if (a == "--context") context = std::atoll(argv[i + 1]);
-    else if (a == "--iters") iters = std::atoll(argv[i + 1]);
-    else if (a == "--json") jsonPath = argv[i + 1];
+    if (a == "--threads")
+      rp.num_threads = std::atoi(argv[i + 1]);
+    else if (a == "--context")
+      context = std::atoll(argv[i + 1]);
+    else if (a == "--iters")
+      iters = std::atoll(argv[i + 1]);
+    else if (a == "--json")
+      json_path = argv[i + 1];
   }
   auto runner = xrt::ModelRunner::Create(rp);
   if (!runner.ok()) {
@@ -96,16 +102,16 @@ int main(int argc, char** argv) {
     for (const xpk::Command* c : *e->commands())
       for (const xpk::Binding* b : *c->bindings())
         if (b->kind() == xpk::BindingKind::weight) bound.insert(b->index());
-  uint64_t weightBytes = 0;
+  uint64_t weight_bytes = 0;
   const int64_t hidden = m.config()->hidden_size();
   for (uint32_t i : bound) {
     const xpk::Weight* w = m.weights()->Get(i);
-    bool embedTable = w->name()->str() == "model.embed_tokens.weight" &&
-                      w->layout() == xpk::WeightLayout::row_major;
-    weightBytes += embedTable ? hidden * 4 : w->size();
+    bool embed_table = w->name()->str() == "model.embed_tokens.weight" &&
+                       w->layout() == xpk::WeightLayout::row_major;
+    weight_bytes += embed_table ? hidden * 4 : w->size();
   }
 
-  auto makeKv = [&]() {
+  auto make_kv = [&]() {
     xrt::KvCacheManagerParams kp;
     kp.num_blocks = r.num_kv_blocks();
     kp.block_size = r.limits().block_size;
@@ -143,14 +149,14 @@ int main(int argc, char** argv) {
   out["artifact"] = rp.artifact_path;
   out["threads"] = r.pool().num_threads();
   out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
-  out["decode_weight_bytes_per_step"] = weightBytes;
+  out["decode_weight_bytes_per_step"] = weight_bytes;
 
   // Prefill per bucket.
   for (int64_t bucket : r.buckets().token_buckets()) {
     if (bucket > r.limits().max_model_len) continue;
     std::vector<double> times;
     for (int64_t it = 0; it < iters; ++it) {
-      xrt::KvCacheManager kv = makeKv();
+      xrt::KvCacheManager kv = make_kv();
       auto toks = tokens(bucket);
       if (!kv.AddRequest(1, toks.data(), bucket).ok()) break;
       double s = step(kv, toks);
@@ -160,13 +166,13 @@ int main(int argc, char** argv) {
     if (times.empty()) continue;
     std::sort(times.begin(), times.end());
     double med = times[times.size() / 2];
-    out["prefill"].push_back({{"bucket", bucket}, {"median_ms", med * 1e3},
-                              {"tokens_per_s", bucket / med}});
+    out["prefill"].push_back(
+        {{"bucket", bucket}, {"median_ms", med * 1e3}, {"tokens_per_s", bucket / med}});
   }
 
   // Decode at `context` tokens of context.
   {
-    xrt::KvCacheManager kv = makeKv();
+    xrt::KvCacheManager kv = make_kv();
     auto prompt = tokens(context);
     if (kv.AddRequest(1, prompt.data(), context).ok()) {
       int64_t done = 0;
@@ -188,7 +194,7 @@ int main(int argc, char** argv) {
       if (!times.empty()) {
         std::sort(times.begin(), times.end());
         double med = times[times.size() / 2];
-        double gbs = weightBytes / med / 1e9;
+        double gbs = weight_bytes / med / 1e9;
         out["decode"] = {{"context", context},
                          {"median_ms", med * 1e3},
                          {"tokens_per_s", 1.0 / med},
@@ -199,8 +205,8 @@ int main(int argc, char** argv) {
   }
   std::string text = out.dump(2);
   std::printf("%s\n", text.c_str());
-  if (!jsonPath.empty()) {
-    FILE* f = std::fopen(jsonPath.c_str(), "w");
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
     if (f) {
       std::fputs(text.c_str(), f);
       std::fclose(f);

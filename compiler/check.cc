@@ -21,11 +21,11 @@
 #include "compiler/artifact/sha256.h"
 #include "compiler/compile.h"
 #include "compiler/serving_model.h"
+#include "llvm/Config/llvm-config.h"
 #include "runtime/engine/artifact_params.h"
 #include "runtime/engine/input_builder.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
-#include "llvm/Config/llvm-config.h"
 
 namespace xcc {
 namespace {
@@ -56,9 +56,9 @@ void ForEachFailingRun(int64_t n, F fails, R report) {
 
 void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, CheckReport* r) {
   const xrt::ServingLimits compiled = xrt::CompiledLimitsOf(a);
-  const xrt::CompiledBuckets compiledBuckets = xrt::CompiledBucketsOf(a);
-  const std::vector<int64_t>& tokenBuckets = compiledBuckets.tokens;
-  const std::vector<int64_t>& reqBuckets = compiledBuckets.reqs;
+  const xrt::CompiledBuckets compiled_buckets = xrt::CompiledBucketsOf(a);
+  const std::vector<int64_t>& token_buckets = compiled_buckets.tokens;
+  const std::vector<int64_t>& req_buckets = compiled_buckets.reqs;
   auto join = [](const std::vector<int64_t>& v) {
     std::string s;
     for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -68,8 +68,8 @@ void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, Ch
       "serving limits: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}; compiled "
       "lm_step buckets [{}], lm_logits buckets [{}]",
       serving.max_num_seqs, serving.max_num_batched_tokens, serving.max_model_len,
-      join(tokenBuckets), join(reqBuckets)));
-  if (tokenBuckets.empty() || reqBuckets.empty()) {
+      join(token_buckets), join(req_buckets)));
+  if (token_buckets.empty() || req_buckets.empty()) {
     r->findings.push_back({"coverage", "the artifact has no lm_step or no lm_logits executable"});
     return;
   }
@@ -80,7 +80,7 @@ void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, Ch
   for (const xrt::LimitExcess& e : xrt::LimitsBeyondCompiled(compiled, serving))
     if (e.field != "max_num_batched_tokens") r->findings.push_back({"coverage", e.message});
 
-  auto buckets = xrt::BucketTable::Create(tokenBuckets, reqBuckets);
+  auto buckets = xrt::BucketTable::Create(token_buckets, req_buckets);
   if (!buckets.ok()) {
     r->findings.push_back({"coverage", buckets.status().message()});
     return;
@@ -97,9 +97,10 @@ void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, Ch
   // (the largest per-step shape for that n), sampling at its end.
   std::vector<int32_t> tokens(static_cast<size_t>(serving.max_num_batched_tokens), 1);
   std::vector<int32_t> table;
-  auto tokenStepFails = [&](int64_t n) {
+  auto token_step_fails = [&](int64_t n) {
     table.assign(static_cast<size_t>((n + bs - 1) / bs), 0);
-    if (static_cast<int64_t>(table.size()) > compiled.max_blocks_per_req) return false;  // reported above
+    if (static_cast<int64_t>(table.size()) > compiled.max_blocks_per_req)
+      return false;  // reported above
     xrt::ScheduledRequest s;
     s.token_ids = tokens.data();
     s.num_tokens = n;
@@ -107,21 +108,21 @@ void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, Ch
     s.needs_logits = true;
     return !builder->Build({s}, &in).ok();
   };
-  ForEachFailingRun(serving.max_num_batched_tokens, tokenStepFails, [&](int64_t lo, int64_t hi) {
+  ForEachFailingRun(serving.max_num_batched_tokens, token_step_fails, [&](int64_t lo, int64_t hi) {
     r->findings.push_back(
         {"coverage",
          fmt::format("num_tokens {}: no lm_step bucket holds these steps (largest compiled "
                      "bucket {}; limit max_num_batched_tokens = {})",
-                     Range(lo, hi), tokenBuckets.back(), serving.max_num_batched_tokens)});
+                     Range(lo, hi), token_buckets.back(), serving.max_num_batched_tokens)});
   });
-  r->notes.push_back(fmt::format("checked num_tokens 1..{} through InputBuilder",
-                                 serving.max_num_batched_tokens));
+  r->notes.push_back(
+      fmt::format("checked num_tokens 1..{} through InputBuilder", serving.max_num_batched_tokens));
 
   // Every request count: r decodes sampling at once.
-  const int64_t maxReqs = std::min({serving.max_num_seqs, serving.max_num_batched_tokens,
-                                     compiled.max_num_seqs});
-  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(maxReqs), std::vector<int32_t>{0});
-  auto reqStepFails = [&](int64_t n) {
+  const int64_t max_reqs =
+      std::min({serving.max_num_seqs, serving.max_num_batched_tokens, compiled.max_num_seqs});
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_reqs), std::vector<int32_t>{0});
+  auto req_step_fails = [&](int64_t n) {
     std::vector<xrt::ScheduledRequest> step(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       step[i].token_ids = tokens.data();
@@ -131,13 +132,13 @@ void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, Ch
     }
     return !builder->Build(step, &in).ok();
   };
-  ForEachFailingRun(maxReqs, reqStepFails, [&](int64_t lo, int64_t hi) {
+  ForEachFailingRun(max_reqs, req_step_fails, [&](int64_t lo, int64_t hi) {
     r->findings.push_back(
         {"coverage", fmt::format("num_reqs {}: no lm_logits bucket holds these steps (largest "
                                  "compiled bucket {}; limit max_num_seqs = {})",
-                                 Range(lo, hi), reqBuckets.back(), serving.max_num_seqs)});
+                                 Range(lo, hi), req_buckets.back(), serving.max_num_seqs)});
   });
-  r->notes.push_back(fmt::format("checked num_reqs 1..{} through InputBuilder", maxReqs));
+  r->notes.push_back(fmt::format("checked num_reqs 1..{} through InputBuilder", max_reqs));
 }
 
 bool IsModelInput(const fs::path& p) {
@@ -159,8 +160,9 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
     r->findings.push_back({"stale", fmt::format("compiled by xcc {}, this is xcc {}: recompile",
                                                 prov.compiler_version, kXccVersion)});
   if (prov.llvm_version != LLVM_VERSION_STRING)
-    r->findings.push_back({"stale", fmt::format("compiled with LLVM {}, this xcc uses {}: recompile",
-                                                prov.llvm_version, LLVM_VERSION_STRING)});
+    r->findings.push_back(
+        {"stale", fmt::format("compiled with LLVM {}, this xcc uses {}: recompile",
+                              prov.llvm_version, LLVM_VERSION_STRING)});
   if (inputs.empty()) return Status::Ok();
 
   // The files given now, by name (model directories are flat).
@@ -184,8 +186,8 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
   for (const auto& [name, rec] : recorded) {
     auto it = current.find(name);
     if (it == current.end()) {
-      r->findings.push_back({"stale", fmt::format("input {} ({}) is no longer present", name,
-                                                  rec->role)});
+      r->findings.push_back(
+          {"stale", fmt::format("input {} ({}) is no longer present", name, rec->role)});
       continue;
     }
     XRT_ASSIGN_OR_RETURN(std::string sha, Sha256File(it->second.string()));
@@ -204,14 +206,15 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
   for (const auto& [name, path] : current)
     if (!recorded.count(name))
       r->findings.push_back(
-          {"stale", fmt::format("input {} was not an input of the artifact: recompile", path.string())});
+          {"stale",
+           fmt::format("input {} was not an input of the artifact: recompile", path.string())});
   r->notes.push_back(fmt::format("re-hashed {} inputs: {} unchanged", current.size(), same));
   return Status::Ok();
 }
 
 void CheckIntegrity(const xrt::Artifact& a, bool verifyWeights, CheckReport* r) {
   const auto* segments = a.manifest().segments();
-  uint64_t checkedBytes = 0;
+  uint64_t checked_bytes = 0;
   int64_t checked = 0;
   const auto start = std::chrono::steady_clock::now();
   for (uint32_t i = 0; segments && i < segments->size(); ++i) {
@@ -220,30 +223,33 @@ void CheckIntegrity(const xrt::Artifact& a, bool verifyWeights, CheckReport* r) 
     if (!code && !verifyWeights) continue;
     if (s->checksum_algorithm() == xpk::ChecksumAlgorithm::none) {
       r->findings.push_back(
-          {"integrity", fmt::format("segment {} ({}) has no checksum (artifact format {}.{}): "
-                                    "{}; recompile",
-                                    i, xpk::EnumNameSegmentKind(s->kind()),
-                                    a.header().format_major, a.header().format_minor,
-                                    code ? "its code is loaded unverified"
-                                         : "its bytes cannot be verified")});
+          {"integrity",
+           fmt::format("segment {} ({}) has no checksum (artifact format {}.{}): "
+                       "{}; recompile",
+                       i, xpk::EnumNameSegmentKind(s->kind()), a.header().format_major,
+                       a.header().format_minor,
+                       code ? "its code is loaded unverified" : "its bytes cannot be verified")});
       continue;
     }
     if (code) {
-      r->notes.push_back(fmt::format("segment {} (code): checksum verified when the artifact "
-                                     "was opened", i));
+      r->notes.push_back(
+          fmt::format("segment {} (code): checksum verified when the artifact "
+                      "was opened",
+                      i));
       continue;
     }
     ++checked;
-    checkedBytes += s->size();
+    checked_bytes += s->size();
     Status v = a.VerifySegment(i);
     if (!v.ok()) r->findings.push_back({"integrity", v.message()});
   }
   if (verifyWeights) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r->notes.push_back(fmt::format("recomputed the checksums of {} weights segment(s) ({} "
-                                   "bytes) in {:.2f} s",
-                                   checked, checkedBytes, seconds));
+    r->notes.push_back(
+        fmt::format("recomputed the checksums of {} weights segment(s) ({} "
+                    "bytes) in {:.2f} s",
+                    checked, checked_bytes, seconds));
   }
 }
 
@@ -259,9 +265,10 @@ Status CheckTrace(const xrt::Artifact& a, const xrt::ServingLimits& serving,
   for (const auto& [exe, n] : rep.bucket_hits)
     hist += fmt::format("{}{}: {} (padding {})", hist.empty() ? "" : ", ", exe, n,
                         rep.padding.count(exe) ? rep.padding.at(exe) : 0);
-  r->notes.push_back(fmt::format("replayed {} requests of {} in {} steps, {} preemptions; bucket "
-                                 "histogram: {}",
-                                 trace.size(), path, rep.steps, rep.preemptions, hist));
+  r->notes.push_back(
+      fmt::format("replayed {} requests of {} in {} steps, {} preemptions; bucket "
+                  "histogram: {}",
+                  trace.size(), path, rep.steps, rep.preemptions, hist));
   for (const std::string& u : rep.unbucketed) r->findings.push_back({"coverage", "replay: " + u});
   r->replay_bucket_hits = rep.bucket_hits;
   r->replay_padding = rep.padding;
@@ -271,13 +278,16 @@ Status CheckTrace(const xrt::Artifact& a, const xrt::ServingLimits& serving,
 }  // namespace
 
 Expected<CheckReport> RunCheck(const CheckOptions& o) {
-  XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> artifact, xrt::Artifact::Open(o.artifact_path));
-  XRT_ASSIGN_OR_RETURN(xrt::ServingLimits serving, LoadServingConfig(*artifact, o.serving_config_path));
+  XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> artifact,
+                       xrt::Artifact::Open(o.artifact_path));
+  XRT_ASSIGN_OR_RETURN(xrt::ServingLimits serving,
+                       LoadServingConfig(*artifact, o.serving_config_path));
   CheckReport report;
   CheckCoverage(*artifact, serving, &report);
   CheckIntegrity(*artifact, o.verify_weights, &report);
   XRT_RETURN_IF_ERROR(CheckStaleness(*artifact, o.inputs, &report));
-  if (!o.trace_path.empty()) XRT_RETURN_IF_ERROR(CheckTrace(*artifact, serving, o.trace_path, &report));
+  if (!o.trace_path.empty())
+    XRT_RETURN_IF_ERROR(CheckTrace(*artifact, serving, o.trace_path, &report));
   return report;
 }
 
@@ -285,7 +295,8 @@ ordered_json CheckReport::ToJson() const {
   ordered_json j;
   j["ok"] = findings.empty();
   j["findings"] = ordered_json::array();
-  for (const CheckFinding& f : findings) j["findings"].push_back({{"kind", f.kind}, {"message", f.message}});
+  for (const CheckFinding& f : findings)
+    j["findings"].push_back({{"kind", f.kind}, {"message", f.message}});
   j["notes"] = notes;
   if (!replay_bucket_hits.empty()) {
     j["replay"]["bucket_hits"] = replay_bucket_hits;

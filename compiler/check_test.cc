@@ -146,7 +146,8 @@ TEST_F(CheckTest, AddedOrRemovedInputsAreStale) {
   std::ofstream(model_ / "extra.safetensors") << "x";
   auto r = RunCheck(o);
   ASSERT_TRUE(r.ok());
-  EXPECT_THAT(r->ToText(), HasSubstr("generation_config.json (generation_config) is no longer present"));
+  EXPECT_THAT(r->ToText(),
+              HasSubstr("generation_config.json (generation_config) is no longer present"));
   EXPECT_THAT(r->ToText(), HasSubstr("extra.safetensors was not an input"));
 }
 
@@ -199,7 +200,8 @@ TEST_F(CheckTest, Format10ArtifactWithoutChecksumsIsAFinding) {
   std::vector<uint8_t> bytes = ReadBytes(o.artifact_path);
   StripSegmentChecksums(bytes, 0);
   std::ofstream(o.artifact_path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   const uint32_t code = SegmentOfKind(o.artifact_path, xpk::SegmentKind::code);
   const uint32_t weights = SegmentOfKind(o.artifact_path, xpk::SegmentKind::weights);
   ExpectOneFinding(RunCheck(o), "integrity",

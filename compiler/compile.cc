@@ -24,6 +24,8 @@
 #include "compiler/model_builder.h"
 #include "compiler/pipeline.h"
 #include "dialects/XG/IR/XGOps.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/Support/raw_ostream.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -33,8 +35,6 @@
 #include "runtime/loader/file_header.h"
 #include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
-#include "llvm/Config/llvm-config.h"
-#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 using xrt::Expected;
@@ -120,10 +120,8 @@ std::string LabelOf(Operation* op) {
 
 class Emitter {
  public:
-  Emitter(const CompileOptions& o, int64_t maxNumSeqs, int64_t maxBlocksPerReq,
-          int64_t blockSize)
-      : o_(o), maxNumSeqs_(maxNumSeqs), maxBlocksPerReq_(maxBlocksPerReq),
-        blockSize_(blockSize) {}
+  Emitter(const CompileOptions& o, int64_t maxNumSeqs, int64_t maxBlocksPerReq, int64_t blockSize)
+      : o_(o), maxNumSeqs_(maxNumSeqs), maxBlocksPerReq_(maxBlocksPerReq), blockSize_(blockSize) {}
 
   Status Run(ModuleOp module) {
     for (auto fn : module.getOps<func::FuncOp>())
@@ -189,7 +187,8 @@ class Emitter {
       return xrt::InternalError("'{}' has no planned buffer", LabelOf(v.getDefiningOp()));
     }
     const int64_t elem = t.getElementTypeBitWidth() / 8;
-    auto kind = b.getSpace() == xg::BufferSpace::io ? xpk::BindingKind::io : xpk::BindingKind::arena;
+    auto kind =
+        b.getSpace() == xg::BufferSpace::io ? xpk::BindingKind::io : xpk::BindingKind::arena;
     return xpk::Binding(kind, 0, static_cast<uint64_t>(b.getOffset() + b.getColOffset() * elem),
                         static_cast<uint64_t>(b.getSpannedElements(t) * elem));
   }
@@ -318,7 +317,8 @@ class Emitter {
     ExecutableDesc e;
     auto bucket = fn->getAttrOfType<IntegerAttr>(xg::kBucketAttr);
     auto param = fn->getAttrOfType<StringAttr>(xg::kBucketParamAttr);
-    if (!bucket || !param) return xrt::InternalError("entry '{}' is not specialized", fn.getSymName().str());
+    if (!bucket || !param)
+      return xrt::InternalError("entry '{}' is not specialized", fn.getSymName().str());
     // The model builder names each entry function after its executable kind;
     // bucket specialization appends "_<bucket>".
     StringRef base = fn.getSymName().take_front(fn.getSymName().rfind('_'));
@@ -336,7 +336,8 @@ class Emitter {
     e.io_size = fn->getAttrOfType<IntegerAttr>(xg::kIoSizeAttr).getInt();
     e.arena_size = fn->getAttrOfType<IntegerAttr>(xg::kArenaSizeAttr).getInt();
     auto tensor = [&](Type type, StringAttr name, xg::BufferAttr io) -> Expected<TensorDesc> {
-      if (!io) return xrt::InternalError("'{}' has an input or output without io placement", e.name);
+      if (!io)
+        return xrt::InternalError("'{}' has an input or output without io placement", e.name);
       auto t = cast<RankedTensorType>(type);
       TensorDesc d;
       d.name = name ? name.str() : "";
@@ -347,17 +348,17 @@ class Emitter {
       return d;
     };
     for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
-      XRT_ASSIGN_OR_RETURN(TensorDesc d,
-                           tensor(fn.getArgument(i).getType(),
-                                  fn.getArgAttrOfType<StringAttr>(i, xg::kNameAttr),
-                                  fn.getArgAttrOfType<xg::BufferAttr>(i, xg::kIoAttr)));
+      XRT_ASSIGN_OR_RETURN(
+          TensorDesc d,
+          tensor(fn.getArgument(i).getType(), fn.getArgAttrOfType<StringAttr>(i, xg::kNameAttr),
+                 fn.getArgAttrOfType<xg::BufferAttr>(i, xg::kIoAttr)));
       e.inputs.push_back(std::move(d));
     }
     for (unsigned i = 0; i < fn.getNumResults(); ++i) {
-      XRT_ASSIGN_OR_RETURN(TensorDesc d,
-                           tensor(fn.getResultTypes()[i],
-                                  fn.getResultAttrOfType<StringAttr>(i, xg::kNameAttr),
-                                  fn.getResultAttrOfType<xg::BufferAttr>(i, xg::kIoAttr)));
+      XRT_ASSIGN_OR_RETURN(
+          TensorDesc d,
+          tensor(fn.getResultTypes()[i], fn.getResultAttrOfType<StringAttr>(i, xg::kNameAttr),
+                 fn.getResultAttrOfType<xg::BufferAttr>(i, xg::kIoAttr)));
       e.outputs.push_back(std::move(d));
     }
     for (Operation& op : fn.getBody().front()) {
@@ -453,13 +454,13 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     return xrt::InvalidArgumentError("--max-num-batched-tokens must be >= 1, got {}",
                                      o.limits.max_num_batched_tokens);
   if (o.limits.block_size < 1 || o.limits.block_size > 1024)
-    return xrt::InvalidArgumentError("--block-size must be in [1, 1024], got {}", o.limits.block_size);
-  int64_t maxModelLen = o.limits.max_model_len > 0
-                            ? o.limits.max_model_len
-                            : std::min<int64_t>(cfg.max_position_embeddings > 0
-                                                    ? cfg.max_position_embeddings
-                                                    : 4096,
-                                                4096);
+    return xrt::InvalidArgumentError("--block-size must be in [1, 1024], got {}",
+                                     o.limits.block_size);
+  int64_t maxModelLen =
+      o.limits.max_model_len > 0
+          ? o.limits.max_model_len
+          : std::min<int64_t>(cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 4096,
+                              4096);
   if (cfg.max_position_embeddings > 0 && maxModelLen > cfg.max_position_embeddings)
     return xrt::InvalidArgumentError(
         "--max-model-len {} exceeds the model's max_position_embeddings {}", maxModelLen,
@@ -508,12 +509,12 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   // Code.
   progress(fmt::format("generating code for {} dispatch functions (target {})",
                        emitter.functions().size(), o.target));
-  OwningOpRef<ModuleOp> codeModule = cast<ModuleOp>((*module)->clone());
-  if (failed(RunLoweringPipeline(*codeModule, po)))
+  OwningOpRef<ModuleOp> code_module = cast<ModuleOp>((*module)->clone());
+  if (failed(RunLoweringPipeline(*code_module, po)))
     return xrt::InternalError("lowering to LLVM failed:\n{}", diags.text());
   CodegenOptions co;
   co.target = o.target;
-  XRT_ASSIGN_OR_RETURN(CodegenResult code, GenerateSharedObject(*codeModule, co));
+  XRT_ASSIGN_OR_RETURN(CodegenResult code, GenerateSharedObject(*code_module, co));
 
   // Artifact.
   ArtifactWriter writer;
@@ -524,10 +525,10 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     w.placement = writer.AppendWeight(data.data(), data.size() * sizeof(float));
     weightBytes += w.placement.size;
   }
-  XRT_ASSIGN_OR_RETURN(uint32_t codeSegment,
-                       writer.AddSegment(xpk::SegmentKind::code,
-                                         std::vector<uint8_t>(code.shared_object.begin(),
-                                                              code.shared_object.end())));
+  XRT_ASSIGN_OR_RETURN(
+      uint32_t code_segment,
+      writer.AddSegment(xpk::SegmentKind::code, std::vector<uint8_t>(code.shared_object.begin(),
+                                                                     code.shared_object.end())));
 
   xrt::ArtifactProvenance prov;
   prov.compiler_version = kXccVersion;
@@ -555,8 +556,9 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
 
   const auto& tok = source->tokenizer();
   const auto& gen = source->generation();
-  ManifestBuildFn build = [&](flatbuffers::FlatBufferBuilder& fbb,
-                              SegmentTable segments) -> Expected<flatbuffers::Offset<xpk::Manifest>> {
+  ManifestBuildFn build =
+      [&](flatbuffers::FlatBufferBuilder& fbb,
+          SegmentTable segments) -> Expected<flatbuffers::Offset<xpk::Manifest>> {
     std::vector<int32_t> eos = gen.eos_token_ids;
     if (eos.empty() && tok.eos_id >= 0) eos.push_back(tok.eos_id);
     auto config = xpk::CreateModelConfig(
@@ -571,8 +573,9 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
         cfg.tie_word_embeddings, cfg.attention_bias, fbb.CreateString(source->chat_template()),
         fbb.CreateVector(eos), gen.temperature, gen.top_p, gen.top_k, gen.repetition_penalty);
     auto tokenizer = BuildTokenizer(fbb, tok);
-    auto limits = xpk::CreateServingLimits(fbb, o.limits.max_num_seqs, o.limits.max_num_batched_tokens,
-                                           maxModelLen, o.limits.block_size, maxBlocksPerReq, 0, 0, 0);
+    auto limits =
+        xpk::CreateServingLimits(fbb, o.limits.max_num_seqs, o.limits.max_num_batched_tokens,
+                                 maxModelLen, o.limits.block_size, maxBlocksPerReq, 0, 0, 0);
     std::vector<flatbuffers::Offset<xpk::Weight>> weights;
     for (const WeightDesc& w : emitter.weights())
       weights.push_back(xpk::CreateWeight(
@@ -583,10 +586,10 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     std::vector<flatbuffers::Offset<flatbuffers::String>> fns, req;
     for (const std::string& f : emitter.functions()) fns.push_back(fbb.CreateString(f));
     for (const std::string& f : code.required_features) req.push_back(fbb.CreateString(f));
-    auto codeModuleFb = xpk::CreateCodeModule(
-        fbb, fbb.CreateString(code.triple), fbb.CreateString(code.cpu),
-        fbb.CreateString(code.features), fbb.CreateVector(req), codeSegment,
-        fbb.CreateVector(fns), xpk::abi::kDispatchAbiVersion);
+    auto code_module_fb =
+        xpk::CreateCodeModule(fbb, fbb.CreateString(code.triple), fbb.CreateString(code.cpu),
+                              fbb.CreateString(code.features), fbb.CreateVector(req), code_segment,
+                              fbb.CreateVector(fns), xpk::abi::kDispatchAbiVersion);
     std::vector<flatbuffers::Offset<xpk::Executable>> exes;
     for (const ExecutableDesc& e : emitter.executables()) {
       auto specs = [&](const std::vector<TensorDesc>& ts) {
@@ -602,8 +605,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
       for (const CommandDesc& c : e.commands)
         // Empty vectors are left out: the manifest treats absent as empty.
         cmds.push_back(xpk::CreateCommand(
-            fbb, c.kind, c.function, c.ukernel, c.workgroups,
-            fbb.CreateVectorOfStructs(c.bindings),
+            fbb, c.kind, c.function, c.ukernel, c.workgroups, fbb.CreateVectorOfStructs(c.bindings),
             c.iparams.empty() ? 0 : fbb.CreateVector(c.iparams),
             c.fparams.empty() ? 0 : fbb.CreateVector(c.fparams), fbb.CreateString(c.label)));
       exes.push_back(xpk::CreateExecutable(fbb, fbb.CreateString(e.name), e.kind, e.num_tokens,
@@ -611,9 +613,9 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
                                            e.io_size, e.arena_size, fbb.CreateVector(cmds)));
     }
     auto provenance = BuildProvenance(fbb, prov);
-    return xpk::CreateManifest(fbb, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor, config,
-                               tokenizer, limits, segments, fbb.CreateVector(weights),
-                               fbb.CreateVector(std::vector{codeModuleFb}),
+    return xpk::CreateManifest(fbb, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor, config, tokenizer,
+                               limits, segments, fbb.CreateVector(weights),
+                               fbb.CreateVector(std::vector{code_module_fb}),
                                fbb.CreateVector(exes), provenance);
   };
   progress("writing " + o.output_path);

@@ -31,7 +31,7 @@ struct CompileSummary {
   int64_t num_dispatch_functions = 0;  // in the code segment
   uint64_t code_bytes = 0;             // the code segment (one shared object)
   uint64_t weight_bytes = 0;
-  uint64_t max_arena_bytes = 0;        // the largest executable's scratch arena
+  uint64_t max_arena_bytes = 0;  // the largest executable's scratch arena
   uint64_t file_bytes = 0;
   double seconds = 0;
 };

@@ -16,7 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(GenerationConfig, DefaultsReachRequestsThatLeaveThemUnset) {
-  const fs::path dir = fs::temp_directory_path() / ("xcc_generation_config_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("xcc_generation_config_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   CompileOptions o;
   o.model_path = (fs::path(XCC_SOURCE_DIR) / "tests/fixtures/models/qwen2_bias").string();

@@ -34,8 +34,8 @@ class DecoderBuilder {
   RankedTensorType T(ArrayRef<int64_t> shape, Type e) { return RankedTensorType::get(shape, e); }
 
   Value Weight(const std::string& name, ArrayRef<int64_t> shape) {
-    return b_.create<xg::WeightOp>(NameLoc(name), T(shape, f32()), b_.getStringAttr(name),
-                                   nullptr, nullptr);
+    return b_.create<xg::WeightOp>(NameLoc(name), T(shape, f32()), b_.getStringAttr(name), nullptr,
+                                   nullptr);
   }
   Location NameLoc(const std::string& name) { return mlir::NameLoc::get(b_.getStringAttr(name)); }
   std::string L(int64_t i, const char* rest) {
@@ -62,7 +62,7 @@ class DecoderBuilder {
     const char* symbolic;  // name of the bucket parameter bound to dim 0, or ""
   };
   func::FuncOp Entry(xpk::ExecutableKind kind, const char* param, ArrayRef<Arg> args,
-                     const char* resultName) {
+                     const char* result_name) {
     SmallVector<Type> types;
     for (const Arg& a : args) types.push_back(T(a.shape, a.type));
     auto fn = b_.create<func::FuncOp>(loc_, xpk::EnumNameExecutableKind(kind),
@@ -75,7 +75,7 @@ class DecoderBuilder {
       if (*a.symbolic) dims[0] = b_.getStringAttr(a.symbolic);
       fn.setArgAttr(i, xg::kSymbolicDimsAttr, b_.getArrayAttr(dims));
     }
-    result_name_ = resultName;
+    result_name_ = result_name;
     b_.setInsertionPointToStart(fn.addEntryBlock());
     return fn;
   }
@@ -89,39 +89,37 @@ class DecoderBuilder {
     const int64_t D = c_.hidden_size, H = c_.num_attention_heads, KV = c_.num_key_value_heads,
                   hd = c_.head_dim, F = c_.intermediate_size, R = o_.max_num_reqs,
                   B = o_.max_blocks_per_req;
-    func::FuncOp fn = Entry(
-        xpk::ExecutableKind::lm_step, "num_tokens",
-        {{"token_ids", {kDyn}, i32(), "num_tokens"},
-         {"positions", {kDyn}, i32(), "num_tokens"},
-         {"slot_mapping", {kDyn}, i32(), "num_tokens"},
-         {"block_tables", {R, B}, i32(), ""},
-         {"seq_lens", {R}, i32(), ""},
-         {"query_start_loc", {R + 1}, i32(), ""},
-         {"embed_source", {kDyn}, i32(), "num_tokens"},
-         {"lora_slot", {kDyn}, i32(), "num_tokens"}},
-        "hidden_states");
+    func::FuncOp fn = Entry(xpk::ExecutableKind::lm_step, "num_tokens",
+                            {{"token_ids", {kDyn}, i32(), "num_tokens"},
+                             {"positions", {kDyn}, i32(), "num_tokens"},
+                             {"slot_mapping", {kDyn}, i32(), "num_tokens"},
+                             {"block_tables", {R, B}, i32(), ""},
+                             {"seq_lens", {R}, i32(), ""},
+                             {"query_start_loc", {R + 1}, i32(), ""},
+                             {"embed_source", {kDyn}, i32(), "num_tokens"},
+                             {"lora_slot", {kDyn}, i32(), "num_tokens"}},
+                            "hidden_states");
     Value ids = fn.getArgument(0), pos = fn.getArgument(1), slots = fn.getArgument(2),
           tables = fn.getArgument(3), lens = fn.getArgument(4), qsl = fn.getArgument(5);
 
-    Value x = b_.create<xg::EmbeddingOp>(NameLoc("model.embed_tokens"),
-                                         Weight("model.embed_tokens.weight", {c_.vocab_size, D}),
-                                         ids);
-    Value invFreq = Weight(kRopeInvFreqWeight, {hd / 2});
+    Value x =
+        b_.create<xg::EmbeddingOp>(NameLoc("model.embed_tokens"),
+                                   Weight("model.embed_tokens.weight", {c_.vocab_size, D}), ids);
+    Value inv_freq = Weight(kRopeInvFreqWeight, {hd / 2});
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
       Value h = RmsNorm(x, L(l, "input_layernorm.weight"));
       Value q = Linear(h, L(l, "self_attn.q_proj"), H * hd, D, c_.attention_bias);
       Value k = Linear(h, L(l, "self_attn.k_proj"), KV * hd, D, c_.attention_bias);
       Value v = Linear(h, L(l, "self_attn.v_proj"), KV * hd, D, c_.attention_bias);
-      auto hdAttr = b_.getI64IntegerAttr(hd);
-      q = b_.create<xg::RopeOp>(NameLoc(L(l, "rope_q")), q, pos, invFreq, hdAttr);
-      k = b_.create<xg::RopeOp>(NameLoc(L(l, "rope_k")), k, pos, invFreq, hdAttr);
+      auto hd_attr = b_.getI64IntegerAttr(hd);
+      q = b_.create<xg::RopeOp>(NameLoc(L(l, "rope_q")), q, pos, inv_freq, hd_attr);
+      k = b_.create<xg::RopeOp>(NameLoc(L(l, "rope_k")), k, pos, inv_freq, hd_attr);
       Value o = b_.create<xg::PagedAttentionOp>(
-          NameLoc(L(l, "self_attn")), q, k, v, slots, tables, lens, qsl,
-          b_.getI64IntegerAttr(l), b_.getI64IntegerAttr(H), b_.getI64IntegerAttr(KV), hdAttr,
-          b_.getF32FloatAttr(scale));
-      Value attnOut = Linear(o, L(l, "self_attn.o_proj"), D, H * hd, c_.attention_output_bias);
-      x = b_.create<xg::AddOp>(NameLoc(L(l, "residual_attn")), x, attnOut);
+          NameLoc(L(l, "self_attn")), q, k, v, slots, tables, lens, qsl, b_.getI64IntegerAttr(l),
+          b_.getI64IntegerAttr(H), b_.getI64IntegerAttr(KV), hd_attr, b_.getF32FloatAttr(scale));
+      Value attn_out = Linear(o, L(l, "self_attn.o_proj"), D, H * hd, c_.attention_output_bias);
+      x = b_.create<xg::AddOp>(NameLoc(L(l, "residual_attn")), x, attn_out);
       h = RmsNorm(x, L(l, "post_attention_layernorm.weight"));
       Value gate = Linear(h, L(l, "mlp.gate_proj"), F, D, false);
       Value up = Linear(h, L(l, "mlp.up_proj"), F, D, false);
@@ -138,8 +136,8 @@ class DecoderBuilder {
                             {{"hidden_states", {o_.max_token_bucket, D}, f32(), ""},
                              {"logits_indices", {kDyn}, i32(), "num_reqs"}},
                             "logits");
-    Value rows = b_.create<xg::GatherRowsOp>(NameLoc("logits_gather"), fn.getArgument(0),
-                                             fn.getArgument(1));
+    Value rows =
+        b_.create<xg::GatherRowsOp>(NameLoc("logits_gather"), fn.getArgument(0), fn.getArgument(1));
     Value h = RmsNorm(rows, "model.norm.weight");
     std::string head = c_.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
     Value logits = Linear(h, head, c_.vocab_size, D, false);
@@ -177,15 +175,15 @@ std::vector<float> RopeInverseFrequencies(const DecoderConfig& c) {
     const float factor = static_cast<float>(s.factor);
     const float low = static_cast<float>(s.low_freq_factor);
     const float high = static_cast<float>(s.high_freq_factor);
-    const float oldLen = static_cast<float>(s.original_max_position_embeddings);
-    const float lowWavelen = oldLen / low, highWavelen = oldLen / high;
+    const float old_len = static_cast<float>(s.original_max_position_embeddings);
+    const float low_wavelen = old_len / low, high_wavelen = old_len / high;
     const float pi = 3.14159265358979323846f;
     for (float& f : inv) {
       float wavelen = 2.0f * pi / f;
-      float scaled = wavelen > lowWavelen ? f / factor : f;
-      float smooth = (oldLen / wavelen - low) / (high - low);
+      float scaled = wavelen > low_wavelen ? f / factor : f;
+      float smooth = (old_len / wavelen - low) / (high - low);
       float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
-      bool medium = !(wavelen < highWavelen) && !(wavelen > lowWavelen);
+      bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
       f = medium ? smoothed : scaled;
     }
   }

@@ -1,13 +1,13 @@
 #include "compiler/pipeline.h"
 
 #include "dialects/XG/IR/XGDialect.h"
+#include "llvm/Support/raw_ostream.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 #include "passes/Passes.h"
-#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 
@@ -19,13 +19,13 @@ void ConfigureDumps(PassManager& pm, const PipelineOptions& options) {
   // Module-scope printing needs a single thread.
   pm.getContext()->disableMultithreading();
   std::vector<std::string> wanted = options.dump_ir_after;
-  pm.enableIRPrinting(
-      [](Pass*, Operation*) { return false; },
-      [wanted](Pass* pass, Operation*) {
-        return std::find(wanted.begin(), wanted.end(), pass->getArgument().str()) != wanted.end();
-      },
-      /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
-      /*printAfterOnlyOnFailure=*/false, llvm::outs());
+  pm.enableIRPrinting([](Pass*, Operation*) { return false; },
+                      [wanted](Pass* pass, Operation*) {
+                        return std::find(wanted.begin(), wanted.end(), pass->getArgument().str()) !=
+                               wanted.end();
+                      },
+                      /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
+                      /*printAfterOnlyOnFailure=*/false, llvm::outs());
 }
 
 }  // namespace

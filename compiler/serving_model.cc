@@ -19,7 +19,8 @@ xrt::Expected<xrt::ServingLimits> LoadServingConfig(const xrt::Artifact& artifac
   std::ifstream in(path);
   if (!in) return xrt::NotFoundError("{}: cannot open", path);
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return xrt::InvalidArgumentError("{}: not a JSON object", path);
+  if (j.is_discarded() || !j.is_object())
+    return xrt::InvalidArgumentError("{}: not a JSON object", path);
   for (auto& [key, value] : j.items()) {
     std::string k = key;
     std::replace(k.begin(), k.end(), '-', '_');
@@ -29,8 +30,8 @@ xrt::Expected<xrt::ServingLimits> LoadServingConfig(const xrt::Artifact& artifac
                                                      : nullptr;
     if (!field)
       return xrt::InvalidArgumentError(
-          "{}: unknown key '{}' (known: max-num-seqs, max-num-batched-tokens, max-model-len)",
-          path, key);
+          "{}: unknown key '{}' (known: max-num-seqs, max-num-batched-tokens, max-model-len)", path,
+          key);
     if (!value.is_number_integer() || value.get<int64_t>() < 1)
       return xrt::InvalidArgumentError("{}: '{}' must be a positive integer", path, key);
     *field = value.get<int64_t>();

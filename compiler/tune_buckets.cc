@@ -38,8 +38,8 @@ int64_t PaddingFor(const std::vector<int64_t>& steps, const std::vector<int64_t>
   return pad;
 }
 
-Expected<std::vector<int64_t>> OptimalBuckets(const std::vector<int64_t>& steps,
-                                              int64_t must_cover, int64_t max_buckets) {
+Expected<std::vector<int64_t>> OptimalBuckets(const std::vector<int64_t>& steps, int64_t must_cover,
+                                              int64_t max_buckets) {
   if (max_buckets < 1) return xrt::InvalidArgumentError("--max-executables must be >= 1");
   std::map<int64_t, int64_t> count;  // size -> steps of that size
   for (int64_t n : steps) {
@@ -55,13 +55,13 @@ Expected<std::vector<int64_t>> OptimalBuckets(const std::vector<int64_t>& steps,
   }
   const size_t d = size.size();
   // cost(i, j): padding of sizes i..j (inclusive) all sent to bucket size[j].
-  std::vector<int64_t> prefixCnt(d + 1, 0), prefixTok(d + 1, 0);
+  std::vector<int64_t> prefix_cnt(d + 1, 0), prefix_tok(d + 1, 0);
   for (size_t i = 0; i < d; ++i) {
-    prefixCnt[i + 1] = prefixCnt[i] + cnt[i];
-    prefixTok[i + 1] = prefixTok[i] + cnt[i] * size[i];
+    prefix_cnt[i + 1] = prefix_cnt[i] + cnt[i];
+    prefix_tok[i + 1] = prefix_tok[i] + cnt[i] * size[i];
   }
   auto cost = [&](size_t i, size_t j) {
-    return size[j] * (prefixCnt[j + 1] - prefixCnt[i]) - (prefixTok[j + 1] - prefixTok[i]);
+    return size[j] * (prefix_cnt[j + 1] - prefix_cnt[i]) - (prefix_tok[j + 1] - prefix_tok[i]);
   };
   const int64_t k = std::min<int64_t>(max_buckets, static_cast<int64_t>(d));
   const int64_t inf = std::numeric_limits<int64_t>::max() / 4;
@@ -76,12 +76,12 @@ Expected<std::vector<int64_t>> OptimalBuckets(const std::vector<int64_t>& steps,
           dp[b][j] = dp[b - 1][i] + cost(i + 1, j);
           from[b][j] = i;
         }
-  int64_t bestB = 1;
+  int64_t best_b = 1;
   for (int64_t b = 1; b <= k; ++b)
-    if (dp[b][d - 1] < dp[bestB][d - 1]) bestB = b;
+    if (dp[b][d - 1] < dp[best_b][d - 1]) best_b = b;
   std::vector<int64_t> buckets;
   size_t j = d - 1;
-  for (int64_t b = bestB; b >= 1; --b) {
+  for (int64_t b = best_b; b >= 1; --b) {
     buckets.push_back(size[j]);
     if (b > 1) j = from[b][j];
   }
@@ -106,13 +106,15 @@ Expected<TuneReport> TuneBuckets(const TuneOptions& o) {
   for (int64_t n : rep.step_tokens) r.real_tokens += n;
 
   r.defaults = xrt::DefaultTokenBuckets(budget, 0);
-  const int64_t k = o.max_executables > 0 ? o.max_executables : static_cast<int64_t>(r.defaults.size());
+  const int64_t k =
+      o.max_executables > 0 ? o.max_executables : static_cast<int64_t>(r.defaults.size());
   XRT_ASSIGN_OR_RETURN(r.proposed, OptimalBuckets(rep.step_tokens, budget, k));
   r.current_padding = PaddingFor(rep.step_tokens, r.current);
   r.default_padding = PaddingFor(rep.step_tokens, r.defaults);
   r.proposed_padding = PaddingFor(rep.step_tokens, r.proposed);
   std::string list;
-  for (size_t i = 0; i < r.proposed.size(); ++i) list += (i ? "," : "") + std::to_string(r.proposed[i]);
+  for (size_t i = 0; i < r.proposed.size(); ++i)
+    list += (i ? "," : "") + std::to_string(r.proposed[i]);
   r.flags = fmt::format("--token-buckets {} --max-num-batched-tokens {}", list, budget);
   return r;
 }
@@ -133,9 +135,8 @@ std::string TuneReport::ToText() const {
       "  proposed  [{}] ({} executables): {} padded tokens ({:.1f}%)\n"
       "xcc compile flags: {}\n",
       steps, real_tokens, budget, join(current), current.size(), current_padding,
-      pct(current_padding), join(defaults), defaults.size(), default_padding,
-      pct(default_padding), join(proposed), proposed.size(), proposed_padding,
-      pct(proposed_padding), flags);
+      pct(current_padding), join(defaults), defaults.size(), default_padding, pct(default_padding),
+      join(proposed), proposed.size(), proposed_padding, pct(proposed_padding), flags);
 }
 
 }  // namespace xcc

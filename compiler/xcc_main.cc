@@ -48,8 +48,9 @@ int main(int argc, char** argv) {
   compile->add_option("-o,--output", co.output_path, "Output artifact (.xpk)")->required();
   compile->add_option("--max-num-seqs", co.limits.max_num_seqs, "Most requests in one step")
       ->capture_default_str();
-  compile->add_option("--max-num-batched-tokens", co.limits.max_num_batched_tokens,
-                      "Token budget of one step")
+  compile
+      ->add_option("--max-num-batched-tokens", co.limits.max_num_batched_tokens,
+                   "Token budget of one step")
       ->capture_default_str();
   compile->add_option("--max-model-len", co.limits.max_model_len,
                       "Longest prompt + output (default: min(max_position_embeddings, 4096))");
@@ -66,68 +67,68 @@ int main(int argc, char** argv) {
                       "Print the IR after this pass (e.g. xcc-xg-fuse); repeatable");
   compile->add_flag("-q,--quiet", co.quiet, "No progress or summary");
 
-  std::string inspectPath;
-  bool inspectJson = false;
+  std::string inspect_path;
+  bool inspect_json = false;
   auto* inspect = app.add_subcommand("inspect", "Print an artifact's manifest");
-  inspect->add_option("artifact", inspectPath, "The .xpk file")->required();
-  inspect->add_flag("--json", inspectJson, "Print JSON");
+  inspect->add_option("artifact", inspect_path, "The .xpk file")->required();
+  inspect->add_flag("--json", inspect_json, "Print JSON");
 
-  xcc::CheckOptions checkOptions;
-  bool checkJson = false;
+  xcc::CheckOptions check_options;
+  bool check_json = false;
   auto* check = app.add_subcommand(
       "check",
       "CI gate: prove every step shape the serving limits allow is compiled, and that the "
       "artifact is up to date with its inputs and intact. Exit 0: all good; 1: a gap, "
       "staleness or a corrupt segment was found; 2: the check could not run");
-  check->add_option("artifact", checkOptions.artifact_path, "The .xpk file")->required();
-  check->add_option("--serving-config", checkOptions.serving_config_path,
+  check->add_option("artifact", check_options.artifact_path, "The .xpk file")->required();
+  check->add_option("--serving-config", check_options.serving_config_path,
                     "JSON with xrt run's limits (max-num-seqs, max-num-batched-tokens, "
                     "max-model-len); default: the artifact's");
-  check->add_option("--inputs", checkOptions.inputs,
+  check->add_option("--inputs", check_options.inputs,
                     "Model directory or .gguf to re-hash against the artifact's provenance");
-  check->add_option("--trace", checkOptions.trace_path,
+  check->add_option("--trace", check_options.trace_path,
                     "JSONL request trace (arrival, prompt or prompt_len, max_tokens) to replay "
                     "through the real scheduler: bucket histogram, padding, preemptions");
-  check->add_flag("--verify-weights", checkOptions.verify_weights,
+  check->add_flag("--verify-weights", check_options.verify_weights,
                   "Also recompute the checksum of every weights segment (reads the whole "
                   "file); a mismatch is a finding naming the segment and both digests. Code "
                   "segments are always verified");
-  check->add_flag("--json", checkJson, "Print JSON");
+  check->add_flag("--json", check_json, "Print JSON");
 
-  xcc::TuneOptions tuneOptions;
+  xcc::TuneOptions tune_options;
   auto* tune = app.add_subcommand(
       "tune-buckets",
       "Propose the lm_step token buckets that minimize padding on a request trace, under a "
       "cap on executables; prints the padding of the current, default and proposed sets and "
       "the flags for xcc compile");
-  tune->add_option("artifact", tuneOptions.artifact_path,
+  tune->add_option("artifact", tune_options.artifact_path,
                    "An artifact of the model (its limits, tokenizer and KV shape are used)")
       ->required();
-  tune->add_option("--trace", tuneOptions.trace_path, "JSONL request trace")->required();
-  tune->add_option("--max-executables", tuneOptions.max_executables,
+  tune->add_option("--trace", tune_options.trace_path, "JSONL request trace")->required();
+  tune->add_option("--max-executables", tune_options.max_executables,
                    "Most lm_step executables (default: as many as the default set)");
-  tune->add_option("--serving-config", tuneOptions.serving_config_path,
+  tune->add_option("--serving-config", tune_options.serving_config_path,
                    "JSON with xrt run's limits (default: the artifact's)");
 
   CLI11_PARSE(app, argc, argv);
 
   if (*tune) {
-    auto report = xcc::TuneBuckets(tuneOptions);
+    auto report = xcc::TuneBuckets(tune_options);
     if (!report.ok()) return Fail(report.status());
     std::cout << report->ToText();
     return 0;
   }
 
   if (*check) {
-    auto report = xcc::RunCheck(checkOptions);
+    auto report = xcc::RunCheck(check_options);
     if (!report.ok()) {
       std::fprintf(stderr, "xcc check: could not run: %s\n", report.status().message().c_str());
       return 2;
     }
-    if (checkJson) {
+    if (check_json) {
       std::cout << report->ToJson().dump(2) << "\n";
     } else {
-      std::cout << "xcc check " << checkOptions.artifact_path << "\n" << report->ToText();
+      std::cout << "xcc check " << check_options.artifact_path << "\n" << report->ToText();
     }
     return report->findings.empty() ? 0 : 1;
   }
@@ -157,9 +158,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*inspect) {
-    auto artifact = xrt::Artifact::Open(inspectPath);
+    auto artifact = xrt::Artifact::Open(inspect_path);
     if (!artifact.ok()) return Fail(artifact.status());
-    if (inspectJson) {
+    if (inspect_json) {
       std::cout << xrt::ManifestToJson(**artifact).dump(2) << "\n";
     } else {
       std::cout << xrt::ManifestToText(**artifact);

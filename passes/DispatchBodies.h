@@ -9,16 +9,16 @@ namespace xcc {
 
 // Whether `op` is lowered to a generated dispatch (as opposed to a runtime
 // microkernel call or no code at all).
-bool isGeneratedDispatchOp(mlir::Operation* op);
+bool isGeneratedDispatchOp(mlir::Operation *op);
 
 // The number of workgroups of `op`'s dispatch: one per row of its result.
-int64_t dispatchWorkgroups(mlir::Operation* op);
+int64_t dispatchWorkgroups(mlir::Operation *op);
 
 // Emits, at `b`'s insertion point, the computation of `op` for result rows
 // [wgBegin, wgEnd). `views` holds one memref per operand, then one per result,
 // shaped like the tensors (rank 2 views may be strided).
-mlir::LogicalResult buildDispatchBody(mlir::OpBuilder& b, mlir::Operation* op,
-                                      mlir::ArrayRef<mlir::Value> views, mlir::Value wgBegin,
-                                      mlir::Value wgEnd);
+mlir::LogicalResult buildDispatchBody(mlir::OpBuilder &b, mlir::Operation *op,
+                                      mlir::ArrayRef<mlir::Value> views,
+                                      mlir::Value wgBegin, mlir::Value wgEnd);
 
-}  // namespace xcc
+} // namespace xcc

@@ -26,10 +26,12 @@ struct Layout {
 
 FailureOr<Layout> layoutOf(Value v, int64_t rowStride) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
-  if (!t || !t.hasStaticShape() || t.getRank() < 1 || t.getRank() > 2) return failure();
+  if (!t || !t.hasStaticShape() || t.getRank() < 1 || t.getRank() > 2)
+    return failure();
   Layout l;
   l.shape.assign(t.getShape().begin(), t.getShape().end());
-  l.rowStride = t.getRank() == 2 ? (rowStride > 0 ? rowStride : t.getDimSize(1)) : 1;
+  l.rowStride =
+      t.getRank() == 2 ? (rowStride > 0 ? rowStride : t.getDimSize(1)) : 1;
   l.elementType = t.getElementType();
   return l;
 }
@@ -41,47 +43,55 @@ int64_t plannedRowStride(Value v) {
 }
 
 // Elements a flat binding must span to hold the (possibly strided) tensor.
-int64_t flatElements(const Layout& l) {
-  if (l.shape.size() == 1) return l.shape[0];
+int64_t flatElements(const Layout &l) {
+  if (l.shape.size() == 1)
+    return l.shape[0];
   return (l.shape[0] - 1) * l.rowStride + l.shape[1];
 }
 
-struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass> {
+struct FormDispatchesPass
+    : public impl::XGFormDispatchesBase<FormDispatchesPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    MLIRContext* ctx = &getContext();
+    MLIRContext *ctx = &getContext();
     llvm::StringMap<func::FuncOp> byBody;
     llvm::StringMap<unsigned> counters;
     SymbolTable symbols(module);
 
     SmallVector<func::FuncOp> entries;
     for (auto f : module.getOps<func::FuncOp>())
-      if (f->hasAttr(xg::kEntryAttr)) entries.push_back(f);
+      if (f->hasAttr(xg::kEntryAttr))
+        entries.push_back(f);
 
     for (func::FuncOp entry : entries) {
       if (!entry->hasAttr(xg::kArenaSizeAttr)) {
         entry.emitError() << "form-dispatches needs a memory-planned function";
         return signalPassFailure();
       }
-      for (Operation& op : entry.getBody().front()) {
+      for (Operation &op : entry.getBody().front()) {
         // Matmul-class work runs on runtime microkernels, named as the
         // artifact names them (xpk::Ukernel).
         std::optional<xpk::Ukernel> ukernel =
-            TypeSwitch<Operation*, std::optional<xpk::Ukernel>>(&op)
+            TypeSwitch<Operation *, std::optional<xpk::Ukernel>>(&op)
                 .Case([](xg::LinearOp) { return xpk::Ukernel::matmul; })
-                .Case([](xg::PagedAttentionOp) { return xpk::Ukernel::paged_attention; })
-                .Default([](Operation*) { return std::nullopt; });
+                .Case([](xg::PagedAttentionOp) {
+                  return xpk::Ukernel::paged_attention;
+                })
+                .Default([](Operation *) { return std::nullopt; });
         if (ukernel) {
-          op.setAttr(xg::kUkernelAttr, StringAttr::get(ctx, xpk::EnumNameUkernel(*ukernel)));
+          op.setAttr(xg::kUkernelAttr,
+                     StringAttr::get(ctx, xpk::EnumNameUkernel(*ukernel)));
           continue;
         }
-        if (isa<xg::WeightOp, xg::SplitOp, func::ReturnOp>(op)) continue;
+        if (isa<xg::WeightOp, xg::SplitOp, func::ReturnOp>(op))
+          continue;
         if (!isGeneratedDispatchOp(&op)) {
           op.emitError() << "no code generation for this op";
           return signalPassFailure();
         }
         FailureOr<func::FuncOp> fn = outline(op);
-        if (failed(fn)) return signalPassFailure();
+        if (failed(fn))
+          return signalPassFailure();
 
         std::string body;
         llvm::raw_string_ostream os(body);
@@ -99,23 +109,26 @@ struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass
         }
         op.setAttr(xg::kDispatchAttr, FlatSymbolRefAttr::get(*fn));
         op.setAttr(xg::kWorkgroupsAttr,
-                   IntegerAttr::get(IntegerType::get(ctx, 64), dispatchWorkgroups(&op)));
+                   IntegerAttr::get(IntegerType::get(ctx, 64),
+                                    dispatchWorkgroups(&op)));
       }
     }
   }
 
   // Builds a detached dispatch function computing `op`.
-  FailureOr<func::FuncOp> outline(Operation& op) {
-    MLIRContext* ctx = &getContext();
+  FailureOr<func::FuncOp> outline(Operation &op) {
+    MLIRContext *ctx = &getContext();
     SmallVector<Layout> layouts;
     for (Value v : op.getOperands()) {
       if (auto w = v.getDefiningOp<xg::WeightOp>(); w && w.getPackNr()) {
-        op.emitError() << "generated code cannot read the packed weight '" << w.getName() << "'";
+        op.emitError() << "generated code cannot read the packed weight '"
+                       << w.getName() << "'";
         return failure();
       }
       auto l = layoutOf(v, plannedRowStride(v));
       if (failed(l)) {
-        op.emitError() << "dispatch operands must be static rank-1 or rank-2 tensors";
+        op.emitError()
+            << "dispatch operands must be static rank-1 or rank-2 tensors";
         return failure();
       }
       layouts.push_back(*l);
@@ -123,14 +136,15 @@ struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass
     for (Value v : op.getResults()) {
       auto l = layoutOf(v, plannedRowStride(v));
       if (failed(l)) {
-        op.emitError() << "dispatch results must be static rank-1 or rank-2 tensors";
+        op.emitError()
+            << "dispatch results must be static rank-1 or rank-2 tensors";
         return failure();
       }
       layouts.push_back(*l);
     }
 
     SmallVector<Type> argTypes;
-    for (const Layout& l : layouts)
+    for (const Layout &l : layouts)
       argTypes.push_back(MemRefType::get({flatElements(l)}, l.elementType));
     IndexType indexType = IndexType::get(ctx);
     argTypes.push_back(indexType);
@@ -140,7 +154,7 @@ struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass
     auto fn = b.create<func::FuncOp>(op.getLoc(), "dispatch",
                                      FunctionType::get(ctx, argTypes, {}));
     fn->setAttr(xg::kDispatchFuncAttr, UnitAttr::get(ctx));
-    Block* block = fn.addEntryBlock();
+    Block *block = fn.addEntryBlock();
     b.setInsertionPointToStart(block);
     SmallVector<Value> views;
     for (auto [i, l] : llvm::enumerate(layouts)) {
@@ -149,11 +163,12 @@ struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass
         views.push_back(flat);
         continue;
       }
-      auto viewType = MemRefType::get(l.shape, l.elementType,
-                                      StridedLayoutAttr::get(ctx, 0, {l.rowStride, 1}));
-      views.push_back(b.create<memref::ReinterpretCastOp>(op.getLoc(), viewType, flat, 0,
-                                                          l.shape,
-                                                          ArrayRef<int64_t>{l.rowStride, 1}));
+      auto viewType =
+          MemRefType::get(l.shape, l.elementType,
+                          StridedLayoutAttr::get(ctx, 0, {l.rowStride, 1}));
+      views.push_back(b.create<memref::ReinterpretCastOp>(
+          op.getLoc(), viewType, flat, 0, l.shape,
+          ArrayRef<int64_t>{l.rowStride, 1}));
     }
     unsigned n = block->getNumArguments();
     if (failed(buildDispatchBody(b, &op, views, block->getArgument(n - 2),
@@ -166,6 +181,6 @@ struct FormDispatchesPass : public impl::XGFormDispatchesBase<FormDispatchesPass
   }
 };
 
-}  // namespace
+} // namespace
 
-}  // namespace xcc
+} // namespace xcc

@@ -29,11 +29,12 @@ struct LowerDispatchesToLLVMPass
     : public impl::XGLowerDispatchesToLLVMBase<LowerDispatchesToLLVMPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    MLIRContext* ctx = &getContext();
+    MLIRContext *ctx = &getContext();
 
     // Only dispatch functions make it into the code module.
     SmallVector<std::string> names;
-    for (Operation& op : llvm::make_early_inc_range(module.getBody()->getOperations())) {
+    for (Operation &op :
+         llvm::make_early_inc_range(module.getBody()->getOperations())) {
       auto fn = dyn_cast<func::FuncOp>(op);
       if (fn && fn->hasAttr(xg::kDispatchFuncAttr)) {
         names.push_back(fn.getSymName().str());
@@ -48,14 +49,17 @@ struct LowerDispatchesToLLVMPass
     // or cos keep libm: rope's angles reach thousands of radians, where the
     // approximations' range reduction loses accuracy.
     for (auto fn : module.getOps<func::FuncOp>()) {
-      bool trig = fn.walk([](Operation* op) {
-                      return isa<math::SinOp, math::CosOp>(op) ? WalkResult::interrupt()
-                                                                : WalkResult::advance();
+      bool trig = fn.walk([](Operation *op) {
+                      return isa<math::SinOp, math::CosOp>(op)
+                                 ? WalkResult::interrupt()
+                                 : WalkResult::advance();
                     }).wasInterrupted();
-      if (trig) continue;
+      if (trig)
+        continue;
       RewritePatternSet approx(ctx);
       populateMathPolynomialApproximationPatterns(approx);
-      if (failed(applyPatternsAndFoldGreedily(fn, std::move(approx)))) return signalPassFailure();
+      if (failed(applyPatternsAndFoldGreedily(fn, std::move(approx))))
+        return signalPassFailure();
     }
 
     OpPassManager pm(ModuleOp::getOperationName());
@@ -69,37 +73,41 @@ struct LowerDispatchesToLLVMPass
     funcOptions.useBarePtrCallConv = true;
     pm.addPass(createConvertFuncToLLVMPass(funcOptions));
     pm.addPass(createReconcileUnrealizedCastsPass());
-    if (failed(runPipeline(pm, module))) return signalPassFailure();
+    if (failed(runPipeline(pm, module)))
+      return signalPassFailure();
 
-    // The exported ABI entry of each dispatch, xpk::abi::DispatchFn in schemas/abi.h
-    // (bump xpk::abi::kDispatchAbiVersion with any change):
-    //   void name(void* const* bindings, const void* imports, i64 wg_begin, i64 wg_end)
+    // The exported ABI entry of each dispatch, xpk::abi::DispatchFn in
+    // schemas/abi.h (bump xpk::abi::kDispatchAbiVersion with any change):
+    //   void name(void* const* bindings, const void* imports, i64 wg_begin, i64
+    //   wg_end)
     OpBuilder b(ctx);
     auto ptrType = LLVM::LLVMPointerType::get(ctx);
     auto i64 = IntegerType::get(ctx, 64);
     auto voidType = LLVM::LLVMVoidType::get(ctx);
-    for (const std::string& name : names) {
+    for (const std::string &name : names) {
       auto impl = module.lookupSymbol<LLVM::LLVMFuncOp>(name);
       if (!impl) {
-        module.emitError() << "dispatch '" << name << "' was not lowered to llvm.func";
+        module.emitError() << "dispatch '" << name
+                           << "' was not lowered to llvm.func";
         return signalPassFailure();
       }
       impl.setSymName(name + "_impl");
       impl.setLinkage(LLVM::Linkage::Internal);
-      impl.setPassthroughAttr(b.getArrayAttr({b.getStringAttr("alwaysinline")}));
+      impl.setPassthroughAttr(
+          b.getArrayAttr({b.getStringAttr("alwaysinline")}));
       unsigned numBindings = impl.getNumArguments() - 2;
 
       b.setInsertionPointAfter(impl);
       auto entry = b.create<LLVM::LLVMFuncOp>(
           impl.getLoc(), name,
           LLVM::LLVMFunctionType::get(voidType, {ptrType, ptrType, i64, i64}));
-      Block* block = entry.addEntryBlock(b);
+      Block *block = entry.addEntryBlock(b);
       b.setInsertionPointToStart(block);
       SmallVector<Value> args;
       for (unsigned i = 0; i < numBindings; ++i) {
-        Value slot = b.create<LLVM::GEPOp>(impl.getLoc(), ptrType, ptrType,
-                                           block->getArgument(0),
-                                           ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+        Value slot = b.create<LLVM::GEPOp>(
+            impl.getLoc(), ptrType, ptrType, block->getArgument(0),
+            ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
         args.push_back(b.create<LLVM::LoadOp>(impl.getLoc(), ptrType, slot));
       }
       args.push_back(block->getArgument(2));
@@ -110,6 +118,6 @@ struct LowerDispatchesToLLVMPass
   }
 };
 
-}  // namespace
+} // namespace
 
-}  // namespace xcc
+} // namespace xcc

@@ -10,7 +10,7 @@ using namespace mlir;
 namespace xcc {
 #define GEN_PASS_DEF_XGPACKWEIGHTS
 #include "passes/Passes.h.inc"
-}  // namespace xcc
+} // namespace xcc
 
 namespace xcc::xg {
 
@@ -20,7 +20,8 @@ namespace {
 SmallVector<StringRef> sourcesOf(WeightOp w) {
   SmallVector<StringRef> out;
   if (auto sources = w.getSources()) {
-    for (Attribute a : *sources) out.push_back(cast<StringAttr>(a).getValue());
+    for (Attribute a : *sources)
+      out.push_back(cast<StringAttr>(a).getValue());
   } else {
     out.push_back(w.getName());
   }
@@ -41,16 +42,20 @@ struct PackWeightsPass : public impl::XGPackWeightsBase<PackWeightsPass> {
     SmallVector<ConcatOp> concats;
     getOperation().walk([&](ConcatOp op) { concats.push_back(op); });
     for (ConcatOp concat : concats) {
-      if (concat.getAxis() != 0) continue;
+      if (concat.getAxis() != 0)
+        continue;
       SmallVector<WeightOp> parts;
       for (Value in : concat.getInputs()) {
         auto w = in.getDefiningOp<WeightOp>();
-        if (!w || w.getPackNr()) break;
+        if (!w || w.getPackNr())
+          break;
         parts.push_back(w);
       }
-      if (parts.size() != concat.getInputs().size()) continue;
+      if (parts.size() != concat.getInputs().size())
+        continue;
       SmallVector<StringRef> sources;
-      for (WeightOp w : parts) llvm::append_range(sources, sourcesOf(w));
+      for (WeightOp w : parts)
+        llvm::append_range(sources, sourcesOf(w));
       std::string name = llvm::join(sources, "+");
       rewriter.setInsertionPoint(concat);
       auto fused = rewriter.create<WeightOp>(concat.getLoc(), concat.getType(),
@@ -59,10 +64,12 @@ struct PackWeightsPass : public impl::XGPackWeightsBase<PackWeightsPass> {
                                              /*pack_nr=*/nullptr);
       rewriter.replaceOp(concat, fused.getResult());
       for (WeightOp w : parts)
-        if (w->use_empty()) rewriter.eraseOp(w);
+        if (w->use_empty())
+          rewriter.eraseOp(w);
     }
 
-    // 2. Linear weights get the packed layout; other uses keep a row-major copy.
+    // 2. Linear weights get the packed layout; other uses keep a row-major
+    // copy.
     SmallVector<LinearOp> linears;
     getOperation().walk([&](LinearOp op) { linears.push_back(op); });
     IntegerAttr nrAttr = rewriter.getI64IntegerAttr(packNr);
@@ -72,24 +79,27 @@ struct PackWeightsPass : public impl::XGPackWeightsBase<PackWeightsPass> {
         lin.emitError() << "linear weight must be an xg.weight after fusion";
         return signalPassFailure();
       }
-      if (w.getPackNrAttr() == nrAttr) continue;
-      bool onlyLinearWeightUses = llvm::all_of(w->getUses(), [](OpOperand& use) {
-        auto user = dyn_cast<LinearOp>(use.getOwner());
-        return user && use.get() == user.getWeight() &&
-               use.getOperandNumber() == user.getWeightMutable().getOperandNumber();
-      });
+      if (w.getPackNrAttr() == nrAttr)
+        continue;
+      bool onlyLinearWeightUses =
+          llvm::all_of(w->getUses(), [](OpOperand &use) {
+            auto user = dyn_cast<LinearOp>(use.getOwner());
+            return user && use.get() == user.getWeight() &&
+                   use.getOperandNumber() ==
+                       user.getWeightMutable().getOperandNumber();
+          });
       if (onlyLinearWeightUses && !w.getPackNr()) {
         w.setPackNrAttr(nrAttr);
         continue;
       }
       rewriter.setInsertionPoint(lin);
-      auto packed = rewriter.create<WeightOp>(w.getLoc(), w.getType(), w.getNameAttr(),
-                                              w.getSourcesAttr(), nrAttr);
+      auto packed = rewriter.create<WeightOp>(
+          w.getLoc(), w.getType(), w.getNameAttr(), w.getSourcesAttr(), nrAttr);
       lin.getWeightMutable().assign(packed);
     }
   }
 };
 
-}  // namespace
+} // namespace
 
-}  // namespace xcc::xg
+} // namespace xcc::xg

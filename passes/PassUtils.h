@@ -1,4 +1,5 @@
-// Small helpers shared by the xg passes (attribute names: dialects/XG/IR/XGDialect.h).
+// Small helpers shared by the xg passes (attribute names:
+// dialects/XG/IR/XGDialect.h).
 #pragma once
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -11,4 +12,4 @@ namespace xcc::xg {
 // types change.
 mlir::LogicalResult reinferResultTypes(mlir::func::FuncOp func);
 
-}  // namespace xcc::xg
+} // namespace xcc::xg

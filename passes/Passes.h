@@ -1,5 +1,6 @@
 // Every xcc pass (declared in Passes.td): the xg graph transforms, dispatch
-// formation and the lowering to LLVM. The pipelines are in compiler/pipeline.cc.
+// formation and the lowering to LLVM. The pipelines are in
+// compiler/pipeline.cc.
 #pragma once
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -22,4 +23,4 @@ namespace xcc {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-}  // namespace xcc
+} // namespace xcc

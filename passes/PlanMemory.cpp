@@ -10,7 +10,7 @@ using namespace mlir;
 namespace xcc {
 #define GEN_PASS_DEF_XGPLANMEMORY
 #include "passes/Passes.h.inc"
-}  // namespace xcc
+} // namespace xcc
 
 namespace xcc::xg {
 
@@ -18,8 +18,10 @@ namespace {
 
 FailureOr<int64_t> byteSize(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
-  if (!t || !t.hasStaticShape()) return failure();
-  return t.getNumElements() * static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
+  if (!t || !t.hasStaticShape())
+    return failure();
+  return t.getNumElements() *
+         static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
 }
 
 int64_t rowLength(Value v) {
@@ -29,31 +31,33 @@ int64_t rowLength(Value v) {
 
 // First-fit allocation over live ranges [offset, offset+size).
 class ArenaAllocator {
- public:
+public:
   explicit ArenaAllocator(int64_t alignment) : alignment_(alignment) {}
 
   int64_t allocate(int64_t size) {
     size = llvm::alignTo(size, alignment_);
     int64_t candidate = 0;
-    for (auto [offset, len] : live_) {  // sorted by offset
-      if (candidate + size <= offset) break;
+    for (auto [offset, len] : live_) { // sorted by offset
+      if (candidate + size <= offset)
+        break;
       candidate = std::max(candidate, offset + len);
     }
-    live_.insert(std::lower_bound(live_.begin(), live_.end(), std::pair(candidate, size)),
+    live_.insert(std::lower_bound(live_.begin(), live_.end(),
+                                  std::pair(candidate, size)),
                  {candidate, size});
     peak_ = std::max(peak_, candidate + size);
     return candidate;
   }
 
   void release(int64_t offset) {
-    auto it = llvm::find_if(live_, [&](auto& r) { return r.first == offset; });
+    auto it = llvm::find_if(live_, [&](auto &r) { return r.first == offset; });
     assert(it != live_.end() && "releasing a range that is not live");
     live_.erase(it);
   }
 
   int64_t peak() const { return peak_; }
 
- private:
+private:
   int64_t alignment_;
   SmallVector<std::pair<int64_t, int64_t>> live_;
   int64_t peak_ = 0;
@@ -64,7 +68,8 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
-    if (!func->hasAttr(kEntryAttr) || func.isExternal()) return;
+    if (!func->hasAttr(kEntryAttr) || func.isExternal())
+      return;
     if (alignment <= 0 || !llvm::isPowerOf2_64(alignment)) {
       func.emitError() << "alignment must be a power of two, got " << alignment;
       return signalPassFailure();
@@ -73,38 +78,43 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
       func.emitError() << "memory planning needs a single-block function";
       return signalPassFailure();
     }
-    Block& block = func.getBody().front();
-    MLIRContext* ctx = &getContext();
+    Block &block = func.getBody().front();
+    MLIRContext *ctx = &getContext();
     Builder b(ctx);
     // A buffer of its own for `v`: contiguous rows of its last dimension.
     auto ownBuffer = [&](Value v, BufferSpace space, int64_t offset) {
-      return BufferAttr::get(ctx, space, offset, *byteSize(v), rowLength(v), /*colOffset=*/0);
+      return BufferAttr::get(ctx, space, offset, *byteSize(v), rowLength(v),
+                             /*colOffset=*/0);
     };
 
-    // 1. The io buffer: results, then arguments, in order. Results come first so
-    //    that an output feeding another executable (lm_step's hidden states read by
-    //    lm_logits) sits at the same offset, 0, whatever the bucket.
+    // 1. The io buffer: results, then arguments, in order. Results come first
+    // so
+    //    that an output feeding another executable (lm_step's hidden states
+    //    read by lm_logits) sits at the same offset, 0, whatever the bucket.
     int64_t ioSize = 0;
     auto placeIo = [&](Value v) -> FailureOr<int64_t> {
       auto size = byteSize(v);
-      if (failed(size)) return failure();
+      if (failed(size))
+        return failure();
       int64_t offset = ioSize;
       ioSize = llvm::alignTo(offset + *size, alignment);
       return offset;
     };
     DenseMap<Value, BufferAttr> buffers;
-    Operation* terminator = block.getTerminator();
+    Operation *terminator = block.getTerminator();
     for (auto [i, v] : llvm::enumerate(terminator->getOperands())) {
-      Operation* def = v.getDefiningOp();
+      Operation *def = v.getDefiningOp();
       if (!def || isa<SplitOp, WeightOp>(def) || buffers.count(v)) {
-        func.emitError() << "result " << i
-                         << " must be computed by an op of its own (not an argument, a "
-                            "weight, a view or another result)";
+        func.emitError()
+            << "result " << i
+            << " must be computed by an op of its own (not an argument, a "
+               "weight, a view or another result)";
         return signalPassFailure();
       }
       auto offset = placeIo(v);
       if (failed(offset)) {
-        func.emitError() << "result " << i << " needs a static shape, got " << v.getType();
+        func.emitError() << "result " << i << " needs a static shape, got "
+                         << v.getType();
         return signalPassFailure();
       }
       buffers[v] = ownBuffer(v, BufferSpace::io, *offset);
@@ -115,40 +125,48 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
       auto offset = placeIo(arg);
       if (failed(offset)) {
         func.emitError() << "argument " << arg.getArgNumber()
-                         << " needs a static shape for memory planning, got " << arg.getType();
+                         << " needs a static shape for memory planning, got "
+                         << arg.getType();
         return signalPassFailure();
       }
-      func.setArgAttr(arg.getArgNumber(), kIoAttr, ownBuffer(arg, BufferSpace::io, *offset));
+      func.setArgAttr(arg.getArgNumber(), kIoAttr,
+                      ownBuffer(arg, BufferSpace::io, *offset));
     }
 
     // 2. Liveness: the index of the last op that reads each root buffer
     //    (a view's readers keep its root alive).
-    DenseMap<Operation*, int64_t> index;
-    for (auto [i, op] : llvm::enumerate(block)) index[&op] = i;
-    DenseMap<Value, Value> rootOf;  // view -> the value that owns the storage
+    DenseMap<Operation *, int64_t> index;
+    for (auto [i, op] : llvm::enumerate(block))
+      index[&op] = i;
+    DenseMap<Value, Value> rootOf; // view -> the value that owns the storage
     auto root = [&](Value v) {
       auto it = rootOf.find(v);
       return it == rootOf.end() ? v : it->second;
     };
     DenseMap<Value, int64_t> lastUse;
-    for (Operation& op : block) {
+    for (Operation &op : block) {
       if (auto split = dyn_cast<SplitOp>(op))
-        for (Value r : split.getResults()) rootOf[r] = root(split.getInput());
-      for (Value r : op.getResults()) lastUse[root(r)] = std::max(lastUse[root(r)], index[&op]);
-      for (Value in : op.getOperands()) lastUse[root(in)] = std::max(lastUse[root(in)], index[&op]);
+        for (Value r : split.getResults())
+          rootOf[r] = root(split.getInput());
+      for (Value r : op.getResults())
+        lastUse[root(r)] = std::max(lastUse[root(r)], index[&op]);
+      for (Value in : op.getOperands())
+        lastUse[root(in)] = std::max(lastUse[root(in)], index[&op]);
     }
 
     // 3. Walk in order: free what died before this op, then place its results.
     ArenaAllocator arena(alignment);
-    SmallVector<std::pair<int64_t, int64_t>> pendingFree;  // (last use, offset)
-    for (Operation& op : block) {
+    SmallVector<std::pair<int64_t, int64_t>> pendingFree; // (last use, offset)
+    for (Operation &op : block) {
       int64_t i = index[&op];
-      llvm::erase_if(pendingFree, [&](auto& p) {
-        if (p.first >= i) return false;
+      llvm::erase_if(pendingFree, [&](auto &p) {
+        if (p.first >= i)
+          return false;
         arena.release(p.second);
         return true;
       });
-      if (isa<WeightOp>(op) || &op == terminator) continue;
+      if (isa<WeightOp>(op) || &op == terminator)
+        continue;
       SmallVector<Attribute> attrs;
       if (auto split = dyn_cast<SplitOp>(op)) {
         BufferAttr base = buffers.lookup(split.getInput());
@@ -158,8 +176,9 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
         }
         int64_t col = base.getColOffset();
         for (Value r : split.getResults()) {
-          buffers[r] = BufferAttr::get(ctx, base.getSpace(), base.getOffset(), base.getSize(),
-                                       base.getRowStride(), col);
+          buffers[r] =
+              BufferAttr::get(ctx, base.getSpace(), base.getOffset(),
+                              base.getSize(), base.getRowStride(), col);
           col += rowLength(r);
         }
       } else {
@@ -167,20 +186,24 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
         if (auto lin = dyn_cast<LinearOp>(op)) {
           Value acc = lin.getAccumulator();
           Value r = lin.getResult();
-          if (acc && !buffers.count(r) && root(acc) == acc && buffers.count(acc) &&
-              buffers[acc].getSpace() == BufferSpace::arena && lastUse.lookup(acc) == i &&
-              acc.getType() == r.getType()) {
+          if (acc && !buffers.count(r) && root(acc) == acc &&
+              buffers.count(acc) &&
+              buffers[acc].getSpace() == BufferSpace::arena &&
+              lastUse.lookup(acc) == i && acc.getType() == r.getType()) {
             buffers[r] = buffers[acc];
-            for (auto& p : pendingFree)
-              if (p.second == buffers[acc].getOffset()) p.first = lastUse.lookup(r);
+            for (auto &p : pendingFree)
+              if (p.second == buffers[acc].getOffset())
+                p.first = lastUse.lookup(r);
           }
         }
         for (Value r : op.getResults()) {
-          if (buffers.count(r)) continue;  // an io result, or in place
+          if (buffers.count(r))
+            continue; // an io result, or in place
           auto size = byteSize(r);
           if (failed(size)) {
-            op.emitError() << "result needs a static shape for memory planning, got "
-                           << r.getType();
+            op.emitError()
+                << "result needs a static shape for memory planning, got "
+                << r.getType();
             return signalPassFailure();
           }
           int64_t offset = arena.allocate(*size);
@@ -188,7 +211,8 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
           pendingFree.push_back({lastUse.lookup(r), offset});
         }
       }
-      for (Value r : op.getResults()) attrs.push_back(buffers[r]);
+      for (Value r : op.getResults())
+        attrs.push_back(buffers[r]);
       op.setAttr(kBuffersAttr, b.getArrayAttr(attrs));
     }
     func->setAttr(kArenaSizeAttr, b.getI64IntegerAttr(arena.peak()));
@@ -196,6 +220,6 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
   }
 };
 
-}  // namespace
+} // namespace
 
-}  // namespace xcc::xg
+} // namespace xcc::xg

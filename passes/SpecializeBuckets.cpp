@@ -10,7 +10,7 @@ using namespace mlir;
 namespace xcc {
 #define GEN_PASS_DEF_XGSPECIALIZEBUCKETS
 #include "passes/Passes.h.inc"
-}  // namespace xcc
+} // namespace xcc
 
 namespace xcc::xg {
 
@@ -23,8 +23,8 @@ struct SpecializeBucketsPass
   // Returns the argument types of `func` with every dimension bound to `param`
   // set to `value`, or failure if an argument has a symbolic dimension bound to
   // another parameter.
-  FailureOr<SmallVector<Type>> specializedArgTypes(func::FuncOp func, StringRef param,
-                                                   int64_t value) {
+  FailureOr<SmallVector<Type>>
+  specializedArgTypes(func::FuncOp func, StringRef param, int64_t value) {
     SmallVector<Type> types;
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
@@ -34,20 +34,21 @@ struct SpecializeBucketsPass
         continue;
       }
       if (static_cast<int64_t>(dims.size()) != type.getRank()) {
-        func.emitError() << "argument " << i << ": " << kSymbolicDimsAttr << " has "
-                         << dims.size() << " entries for a rank-" << type.getRank()
-                         << " tensor";
+        func.emitError() << "argument " << i << ": " << kSymbolicDimsAttr
+                         << " has " << dims.size() << " entries for a rank-"
+                         << type.getRank() << " tensor";
         return failure();
       }
       SmallVector<int64_t> shape(type.getShape());
       for (auto [d, attr] : llvm::enumerate(dims)) {
         StringRef name = cast<StringAttr>(attr).getValue();
-        if (name.empty()) continue;
+        if (name.empty())
+          continue;
         if (name != param) {
           func.emitError() << "argument " << i << " dimension " << d
                            << " is bound to '" << name
-                           << "', which is not this entry's bucket parameter '" << param
-                           << "'";
+                           << "', which is not this entry's bucket parameter '"
+                           << param << "'";
           return failure();
         }
         shape[d] = value;
@@ -61,13 +62,15 @@ struct SpecializeBucketsPass
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> entries;
     for (auto func : module.getOps<func::FuncOp>())
-      if (func->hasAttr(kEntryAttr)) entries.push_back(func);
+      if (func->hasAttr(kEntryAttr))
+        entries.push_back(func);
 
     SymbolTable symbols(module);
     for (func::FuncOp func : entries) {
       auto param = func->getAttrOfType<StringAttr>(kBucketParamAttr);
       if (!param) {
-        func.emitError() << "entry function has no '" << kBucketParamAttr << "' attribute";
+        func.emitError() << "entry function has no '" << kBucketParamAttr
+                         << "' attribute";
         return signalPassFailure();
       }
       ArrayRef<int64_t> buckets;
@@ -76,11 +79,13 @@ struct SpecializeBucketsPass
       } else if (param.getValue() == "num_reqs") {
         buckets = numReqs;
       } else {
-        func.emitError() << "unknown bucket parameter '" << param.getValue() << "'";
+        func.emitError() << "unknown bucket parameter '" << param.getValue()
+                         << "'";
         return signalPassFailure();
       }
       if (buckets.empty()) {
-        func.emitError() << "no buckets given for parameter '" << param.getValue() << "'";
+        func.emitError() << "no buckets given for parameter '"
+                         << param.getValue() << "'";
         return signalPassFailure();
       }
       for (int64_t b : buckets) {
@@ -89,19 +94,23 @@ struct SpecializeBucketsPass
           return signalPassFailure();
         }
         auto argTypes = specializedArgTypes(func, param.getValue(), b);
-        if (failed(argTypes)) return signalPassFailure();
+        if (failed(argTypes))
+          return signalPassFailure();
         func::FuncOp clone = func.clone();
         clone.setSymName((func.getSymName() + "_" + Twine(b)).str());
-        clone->setAttr(kBucketAttr, IntegerAttr::get(IntegerType::get(&getContext(), 64), b));
-        for (auto [arg, type] : llvm::zip(clone.getArguments(), *argTypes)) arg.setType(type);
+        clone->setAttr(
+            kBucketAttr,
+            IntegerAttr::get(IntegerType::get(&getContext(), 64), b));
+        for (auto [arg, type] : llvm::zip(clone.getArguments(), *argTypes))
+          arg.setType(type);
         if (failed(reinferResultTypes(clone))) {
           clone.erase();
           return signalPassFailure();
         }
         if (symbols.lookup(clone.getSymName())) {
           func.emitError() << "bucket " << b << " of '" << func.getSymName()
-                           << "' clashes with an existing symbol '" << clone.getSymName()
-                           << "' (duplicate bucket?)";
+                           << "' clashes with an existing symbol '"
+                           << clone.getSymName() << "' (duplicate bucket?)";
           clone.erase();
           return signalPassFailure();
         }
@@ -112,6 +121,6 @@ struct SpecializeBucketsPass
   }
 };
 
-}  // namespace
+} // namespace
 
-}  // namespace xcc::xg
+} // namespace xcc::xg

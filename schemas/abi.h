@@ -28,8 +28,7 @@ namespace xpk::abi {
 
 // Looks a schema enum up by the name flatc gives it ("lm_step", "matmul").
 template <typename E, size_t N>
-std::optional<E> EnumNamed(const E (&values)[N], const char* (*name_of)(E),
-                           std::string_view name) {
+std::optional<E> EnumNamed(const E (&values)[N], const char* (*name_of)(E), std::string_view name) {
   for (E e : values)
     if (name == name_of(e)) return e;
   return std::nullopt;
@@ -51,9 +50,12 @@ inline std::optional<Ukernel> UkernelNamed(std::string_view name) {
 // "lm_logits_r16" (num_reqs 16), "vision_encode_i4" (num_images 4).
 inline char BucketLetter(ExecutableKind kind) {
   switch (kind) {
-    case ExecutableKind::lm_step: return 't';
-    case ExecutableKind::lm_logits: return 'r';
-    case ExecutableKind::vision_encode: return 'i';
+    case ExecutableKind::lm_step:
+      return 't';
+    case ExecutableKind::lm_logits:
+      return 'r';
+    case ExecutableKind::vision_encode:
+      return 'i';
   }
   return '?';
 }
@@ -236,8 +238,8 @@ struct UkernelTraits<Ukernel::matmul> {
   using IParam = MatmulParam;
   using FParam = MatmulFParam;
   using Binding = MatmulBinding;
-  static constexpr UkernelSignature kSignature{Ukernel::matmul, kMatmulIParams, {},
-                                               kMatmulBindings};
+  static constexpr UkernelSignature kSignature{
+      Ukernel::matmul, kMatmulIParams, {}, kMatmulBindings};
 };
 
 template <>
@@ -252,9 +254,12 @@ struct UkernelTraits<Ukernel::paged_attention> {
 // The signature of `u`, or nullptr for Ukernel::none and unknown values.
 inline const UkernelSignature* SignatureOf(Ukernel u) {
   switch (u) {
-    case Ukernel::matmul: return &UkernelTraits<Ukernel::matmul>::kSignature;
-    case Ukernel::paged_attention: return &UkernelTraits<Ukernel::paged_attention>::kSignature;
-    default: return nullptr;
+    case Ukernel::matmul:
+      return &UkernelTraits<Ukernel::matmul>::kSignature;
+    case Ukernel::paged_attention:
+      return &UkernelTraits<Ukernel::paged_attention>::kSignature;
+    default:
+      return nullptr;
   }
 }
 
@@ -294,9 +299,8 @@ constexpr bool SignatureMatchesEnums() {
   for (const ParamRole& p : s.fparams)
     if (p.rule != ParamRule::kAny) return false;  // the loader checks rules on iparams only
   for (const BindingRole& b : s.bindings)
-    if (b.bound_if != kAlwaysBound &&
-        (b.bound_if < 0 || b.bound_if >= s.iparams.size ||
-         s.iparams[b.bound_if].rule != ParamRule::kFlag))
+    if (b.bound_if != kAlwaysBound && (b.bound_if < 0 || b.bound_if >= s.iparams.size ||
+                                       s.iparams[b.bound_if].rule != ParamRule::kFlag))
       return false;
   return true;
 }

@@ -1,4 +1,5 @@
-// xcc-opt: runs xcc's passes (and the upstream ones it builds on) over .mlir files.
+// xcc-opt: runs xcc's passes (and the upstream ones it builds on) over .mlir
+// files.
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -13,10 +14,11 @@
 #include "dialects/XG/IR/XGDialect.h"
 #include "passes/Passes.h"
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<xcc::xg::XGDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect,
-                  mlir::math::MathDialect, mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
+  registry.insert<xcc::xg::XGDialect, mlir::func::FuncDialect,
+                  mlir::arith::ArithDialect, mlir::math::MathDialect,
+                  mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
                   mlir::cf::ControlFlowDialect, mlir::vector::VectorDialect,
                   mlir::LLVM::LLVMDialect>();
   xcc::registerXCCPasses();

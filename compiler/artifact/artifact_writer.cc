@@ -90,9 +90,8 @@ WeightPlacement ArtifactWriter::AppendWeight(const void* data, size_t size) {
     open_weights_segment_ = static_cast<int64_t>(segments_.size() - 1);
   }
   std::vector<uint8_t>& bytes = segments_[open_weights_segment_].bytes;
-  const size_t offset =
-      (bytes.size() + xrt::kXpkSegmentAlignment - 1) / xrt::kXpkSegmentAlignment *
-      xrt::kXpkSegmentAlignment;
+  const size_t offset = (bytes.size() + xrt::kXpkSegmentAlignment - 1) / xrt::kXpkSegmentAlignment *
+                        xrt::kXpkSegmentAlignment;
   bytes.resize(offset, 0);
   const auto* p = static_cast<const uint8_t*>(data);
   bytes.insert(bytes.end(), p, p + size);
@@ -188,12 +187,12 @@ Expected<ArtifactWriter::Layout> ArtifactWriter::ComputeLayout(const ManifestBui
 
 Status ArtifactWriter::Emit(const Layout& layout,
                             const std::function<Status(const uint8_t*, size_t)>& sink) const {
-  static const uint8_t kZeros[4096] = {};
+  static const uint8_t k_zeros[4096] = {};
   uint64_t pos = 0;
   auto pad_to = [&](uint64_t target) -> Status {
     while (pos < target) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(target - pos, sizeof(kZeros)));
-      XRT_RETURN_IF_ERROR(sink(kZeros, n));
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(target - pos, sizeof(k_zeros)));
+      XRT_RETURN_IF_ERROR(sink(k_zeros, n));
       pos += n;
     }
     return Status::Ok();
@@ -252,9 +251,8 @@ Status ArtifactWriter::WriteToFile(const std::string& path, const ManifestBuildF
                                  std::strerror(errno));
   }
   TempFile tmp(fd, tmpl);
-  XRT_RETURN_IF_ERROR(Emit(layout, [&tmp](const uint8_t* p, size_t n) {
-    return WriteAll(tmp.fd(), p, n, tmp.path());
-  }));
+  XRT_RETURN_IF_ERROR(Emit(
+      layout, [&tmp](const uint8_t* p, size_t n) { return WriteAll(tmp.fd(), p, n, tmp.path()); }));
   // mkstemp creates 0600; artifacts are ordinary readable files.
   if (::fchmod(tmp.fd(), 0644) != 0 || ::fsync(tmp.fd()) != 0) {
     return xrt::UnavailableError("{}: cannot finish writing: {}", tmp.path(), std::strerror(errno));
@@ -263,8 +261,9 @@ Status ArtifactWriter::WriteToFile(const std::string& path, const ManifestBuildF
   if (options.validate) {
     auto loaded = xrt::Artifact::Open(tmp.path());
     if (!loaded.ok()) {
-      return xrt::InternalError("{}: the artifact writer produced an artifact the loader rejects: {}",
-                                path, loaded.status().message());
+      return xrt::InternalError(
+          "{}: the artifact writer produced an artifact the loader rejects: {}", path,
+          loaded.status().message());
     }
   }
   if (::rename(tmp.path().c_str(), path.c_str()) != 0) {
@@ -292,8 +291,8 @@ flatbuffers::Offset<xpk::Provenance> BuildProvenance(flatbuffers::FlatBufferBuil
     ins.push_back(xpk::CreateInputHashDirect(fbb, in.path.c_str(), in.role.c_str(), in.size,
                                              in.sha256.c_str()));
   }
-  return xpk::CreateProvenanceDirect(fbb, p.compiler_version.c_str(), p.llvm_version.c_str(),
-                                     &opts, &ins);
+  return xpk::CreateProvenanceDirect(fbb, p.compiler_version.c_str(), p.llvm_version.c_str(), &opts,
+                                     &ins);
 }
 
 }  // namespace xcc

@@ -1,4 +1,4 @@
-// ArtifactWriter: lays out and writes a .xpk file (DESIGN.md §3, schemas/artifact.fbs).
+// ArtifactWriter: lays out and writes a .xpk file (docs/DESIGN.md §3, schemas/artifact.fbs).
 //
 //   [0, 64)                     FileHeader (runtime/loader/file_header.h), manifest_offset = 64
 //   [64, 64 + manifest_size)    the manifest flatbuffer, finished with identifier "XPK1"
@@ -109,7 +109,8 @@ class ArtifactWriter {
   };
   Expected<Layout> ComputeLayout(const ManifestBuildFn& build, const std::string& name) const;
   // Streams header, manifest, padding and segments to `sink` in file order.
-  Status Emit(const Layout& layout, const std::function<Status(const uint8_t*, size_t)>& sink) const;
+  Status Emit(const Layout& layout,
+              const std::function<Status(const uint8_t*, size_t)>& sink) const;
 
   std::vector<PendingSegment> segments_;
   int64_t open_weights_segment_ = -1;

@@ -32,12 +32,12 @@ xrt::Expected<std::string> FinishHex(EVP_MD_CTX* ctx, const std::string& what) {
   if (EVP_DigestFinal_ex(ctx, digest, &len) != 1) {
     return xrt::InternalError("{}: SHA-256 finalization failed", what);
   }
-  static const char kHex[] = "0123456789abcdef";
+  static const char k_hex[] = "0123456789abcdef";
   std::string hex;
   hex.reserve(2 * len);
   for (unsigned int i = 0; i < len; ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 0xf];
+    hex += k_hex[digest[i] >> 4];
+    hex += k_hex[digest[i] & 0xf];
   }
   return hex;
 }

@@ -10,9 +10,9 @@
 #include <optional>
 
 #include "compiler/artifact/artifact_writer.h"
+#include "runtime/base/thread_pool.h"
 #include "runtime/executor/executor.h"
 #include "runtime/kernels/matmul.h"
-#include "runtime/base/thread_pool.h"
 #include "runtime/loader/artifact.h"
 #include "runtime/loader/file_header.h"
 #include "schemas/abi.h"
@@ -79,8 +79,7 @@ std::vector<float> Values(size_t n, float scale, float shift) {
 // no generated code): weights W [kN][kK] (packed) and bias [kN]; io tensors a, acc, c.
 class ContractArtifact {
  public:
-  ContractArtifact()
-      : w_(Values(kN * kK, 0.25f, -1.0f)), bias_(Values(kN, 0.5f, 0.125f)) {}
+  ContractArtifact() : w_(Values(kN * kK, 0.25f, -1.0f)), bias_(Values(kN, 0.5f, 0.125f)) {}
 
   const std::vector<float>& w() const { return w_; }
   const std::vector<float>& bias() const { return bias_; }
@@ -91,14 +90,14 @@ class ContractArtifact {
     xrt::PackWeights(w_.data(), kN, kK, packed.data());
     const WeightPlacement w = writer.AppendWeight(packed.data(), packed.size() * 4);
     const WeightPlacement bias = writer.AppendWeight(bias_.data(), bias_.size() * 4);
-    ManifestBuildFn build = [&](flatbuffers::FlatBufferBuilder& fbb, SegmentTable segments)
-        -> Expected<flatbuffers::Offset<xpk::Manifest>> {
+    ManifestBuildFn build =
+        [&](flatbuffers::FlatBufferBuilder& fbb,
+            SegmentTable segments) -> Expected<flatbuffers::Offset<xpk::Manifest>> {
       std::vector<int32_t> eos = {1};
       auto config = xpk::CreateModelConfigDirect(
           fbb, "LlamaForCausalLM", /*vocab_size=*/2, /*hidden_size=*/8, /*intermediate_size=*/8,
           /*num_hidden_layers=*/1, /*num_attention_heads=*/1, /*num_key_value_heads=*/1,
-          /*head_dim=*/8, /*max_position_embeddings=*/64, 1e-5, 10000.0, 0, false, false, "",
-          &eos);
+          /*head_dim=*/8, /*max_position_embeddings=*/64, 1e-5, 10000.0, 0, false, false, "", &eos);
       std::vector<flatbuffers::Offset<flatbuffers::String>> vocab = {fbb.CreateString("a"),
                                                                      fbb.CreateString("b")};
       auto tokenizer = xpk::CreateTokenizerDirect(fbb, "bpe", &vocab);
@@ -113,8 +112,7 @@ class ContractArtifact {
                                   bias.size)};
       std::vector<int64_t> a_shape = {kM, kLda}, acc_shape = {kM, kLdAcc}, c_shape = {kM, kLdc};
       std::vector<flatbuffers::Offset<xpk::TensorSpec>> inputs = {
-          xpk::CreateTensorSpecDirect(fbb, "a", xpk::DType::f32, &a_shape, kAOffset,
-                                      kM * kLda * 4),
+          xpk::CreateTensorSpecDirect(fbb, "a", xpk::DType::f32, &a_shape, kAOffset, kM * kLda * 4),
           xpk::CreateTensorSpecDirect(fbb, "acc", xpk::DType::f32, &acc_shape, kAccOffset,
                                       kM * kLdAcc * 4)};
       std::vector<flatbuffers::Offset<xpk::TensorSpec>> outputs = {xpk::CreateTensorSpecDirect(
@@ -126,8 +124,8 @@ class ContractArtifact {
       std::vector<flatbuffers::Offset<xpk::Executable>> exes = {xpk::CreateExecutableDirect(
           fbb, "lm_step_t3", xpk::ExecutableKind::lm_step, kM, 4, 0, xpk::LoraMode::none, &inputs,
           &outputs, kIoSize, /*arena_size=*/0, &cmds)};
-      return xpk::CreateManifest(fbb, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor, config,
-                                 tokenizer, limits, segments, fbb.CreateVector(weights), 0,
+      return xpk::CreateManifest(fbb, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor, config, tokenizer,
+                                 limits, segments, fbb.CreateVector(weights), 0,
                                  fbb.CreateVector(exes), 0);
     };
     ArtifactWriteOptions o;
@@ -154,8 +152,9 @@ struct MatmulCase {
 };
 
 std::string MatmulCaseName(const ::testing::TestParamInfo<MatmulCase>& info) {
-  static const char* const kAcc[] = {"no_acc", "acc", "acc_in_place"};
-  return std::string(info.param.bias ? "bias_" : "no_bias_") + kAcc[static_cast<int>(info.param.acc)];
+  static const char* const k_acc[] = {"no_acc", "acc", "acc_in_place"};
+  return std::string(info.param.bias ? "bias_" : "no_bias_") +
+         k_acc[static_cast<int>(info.param.acc)];
 }
 
 class MatmulByRole : public ::testing::TestWithParam<MatmulCase> {};
@@ -174,7 +173,9 @@ TEST_P(MatmulByRole, ExecutorComputesWhatTheRolesSay) {
   auto exec = xrt::Executor::Create(params);
   ASSERT_TRUE(exec.ok()) << exec.status().ToString();
   const xpk::Executable& e = *(*a)->manifest().executables()->Get(0);
-  auto io = [&](const char* name) { return reinterpret_cast<float*>((*exec)->Tensor(e, name).value()); };
+  auto io = [&](const char* name) {
+    return reinterpret_cast<float*>((*exec)->Tensor(e, name).value());
+  };
 
   const std::vector<float> in = Values(kM * kLda, 0.5f, -2.0f);
   const std::vector<float> acc = Values(kM * kLdAcc, -0.75f, 3.0f);
@@ -200,12 +201,13 @@ TEST_P(MatmulByRole, ExecutorComputesWhatTheRolesSay) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Roles, MatmulByRole,
-    ::testing::Values(MatmulCase{false, Acc::kNone}, MatmulCase{true, Acc::kNone},
-                      MatmulCase{false, Acc::kDisjoint}, MatmulCase{true, Acc::kDisjoint},
-                      MatmulCase{true, Acc::kInPlace}),
-    MatmulCaseName);
+INSTANTIATE_TEST_SUITE_P(Roles, MatmulByRole,
+                         ::testing::Values(MatmulCase{false, Acc::kNone},
+                                           MatmulCase{true, Acc::kNone},
+                                           MatmulCase{false, Acc::kDisjoint},
+                                           MatmulCase{true, Acc::kDisjoint},
+                                           MatmulCase{true, Acc::kInPlace}),
+                         MatmulCaseName);
 
 // ---------------------------------------------------------------------------
 // The loader rejects what breaks the contract, naming the role.
@@ -216,13 +218,16 @@ TEST(UkernelContract, LoaderNamesTheRole) {
   {
     CommandSpec s = MatmulSpec(true, Acc::kDisjoint);
     s.iparams.pop_back();
-    EXPECT_EQ(artifact.LoadError(s), where + "ukernel matmul takes 8 iparams, got 7 (missing ldacc)");
+    EXPECT_EQ(artifact.LoadError(s),
+              where + "ukernel matmul takes 8 iparams, got 7 (missing ldacc)");
     s.iparams.resize(3);
     EXPECT_EQ(artifact.LoadError(s),
-              where + "ukernel matmul takes 8 iparams, got 3 (missing lda, ldc, accumulate, "
-                      "has_bias, ldacc)");
+              where +
+                  "ukernel matmul takes 8 iparams, got 3 (missing lda, ldc, accumulate, "
+                  "has_bias, ldacc)");
     s.iparams.resize(9, 1);
-    EXPECT_EQ(artifact.LoadError(s), where + "ukernel matmul takes 8 iparams, got 9 (nothing follows ldacc)");
+    EXPECT_EQ(artifact.LoadError(s),
+              where + "ukernel matmul takes 8 iparams, got 9 (nothing follows ldacc)");
   }
   {
     CommandSpec s = MatmulSpec(false, Acc::kNone);
@@ -233,16 +238,19 @@ TEST(UkernelContract, LoaderNamesTheRole) {
     // The flags say bias and acc are bound: the bindings must say so too.
     CommandSpec s = MatmulSpec(true, Acc::kDisjoint);
     s.bindings.pop_back();
-    EXPECT_EQ(artifact.LoadError(s), where + "matmul with has_bias 1 and accumulate 1 takes 5 "
-                                             "bindings, got 4 (missing acc)");
+    EXPECT_EQ(artifact.LoadError(s), where +
+                                         "matmul with has_bias 1 and accumulate 1 takes 5 "
+                                         "bindings, got 4 (missing acc)");
     s = MatmulSpec(false, Acc::kNone);
     s.iparams[xpk::abi::Index(P::kHasBias)] = 1;
-    EXPECT_EQ(artifact.LoadError(s), where + "matmul with has_bias 1 and accumulate 0 takes 4 "
-                                             "bindings, got 3 (missing bias)");
+    EXPECT_EQ(artifact.LoadError(s), where +
+                                         "matmul with has_bias 1 and accumulate 0 takes 4 "
+                                         "bindings, got 3 (missing bias)");
     s = MatmulSpec(true, Acc::kNone);
     s.iparams[xpk::abi::Index(P::kHasBias)] = 0;
-    EXPECT_EQ(artifact.LoadError(s), where + "matmul with has_bias 0 and accumulate 0 takes 3 "
-                                             "bindings, got 4 (nothing follows c)");
+    EXPECT_EQ(artifact.LoadError(s), where +
+                                         "matmul with has_bias 0 and accumulate 0 takes 3 "
+                                         "bindings, got 4 (nothing follows c)");
     s.bindings.resize(6, s.bindings[0]);
     EXPECT_EQ(artifact.LoadError(s),
               where + "ukernel matmul takes 3 to 5 bindings, got 6 (a, w, c, [bias], [acc])");
@@ -259,8 +267,9 @@ TEST(UkernelContract, LoaderNamesTheRole) {
     CommandSpec s = MatmulSpec(false, Acc::kNone);
     s.ukernel = xpk::Ukernel::paged_attention;
     EXPECT_EQ(artifact.LoadError(s),
-              where + "ukernel paged_attention takes 10 bindings, got 3 (missing out, k_cache, "
-                      "v_cache, slot_mapping, block_tables, seq_lens, query_start_loc)");
+              where +
+                  "ukernel paged_attention takes 10 bindings, got 3 (missing out, k_cache, "
+                  "v_cache, slot_mapping, block_tables, seq_lens, query_start_loc)");
   }
 }
 
@@ -310,8 +319,8 @@ TEST(UkernelContract, ViewReadsWhatTheCommandWrote) {
   ASSERT_EQ(u.Finish(&s.iparams, &s.fparams, &s.bindings), "");
 
   flatbuffers::FlatBufferBuilder fbb;
-  fbb.Finish(xpk::CreateCommandDirect(fbb, xpk::CommandKind::ukernel, 0, s.ukernel, 0,
-                                      &s.bindings, &s.iparams, &s.fparams));
+  fbb.Finish(xpk::CreateCommandDirect(fbb, xpk::CommandKind::ukernel, 0, s.ukernel, 0, &s.bindings,
+                                      &s.iparams, &s.fparams));
   const auto* command = flatbuffers::GetRoot<xpk::Command>(fbb.GetBufferPointer());
   xpk::abi::UkernelView<xpk::Ukernel::paged_attention> view(*command);
   EXPECT_EQ(view[AP::kNumTokens], 100);
@@ -326,8 +335,8 @@ TEST(UkernelContract, ViewReadsWhatTheCommandWrote) {
 
   s = MatmulSpec(/*bias=*/false, Acc::kDisjoint);
   fbb.Clear();
-  fbb.Finish(xpk::CreateCommandDirect(fbb, xpk::CommandKind::ukernel, 0, s.ukernel, 0,
-                                      &s.bindings, &s.iparams));
+  fbb.Finish(xpk::CreateCommandDirect(fbb, xpk::CommandKind::ukernel, 0, s.ukernel, 0, &s.bindings,
+                                      &s.iparams));
   xpk::abi::UkernelView<xpk::Ukernel::matmul> mm(
       *flatbuffers::GetRoot<xpk::Command>(fbb.GetBufferPointer()));
   EXPECT_EQ(mm[P::kLdAcc], kLdAcc);

@@ -2,9 +2,6 @@
 
 #include <algorithm>
 
-#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/IR/LLVMContext.h"
@@ -22,6 +19,9 @@
 #include "llvm/Target/TargetOptions.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/X86TargetParser.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
 
 #ifndef XCC_LLD_PATH
 #define XCC_LLD_PATH ""
@@ -34,8 +34,9 @@ using xrt::Expected;
 
 // CPU features the runtime can check (names as GCC's __builtin_cpu_supports spells them).
 constexpr const char* kCheckableFeatures[] = {
-    "sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "avx512f", "avx512bw",
-    "avx512dq", "avx512vl", "avx512cd", "avx512vnni", "avx512bf16", "avx512fp16",
+    "sse4.2",   "avx",      "avx2",       "fma",        "f16c",
+    "bmi",      "bmi2",     "avx512f",    "avx512bw",   "avx512dq",
+    "avx512vl", "avx512cd", "avx512vnni", "avx512bf16", "avx512fp16",
 };
 
 bool IsCheckable(llvm::StringRef f) {
@@ -106,8 +107,7 @@ void Optimize(llvm::Module& m, llvm::TargetMachine* tm) {
 
 }  // namespace
 
-Expected<CodegenResult> GenerateSharedObject(mlir::ModuleOp module,
-                                             const CodegenOptions& options) {
+Expected<CodegenResult> GenerateSharedObject(mlir::ModuleOp module, const CodegenOptions& options) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
 
@@ -121,26 +121,27 @@ Expected<CodegenResult> GenerateSharedObject(mlir::ModuleOp module,
   std::string error;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(result.triple, error);
   if (!target) return xrt::InternalError("no LLVM target for '{}': {}", result.triple, error);
-  llvm::TargetOptions targetOptions;
+  llvm::TargetOptions target_options;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      result.triple, result.cpu, result.features, targetOptions, llvm::Reloc::PIC_,
-      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+      result.triple, result.cpu, result.features, target_options, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
   if (!tm) return xrt::InternalError("cannot create a target machine for cpu '{}'", result.cpu);
 
   mlir::registerBuiltinDialectTranslation(*module.getContext());
   mlir::registerLLVMDialectTranslation(*module.getContext());
-  llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule =
-      mlir::translateModuleToLLVMIR(module, llvmContext, "xcc_dispatches");
-  if (!llvmModule) return xrt::InternalError("translation of the dispatch module to LLVM IR failed");
-  llvmModule->setDataLayout(tm->createDataLayout());
-  llvmModule->setTargetTriple(result.triple);
-  for (llvm::Function& f : *llvmModule) {
+  llvm::LLVMContext llvm_context;
+  std::unique_ptr<llvm::Module> llvm_module =
+      mlir::translateModuleToLLVMIR(module, llvm_context, "xcc_dispatches");
+  if (!llvm_module)
+    return xrt::InternalError("translation of the dispatch module to LLVM IR failed");
+  llvm_module->setDataLayout(tm->createDataLayout());
+  llvm_module->setTargetTriple(result.triple);
+  for (llvm::Function& f : *llvm_module) {
     if (f.isDeclaration()) continue;
     f.addFnAttr("target-cpu", result.cpu);
     if (!result.features.empty()) f.addFnAttr("target-features", result.features);
   }
-  Optimize(*llvmModule, tm.get());
+  Optimize(*llvm_module, tm.get());
 
   llvm::SmallVector<char, 0> object;
   {
@@ -148,46 +149,45 @@ Expected<CodegenResult> GenerateSharedObject(mlir::ModuleOp module,
     llvm::legacy::PassManager pm;
     if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
       return xrt::InternalError("the target cannot emit object files");
-    pm.run(*llvmModule);
+    pm.run(*llvm_module);
   }
 
   // Link with lld into a shared object (in a private temp directory).
   std::string lld = FindLld(options.lld_path);
-  if (lld.empty())
-    return xrt::NotFoundError("ld.lld not found (install lld-19, or pass its path)");
+  if (lld.empty()) return xrt::NotFoundError("ld.lld not found (install lld-19, or pass its path)");
   llvm::SmallString<128> dir;
   if (auto ec = llvm::sys::fs::createUniqueDirectory("xcc-link", dir))
     return xrt::UnavailableError("cannot create a temporary directory: {}", ec.message());
-  std::string objPath = (dir + "/dispatches.o").str();
-  std::string soPath = (dir + "/dispatches.so").str();
-  std::string logPath = (dir + "/lld.log").str();
+  std::string obj_path = (dir + "/dispatches.o").str();
+  std::string so_path = (dir + "/dispatches.so").str();
+  std::string log_path = (dir + "/lld.log").str();
   auto cleanup = [&] {
-    for (const std::string& p : {objPath, soPath, logPath}) llvm::sys::fs::remove(p);
+    for (const std::string& p : {obj_path, so_path, log_path}) llvm::sys::fs::remove(p);
     llvm::sys::fs::remove(dir);
   };
   {
     std::error_code ec;
-    llvm::raw_fd_ostream out(objPath, ec);
+    llvm::raw_fd_ostream out(obj_path, ec);
     if (ec) {
       cleanup();
-      return xrt::UnavailableError("cannot write {}: {}", objPath, ec.message());
+      return xrt::UnavailableError("cannot write {}: {}", obj_path, ec.message());
     }
     out.write(object.data(), object.size());
   }
-  llvm::SmallVector<llvm::StringRef, 12> args = {lld, "-shared", "--build-id=none",
-                                                 "-z", "noexecstack", "-o", soPath, objPath};
-  std::optional<llvm::StringRef> redirects[] = {std::nullopt, llvm::StringRef(logPath),
-                                                llvm::StringRef(logPath)};
-  std::string execError;
-  int rc = llvm::sys::ExecuteAndWait(lld, args, std::nullopt, redirects, 0, 0, &execError);
+  llvm::SmallVector<llvm::StringRef, 12> args = {
+      lld, "-shared", "--build-id=none", "-z", "noexecstack", "-o", so_path, obj_path};
+  std::optional<llvm::StringRef> redirects[] = {std::nullopt, llvm::StringRef(log_path),
+                                                llvm::StringRef(log_path)};
+  std::string exec_error;
+  int rc = llvm::sys::ExecuteAndWait(lld, args, std::nullopt, redirects, 0, 0, &exec_error);
   if (rc != 0) {
     std::string log;
-    if (auto buf = llvm::MemoryBuffer::getFile(logPath)) log = (*buf)->getBuffer().str();
+    if (auto buf = llvm::MemoryBuffer::getFile(log_path)) log = (*buf)->getBuffer().str();
     cleanup();
     return xrt::InternalError("linking the dispatch code with {} failed ({}): {}{}", lld, rc,
-                              execError, log);
+                              exec_error, log);
   }
-  auto so = llvm::MemoryBuffer::getFile(soPath);
+  auto so = llvm::MemoryBuffer::getFile(so_path);
   if (!so) {
     cleanup();
     return xrt::InternalError("cannot read the linked shared object");

@@ -21,7 +21,7 @@ struct CodegenResult {
   std::string shared_object;  // ELF bytes
   std::string triple;
   std::string cpu;
-  std::string features;                     // the LLVM feature string used
+  std::string features;                        // the LLVM feature string used
   std::vector<std::string> required_features;  // CPU features the runtime must have
 };
 

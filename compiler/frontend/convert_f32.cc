@@ -246,13 +246,27 @@ Status ConvertToF32(SourceDType t, const uint8_t* src, size_t nbytes, int64_t n,
   DTypeLayout layout = GetDTypeLayout(t);
   void (*block_fn)(const uint8_t*, float*) = nullptr;
   switch (t) {
-    case SourceDType::kF32: std::memcpy(out, src, nbytes); return Status::Ok();
-    case SourceDType::kF64: ConvertPlain<double>(src, n, out); return Status::Ok();
-    case SourceDType::kI8: ConvertPlain<int8_t>(src, n, out); return Status::Ok();
-    case SourceDType::kI16: ConvertPlain<int16_t>(src, n, out); return Status::Ok();
-    case SourceDType::kI32: ConvertPlain<int32_t>(src, n, out); return Status::Ok();
-    case SourceDType::kI64: ConvertPlain<int64_t>(src, n, out); return Status::Ok();
-    case SourceDType::kU8: ConvertPlain<uint8_t>(src, n, out); return Status::Ok();
+    case SourceDType::kF32:
+      std::memcpy(out, src, nbytes);
+      return Status::Ok();
+    case SourceDType::kF64:
+      ConvertPlain<double>(src, n, out);
+      return Status::Ok();
+    case SourceDType::kI8:
+      ConvertPlain<int8_t>(src, n, out);
+      return Status::Ok();
+    case SourceDType::kI16:
+      ConvertPlain<int16_t>(src, n, out);
+      return Status::Ok();
+    case SourceDType::kI32:
+      ConvertPlain<int32_t>(src, n, out);
+      return Status::Ok();
+    case SourceDType::kI64:
+      ConvertPlain<int64_t>(src, n, out);
+      return Status::Ok();
+    case SourceDType::kU8:
+      ConvertPlain<uint8_t>(src, n, out);
+      return Status::Ok();
     case SourceDType::kBool:
       for (int64_t i = 0; i < n; ++i) out[i] = src[i] ? 1.0f : 0.0f;
       return Status::Ok();
@@ -262,18 +276,42 @@ Status ConvertToF32(SourceDType t, const uint8_t* src, size_t nbytes, int64_t n,
     case SourceDType::kBF16:
       for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(LoadU16(src + 2 * i));
       return Status::Ok();
-    case SourceDType::kQ4_0: block_fn = BlockQ4_0; break;
-    case SourceDType::kQ4_1: block_fn = BlockQ4_1; break;
-    case SourceDType::kQ5_0: block_fn = BlockQ5_0; break;
-    case SourceDType::kQ5_1: block_fn = BlockQ5_1; break;
-    case SourceDType::kQ8_0: block_fn = BlockQ8_0; break;
-    case SourceDType::kQ8_1: block_fn = BlockQ8_1; break;
-    case SourceDType::kQ2_K: block_fn = BlockQ2_K; break;
-    case SourceDType::kQ3_K: block_fn = BlockQ3_K; break;
-    case SourceDType::kQ4_K: block_fn = BlockQ4_K; break;
-    case SourceDType::kQ5_K: block_fn = BlockQ5_K; break;
-    case SourceDType::kQ6_K: block_fn = BlockQ6_K; break;
-    case SourceDType::kQ8_K: block_fn = BlockQ8_K; break;
+    case SourceDType::kQ4_0:
+      block_fn = BlockQ4_0;
+      break;
+    case SourceDType::kQ4_1:
+      block_fn = BlockQ4_1;
+      break;
+    case SourceDType::kQ5_0:
+      block_fn = BlockQ5_0;
+      break;
+    case SourceDType::kQ5_1:
+      block_fn = BlockQ5_1;
+      break;
+    case SourceDType::kQ8_0:
+      block_fn = BlockQ8_0;
+      break;
+    case SourceDType::kQ8_1:
+      block_fn = BlockQ8_1;
+      break;
+    case SourceDType::kQ2_K:
+      block_fn = BlockQ2_K;
+      break;
+    case SourceDType::kQ3_K:
+      block_fn = BlockQ3_K;
+      break;
+    case SourceDType::kQ4_K:
+      block_fn = BlockQ4_K;
+      break;
+    case SourceDType::kQ5_K:
+      block_fn = BlockQ5_K;
+      break;
+    case SourceDType::kQ6_K:
+      block_fn = BlockQ6_K;
+      break;
+    case SourceDType::kQ8_K:
+      block_fn = BlockQ8_K;
+      break;
   }
   if (block_fn == nullptr) {
     return xrt::InternalError("ConvertToF32: unhandled dtype {}", static_cast<int>(t));

@@ -15,8 +15,8 @@ using testing::Append;
 
 std::vector<float> Convert(SourceDType t, const std::string& bytes, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n), NAN);
-  Status s = ConvertToF32(t, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), n,
-                          out.data());
+  Status s =
+      ConvertToF32(t, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), n, out.data());
   EXPECT_TRUE(s.ok()) << s.ToString();
   return out;
 }
@@ -100,18 +100,18 @@ TEST(ConvertToF32Test, Q4_1TwoBlocks) {
 
 TEST(ConvertToF32Test, Q5_0AndQ5_1) {
   std::string b;
-  Append<uint16_t>(&b, 0x3c00);              // d = 1
-  Append<uint32_t>(&b, (1u << 0) | (1u << 17));  // 5th bit of values 0 and 17
+  Append<uint16_t>(&b, 0x3c00);                            // d = 1
+  Append<uint32_t>(&b, (1u << 0) | (1u << 17));            // 5th bit of values 0 and 17
   for (int j = 0; j < 16; ++j) Append<uint8_t>(&b, 0x21);  // low 1, high 2
   std::vector<float> y = Convert(SourceDType::kQ5_0, b, 32);
-  EXPECT_EQ(y[0], 1.0f);    // (1 | 16) - 16
-  EXPECT_EQ(y[1], -15.0f);  // 1 - 16
-  EXPECT_EQ(y[16], -14.0f); // 2 - 16
-  EXPECT_EQ(y[17], 2.0f);   // (2 | 16) - 16
+  EXPECT_EQ(y[0], 1.0f);     // (1 | 16) - 16
+  EXPECT_EQ(y[1], -15.0f);   // 1 - 16
+  EXPECT_EQ(y[16], -14.0f);  // 2 - 16
+  EXPECT_EQ(y[17], 2.0f);    // (2 | 16) - 16
 
   std::string c;
-  Append<uint16_t>(&c, 0x4000);              // d = 2
-  Append<uint16_t>(&c, 0x3800);              // m = 0.5
+  Append<uint16_t>(&c, 0x4000);  // d = 2
+  Append<uint16_t>(&c, 0x3800);  // m = 0.5
   Append<uint32_t>(&c, (1u << 3) | (1u << 31));
   for (int j = 0; j < 16; ++j) Append<uint8_t>(&c, 0xf0);  // low 0, high 15
   y = Convert(SourceDType::kQ5_1, c, 32);
@@ -126,10 +126,10 @@ TEST(ConvertToF32Test, Q2_K) {
   // Sub-block i: scale (i % 8) + 1, min 1.
   for (int i = 0; i < 16; ++i) Append<uint8_t>(&b, static_cast<uint8_t>((i % 8 + 1) | (1 << 4)));
   for (int i = 0; i < 64; ++i) Append<uint8_t>(&b, 0xe4);  // planes 0,1,2,3 hold 0,1,2,3
-  Append<uint16_t>(&b, 0x3c00);  // d = 1
-  Append<uint16_t>(&b, 0x3800);  // dmin = 0.5
+  Append<uint16_t>(&b, 0x3c00);                            // d = 1
+  Append<uint16_t>(&b, 0x3800);                            // dmin = 0.5
   std::vector<float> y = Convert(SourceDType::kQ2_K, b, 256);
-  EXPECT_EQ(y[0], -0.5f);    // scale 1 * 0 - 0.5
+  EXPECT_EQ(y[0], -0.5f);  // scale 1 * 0 - 0.5
   EXPECT_EQ(y[16], -0.5f);
   EXPECT_EQ(y[32], 2.5f);    // plane 1, sub-block 2 (scale 3): 3 * 1 - 0.5
   EXPECT_EQ(y[112], 23.5f);  // plane 3, sub-block 7 (scale 8): 8 * 3 - 0.5
@@ -140,24 +140,25 @@ TEST(ConvertToF32Test, Q2_K) {
 TEST(ConvertToF32Test, Q3_K) {
   std::string b;
   for (int i = 0; i < 32; ++i) Append<uint8_t>(&b, i == 0 ? 0xfe : 0xff);  // hmask
-  for (int i = 0; i < 64; ++i) Append<uint8_t>(&b, 0xe4);                 // qs
+  for (int i = 0; i < 64; ++i) Append<uint8_t>(&b, 0xe4);                  // qs
   // Scales: all 33 (effective 1) except scale 15 = 37 (effective 5).
   for (int i = 0; i < 8; ++i) Append<uint8_t>(&b, i == 7 ? 0x51 : 0x11);
   for (int i = 0; i < 4; ++i) Append<uint8_t>(&b, 0xaa);
   Append<uint16_t>(&b, 0x3c00);  // d = 1
   std::vector<float> y = Convert(SourceDType::kQ3_K, b, 256);
-  EXPECT_EQ(y[0], -4.0f);   // 0 with the high bit clear: 0 - 4
+  EXPECT_EQ(y[0], -4.0f);  // 0 with the high bit clear: 0 - 4
   EXPECT_EQ(y[1], 0.0f);
-  EXPECT_EQ(y[32], 1.0f);   // plane 1, hmask[0] bit 1 set
+  EXPECT_EQ(y[32], 1.0f);  // plane 1, hmask[0] bit 1 set
   EXPECT_EQ(y[96], 3.0f);
-  EXPECT_EQ(y[239], 3.0f);  // scale 14: 1 * 3
-  EXPECT_EQ(y[255], 15.0f); // scale 15: 5 * 3
+  EXPECT_EQ(y[239], 3.0f);   // scale 14: 1 * 3
+  EXPECT_EQ(y[255], 15.0f);  // scale 15: 5 * 3
 }
 
 std::string K4Scales() {
   std::string s;
   // sub-blocks 0..3: scale 2, min 1; 4..7: scale 3 | (top bits) , min 1.
-  for (int i = 0; i < 4; ++i) Append<uint8_t>(&s, i == 0 ? 0x42 : 0x02);  // byte 0 top bits -> sub 4 scale + 16
+  for (int i = 0; i < 4; ++i)
+    Append<uint8_t>(&s, i == 0 ? 0x42 : 0x02);  // byte 0 top bits -> sub 4 scale + 16
   for (int i = 0; i < 4; ++i) Append<uint8_t>(&s, 0x01);
   for (int i = 0; i < 4; ++i) Append<uint8_t>(&s, 0x13);
   return s;
@@ -185,7 +186,7 @@ TEST(ConvertToF32Test, Q5_K) {
   for (int i = 0; i < 32; ++i) Append<uint8_t>(&b, i == 0 ? 0x09 : 0x00);  // bits 0 and 3 of qh[0]
   for (int i = 0; i < 128; ++i) Append<uint8_t>(&b, 0x21);
   std::vector<float> y = Convert(SourceDType::kQ5_K, b, 256);
-  EXPECT_EQ(y[0], 33.0f);   // 2 * (1 + 16) - 1
+  EXPECT_EQ(y[0], 33.0f);  // 2 * (1 + 16) - 1
   EXPECT_EQ(y[1], 1.0f);
   EXPECT_EQ(y[32], 3.0f);
   EXPECT_EQ(y[96], 35.0f);  // sub 3 (high nibbles of chunk 1): 2 * (2 + 16) - 1
@@ -223,8 +224,8 @@ TEST(ConvertToF32Test, Q8_K) {
 TEST(ConvertToF32Test, WrongByteSizeIsAnError) {
   std::vector<float> out(64);
   std::string b(35, '\0');
-  Status s = ConvertToF32(SourceDType::kQ8_0, reinterpret_cast<const uint8_t*>(b.data()),
-                          b.size(), 32, out.data());
+  Status s = ConvertToF32(SourceDType::kQ8_0, reinterpret_cast<const uint8_t*>(b.data()), b.size(),
+                          32, out.data());
   EXPECT_EQ(s.code(), xrt::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("Q8_0"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("34"), std::string::npos) << s.message();

@@ -39,8 +39,7 @@ std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c) {
   return out;
 }
 
-Status ValidateDecoderTensors(const ModelSource& source,
-                              bool (*ignored)(const std::string& name)) {
+Status ValidateDecoderTensors(const ModelSource& source, bool (*ignored)(const std::string& name)) {
   // Every layer has tensors of its own, so more layers than tensors is a corrupt count; it
   // is rejected before DecoderTensorSpecs builds a dozen specs per layer (a GGUF
   // block_count of 10^9 would exhaust memory first).
@@ -57,9 +56,9 @@ Status ValidateDecoderTensors(const ModelSource& source,
     if (used.count(name) == 0 && !(ignored && ignored(name))) unused.push_back(name);
   }
   if (!unused.empty()) {
-    constexpr size_t kNamed = 8;
+    constexpr size_t k_named = 8;
     std::vector<std::string> named;
-    for (size_t i = 0; i < unused.size() && i < kNamed; ++i) {
+    for (size_t i = 0; i < unused.size() && i < k_named; ++i) {
       Expected<const SourceTensor*> t = source.tensor(unused[i]);
       named.push_back(fmt::format("'{}' ({})", unused[i], t.ok() ? (*t)->file : "?"));
     }
@@ -68,7 +67,7 @@ Status ValidateDecoderTensors(const ModelSource& source,
         "tie_word_embeddings {}): {}{}",
         unused.size(), source.config().architecture, source.config().attention_bias,
         source.config().tie_word_embeddings, fmt::join(named, ", "),
-        unused.size() > kNamed ? ", ..." : "");
+        unused.size() > k_named ? ", ..." : "");
   }
   for (const DecoderTensorSpec& spec : specs) {
     Expected<const SourceTensor*> t = source.tensor(spec.name);

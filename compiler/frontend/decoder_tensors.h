@@ -26,7 +26,8 @@ std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c);
 // its shape, and that the source holds no other tensor except those
 // `ignored` accepts (what the format's reference loader skips). Errors name
 // the tensor and expected vs actual shape, e.g.
-//   "tensor 'model.layers.3.self_attn.k_proj.weight' (model.safetensors): shape [64, 576], expected [192, 576]",
+//   "tensor 'model.layers.3.self_attn.k_proj.weight' (model.safetensors): shape [64, 576], expected
+//   [192, 576]",
 // or the tensors the graph would not read.
 Status ValidateDecoderTensors(const ModelSource& source,
                               bool (*ignored)(const std::string& name) = nullptr);

@@ -39,8 +39,9 @@ TEST(DecoderTensorsTest, MoreLayersThanTensorsIsAnError) {
   auto m = ModelSource::Open(dir.File("m.gguf"));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), xrt::StatusCode::kInvalidArgument) << m.status().ToString();
-  EXPECT_NE(m.status().message().find("num_hidden_layers is 1000, but the model has only 2 tensors"),
-            std::string::npos)
+  EXPECT_NE(
+      m.status().message().find("num_hidden_layers is 1000, but the model has only 2 tensors"),
+      std::string::npos)
       << m.status().message();
 }
 

@@ -10,7 +10,7 @@ namespace xcc {
 namespace {
 
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
-constexpr uint64_t kMaxDims = 4;              // GGML_MAX_DIMS
+constexpr uint64_t kMaxDims = 4;             // GGML_MAX_DIMS
 constexpr uint64_t kMaxStringBytes = 1ull << 30;
 
 // Bounds-checked little-endian reader over the mapped file.
@@ -27,7 +27,9 @@ class Cursor {
     return true;
   }
   template <typename T>
-  bool Get(T* v) { return Read(v, sizeof(T)); }  // host is little-endian
+  bool Get(T* v) {
+    return Read(v, sizeof(T));
+  }  // host is little-endian
   bool GetString(std::string* s) {
     uint64_t n;
     if (!Get(&n) || n > remaining() || n > kMaxStringBytes) return false;
@@ -47,12 +49,25 @@ bool IsValidValueType(uint32_t t) { return t <= 12; }
 // Smallest encoded size of one value of type t (for sanity-checking counts).
 size_t MinEncodedSize(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kUint8: case GgufValueType::kInt8: case GgufValueType::kBool: return 1;
-    case GgufValueType::kUint16: case GgufValueType::kInt16: return 2;
-    case GgufValueType::kUint32: case GgufValueType::kInt32: case GgufValueType::kFloat32: return 4;
-    case GgufValueType::kUint64: case GgufValueType::kInt64: case GgufValueType::kFloat64: return 8;
-    case GgufValueType::kString: return 8;
-    case GgufValueType::kArray: return 12;
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kBool:
+      return 1;
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+      return 2;
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kFloat32:
+      return 4;
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
+    case GgufValueType::kFloat64:
+      return 8;
+    case GgufValueType::kString:
+      return 8;
+    case GgufValueType::kArray:
+      return 12;
   }
   return 1;
 }
@@ -60,19 +75,76 @@ size_t MinEncodedSize(GgufValueType t) {
 // Reads one scalar of type t into v's scalar fields; false if truncated.
 bool ReadScalar(Cursor& c, GgufValueType t, int64_t* i, double* f, std::string* s) {
   switch (t) {
-    case GgufValueType::kUint8: { uint8_t x; if (!c.Get(&x)) return false; *i = x; return true; }
-    case GgufValueType::kInt8: { int8_t x; if (!c.Get(&x)) return false; *i = x; return true; }
-    case GgufValueType::kUint16: { uint16_t x; if (!c.Get(&x)) return false; *i = x; return true; }
-    case GgufValueType::kInt16: { int16_t x; if (!c.Get(&x)) return false; *i = x; return true; }
-    case GgufValueType::kUint32: { uint32_t x; if (!c.Get(&x)) return false; *i = x; return true; }
-    case GgufValueType::kInt32: { int32_t x; if (!c.Get(&x)) return false; *i = x; return true; }
-    case GgufValueType::kUint64: { uint64_t x; if (!c.Get(&x)) return false; *i = static_cast<int64_t>(x); return true; }
-    case GgufValueType::kInt64: { int64_t x; if (!c.Get(&x)) return false; *i = x; return true; }
-    case GgufValueType::kBool: { uint8_t x; if (!c.Get(&x)) return false; *i = x != 0; return true; }
-    case GgufValueType::kFloat32: { float x; if (!c.Get(&x)) return false; *f = x; return true; }
-    case GgufValueType::kFloat64: { double x; if (!c.Get(&x)) return false; *f = x; return true; }
-    case GgufValueType::kString: return c.GetString(s);
-    case GgufValueType::kArray: return false;
+    case GgufValueType::kUint8: {
+      uint8_t x;
+      if (!c.Get(&x)) return false;
+      *i = x;
+      return true;
+    }
+    case GgufValueType::kInt8: {
+      int8_t x;
+      if (!c.Get(&x)) return false;
+      *i = x;
+      return true;
+    }
+    case GgufValueType::kUint16: {
+      uint16_t x;
+      if (!c.Get(&x)) return false;
+      *i = x;
+      return true;
+    }
+    case GgufValueType::kInt16: {
+      int16_t x;
+      if (!c.Get(&x)) return false;
+      *i = x;
+      return true;
+    }
+    case GgufValueType::kUint32: {
+      uint32_t x;
+      if (!c.Get(&x)) return false;
+      *i = x;
+      return true;
+    }
+    case GgufValueType::kInt32: {
+      int32_t x;
+      if (!c.Get(&x)) return false;
+      *i = x;
+      return true;
+    }
+    case GgufValueType::kUint64: {
+      uint64_t x;
+      if (!c.Get(&x)) return false;
+      *i = static_cast<int64_t>(x);
+      return true;
+    }
+    case GgufValueType::kInt64: {
+      int64_t x;
+      if (!c.Get(&x)) return false;
+      *i = x;
+      return true;
+    }
+    case GgufValueType::kBool: {
+      uint8_t x;
+      if (!c.Get(&x)) return false;
+      *i = x != 0;
+      return true;
+    }
+    case GgufValueType::kFloat32: {
+      float x;
+      if (!c.Get(&x)) return false;
+      *f = x;
+      return true;
+    }
+    case GgufValueType::kFloat64: {
+      double x;
+      if (!c.Get(&x)) return false;
+      *f = x;
+      return true;
+    }
+    case GgufValueType::kString:
+      return c.GetString(s);
+    case GgufValueType::kArray:
+      return false;
   }
   return false;
 }
@@ -81,28 +153,46 @@ bool ReadScalar(Cursor& c, GgufValueType t, int64_t* i, double* f, std::string* 
 
 const char* GgufValueTypeName(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kUint8: return "uint8";
-    case GgufValueType::kInt8: return "int8";
-    case GgufValueType::kUint16: return "uint16";
-    case GgufValueType::kInt16: return "int16";
-    case GgufValueType::kUint32: return "uint32";
-    case GgufValueType::kInt32: return "int32";
-    case GgufValueType::kFloat32: return "float32";
-    case GgufValueType::kBool: return "bool";
-    case GgufValueType::kString: return "string";
-    case GgufValueType::kArray: return "array";
-    case GgufValueType::kUint64: return "uint64";
-    case GgufValueType::kInt64: return "int64";
-    case GgufValueType::kFloat64: return "float64";
+    case GgufValueType::kUint8:
+      return "uint8";
+    case GgufValueType::kInt8:
+      return "int8";
+    case GgufValueType::kUint16:
+      return "uint16";
+    case GgufValueType::kInt16:
+      return "int16";
+    case GgufValueType::kUint32:
+      return "uint32";
+    case GgufValueType::kInt32:
+      return "int32";
+    case GgufValueType::kFloat32:
+      return "float32";
+    case GgufValueType::kBool:
+      return "bool";
+    case GgufValueType::kString:
+      return "string";
+    case GgufValueType::kArray:
+      return "array";
+    case GgufValueType::kUint64:
+      return "uint64";
+    case GgufValueType::kInt64:
+      return "int64";
+    case GgufValueType::kFloat64:
+      return "float64";
   }
   return "?";
 }
 
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufValueType::kUint8: case GgufValueType::kInt8: case GgufValueType::kUint16:
-    case GgufValueType::kInt16: case GgufValueType::kUint32: case GgufValueType::kInt32:
-    case GgufValueType::kUint64: case GgufValueType::kInt64:
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
       return true;
     default:
       return false;
@@ -111,26 +201,46 @@ bool GgufValue::is_integer() const {
 
 Expected<SourceDType> GgufTypeToSourceDType(uint32_t t) {
   switch (t) {
-    case 0: return SourceDType::kF32;
-    case 1: return SourceDType::kF16;
-    case 2: return SourceDType::kQ4_0;
-    case 3: return SourceDType::kQ4_1;
-    case 6: return SourceDType::kQ5_0;
-    case 7: return SourceDType::kQ5_1;
-    case 8: return SourceDType::kQ8_0;
-    case 9: return SourceDType::kQ8_1;
-    case 10: return SourceDType::kQ2_K;
-    case 11: return SourceDType::kQ3_K;
-    case 12: return SourceDType::kQ4_K;
-    case 13: return SourceDType::kQ5_K;
-    case 14: return SourceDType::kQ6_K;
-    case 15: return SourceDType::kQ8_K;
-    case 24: return SourceDType::kI8;
-    case 25: return SourceDType::kI16;
-    case 26: return SourceDType::kI32;
-    case 27: return SourceDType::kI64;
-    case 28: return SourceDType::kF64;
-    case 30: return SourceDType::kBF16;
+    case 0:
+      return SourceDType::kF32;
+    case 1:
+      return SourceDType::kF16;
+    case 2:
+      return SourceDType::kQ4_0;
+    case 3:
+      return SourceDType::kQ4_1;
+    case 6:
+      return SourceDType::kQ5_0;
+    case 7:
+      return SourceDType::kQ5_1;
+    case 8:
+      return SourceDType::kQ8_0;
+    case 9:
+      return SourceDType::kQ8_1;
+    case 10:
+      return SourceDType::kQ2_K;
+    case 11:
+      return SourceDType::kQ3_K;
+    case 12:
+      return SourceDType::kQ4_K;
+    case 13:
+      return SourceDType::kQ5_K;
+    case 14:
+      return SourceDType::kQ6_K;
+    case 15:
+      return SourceDType::kQ8_K;
+    case 24:
+      return SourceDType::kI8;
+    case 25:
+      return SourceDType::kI16;
+    case 26:
+      return SourceDType::kI32;
+    case 27:
+      return SourceDType::kI64;
+    case 28:
+      return SourceDType::kF64;
+    case 30:
+      return SourceDType::kBF16;
     default:
       return xrt::UnimplementedError(
           "unsupported ggml type {} (supported: F32, F16, BF16, F64, I8-I64, Q4_0, Q4_1, Q5_0, "
@@ -241,7 +351,8 @@ Expected<GgufFile> GgufFile::Open(const std::string& path) {
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t ne;
       if (!c.Get(&ne)) return fail("truncated tensor info");
-      if (ne > static_cast<uint64_t>(INT64_MAX)) return fail(fmt::format("dimension {} too large", ne));
+      if (ne > static_cast<uint64_t>(INT64_MAX))
+        return fail(fmt::format("dimension {} too large", ne));
       t.ne.push_back(static_cast<int64_t>(ne));
     }
     if (!c.Get(&t.ggml_type) || !c.Get(&t.offset)) return fail("truncated tensor info");
@@ -277,8 +388,8 @@ Expected<GgufFile> GgufFile::Open(const std::string& path) {
   for (GgufTensorInfo& t : g.tensors_) {
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
       return xrt::DataLossError(
-          "{}: tensor '{}': data [{}, {}) extends beyond the data section ({} bytes)", path,
-          t.name, t.offset, t.offset + t.nbytes, data_size);
+          "{}: tensor '{}': data [{}, {}) extends beyond the data section ({} bytes)", path, t.name,
+          t.offset, t.offset + t.nbytes, data_size);
     }
     t.data = g.file_.data() + data_start + t.offset;
     if (t.nbytes > 0) order.push_back(&t);
@@ -290,8 +401,8 @@ Expected<GgufFile> GgufFile::Open(const std::string& path) {
     const GgufTensorInfo* q = order[i];
     if (q->offset < p->offset + p->nbytes) {
       return xrt::DataLossError("{}: tensor '{}': data [{}, {}) overlaps tensor '{}' [{}, {})",
-                                path, q->name, q->offset, q->offset + q->nbytes, p->name,
-                                p->offset, p->offset + p->nbytes);
+                                path, q->name, q->offset, q->offset + q->nbytes, p->name, p->offset,
+                                p->offset + p->nbytes);
     }
   }
   return g;
@@ -341,11 +452,11 @@ Expected<std::string> GgufFile::GetString(const std::string& key) const {
 Expected<std::vector<std::string>> GgufFile::GetStringArray(const std::string& key) const {
   XRT_ASSIGN_OR_RETURN(const GgufValue* v, Get(key));
   if (v->type != GgufValueType::kArray || v->array_type != GgufValueType::kString) {
-    return xrt::InvalidArgumentError("{}: key '{}': expected an array of strings, got {}",
-                                     path(), key,
-                                     v->type == GgufValueType::kArray
-                                         ? fmt::format("an array of {}", GgufValueTypeName(v->array_type))
-                                         : std::string(GgufValueTypeName(v->type)));
+    return xrt::InvalidArgumentError(
+        "{}: key '{}': expected an array of strings, got {}", path(), key,
+        v->type == GgufValueType::kArray
+            ? fmt::format("an array of {}", GgufValueTypeName(v->array_type))
+            : std::string(GgufValueTypeName(v->type)));
   }
   return v->strings;
 }
@@ -357,11 +468,11 @@ Expected<std::vector<int64_t>> GgufFile::GetIntArray(const std::string& key) con
                    v->array_type != GgufValueType::kFloat64 &&
                    v->array_type != GgufValueType::kBool;
   if (!int_array) {
-    return xrt::InvalidArgumentError("{}: key '{}': expected an array of integers, got {}",
-                                     path(), key,
-                                     v->type == GgufValueType::kArray
-                                         ? fmt::format("an array of {}", GgufValueTypeName(v->array_type))
-                                         : std::string(GgufValueTypeName(v->type)));
+    return xrt::InvalidArgumentError(
+        "{}: key '{}': expected an array of integers, got {}", path(), key,
+        v->type == GgufValueType::kArray
+            ? fmt::format("an array of {}", GgufValueTypeName(v->array_type))
+            : std::string(GgufValueTypeName(v->type)));
   }
   return v->ints;
 }

@@ -24,8 +24,18 @@
 namespace xcc {
 
 enum class GgufValueType : uint32_t {
-  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5,
-  kFloat32 = 6, kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11,
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
   kFloat64 = 12,
 };
 const char* GgufValueTypeName(GgufValueType t);
@@ -44,15 +54,17 @@ struct GgufValue {
   std::vector<std::string> strings;
 
   bool is_integer() const;  // any integer type (not bool)
-  bool is_float() const { return type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64; }
+  bool is_float() const {
+    return type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64;
+  }
 };
 
 struct GgufTensorInfo {
-  std::string name;            // as stored (GGUF naming)
-  std::vector<int64_t> ne;     // dims innermost first (ne[0] is the row length)
+  std::string name;         // as stored (GGUF naming)
+  std::vector<int64_t> ne;  // dims innermost first (ne[0] is the row length)
   uint32_t ggml_type = 0;
   SourceDType dtype = SourceDType::kF32;
-  uint64_t offset = 0;         // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
 };
@@ -75,8 +87,8 @@ class GgufFile {
   // Typed getters; NotFound if absent, InvalidArgument if of another type.
   // Errors read "<file>: key '<key>': missing" / "...: expected an integer, got string".
   Expected<const GgufValue*> Get(const std::string& key) const;
-  Expected<int64_t> GetInt(const std::string& key) const;     // any integer type
-  Expected<double> GetFloat(const std::string& key) const;    // float or integer
+  Expected<int64_t> GetInt(const std::string& key) const;   // any integer type
+  Expected<double> GetFloat(const std::string& key) const;  // float or integer
   Expected<bool> GetBool(const std::string& key) const;
   Expected<std::string> GetString(const std::string& key) const;
   Expected<std::vector<std::string>> GetStringArray(const std::string& key) const;

@@ -9,7 +9,9 @@ namespace {
 
 using namespace testing;  // NOLINT: test helpers
 
-bool Contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+bool Contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
 
 GgufWriter SmallFile() {
   GgufWriter w;
@@ -83,7 +85,8 @@ TEST(GgufFileTest, TypedGetterErrorsNameFileAndKey) {
   ASSERT_TRUE(f.ok());
   Expected<int64_t> i = f->GetInt("general.architecture");
   ASSERT_FALSE(i.ok());
-  EXPECT_TRUE(Contains(i.status().message(), "m.gguf: key 'general.architecture': expected an integer, got string"))
+  EXPECT_TRUE(Contains(i.status().message(),
+                       "m.gguf: key 'general.architecture': expected an integer, got string"))
       << i.status().message();
   Expected<std::string> s = f->GetString("nope");
   ASSERT_FALSE(s.ok());

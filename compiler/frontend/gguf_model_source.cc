@@ -31,7 +31,8 @@ const ArchInfo* FindArch(const std::string& name) {
 
 Expected<int64_t> PositiveKey(const GgufFile& f, const std::string& key) {
   XRT_ASSIGN_OR_RETURN(int64_t v, f.GetInt(key));
-  if (v <= 0) return xrt::InvalidArgumentError("{}: key '{}': must be positive, got {}", f.path(), key, v);
+  if (v <= 0)
+    return xrt::InvalidArgumentError("{}: key '{}': must be positive, got {}", f.path(), key, v);
   return v;
 }
 
@@ -96,11 +97,12 @@ Expected<xrt::TokenizerSpec> TokenizerFromGguf(const GgufFile& f) {
   XRT_ASSIGN_OR_RETURN(m.add_space_prefix, BoolKeyOr(f, "tokenizer.ggml.add_space_prefix", false));
   const int64_t n = static_cast<int64_t>(m.tokens.size());
   for (auto [key, id] : {std::pair<const char*, int32_t>{"bos_token_id", m.bos_id},
-                         {"eos_token_id", m.eos_id}, {"unknown_token_id", m.unk_id},
+                         {"eos_token_id", m.eos_id},
+                         {"unknown_token_id", m.unk_id},
                          {"padding_token_id", m.pad_id}}) {
     if (id >= n) {
-      return xrt::DataLossError("{}: key 'tokenizer.ggml.{}': id {} beyond the {} tokens",
-                                f.path(), key, id, n);
+      return xrt::DataLossError("{}: key 'tokenizer.ggml.{}': id {} beyond the {} tokens", f.path(),
+                                key, id, n);
     }
   }
   Expected<xrt::TokenizerSpec> spec = xrt::TokenizerSpecFromGguf(m);
@@ -190,10 +192,14 @@ std::string GgufToHfTensorName(const std::string& g) {
   if (g == "output_norm.weight") return "model.norm.weight";
   if (g == "output.weight") return "lm_head.weight";
   static const std::map<std::string, std::string> kLayer = {
-      {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
-      {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"},        {"attn_norm", "input_layernorm"},
+      {"attn_q", "self_attn.q_proj"},
+      {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},
+      {"attn_output", "self_attn.o_proj"},
+      {"ffn_gate", "mlp.gate_proj"},
+      {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"},
+      {"attn_norm", "input_layernorm"},
       {"ffn_norm", "post_attention_layernorm"},
   };
   // blk.<N>.<part>.<weight|bias>
@@ -252,8 +258,8 @@ Expected<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return xrt::InvalidArgumentError(
-        "{}: key '{}attention.head_count_kv': {} does not divide attention.head_count {}",
-        f.path(), p, c.num_key_value_heads, c.num_attention_heads);
+        "{}: key '{}attention.head_count_kv': {} does not divide attention.head_count {}", f.path(),
+        p, c.num_key_value_heads, c.num_attention_heads);
   }
   if (f.Has(p + "attention.key_length")) {
     XRT_ASSIGN_OR_RETURN(c.head_dim, PositiveKey(f, p + "attention.key_length"));
@@ -308,8 +314,8 @@ Expected<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
     }
   } else {
     return xrt::UnimplementedError(
-        "{}: key '{}rope.scaling.type': unsupported value '{}' (supported: none, linear)",
-        f.path(), p, scaling);
+        "{}: key '{}rope.scaling.type': unsupported value '{}' (supported: none, linear)", f.path(),
+        p, scaling);
   }
   if (!(c.rope_scaling.factor > 0)) {
     return xrt::InvalidArgumentError("{}: rope scaling factor {} must be > 0", f.path(),
@@ -330,8 +336,8 @@ Expected<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
     XRT_ASSIGN_OR_RETURN(const GgufValue* v, f.Get("tokenizer.ggml.tokens"));
     c.vocab_size = static_cast<int64_t>(v->strings.size());
     if (v->type != GgufValueType::kArray || c.vocab_size == 0) {
-      return xrt::InvalidArgumentError("{}: key 'tokenizer.ggml.tokens': expected a non-empty array",
-                                       f.path());
+      return xrt::InvalidArgumentError(
+          "{}: key 'tokenizer.ggml.tokens': expected a non-empty array", f.path());
     }
   } else {
     return xrt::NotFoundError("{}: key '{}vocab_size': missing (and no tokenizer.ggml.tokens)",

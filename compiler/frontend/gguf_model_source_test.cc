@@ -18,7 +18,9 @@ namespace {
 
 using namespace testing;  // NOLINT: test helpers
 
-bool Contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+bool Contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
 
 // Tiny model: D=32, 4 heads of 8, 2 kv heads, F=16, V=6, 1 layer.
 constexpr int kD = 32, kH = 4, kKV = 2, kHd = 8, kF = 16, kV = 6;
@@ -47,7 +49,7 @@ float HfQ(int r, int c) { return static_cast<float>((7 * r + c) % 100 - 50); }
 std::string QAsPermutedQ8_0() {
   std::string bytes;
   for (int gr : PermutedRowOrder(kH * kHd, kH)) {  // one 32-value block per row
-    Append<uint16_t>(&bytes, 0x3c00);             // d = 1
+    Append<uint16_t>(&bytes, 0x3c00);              // d = 1
     for (int c = 0; c < kD; ++c) Append<int8_t>(&bytes, static_cast<int8_t>(HfQ(gr, c)));
   }
   return bytes;
@@ -64,13 +66,13 @@ std::vector<float> PermuteRowsF32(const std::vector<float>& hf, int rows, int co
 
 struct TinyOptions {
   std::string arch = "llama";
-  bool output = false;        // write output.weight
-  bool bias = true;           // q/k/v biases
-  bool o_bias = false;        // attn_output bias
+  bool output = false;                 // write output.weight
+  bool bias = true;                    // q/k/v biases
+  bool o_bias = false;                 // attn_output bias
   std::vector<std::string> extra_f32;  // more [kD] F32 tensors, by GGUF name
-  bool permute = true;        // store q/k permuted (llama convention)
-  std::string skip_key;       // metadata key to leave out
-  std::vector<uint64_t> k_ne = {kD, kKV * kHd};
+  bool permute = true;                 // store q/k permuted (llama convention)
+  std::string skip_key;                // metadata key to leave out
+  std::vector<uint64_t> k_ne = {kD, kKV* kHd};
   // Writes the tokenizer.ggml.* keys instead of the default 6-token vocabulary
   // and returns the vocabulary size.
   std::function<uint64_t(GgufWriter&)> tokenizer;
@@ -172,21 +174,16 @@ TEST(GgufModelSourceTest, OpensTinyLlama) {
   EXPECT_TRUE(ValidateDecoderTensors(m).ok());
 
   std::vector<std::string> names = m.tensor_names();
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "model.embed_tokens.weight",
-                       "model.layers.0.input_layernorm.weight",
-                       "model.layers.0.mlp.down_proj.weight",
-                       "model.layers.0.mlp.gate_proj.weight",
-                       "model.layers.0.mlp.up_proj.weight",
-                       "model.layers.0.post_attention_layernorm.weight",
-                       "model.layers.0.self_attn.k_proj.bias",
-                       "model.layers.0.self_attn.k_proj.weight",
-                       "model.layers.0.self_attn.o_proj.weight",
-                       "model.layers.0.self_attn.q_proj.bias",
-                       "model.layers.0.self_attn.q_proj.weight",
-                       "model.layers.0.self_attn.v_proj.bias",
-                       "model.layers.0.self_attn.v_proj.weight",
-                       "model.norm.weight"}));
+  EXPECT_EQ(
+      names,
+      (std::vector<std::string>{
+          "model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
+          "model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+          "model.layers.0.mlp.up_proj.weight", "model.layers.0.post_attention_layernorm.weight",
+          "model.layers.0.self_attn.k_proj.bias", "model.layers.0.self_attn.k_proj.weight",
+          "model.layers.0.self_attn.o_proj.weight", "model.layers.0.self_attn.q_proj.bias",
+          "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.v_proj.bias",
+          "model.layers.0.self_attn.v_proj.weight", "model.norm.weight"}));
 
   Expected<const SourceTensor*> embed = m.tensor("model.embed_tokens.weight");
   ASSERT_TRUE(embed.ok());
@@ -294,8 +291,7 @@ TEST(GgufModelSourceTest, WrongShapeNamesHfTensor) {
   o.k_ne = {kKV * kHd, kD};  // transposed
   Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
   ASSERT_FALSE(src.ok());
-  EXPECT_TRUE(Contains(src.status().message(),
-                       "tensor 'model.layers.0.self_attn.k_proj.weight'"))
+  EXPECT_TRUE(Contains(src.status().message(), "tensor 'model.layers.0.self_attn.k_proj.weight'"))
       << src.status().message();
   EXPECT_TRUE(Contains(src.status().message(), "shape [32, 16], expected [16, 32]"))
       << src.status().message();
@@ -448,16 +444,17 @@ TEST(GgufModelSourceTest, AttentionOutputBiasAndUnusedTensors) {
   src = OpenTiny(dir, o);
   ASSERT_FALSE(src.ok());
   EXPECT_EQ(src.status().code(), xrt::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.self_attn.o_proj.bias' (" +
-                                                   dir.File("tiny.gguf") + ")"))
+  EXPECT_TRUE(Contains(src.status().message(),
+                       "'model.layers.0.self_attn.o_proj.bias' (" + dir.File("tiny.gguf") + ")"))
       << src.status().message();
 
   TinyOptions extra;
   extra.extra_f32 = {"blk.0.attn_rot_embd.weight", "blk.0.ffn_down.bias"};
   src = OpenTiny(dir, extra);
   ASSERT_FALSE(src.ok());
-  EXPECT_TRUE(Contains(src.status().message(), "2 tensor(s) the LlamaForCausalLM decoder graph "
-                                               "does not use"))
+  EXPECT_TRUE(Contains(src.status().message(),
+                       "2 tensor(s) the LlamaForCausalLM decoder graph "
+                       "does not use"))
       << src.status().message();
   EXPECT_TRUE(Contains(src.status().message(), "'blk.0.attn_rot_embd.weight'"));
   EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.mlp.down_proj.bias'"));

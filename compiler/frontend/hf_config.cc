@@ -1,9 +1,9 @@
 #include "compiler/frontend/hf_config.h"
 
+#include <sys/stat.h>
 #include <fstream>
 #include <limits>
 #include <sstream>
-#include <sys/stat.h>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -103,7 +103,8 @@ class Fields {
     auto one = [&](const json& e) -> Status {
       if (!e.is_number_integer() || e.get<int64_t>() < 0 ||
           e.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        return Invalid(key, fmt::format("expected a token id or a list of them, got {}", v->dump()));
+        return Invalid(key,
+                       fmt::format("expected a token id or a list of them, got {}", v->dump()));
       }
       out.push_back(static_cast<int32_t>(e.get<int64_t>()));
       return Status::Ok();
@@ -125,8 +126,8 @@ class Fields {
 Expected<json> ParseJsonObject(const std::string& text, const std::string& file) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return xrt::DataLossError("{}: not valid JSON", file);
-  if (!j.is_object()) return xrt::DataLossError("{}: expected a JSON object, got {}", file,
-                                                j.type_name());
+  if (!j.is_object())
+    return xrt::DataLossError("{}: expected a JSON object, got {}", file, j.type_name());
   return j;
 }
 
@@ -158,15 +159,14 @@ Status ParseRopeScaling(const Fields& top, const json& config, const std::string
     XRT_ASSIGN_OR_RETURN(c->rope_scaling.original_max_position_embeddings,
                          f.PositiveInt("original_max_position_embeddings"));
     if (!(c->rope_scaling.high_freq_factor > c->rope_scaling.low_freq_factor)) {
-      return f.Invalid("high_freq_factor",
-                       fmt::format("must exceed low_freq_factor ({} <= {})",
-                                   c->rope_scaling.high_freq_factor,
-                                   c->rope_scaling.low_freq_factor));
+      return f.Invalid("high_freq_factor", fmt::format("must exceed low_freq_factor ({} <= {})",
+                                                       c->rope_scaling.high_freq_factor,
+                                                       c->rope_scaling.low_freq_factor));
     }
   } else {
     return xrt::UnimplementedError(
-        "{}: field '{}.{}': unsupported value '{}' (supported: linear, llama3, default)",
-        file, key, type_key, type);
+        "{}: field '{}.{}': unsupported value '{}' (supported: linear, llama3, default)", file, key,
+        type_key, type);
   }
   if (!(c->rope_scaling.factor > 0)) {
     return f.Invalid("factor", fmt::format("must be positive, got {}", c->rope_scaling.factor));
@@ -207,8 +207,8 @@ Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string
   if (!supported) {
     return xrt::UnimplementedError(
         "{}: field 'architectures': unsupported architecture '{}' (supported: {})", file,
-        c.architecture, fmt::join(std::begin(kSupportedArchitectures),
-                                  std::end(kSupportedArchitectures), ", "));
+        c.architecture,
+        fmt::join(std::begin(kSupportedArchitectures), std::end(kSupportedArchitectures), ", "));
   }
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
 
@@ -224,8 +224,8 @@ Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return f.Invalid("num_key_value_heads",
-                     fmt::format("{} does not divide num_attention_heads {}",
-                                 c.num_key_value_heads, c.num_attention_heads));
+                     fmt::format("{} does not divide num_attention_heads {}", c.num_key_value_heads,
+                                 c.num_attention_heads));
   }
   if (f.Absent("head_dim")) {
     if (c.hidden_size % c.num_attention_heads != 0) {
@@ -238,8 +238,8 @@ Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string
     XRT_ASSIGN_OR_RETURN(c.head_dim, f.PositiveInt("head_dim"));
   }
   if (c.head_dim % 2 != 0) {
-    return f.Invalid("head_dim", fmt::format("must be even for rotary embeddings, got {}",
-                                             c.head_dim));
+    return f.Invalid("head_dim",
+                     fmt::format("must be even for rotary embeddings, got {}", c.head_dim));
   }
   XRT_ASSIGN_OR_RETURN(c.max_position_embeddings, f.PositiveInt("max_position_embeddings"));
   XRT_ASSIGN_OR_RETURN(c.rms_norm_eps, f.NumberOr("rms_norm_eps", 1e-6));
@@ -325,7 +325,8 @@ Expected<std::string> LoadHfChatTemplate(const std::string& dir,
         }
       }
       return xrt::NotFoundError(
-          "{}: field 'chat_template': list has no {{\"name\": \"default\", \"template\": ...}} entry",
+          "{}: field 'chat_template': list has no {{\"name\": \"default\", \"template\": ...}} "
+          "entry",
           file);
     }
     return xrt::InvalidArgumentError(

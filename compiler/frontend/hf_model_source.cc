@@ -1,9 +1,9 @@
 #include "compiler/frontend/hf_model_source.h"
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
@@ -51,8 +51,7 @@ Status HfModelSource::Load(const std::string& dir) {
   origin_ = dir_;
   const std::string config_path = dir_ + "/config.json";
   if (!IsFile(config_path)) {
-    return xrt::NotFoundError("{}: not a Hugging Face model directory: config.json missing",
-                              dir_);
+    return xrt::NotFoundError("{}: not a Hugging Face model directory: config.json missing", dir_);
   }
   files_.push_back(config_path);
   XRT_ASSIGN_OR_RETURN(HfConfig hf, LoadHfConfig(config_path));
@@ -124,8 +123,8 @@ Status HfModelSource::LoadWeights() {
   } else if (IsFile(single_path)) {
     XRT_RETURN_IF_ERROR(AddShard(single_path));
   } else {
-    return xrt::NotFoundError("{}: neither model.safetensors nor model.safetensors.index.json found",
-                              dir_);
+    return xrt::NotFoundError(
+        "{}: neither model.safetensors nor model.safetensors.index.json found", dir_);
   }
 
   for (const SafetensorsFile& f : shards_) {

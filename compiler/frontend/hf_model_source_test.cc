@@ -11,12 +11,14 @@ namespace xcc {
 namespace {
 
 using json = nlohmann::json;
-using testing::SafetensorsWriter;
 using testing::DescribeDecoderConfig;
+using testing::SafetensorsWriter;
 using testing::TempDir;
 using testing::WriteFile;
 
-bool Contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+bool Contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
 
 // A tiny Llama: D=8, 2 heads of 4, 1 kv head, F=4, V=6, 1 layer.
 json TinyConfig() {
@@ -94,10 +96,12 @@ void WriteTinyModel(const TempDir& dir, const json& config = TinyConfig()) {
              {"eos_token", "<|endoftext|>"},
              {"chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}"}};
   WriteFile(dir.File("tokenizer_config.json"), tc.dump());
-  WriteFile(dir.File("generation_config.json"),
-            json({{"eos_token_id", {4, 5}}, {"temperature", 0.7}, {"top_p", 0.9},
-                  {"top_k", 20}, {"repetition_penalty", 1.05}})
-                .dump());
+  WriteFile(dir.File("generation_config.json"), json({{"eos_token_id", {4, 5}},
+                                                      {"temperature", 0.7},
+                                                      {"top_p", 0.9},
+                                                      {"top_k", 20},
+                                                      {"repetition_penalty", 1.05}})
+                                                    .dump());
   SafetensorsWriter w;
   AddTinyTensors(&w);
   WriteFile(dir.File("model.safetensors"), w.Build());
@@ -123,11 +127,10 @@ TEST(HfModelSourceTest, OpensTinyModel) {
   EXPECT_EQ(m.tokenizer().vocab.size(), 6u);
 
   std::vector<std::string> files = m.input_files();
-  EXPECT_EQ(files, (std::vector<std::string>{dir.File("config.json"),
-                                             dir.File("generation_config.json"),
-                                             dir.File("model.safetensors"),
-                                             dir.File("tokenizer.json"),
-                                             dir.File("tokenizer_config.json")}));
+  EXPECT_EQ(files,
+            (std::vector<std::string>{dir.File("config.json"), dir.File("generation_config.json"),
+                                      dir.File("model.safetensors"), dir.File("tokenizer.json"),
+                                      dir.File("tokenizer_config.json")}));
   std::vector<std::string> names = m.tensor_names();
   EXPECT_EQ(names.size(), 11u);
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
@@ -160,8 +163,8 @@ TEST(HfModelSourceTest, ShardedWithIndex) {
     size_t b = e["data_offsets"][0], end = e["data_offsets"][1];
     SafetensorsWriter& s = (i % 2) ? s1 : s2;
     s.Add(it.key(), "F32", e["shape"].get<std::vector<int64_t>>(), all.data().substr(b, end - b));
-    weight_map[it.key()] = (i % 2) ? "model-00001-of-00002.safetensors"
-                                   : "model-00002-of-00002.safetensors";
+    weight_map[it.key()] =
+        (i % 2) ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }
   WriteFile(dir.File("model-00001-of-00002.safetensors"), s1.Build());
   WriteFile(dir.File("model-00002-of-00002.safetensors"), s2.Build());
@@ -179,15 +182,16 @@ TEST(HfModelSourceTest, ShardedWithIndex) {
   EXPECT_TRUE(std::count(files.begin(), files.end(), dir.File("model.safetensors.index.json")));
 
   // An index entry whose shard does not hold the tensor.
-  weight_map["model.norm.weight"] = weight_map["model.norm.weight"] ==
-                                            "model-00001-of-00002.safetensors"
-                                        ? "model-00002-of-00002.safetensors"
-                                        : "model-00001-of-00002.safetensors";
+  weight_map["model.norm.weight"] =
+      weight_map["model.norm.weight"] == "model-00001-of-00002.safetensors"
+          ? "model-00002-of-00002.safetensors"
+          : "model-00001-of-00002.safetensors";
   index["weight_map"] = weight_map;
   WriteFile(dir.File("model.safetensors.index.json"), index.dump());
   src = ModelSource::Open(dir.path());
   ASSERT_FALSE(src.ok());
-  EXPECT_TRUE(Contains(src.status().message(), "model.safetensors.index.json: tensor 'model.norm.weight'"))
+  EXPECT_TRUE(
+      Contains(src.status().message(), "model.safetensors.index.json: tensor 'model.norm.weight'"))
       << src.status().message();
 
   // A shard that is missing.
@@ -209,8 +213,7 @@ TEST(HfModelSourceTest, WrongTensorShapeNamesTensor) {
   WriteFile(dir.File("model.safetensors"), w.Build());
   Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
   ASSERT_FALSE(src.ok());
-  EXPECT_TRUE(Contains(src.status().message(),
-                       "tensor 'model.layers.0.self_attn.k_proj.weight'"))
+  EXPECT_TRUE(Contains(src.status().message(), "tensor 'model.layers.0.self_attn.k_proj.weight'"))
       << src.status().message();
   EXPECT_TRUE(Contains(src.status().message(), "shape [8, 4], expected [4, 8]"))
       << src.status().message();
@@ -262,8 +265,9 @@ TEST(HfModelSourceTest, UnusedTensorIsAnErrorNamingIt) {
 
   w.AddF32("model.layers.0.mlp.gate_proj.bias", {4}, Iota(4, 0));
   std::string error = OpenWithWeights(dir, w);
-  EXPECT_TRUE(Contains(error, "'model.layers.0.mlp.gate_proj.bias' (" +
-                                  dir.File("model.safetensors") + ")")) << error;
+  EXPECT_TRUE(Contains(
+      error, "'model.layers.0.mlp.gate_proj.bias' (" + dir.File("model.safetensors") + ")"))
+      << error;
   EXPECT_TRUE(Contains(error, "does not use")) << error;
 
   // q/k/v biases without attention_bias in config.json.
@@ -315,8 +319,9 @@ TEST(HfModelSourceTest, EosFromConfigAndTemplateFiles) {
   TempDir dir;
   WriteTinyModel(dir);
   WriteFile(dir.File("generation_config.json"), R"({"temperature": 0.5})");
-  json tc = {{"chat_template",
-              {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}};
+  json tc = {
+      {"chat_template",
+       {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}};
   WriteFile(dir.File("tokenizer_config.json"), tc.dump());
   Expected<std::unique_ptr<ModelSource>> src = ModelSource::Open(dir.path());
   ASSERT_TRUE(src.ok()) << src.status().ToString();
@@ -390,7 +395,8 @@ TEST(HfConfigTest, MissingAndMistypedFields) {
   json j = TinyConfig();
   j["hidden_size"] = "eight";
   Status s = ConfigError(j);
-  EXPECT_TRUE(Contains(s.message(), "config.json: field 'hidden_size': expected an integer, got string"))
+  EXPECT_TRUE(
+      Contains(s.message(), "config.json: field 'hidden_size': expected an integer, got string"))
       << s.message();
   j = TinyConfig();
   j["tie_word_embeddings"] = 1;
@@ -478,7 +484,8 @@ TEST(HfConfigTest, RopeScaling) {
 
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
   Status s = ConfigError(j);
-  EXPECT_TRUE(Contains(s.message(), "field 'rope_scaling.low_freq_factor': missing")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "field 'rope_scaling.low_freq_factor': missing"))
+      << s.message();
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   s = ConfigError(j);
   EXPECT_EQ(s.code(), xrt::StatusCode::kUnimplemented);

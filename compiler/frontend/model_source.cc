@@ -1,8 +1,8 @@
 #include "compiler/frontend/model_source.h"
 
+#include <sys/stat.h>
 #include <cstring>
 #include <fstream>
-#include <sys/stat.h>
 
 #include "compiler/frontend/gguf_model_source.h"
 #include "compiler/frontend/hf_model_source.h"
@@ -40,7 +40,8 @@ std::vector<std::string> IndexedModelSource::tensor_names() const {
 
 Expected<const SourceTensor*> IndexedModelSource::tensor(const std::string& name) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) return xrt::NotFoundError("tensor '{}': not found in {}", name, origin_);
+  if (it == tensors_.end())
+    return xrt::NotFoundError("tensor '{}': not found in {}", name, origin_);
   return it->second;
 }
 

@@ -28,9 +28,29 @@ using xrt::Status;
 
 // Storage type of a tensor in its source file.
 enum class SourceDType {
-  kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kBool,
+  kF32,
+  kF16,
+  kBF16,
+  kF64,
+  kI8,
+  kI16,
+  kI32,
+  kI64,
+  kU8,
+  kBool,
   // ggml block types
-  kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ8_0,
+  kQ8_1,
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ8_K,
 };
 const char* SourceDTypeName(SourceDType t);
 
@@ -44,23 +64,23 @@ struct RopeScaling {
 
 // Decoder config, Llama family (Llama, Mistral, Qwen2).
 struct DecoderConfig {
-  std::string architecture;   // e.g. "LlamaForCausalLM"; GGUF llama -> "LlamaForCausalLM"
+  std::string architecture;  // e.g. "LlamaForCausalLM"; GGUF llama -> "LlamaForCausalLM"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;
-  int64_t head_dim = 0;       // hidden_size / num_attention_heads unless given
+  int64_t head_dim = 0;  // hidden_size / num_attention_heads unless given
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v biases (Qwen2: true)
+  bool attention_bias = false;         // q/k/v biases (Qwen2: true)
   bool attention_output_bias = false;  // o_proj bias (HF Llama's attention_bias gives both)
   std::string hidden_act = "silu";
-  int64_t sliding_window = 0;   // 0: none (recorded; not yet supported if > 0 and < max len)
+  int64_t sliding_window = 0;  // 0: none (recorded; not yet supported if > 0 and < max len)
 };
 
 struct GenerationDefaults {
@@ -72,13 +92,13 @@ struct GenerationDefaults {
 };
 
 struct SourceTensor {
-  std::string name;               // HF name
+  std::string name;  // HF name
   SourceDType dtype;
   std::vector<int64_t> shape;     // HF order, outermost first
   const uint8_t* data = nullptr;  // into a mapped file, or a buffer owned by the ModelSource
                                   // (GGUF q/k after un-permutation); valid while it lives
   size_t nbytes = 0;
-  std::string file;               // which file it came from (for error messages)
+  std::string file;  // which file it came from (for error messages)
 };
 
 class ModelSource {

@@ -16,17 +16,18 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 }  // namespace
 
 Expected<SourceDType> SafetensorsDType(const std::string& s) {
-  static const std::map<std::string, SourceDType> kMap = {
-      {"F32", SourceDType::kF32}, {"F16", SourceDType::kF16}, {"BF16", SourceDType::kBF16},
-      {"F64", SourceDType::kF64}, {"I8", SourceDType::kI8},   {"I16", SourceDType::kI16},
-      {"I32", SourceDType::kI32}, {"I64", SourceDType::kI64}, {"U8", SourceDType::kU8},
+  static const std::map<std::string, SourceDType> k_map = {
+      {"F32", SourceDType::kF32},   {"F16", SourceDType::kF16}, {"BF16", SourceDType::kBF16},
+      {"F64", SourceDType::kF64},   {"I8", SourceDType::kI8},   {"I16", SourceDType::kI16},
+      {"I32", SourceDType::kI32},   {"I64", SourceDType::kI64}, {"U8", SourceDType::kU8},
       {"BOOL", SourceDType::kBool},
   };
-  auto it = kMap.find(s);
-  if (it == kMap.end()) {
-    return xrt::UnimplementedError("unsupported dtype '{}' (supported: F32, F16, BF16, F64, "
-                                   "I8, I16, I32, I64, U8, BOOL)",
-                                   s);
+  auto it = k_map.find(s);
+  if (it == k_map.end()) {
+    return xrt::UnimplementedError(
+        "unsupported dtype '{}' (supported: F32, F16, BF16, F64, "
+        "I8, I16, I32, I64, U8, BOOL)",
+        s);
   }
   return it->second;
 }
@@ -37,8 +38,8 @@ Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const uint8_t* base = st.file_.data();
   const size_t size = st.file_.size();
   if (size < 8) {
-    return xrt::DataLossError("{}: file is {} bytes, too short for the 8-byte header length",
-                              path, size);
+    return xrt::DataLossError("{}: file is {} bytes, too short for the 8-byte header length", path,
+                              size);
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
@@ -47,8 +48,8 @@ Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                               header_len, size);
   }
   if (header_len > kMaxHeaderBytes) {
-    return xrt::DataLossError("{}: header length {} exceeds the {} byte limit", path,
-                              header_len, kMaxHeaderBytes);
+    return xrt::DataLossError("{}: header length {} exceeds the {} byte limit", path, header_len,
+                              kMaxHeaderBytes);
   }
   const uint8_t* data = base + 8 + header_len;
   const uint64_t data_size = size - 8 - header_len;
@@ -70,8 +71,7 @@ Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       if (!v.is_object()) return xrt::DataLossError("{}: '__metadata__' is not an object", path);
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) {
-          return xrt::DataLossError("{}: '__metadata__' value '{}' is not a string", path,
-                                    m.key());
+          return xrt::DataLossError("{}: '__metadata__' value '{}' is not a string", path, m.key());
         }
         st.metadata_[m.key()] = m.value().get<std::string>();
       }
@@ -86,11 +86,11 @@ Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     auto off = v.find("data_offsets");
     if (dt == v.end() || !dt->is_string()) return fail("'dtype' missing or not a string");
     if (sh == v.end() || !sh->is_array()) return fail("'shape' missing or not an array");
-    if (off == v.end() || !off->is_array() || off->size() != 2 ||
-        !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
+    if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned()) {
       // nlohmann reports non-negative integers as unsigned.
-      if (off != v.end() && off->is_array() && off->size() == 2 &&
-          (*off)[0].is_number_integer() && (*off)[1].is_number_integer() &&
+      if (off != v.end() && off->is_array() && off->size() == 2 && (*off)[0].is_number_integer() &&
+          (*off)[1].is_number_integer() &&
           ((*off)[0].get<int64_t>() < 0 || (*off)[1].get<int64_t>() < 0)) {
         return fail("negative data offset");
       }
@@ -121,8 +121,8 @@ Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     Expected<size_t> nbytes = DTypeNBytes(t.dtype, *numel);
     if (!nbytes.ok()) return fail(nbytes.status().message());
     if (end - begin != *nbytes) {
-      return fail(fmt::format("data offsets [{}, {}) hold {} bytes, but {} {} needs {}", begin,
-                              end, end - begin, SourceDTypeName(t.dtype), sh->dump(), *nbytes));
+      return fail(fmt::format("data offsets [{}, {}) hold {} bytes, but {} {} needs {}", begin, end,
+                              end - begin, SourceDTypeName(t.dtype), sh->dump(), *nbytes));
     }
     t.data = data + begin;
     t.nbytes = *nbytes;
@@ -142,8 +142,9 @@ Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     const Span& p = spans[i - 1];
     const Span& c = spans[i];
     if (c.begin < p.end) {
-      return xrt::DataLossError("{}: tensor '{}': data offsets [{}, {}) overlap tensor '{}' [{}, {})",
-                                path, *c.name, c.begin, c.end, *p.name, p.begin, p.end);
+      return xrt::DataLossError(
+          "{}: tensor '{}': data offsets [{}, {}) overlap tensor '{}' [{}, {})", path, *c.name,
+          c.begin, c.end, *p.name, p.begin, p.end);
     }
   }
   return st;

@@ -12,7 +12,9 @@ using testing::SafetensorsWriter;
 using testing::TempDir;
 using testing::WriteFile;
 
-bool Contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+bool Contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
 
 TEST(SafetensorsTest, RoundTrip) {
   TempDir dir;
@@ -104,13 +106,12 @@ TEST(SafetensorsTest, BadJson) {
   s = OpenError(w.BuildWithHeader("{\"w\": {\"dtype\": \"F32\", \"shape\": [1]}}"), dir);
   EXPECT_TRUE(Contains(s.message(), "tensor 'w'")) << s.message();
   EXPECT_TRUE(Contains(s.message(), "data_offsets")) << s.message();
-  s = OpenError(w.BuildWithHeader(
-                    "{\"w\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 0]}}"),
-                dir);
+  s = OpenError(
+      w.BuildWithHeader("{\"w\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 0]}}"),
+      dir);
   EXPECT_TRUE(Contains(s.message(), "negative")) << s.message();
-  s = OpenError(w.BuildWithHeader(
-                    "{\"w\": {\"dtype\": 7, \"shape\": [1], \"data_offsets\": [0, 4]}}"),
-                dir);
+  s = OpenError(
+      w.BuildWithHeader("{\"w\": {\"dtype\": 7, \"shape\": [1], \"data_offsets\": [0, 4]}}"), dir);
   EXPECT_TRUE(Contains(s.message(), "dtype")) << s.message();
 }
 

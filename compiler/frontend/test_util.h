@@ -155,13 +155,36 @@ class SafetensorsWriter {
 
 // GGUF value type ids.
 enum : uint32_t {
-  kGU8 = 0, kGI8 = 1, kGU16 = 2, kGI16 = 3, kGU32 = 4, kGI32 = 5, kGF32 = 6, kGBool = 7,
-  kGString = 8, kGArray = 9, kGU64 = 10, kGI64 = 11, kGF64 = 12,
+  kGU8 = 0,
+  kGI8 = 1,
+  kGU16 = 2,
+  kGI16 = 3,
+  kGU32 = 4,
+  kGI32 = 5,
+  kGF32 = 6,
+  kGBool = 7,
+  kGString = 8,
+  kGArray = 9,
+  kGU64 = 10,
+  kGI64 = 11,
+  kGF64 = 12,
 };
 // ggml type ids.
 enum : uint32_t {
-  kTF32 = 0, kTF16 = 1, kTQ4_0 = 2, kTQ4_1 = 3, kTQ5_0 = 6, kTQ5_1 = 7, kTQ8_0 = 8,
-  kTQ2_K = 10, kTQ3_K = 11, kTQ4_K = 12, kTQ5_K = 13, kTQ6_K = 14, kTQ8_K = 15, kTBF16 = 30,
+  kTF32 = 0,
+  kTF16 = 1,
+  kTQ4_0 = 2,
+  kTQ4_1 = 3,
+  kTQ5_0 = 6,
+  kTQ5_1 = 7,
+  kTQ8_0 = 8,
+  kTQ2_K = 10,
+  kTQ3_K = 11,
+  kTQ4_K = 12,
+  kTQ5_K = 13,
+  kTQ6_K = 14,
+  kTQ8_K = 15,
+  kTBF16 = 30,
 };
 
 // One GGUF file. Add metadata and tensors, then Build().

@@ -34,8 +34,7 @@ Expected<MappedFile> MappedFile::Open(const std::string& path) {
     if (p == MAP_FAILED) {
       int e = errno;
       ::close(fd);
-      return UnavailableError("{}: mmap of {} bytes failed: {}", path, f.size_,
-                              std::strerror(e));
+      return UnavailableError("{}: mmap of {} bytes failed: {}", path, f.size_, std::strerror(e));
     }
     f.data_ = static_cast<const uint8_t*>(p);
   }

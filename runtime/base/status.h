@@ -36,8 +36,7 @@ const char* StatusCodeName(StatusCode code);
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(StatusCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
 
@@ -63,9 +62,9 @@ template <typename... Args>
 Status MakeStatus(StatusCode code, fmt::format_string<Args...> f, Args&&... args) {
   return Status(code, fmt::format(f, std::forward<Args>(args)...));
 }
-#define XRT_DEFINE_ERROR_FACTORY(Name, Code)                                \
-  template <typename... Args>                                               \
-  Status Name(fmt::format_string<Args...> f, Args&&... args) {              \
+#define XRT_DEFINE_ERROR_FACTORY(Name, Code)                                      \
+  template <typename... Args>                                                     \
+  Status Name(fmt::format_string<Args...> f, Args&&... args) {                    \
     return Status(StatusCode::Code, fmt::format(f, std::forward<Args>(args)...)); \
   }
 XRT_DEFINE_ERROR_FACTORY(InvalidArgumentError, kInvalidArgument)
@@ -83,7 +82,7 @@ XRT_DEFINE_ERROR_FACTORY(UnavailableError, kUnavailable)
 template <typename T>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Expected(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Expected(Status status) : v_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "Expected built from an OK status");
   }
@@ -92,13 +91,22 @@ class [[nodiscard]] Expected {
   explicit operator bool() const { return ok(); }
 
   const Status& status() const {
-    static const Status kOk;
-    return ok() ? kOk : std::get<Status>(v_);
+    static const Status k_ok;
+    return ok() ? k_ok : std::get<Status>(v_);
   }
 
-  T& value() & { assert(ok()); return std::get<T>(v_); }
-  const T& value() const& { assert(ok()); return std::get<T>(v_); }
-  T&& value() && { assert(ok()); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    assert(ok());
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<T>(std::move(v_));
+  }
 
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
@@ -113,10 +121,10 @@ class [[nodiscard]] Expected {
 #define XRT_CONCAT_(a, b) XRT_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define XRT_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::xrt::Status xrt_status_ = (expr);            \
-    if (!xrt_status_.ok()) return xrt_status_;     \
+#define XRT_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::xrt::Status xrt_status_ = (expr);        \
+    if (!xrt_status_.ok()) return xrt_status_; \
   } while (0)
 
 // `lhs` = value of `expr` (an Expected<T>), or returns its status.

@@ -171,8 +171,8 @@ void ThreadPool::ParallelForGrain(int64_t n, int64_t grain,
   if (n <= 0) return;
   if (grain <= 0) grain = 1;
   // Keep the chunk index within the 32 bits of the claim word.
-  constexpr int64_t kMaxChunks = int64_t{1} << 30;
-  if ((n + grain - 1) / grain > kMaxChunks) grain = (n + kMaxChunks - 1) / kMaxChunks;
+  constexpr int64_t k_max_chunks = int64_t{1} << 30;
+  if ((n + grain - 1) / grain > k_max_chunks) grain = (n + k_max_chunks - 1) / k_max_chunks;
   Run(n, grain, (n + grain - 1) / grain, fn);
 }
 

@@ -246,8 +246,8 @@ void RunStressRegion(ThreadPool& pool, StressRegion& r, int64_t id, int64_t n, i
     const int64_t c = ChunkIndex(*region, b, e);
     if (c < 0) {
       errors.Report("region " + std::to_string(expected_id) + " (n=" + std::to_string(n) +
-                    ", grain=" + std::to_string(grain) + ") got bad chunk [" +
-                    std::to_string(b) + ", " + std::to_string(e) + ")");
+                    ", grain=" + std::to_string(grain) + ") got bad chunk [" + std::to_string(b) +
+                    ", " + std::to_string(e) + ")");
     } else {
       region->hits[c].fetch_add(1);
     }
@@ -270,8 +270,8 @@ void RunStressRegion(ThreadPool& pool, StressRegion& r, int64_t id, int64_t n, i
     const int h = r.hits[c].load();
     if (h != 1) {
       errors.Report("region " + std::to_string(id) + " (n=" + std::to_string(n) +
-                    ", grain=" + std::to_string(grain) + "): chunk " + std::to_string(c) +
-                    " ran " + std::to_string(h) + " times");
+                    ", grain=" + std::to_string(grain) + "): chunk " + std::to_string(c) + " ran " +
+                    std::to_string(h) + " times");
     }
   }
   r.active.store(false);
@@ -308,20 +308,28 @@ void StressPool(int threads, int hog_threads, std::chrono::milliseconds duration
       const int64_t n = ns[rng() % std::size(ns)];
       int64_t grain = 0;
       switch (rng() % 4) {
-        case 0: grain = 0; break;                                   // ParallelFor
-        case 1: grain = 1; break;                                   // one item per chunk
-        case 2: grain = 1 + static_cast<int64_t>(rng() % 8); break;  // small grain
-        case 3: grain = n + static_cast<int64_t>(rng() % 3); break;  // grain >= n
+        case 0:
+          grain = 0;
+          break;  // ParallelFor
+        case 1:
+          grain = 1;
+          break;  // one item per chunk
+        case 2:
+          grain = 1 + static_cast<int64_t>(rng() % 8);
+          break;  // small grain
+        case 3:
+          grain = n + static_cast<int64_t>(rng() % 3);
+          break;  // grain >= n
       }
       // Mostly empty chunks (races are in the hand-off), sometimes some work.
       const int work = rng() % 8 == 0 ? static_cast<int>(rng() % 2000) : 0;
-      StressAtDepth(pool, ring[id % ring.size()], id, n, grain, work,
-                    static_cast<int>(rng() % 4), errors);
+      StressAtDepth(pool, ring[id % ring.size()], id, n, grain, work, static_cast<int>(rng() % 4),
+                    errors);
     }
   }
-  EXPECT_EQ(errors.count.load(), 0) << "first error: " << errors.first << " (after " << id
-                                    << " regions, " << threads << " threads, " << hog_threads
-                                    << " hog threads)";
+  EXPECT_EQ(errors.count.load(), 0)
+      << "first error: " << errors.first << " (after " << id << " regions, " << threads
+      << " threads, " << hog_threads << " hog threads)";
 }
 
 TEST(ThreadPoolStressTest, AlternatingRegionsTwoThreadsLoadedMachine) {

@@ -14,7 +14,8 @@ Expected<ChatTemplate> ChatTemplate::Parse(std::string source) {
   try {
     impl->nodes = chat::ParseTemplate(source);
   } catch (const chat::TemplateError& e) {
-    return InvalidArgumentError("chat template syntax error at line {}, column {}: {}", e.line, e.col, e.what());
+    return InvalidArgumentError("chat template syntax error at line {}, column {}: {}", e.line,
+                                e.col, e.what());
   } catch (const std::exception& e) {
     return InternalError("chat template parser failed: {}", e.what());
   }
@@ -26,30 +27,37 @@ const std::string& ChatTemplate::source() const { return impl_->source; }
 
 template <typename Json>
 Expected<std::string> ChatTemplate::RenderImpl(const Json& context) const {
-  if (!context.is_object()) return InvalidArgumentError("chat template context must be a JSON object");
+  if (!context.is_object())
+    return InvalidArgumentError("chat template context must be a JSON object");
   try {
     chat::Value root = chat::Value::FromJson(context);
     return chat::RenderTemplate(impl_->nodes, root);
   } catch (const chat::TemplateError& e) {
     if (e.raised) return InvalidArgumentError("{}", e.what());
     if (e.line > 0)
-      return InvalidArgumentError("chat template error at line {}, column {}: {}", e.line, e.col, e.what());
+      return InvalidArgumentError("chat template error at line {}, column {}: {}", e.line, e.col,
+                                  e.what());
     return InvalidArgumentError("chat template error: {}", e.what());
   } catch (const std::exception& e) {
     return InternalError("chat template rendering failed: {}", e.what());
   }
 }
 
-Expected<std::string> ChatTemplate::Render(const nlohmann::json& context) const { return RenderImpl(context); }
+Expected<std::string> ChatTemplate::Render(const nlohmann::json& context) const {
+  return RenderImpl(context);
+}
 Expected<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
   return RenderImpl(context);
 }
 
-Expected<std::string> ApplyChatTemplate(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
+Expected<std::string> ApplyChatTemplate(const ChatTemplate& tmpl,
+                                        const nlohmann::ordered_json& messages,
                                         bool add_generation_prompt, const std::string& bos_token,
-                                        const std::string& eos_token, const nlohmann::ordered_json& extra) {
+                                        const std::string& eos_token,
+                                        const nlohmann::ordered_json& extra) {
   if (!messages.is_array()) return InvalidArgumentError("messages must be a JSON array");
-  if (!extra.is_null() && !extra.is_object()) return InvalidArgumentError("extra template variables must be an object");
+  if (!extra.is_null() && !extra.is_object())
+    return InvalidArgumentError("extra template variables must be an object");
   nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
   ctx["messages"] = messages;
   ctx["tools"] = nullptr;

@@ -65,7 +65,8 @@ class ChatTemplate {
 // eos_token, tools = none and documents = none, then every key of `extra`
 // (an object or null; it may override the former, e.g. "tools" or
 // "date_string").
-Expected<std::string> ApplyChatTemplate(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
+Expected<std::string> ApplyChatTemplate(const ChatTemplate& tmpl,
+                                        const nlohmann::ordered_json& messages,
                                         bool add_generation_prompt, const std::string& bos_token,
                                         const std::string& eos_token,
                                         const nlohmann::ordered_json& extra = nullptr);

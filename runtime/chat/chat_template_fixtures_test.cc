@@ -82,8 +82,9 @@ TEST(ChatTemplateFixtures, ApplyChatTemplateMatchesFixture) {
     if (!ctx.at("tools").is_null() || ctx.size() != 6) continue;  // only plain conversations
     auto t = ChatTemplate::Parse(ReadFile(kDir + c.at("template").get<std::string>()));
     ASSERT_TRUE(t.ok());
-    auto out = ApplyChatTemplate(*t, ctx.at("messages"), ctx.at("add_generation_prompt").get<bool>(),
-                                 ctx.at("bos_token").get<std::string>(), ctx.at("eos_token").get<std::string>());
+    auto out = ApplyChatTemplate(
+        *t, ctx.at("messages"), ctx.at("add_generation_prompt").get<bool>(),
+        ctx.at("bos_token").get<std::string>(), ctx.at("eos_token").get<std::string>());
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     EXPECT_EQ(*out, c.at("expected").get<std::string>()) << c.at("name");
     ++checked;

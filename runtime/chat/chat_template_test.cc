@@ -118,7 +118,8 @@ TEST(ChatTemplate, ContextMustBeAnObject) {
 }
 
 TEST(ChatTemplate, UndefinedRendersEmpty) {
-  EXPECT_EQ(RenderOrDie("[{{ nothing }}][{{ nothing|trim }}][{{ nothing|length }}][{% for x in nothing %}x{% endfor %}]"),
+  EXPECT_EQ(RenderOrDie("[{{ nothing }}][{{ nothing|trim }}][{{ nothing|length }}][{% for x in "
+                        "nothing %}x{% endfor %}]"),
             "[][][0][]");
 }
 
@@ -139,10 +140,13 @@ TEST(ChatTemplate, OrderedJsonKeepsKeyOrder) {
 
 TEST(ChatTemplate, ApplyChatTemplateSetsHfVariables) {
   auto t = ChatTemplate::Parse(
-      "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}"
-      "{% if add_generation_prompt %}<assistant>{% endif %}{{ tools is none }}{{ extra_var|default('-') }}");
+      "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor "
+      "%}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}{{ tools is none }}{{ "
+      "extra_var|default('-') }}");
   ASSERT_TRUE(t.ok());
-  nlohmann::ordered_json msgs = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  nlohmann::ordered_json msgs =
+      nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
   auto out = ApplyChatTemplate(*t, msgs, true, "<s>", "</s>");
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(*out, "<s><user>hi</s><assistant>True-");

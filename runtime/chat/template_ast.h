@@ -31,22 +31,22 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral,   // literal
-    kName,      // name
-    kList,      // args = items
-    kDict,      // kwargs-like: keys in dict_keys, values in args
-    kAttr,      // a.name
-    kItem,      // a[b]
-    kSlice,     // a[b:c:d], any of b/c/d may be null
-    kCall,      // a(args, kwargs)
-    kFilter,    // a | name(args, kwargs)
-    kTest,      // a is [not] name(args)
-    kUnary,     // op a  ("-", "+", "not")
-    kBinary,    // a op b  (+ - * / // % ** ~)
-    kCompare,   // a ops[0] args[0] ops[1] args[1] ...
-    kAnd,       // a and b
-    kOr,        // a or b
-    kCond,      // b if a else c
+    kLiteral,  // literal
+    kName,     // name
+    kList,     // args = items
+    kDict,     // kwargs-like: keys in dict_keys, values in args
+    kAttr,     // a.name
+    kItem,     // a[b]
+    kSlice,    // a[b:c:d], any of b/c/d may be null
+    kCall,     // a(args, kwargs)
+    kFilter,   // a | name(args, kwargs)
+    kTest,     // a is [not] name(args)
+    kUnary,    // op a  ("-", "+", "not")
+    kBinary,   // a op b  (+ - * / // % ** ~)
+    kCompare,  // a ops[0] args[0] ops[1] args[1] ...
+    kAnd,      // a and b
+    kOr,       // a or b
+    kCond,     // b if a else c
   };
   Kind kind;
   int line = 0, col = 0;
@@ -55,9 +55,9 @@ struct Expr {
   ExprPtr a, b, c;
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
-  std::vector<std::string> ops;        // kCompare
-  std::vector<ExprPtr> dict_keys;      // kDict
-  bool negated = false;                // kTest
+  std::vector<std::string> ops;    // kCompare
+  std::vector<ExprPtr> dict_keys;  // kDict
+  bool negated = false;            // kTest
 };
 
 struct Node;
@@ -66,15 +66,15 @@ using NodeList = std::vector<NodePtr>;
 
 struct Node {
   enum class Kind {
-    kText,      // text
-    kOutput,    // {{ expr }}
-    kIf,        // branches (cond, body); else_body
-    kFor,       // targets in expr [if filter]: body [else else_body]
-    kSet,       // targets / (target.attr) = expr, or block set with body
-    kMacro,     // name(params = defaults): body
+    kText,    // text
+    kOutput,  // {{ expr }}
+    kIf,      // branches (cond, body); else_body
+    kFor,     // targets in expr [if filter]: body [else else_body]
+    kSet,     // targets / (target.attr) = expr, or block set with body
+    kMacro,   // name(params = defaults): body
     kBreak,
     kContinue,
-    kScope,     // {% generation %}: body rendered in place
+    kScope,  // {% generation %}: body rendered in place
   };
   Kind kind;
   int line = 0, col = 0;

@@ -29,13 +29,14 @@ bool IsPySpace(const std::string& cp) {
     unsigned char c = static_cast<unsigned char>(cp[0]);
     return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f);
   }
-  static const char* kSpaces[] = {"\xc2\x85", "\xc2\xa0", "\xe1\x9a\x80", "\xe2\x80\xa8", "\xe2\x80\xa9",
-                                  "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
-  for (const char* s : kSpaces)
+  static const char* k_spaces[] = {"\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80", "\xe2\x80\xa8",
+                                   "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
+  for (const char* s : k_spaces)
     if (cp == s) return true;
   // U+2000..U+200A
-  return cp.size() == 3 && static_cast<unsigned char>(cp[0]) == 0xe2 && static_cast<unsigned char>(cp[1]) == 0x80 &&
-         static_cast<unsigned char>(cp[2]) >= 0x80 && static_cast<unsigned char>(cp[2]) <= 0x8a;
+  return cp.size() == 3 && static_cast<unsigned char>(cp[0]) == 0xe2 &&
+         static_cast<unsigned char>(cp[1]) == 0x80 && static_cast<unsigned char>(cp[2]) >= 0x80 &&
+         static_cast<unsigned char>(cp[2]) <= 0x8a;
 }
 
 std::string Join(const std::vector<std::string>& cps, size_t begin, size_t end) {
@@ -92,7 +93,8 @@ std::string PyCapitalize(const std::string& s) {
   return out;
 }
 
-std::string PyReplace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string PyReplace(const std::string& s, const std::string& from, const std::string& to,
+                      int64_t count) {
   if (from.empty()) {
     std::vector<std::string> cps = SplitCodePoints(s);
     std::string out;
@@ -157,12 +159,23 @@ std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -185,13 +198,27 @@ void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       switch (c) {
-        case '"': *out += "\\\""; break;
-        case '\\': *out += "\\\\"; break;
-        case '\n': *out += "\\n"; break;
-        case '\r': *out += "\\r"; break;
-        case '\t': *out += "\\t"; break;
-        case '\b': *out += "\\b"; break;
-        case '\f': *out += "\\f"; break;
+        case '"':
+          *out += "\\\"";
+          break;
+        case '\\':
+          *out += "\\\\";
+          break;
+        case '\n':
+          *out += "\\n";
+          break;
+        case '\r':
+          *out += "\\r";
+          break;
+        case '\t':
+          *out += "\\t";
+          break;
+        case '\b':
+          *out += "\\b";
+          break;
+        case '\f':
+          *out += "\\f";
+          break;
         default:
           if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
             *out += fmt::format("\\u{:04x}", c);
@@ -227,17 +254,28 @@ void JsonDump(const Value& v, const JsonOptions& o, int level, std::string* out)
     for (int i = 0; i < lvl; ++i) *out += o.indent;
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: *out += "null"; return;
-    case Value::Kind::kBool: *out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: *out += std::to_string(v.as_int()); return;
+    case Value::Kind::kNone:
+      *out += "null";
+      return;
+    case Value::Kind::kBool:
+      *out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      *out += std::to_string(v.as_int());
+      return;
     case Value::Kind::kFloat: {
       double d = v.as_double();
-      if (std::isnan(d)) *out += "NaN";
-      else if (std::isinf(d)) *out += d > 0 ? "Infinity" : "-Infinity";
-      else *out += PythonFloatRepr(d);
+      if (std::isnan(d))
+        *out += "NaN";
+      else if (std::isinf(d))
+        *out += d > 0 ? "Infinity" : "-Infinity";
+      else
+        *out += PythonFloatRepr(d);
       return;
     }
-    case Value::Kind::kString: JsonString(v.str(), o.ensure_ascii, out); return;
+    case Value::Kind::kString:
+      JsonString(v.str(), o.ensure_ascii, out);
+      return;
     case Value::Kind::kList: {
       const ValueList& l = v.list();
       if (l.empty()) {
@@ -266,7 +304,8 @@ void JsonDump(const Value& v, const JsonOptions& o, int level, std::string* out)
         return;
       }
       if (o.sort_keys)
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        std::stable_sort(items.begin(), items.end(),
+                         [](auto* a, auto* b) { return a->first < b->first; });
       *out += '{';
       if (o.indent_set) newline(level + 1);
       for (size_t i = 0; i < items.size(); ++i) {
@@ -282,9 +321,11 @@ void JsonDump(const Value& v, const JsonOptions& o, int level, std::string* out)
       *out += '}';
       return;
     }
-    default: break;
+    default:
+      break;
   }
-  throw TemplateError(fmt::format("tojson: object of type {} is not JSON serializable", v.TypeName()));
+  throw TemplateError(
+      fmt::format("tojson: object of type {} is not JSON serializable", v.TypeName()));
 }
 
 // ---------------------------------------------------------------- interpreter
@@ -302,8 +343,12 @@ class Interpreter {
  private:
   using Frame = std::unordered_map<std::string, Value>;
 
-  [[noreturn]] static void Fail(const Expr& e, const std::string& msg) { throw TemplateError(msg, e.line, e.col); }
-  [[noreturn]] static void Fail(const Node& n, const std::string& msg) { throw TemplateError(msg, n.line, n.col); }
+  [[noreturn]] static void Fail(const Expr& e, const std::string& msg) {
+    throw TemplateError(msg, e.line, e.col);
+  }
+  [[noreturn]] static void Fail(const Node& n, const std::string& msg) {
+    throw TemplateError(msg, n.line, n.col);
+  }
 
   // Errors thrown from builtins carry no position: give them the expression's.
   template <typename F>
@@ -328,18 +373,30 @@ class Interpreter {
 
   Flow ExecNode(const Node& n, std::string* out) {
     switch (n.kind) {
-      case Node::Kind::kText: *out += n.text; return Flow::kNormal;
-      case Node::Kind::kOutput: *out += Eval(*n.expr).ToString(); return Flow::kNormal;
+      case Node::Kind::kText:
+        *out += n.text;
+        return Flow::kNormal;
+      case Node::Kind::kOutput:
+        *out += Eval(*n.expr).ToString();
+        return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& br : n.branches)
           if (Eval(*br.first).Truthy()) return Exec(br.second, out);
         return Exec(n.else_body, out);
-      case Node::Kind::kFor: return ExecFor(n, out);
-      case Node::Kind::kSet: ExecSet(n); return Flow::kNormal;
-      case Node::Kind::kMacro: DefineMacro(n); return Flow::kNormal;
-      case Node::Kind::kBreak: return Flow::kBreak;
-      case Node::Kind::kContinue: return Flow::kContinue;
-      case Node::Kind::kScope: return Exec(n.body, out);
+      case Node::Kind::kFor:
+        return ExecFor(n, out);
+      case Node::Kind::kSet:
+        ExecSet(n);
+        return Flow::kNormal;
+      case Node::Kind::kMacro:
+        DefineMacro(n);
+        return Flow::kNormal;
+      case Node::Kind::kBreak:
+        return Flow::kBreak;
+      case Node::Kind::kContinue:
+        return Flow::kContinue;
+      case Node::Kind::kScope:
+        return Exec(n.body, out);
     }
     return Flow::kNormal;
   }
@@ -351,7 +408,8 @@ class Interpreter {
     }
     ValueList items = Iterate(v, n.line, n.col);
     if (items.size() != targets.size())
-      Fail(n, fmt::format("cannot unpack {} values into {} variables", items.size(), targets.size()));
+      Fail(n,
+           fmt::format("cannot unpack {} values into {} variables", items.size(), targets.size()));
     for (size_t i = 0; i < targets.size(); ++i) (*frame)[targets[i]] = items[i];
   }
 
@@ -387,10 +445,13 @@ class Interpreter {
           {"depth0", Value(int64_t{0})},
           {"previtem", i > 0 ? items[i - 1] : Value::Undefined("there is no previous item")},
           {"nextitem", i + 1 < len ? items[i + 1] : Value::Undefined("there is no next item")},
-          {"cycle", Value::Function("loop.cycle", [i](CallArgs& a) {
-             if (a.positional.empty()) throw TemplateError("loop.cycle needs at least one argument");
-             return a.positional[static_cast<size_t>(i) % a.positional.size()];
-           })},
+          {"cycle",
+           Value::Function("loop.cycle",
+                           [i](CallArgs& a) {
+                             if (a.positional.empty())
+                               throw TemplateError("loop.cycle needs at least one argument");
+                             return a.positional[static_cast<size_t>(i) % a.positional.size()];
+                           })},
       };
       Frame& frame = scopes_[frame_index];
       frame["loop"] = Value::Dict(loop);
@@ -414,7 +475,8 @@ class Interpreter {
     if (!n.attr.empty()) {
       Value target = Lookup(n.targets[0]);
       if (!target.is_dict() || !target.dict().is_namespace)
-        Fail(n, fmt::format("cannot assign attribute '{}' on '{}': not a namespace", n.attr, n.targets[0]));
+        Fail(n, fmt::format("cannot assign attribute '{}' on '{}': not a namespace", n.attr,
+                            n.targets[0]));
       target.mutable_dict().Set(n.attr, std::move(v));
       return;
     }
@@ -427,11 +489,13 @@ class Interpreter {
       if (depth_ >= kMaxCallDepth) throw TemplateError("macro recursion depth limit exceeded");
       Frame frame;
       if (args.positional.size() > def->params.size())
-        throw TemplateError(fmt::format("macro '{}' takes at most {} arguments", def->name, def->params.size()));
+        throw TemplateError(
+            fmt::format("macro '{}' takes at most {} arguments", def->name, def->params.size()));
       for (const auto& kw : args.keyword) {
         bool known = false;
         for (const auto& p : def->params) known |= p.first == kw.first;
-        if (!known) throw TemplateError(fmt::format("macro '{}' has no parameter '{}'", def->name, kw.first));
+        if (!known)
+          throw TemplateError(fmt::format("macro '{}' has no parameter '{}'", def->name, kw.first));
       }
       std::vector<Frame> saved;
       saved.swap(scopes_);
@@ -492,7 +556,8 @@ class Interpreter {
       return Value::Function(name, [](CallArgs& a) {
         int64_t start = 0, stop, step = 1;
         for (const auto& v : a.positional)
-          if (!v.is_int() && !v.is_bool()) throw TemplateError("range() arguments must be integers");
+          if (!v.is_int() && !v.is_bool())
+            throw TemplateError("range() arguments must be integers");
         if (a.positional.size() == 1) {
           stop = a.positional[0].as_int();
         } else if (a.positional.size() == 2 || a.positional.size() == 3) {
@@ -505,7 +570,8 @@ class Interpreter {
         if (step == 0) throw TemplateError("range() step must not be zero");
         ValueList out;
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-          if (static_cast<int64_t>(out.size()) >= kMaxRange) throw TemplateError("range() is too large");
+          if (static_cast<int64_t>(out.size()) >= kMaxRange)
+            throw TemplateError("range() is too large");
           out.emplace_back(i);
         }
         return Value::List(std::move(out));
@@ -517,7 +583,9 @@ class Interpreter {
         auto d = std::make_shared<ValueDict>();
         d->is_namespace = ns;
         for (const auto& p : a.positional) {
-          if (!p.is_dict()) throw TemplateError(fmt::format("{}() positional argument must be a dict", ns ? "namespace" : "dict"));
+          if (!p.is_dict())
+            throw TemplateError(
+                fmt::format("{}() positional argument must be a dict", ns ? "namespace" : "dict"));
           for (const auto& kv : p.dict().items) d->Set(kv.first, kv.second);
         }
         for (const auto& kv : a.keyword) d->Set(kv.first, kv.second);
@@ -542,13 +610,16 @@ class Interpreter {
   // ---- expressions ----
 
   static void RequireDefined(const Expr& e, const Value& v) {
-    if (v.is_undefined()) Fail(e, v.undefined_hint().empty() ? "value is undefined" : v.undefined_hint());
+    if (v.is_undefined())
+      Fail(e, v.undefined_hint().empty() ? "value is undefined" : v.undefined_hint());
   }
 
   Value Eval(const Expr& e) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return e.literal;
-      case Expr::Kind::kName: return Lookup(e.name);
+      case Expr::Kind::kLiteral:
+        return e.literal;
+      case Expr::Kind::kName:
+        return Lookup(e.name);
       case Expr::Kind::kList: {
         ValueList items;
         for (const auto& a : e.args) items.push_back(Eval(*a));
@@ -576,11 +647,13 @@ class Interpreter {
         if (v.is_undefined() && key.is_string() && !obj.is_list()) return GetAttr(obj, key.str());
         return v;
       }
-      case Expr::Kind::kSlice: return EvalSlice(e);
+      case Expr::Kind::kSlice:
+        return EvalSlice(e);
       case Expr::Kind::kCall: {
         Value callee = Eval(*e.a);
         RequireDefined(*e.a, callee);
-        if (!callee.is_callable()) Fail(e, fmt::format("'{}' object is not callable", callee.TypeName()));
+        if (!callee.is_callable())
+          Fail(e, fmt::format("'{}' object is not callable", callee.TypeName()));
         CallArgs args = EvalArgs(e);
         if (depth_ >= kMaxCallDepth) Fail(e, "call depth limit exceeded");
         return At(e, [&] { return callee.callable().fn(args); });
@@ -600,7 +673,8 @@ class Interpreter {
         Value v = Eval(*e.a);
         if (e.name == "not") return Value(!v.Truthy());
         RequireDefined(*e.a, v);
-        if (!v.is_number()) Fail(e, fmt::format("bad operand type for unary {}: '{}'", e.name, v.TypeName()));
+        if (!v.is_number())
+          Fail(e, fmt::format("bad operand type for unary {}: '{}'", e.name, v.TypeName()));
         if (e.name == "+") return v.is_float() ? v : Value(v.as_int());
         return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
       }
@@ -705,13 +779,15 @@ class Interpreter {
       if (obj.is_list()) {
         int64_t n = static_cast<int64_t>(obj.list().size());
         if (i < 0) i += n;
-        if (i < 0 || i >= n) return Value::Undefined(fmt::format("list index {} out of range", key.as_int()));
+        if (i < 0 || i >= n)
+          return Value::Undefined(fmt::format("list index {} out of range", key.as_int()));
         return obj.list()[static_cast<size_t>(i)];
       }
       std::vector<std::string> cps = SplitCodePoints(obj.str());
       int64_t n = static_cast<int64_t>(cps.size());
       if (i < 0) i += n;
-      if (i < 0 || i >= n) return Value::Undefined(fmt::format("string index {} out of range", key.as_int()));
+      if (i < 0 || i >= n)
+        return Value::Undefined(fmt::format("string index {} out of range", key.as_int()));
       return Value(cps[static_cast<size_t>(i)]);
     }
     return Value::Undefined(fmt::format("'{}' object has no item {}", obj.TypeName(), key.Repr()));
@@ -742,7 +818,8 @@ class Interpreter {
     };
     auto str_arg = [&](const CallArgs& a, size_t i, const char* what) -> std::string {
       Value v = a.Get(i, nullptr);
-      if (!v.is_string()) throw TemplateError(fmt::format("{}() argument must be str, not {}", what, v.TypeName()));
+      if (!v.is_string())
+        throw TemplateError(fmt::format("{}() argument must be str, not {}", what, v.TypeName()));
       return v.str();
     };
     if (self.is_dict()) {
@@ -750,9 +827,12 @@ class Interpreter {
         return method([name](const Value& s, CallArgs&) {
           ValueList out;
           for (const auto& kv : s.dict().items) {
-            if (name == "items") out.push_back(Value::List({Value(kv.first), kv.second}));
-            else if (name == "keys") out.emplace_back(kv.first);
-            else out.push_back(kv.second);
+            if (name == "items")
+              out.push_back(Value::List({Value(kv.first), kv.second}));
+            else if (name == "keys")
+              out.emplace_back(kv.first);
+            else
+              out.push_back(kv.second);
           }
           return Value::List(std::move(out));
         });
@@ -776,9 +856,12 @@ class Interpreter {
         return Value(PyStrip(s.str(), nullptr, l, r));
       });
     }
-    if (name == "upper") return method([](const Value& s, CallArgs&) { return Value(AsciiUpper(s.str())); });
-    if (name == "lower") return method([](const Value& s, CallArgs&) { return Value(AsciiLower(s.str())); });
-    if (name == "title") return method([](const Value& s, CallArgs&) { return Value(PyTitle(s.str())); });
+    if (name == "upper")
+      return method([](const Value& s, CallArgs&) { return Value(AsciiUpper(s.str())); });
+    if (name == "lower")
+      return method([](const Value& s, CallArgs&) { return Value(AsciiLower(s.str())); });
+    if (name == "title")
+      return method([](const Value& s, CallArgs&) { return Value(PyTitle(s.str())); });
     if (name == "capitalize")
       return method([](const Value& s, CallArgs&) { return Value(PyCapitalize(s.str())); });
     if (name == "startswith" || name == "endswith") {
@@ -787,11 +870,13 @@ class Interpreter {
         Value arg = a.Get(0, nullptr);
         ValueList options = arg.is_list() ? arg.list() : ValueList{arg};
         for (const auto& o : options) {
-          if (!o.is_string()) throw TemplateError("startswith/endswith argument must be str or a tuple of str");
+          if (!o.is_string())
+            throw TemplateError("startswith/endswith argument must be str or a tuple of str");
           const std::string& p = o.str();
           const std::string& x = s.str();
           if (p.size() > x.size()) continue;
-          if (starts ? x.compare(0, p.size(), p) == 0 : x.compare(x.size() - p.size(), p.size(), p) == 0)
+          if (starts ? x.compare(0, p.size(), p) == 0
+                     : x.compare(x.size() - p.size(), p.size(), p) == 0)
             return Value(true);
         }
         return Value(false);
@@ -801,7 +886,8 @@ class Interpreter {
       return method([](const Value& s, CallArgs& a) {
         Value sep = a.Get(0, "sep", Value::None());
         Value max = a.Get(1, "maxsplit", Value(int64_t{-1}));
-        if (!sep.is_none() && !sep.is_string()) throw TemplateError("split() separator must be str or None");
+        if (!sep.is_none() && !sep.is_string())
+          throw TemplateError("split() separator must be str or None");
         ValueList out;
         for (auto& p : PySplit(s.str(), sep, max.as_int())) out.emplace_back(std::move(p));
         return Value::List(std::move(out));
@@ -810,7 +896,8 @@ class Interpreter {
     if (name == "replace") {
       return method([str_arg](const Value& s, CallArgs& a) {
         Value count = a.Get(2, "count", Value(int64_t{-1}));
-        return Value(PyReplace(s.str(), str_arg(a, 0, "replace"), str_arg(a, 1, "replace"), count.as_int()));
+        return Value(
+            PyReplace(s.str(), str_arg(a, 0, "replace"), str_arg(a, 1, "replace"), count.as_int()));
       });
     }
     if (name == "join") {
@@ -819,7 +906,8 @@ class Interpreter {
         std::string out;
         ValueList list = Iterate(items, 0, 0);
         for (size_t i = 0; i < list.size(); ++i) {
-          if (!list[i].is_string()) throw TemplateError(fmt::format("sequence item {}: expected str", i));
+          if (!list[i].is_string())
+            throw TemplateError(fmt::format("sequence item {}: expected str", i));
           if (i) out += s.str();
           out += list[i].str();
         }
@@ -833,7 +921,9 @@ class Interpreter {
         const std::string& x = s.str();
         if (find) {
           size_t p = x.find(sub);
-          return Value(p == std::string::npos ? int64_t{-1} : static_cast<int64_t>(CodePointCount(x.substr(0, p))));
+          return Value(p == std::string::npos
+                           ? int64_t{-1}
+                           : static_cast<int64_t>(CodePointCount(x.substr(0, p))));
         }
         if (sub.empty()) return Value(static_cast<int64_t>(CodePointCount(x) + 1));
         int64_t n = 0;
@@ -848,7 +938,8 @@ class Interpreter {
         const std::string& x = s.str();
         if (p.size() <= x.size()) {
           if (prefix && x.compare(0, p.size(), p) == 0) return Value(x.substr(p.size()));
-          if (!prefix && x.compare(x.size() - p.size(), p.size(), p) == 0) return Value(x.substr(0, x.size() - p.size()));
+          if (!prefix && x.compare(x.size() - p.size(), p.size(), p) == 0)
+            return Value(x.substr(0, x.size() - p.size()));
         }
         return s;
       });
@@ -859,11 +950,16 @@ class Interpreter {
         if (cps.empty()) return Value(false);
         for (const auto& cp : cps) {
           bool ok;
-          if (name == "isspace") ok = IsPySpace(cp);
-          else if (cp.size() != 1) ok = false;  // non-ASCII letters/digits: not classified
-          else if (name == "isdigit") ok = std::isdigit(static_cast<unsigned char>(cp[0])) != 0;
-          else if (name == "isalpha") ok = IsAsciiAlpha(cp[0]);
-          else ok = std::isalnum(static_cast<unsigned char>(cp[0])) != 0;
+          if (name == "isspace")
+            ok = IsPySpace(cp);
+          else if (cp.size() != 1)
+            ok = false;  // non-ASCII letters/digits: not classified
+          else if (name == "isdigit")
+            ok = std::isdigit(static_cast<unsigned char>(cp[0])) != 0;
+          else if (name == "isalpha")
+            ok = IsAsciiAlpha(cp[0]);
+          else
+            ok = std::isalnum(static_cast<unsigned char>(cp[0])) != 0;
           if (!ok) return Value(false);
         }
         return Value(true);
@@ -875,8 +971,10 @@ class Interpreter {
   // Python iteration: lists, dict keys, string code points; Undefined is empty.
   static ValueList Iterate(const Value& v, int line, int col) {
     switch (v.kind()) {
-      case Value::Kind::kUndefined: return {};
-      case Value::Kind::kList: return v.list();
+      case Value::Kind::kUndefined:
+        return {};
+      case Value::Kind::kList:
+        return v.list();
       case Value::Kind::kDict: {
         ValueList keys;
         for (const auto& kv : v.dict().items) keys.emplace_back(kv.first);
@@ -887,14 +985,15 @@ class Interpreter {
         for (auto& cp : SplitCodePoints(v.str())) out.emplace_back(std::move(cp));
         return out;
       }
-      default: throw TemplateError(fmt::format("'{}' object is not iterable", v.TypeName()), line, col);
+      default:
+        throw TemplateError(fmt::format("'{}' object is not iterable", v.TypeName()), line, col);
     }
   }
 
   static Value Arith(const std::string& op, const Value& l, const Value& r) {
     auto bad = [&]() -> TemplateError {
-      return TemplateError(
-          fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, l.TypeName(), r.TypeName()));
+      return TemplateError(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op,
+                                       l.TypeName(), r.TypeName()));
     };
     bool nums = l.is_number() && r.is_number();
     bool ints = nums && !l.is_float() && !r.is_float();
@@ -917,7 +1016,9 @@ class Interpreter {
     if (op == "*") {
       if (ints) return Value(l.as_int() * r.as_int());
       if (nums) return Value(l.as_double() * r.as_double());
-      const Value* seq = (l.is_string() || l.is_list()) ? &l : (r.is_string() || r.is_list()) ? &r : nullptr;
+      const Value* seq = (l.is_string() || l.is_list())   ? &l
+                         : (r.is_string() || r.is_list()) ? &r
+                                                          : nullptr;
       const Value* cnt = seq == &l ? &r : &l;
       if (seq && (cnt->is_int() || cnt->is_bool())) {
         int64_t n = std::max<int64_t>(0, cnt->as_int());
@@ -928,7 +1029,8 @@ class Interpreter {
           return Value(std::move(out));
         }
         ValueList out;
-        for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq->list().begin(), seq->list().end());
+        for (int64_t i = 0; i < n; ++i)
+          out.insert(out.end(), seq->list().begin(), seq->list().end());
         return Value::List(std::move(out));
       }
       throw bad();
@@ -939,7 +1041,8 @@ class Interpreter {
       return Value(l.as_double() / r.as_double());
     }
     if (op == "//" || op == "%") {
-      if (r.as_double() == 0) throw TemplateError(op == "%" ? "modulo by zero" : "division by zero");
+      if (r.as_double() == 0)
+        throw TemplateError(op == "%" ? "modulo by zero" : "division by zero");
       if (ints) {
         int64_t a = l.as_int(), b = r.as_int();
         int64_t q = a / b;
@@ -978,23 +1081,28 @@ class Interpreter {
     }
     if (l.is_undefined() || r.is_undefined())
       throw TemplateError(l.is_undefined() ? l.undefined_hint() : r.undefined_hint());
-    throw TemplateError(
-        fmt::format("'{}' not supported between instances of '{}' and '{}'", op, l.TypeName(), r.TypeName()));
+    throw TemplateError(fmt::format("'{}' not supported between instances of '{}' and '{}'", op,
+                                    l.TypeName(), r.TypeName()));
   }
 
   static bool Contains(const Value& container, const Value& item) {
     switch (container.kind()) {
       case Value::Kind::kString:
         if (!item.is_string())
-          throw TemplateError(fmt::format("'in <string>' requires string as left operand, not {}", item.TypeName()));
+          throw TemplateError(fmt::format("'in <string>' requires string as left operand, not {}",
+                                          item.TypeName()));
         return container.str().find(item.str()) != std::string::npos;
       case Value::Kind::kList:
         for (const auto& v : container.list())
           if (v.Equals(item)) return true;
         return false;
-      case Value::Kind::kDict: return item.is_string() && container.dict().Find(item.str()) != nullptr;
-      case Value::Kind::kUndefined: return false;
-      default: throw TemplateError(fmt::format("argument of type '{}' is not iterable", container.TypeName()));
+      case Value::Kind::kDict:
+        return item.is_string() && container.dict().Find(item.str()) != nullptr;
+      case Value::Kind::kUndefined:
+        return false;
+      default:
+        throw TemplateError(
+            fmt::format("argument of type '{}' is not iterable", container.TypeName()));
     }
   }
 
@@ -1014,7 +1122,8 @@ class Interpreter {
 
   bool ApplyTest(const std::string& name, const Value& v, const CallArgs& a) {
     auto arg = [&]() {
-      if (a.positional.empty()) throw TemplateError(fmt::format("test '{}' needs an argument", name));
+      if (a.positional.empty())
+        throw TemplateError(fmt::format("test '{}' needs an argument", name));
       return a.positional[0];
     };
     if (name == "defined") return !v.is_undefined();
@@ -1040,7 +1149,9 @@ class Interpreter {
       if (v.kind() != o.kind()) return false;
       if (v.is_none() || v.is_undefined()) return true;
       if (v.is_bool()) return v.as_bool() == o.as_bool();
-      return v.Equals(o) && (v.is_list() ? &v.list() == &o.list() : v.is_dict() ? &v.dict() == &o.dict() : true);
+      return v.Equals(o) && (v.is_list()   ? &v.list() == &o.list()
+                             : v.is_dict() ? &v.dict() == &o.dict()
+                                           : true);
     }
     if (name == "lt" || name == "lessthan" || name == "<") return Compare("<", v, arg());
     if (name == "le" || name == "<=") return Compare("<=", v, arg());
@@ -1048,7 +1159,8 @@ class Interpreter {
     if (name == "ge" || name == ">=") return Compare(">=", v, arg());
     if (name == "in") return Contains(arg(), v);
     if (name == "odd" || name == "even" || name == "divisibleby") {
-      if (!v.is_int() && !v.is_bool()) throw TemplateError(fmt::format("test '{}' needs an integer", name));
+      if (!v.is_int() && !v.is_bool())
+        throw TemplateError(fmt::format("test '{}' needs an integer", name));
       int64_t x = v.as_int();
       if (name == "odd") return x % 2 != 0;
       if (name == "even") return x % 2 == 0;
@@ -1071,10 +1183,12 @@ class Interpreter {
       // jinja2 looks each part up with environment.getitem, and looking
       // anything up on an Undefined raises.
       if (cur.is_undefined()) {
-        throw TemplateError(cur.undefined_hint().empty() ? "value is undefined" : cur.undefined_hint());
+        throw TemplateError(cur.undefined_hint().empty() ? "value is undefined"
+                                                         : cur.undefined_hint());
       }
       bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-      Value item = GetItem(cur, numeric ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
+      Value item =
+          GetItem(cur, numeric ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
       cur = item.is_undefined() && !numeric ? GetAttr(cur, part) : item;
       if (dot == std::string::npos) return cur;
       pos = dot + 1;
@@ -1125,7 +1239,8 @@ class Interpreter {
     if (name == "trim") {
       Value chars = a.Get(0, "chars", Value::None());
       std::string s = need_string();
-      return Value(chars.is_string() ? PyStrip(s, &chars.str(), true, true) : PyStrip(s, nullptr, true, true));
+      return Value(chars.is_string() ? PyStrip(s, &chars.str(), true, true)
+                                     : PyStrip(s, nullptr, true, true));
     }
     if (name == "upper") return Value(AsciiUpper(need_string()));
     if (name == "lower") return Value(AsciiLower(need_string()));
@@ -1135,7 +1250,8 @@ class Interpreter {
     if (name == "replace") {
       Value from = a.Get(0, "old"), to = a.Get(1, "new"), count = a.Get(2, "count", Value::None());
       if (!from.is_string() || !to.is_string()) throw TemplateError("replace needs two strings");
-      return Value(PyReplace(need_string(), from.str(), to.str(), count.is_none() ? -1 : count.as_int()));
+      return Value(
+          PyReplace(need_string(), from.str(), to.str(), count.is_none() ? -1 : count.as_int()));
     }
     if (name == "length" || name == "count") {
       if (v.is_string()) return Value(static_cast<int64_t>(CodePointCount(v.str())));
@@ -1153,7 +1269,8 @@ class Interpreter {
     if (name == "first" || name == "last") {
       if (v.is_undefined()) return Value::Undefined("no first item, sequence was empty");
       ValueList items = Iterate(v, 0, 0);
-      if (items.empty()) return Value::Undefined(fmt::format("no {} item, sequence was empty", name));
+      if (items.empty())
+        return Value::Undefined(fmt::format("no {} item, sequence was empty", name));
       return name == "first" ? items.front() : items.back();
     }
     if (name == "list") return Value::List(Iterate(v, 0, 0));
@@ -1169,15 +1286,18 @@ class Interpreter {
     }
     if (name == "items") {
       if (v.is_undefined()) return Value::List({});
-      if (!v.is_dict()) throw TemplateError(fmt::format("items filter needs a mapping, got {}", v.TypeName()));
+      if (!v.is_dict())
+        throw TemplateError(fmt::format("items filter needs a mapping, got {}", v.TypeName()));
       ValueList out;
-      for (const auto& kv : v.dict().items) out.push_back(Value::List({Value(kv.first), kv.second}));
+      for (const auto& kv : v.dict().items)
+        out.push_back(Value::List({Value(kv.first), kv.second}));
       return Value::List(std::move(out));
     }
     if (name == "dictsort") {
       if (!v.is_dict()) throw TemplateError("dictsort needs a mapping");
       ValueList out;
-      for (const auto& kv : v.dict().items) out.push_back(Value::List({Value(kv.first), kv.second}));
+      for (const auto& kv : v.dict().items)
+        out.push_back(Value::List({Value(kv.first), kv.second}));
       std::stable_sort(out.begin(), out.end(), [](const Value& x, const Value& y) {
         return AsciiLower(x.list()[0].str()) < AsciiLower(y.list()[0].str());
       });
@@ -1226,7 +1346,8 @@ class Interpreter {
         long long x = std::strtoll(s.c_str(), &end, 10);
         if (!s.empty() && end && *end == '\0') return Value(static_cast<int64_t>(x));
         double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end && *end == '\0' && std::isfinite(d)) return Value(static_cast<int64_t>(d));
+        if (!s.empty() && end && *end == '\0' && std::isfinite(d))
+          return Value(static_cast<int64_t>(d));
       }
       return dflt;
     }
@@ -1255,7 +1376,8 @@ class Interpreter {
       x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
       return Value(x / m);
     }
-    if (name == "select" || name == "reject") return Value::List(FilterBy(v, a, false, name == "select"));
+    if (name == "select" || name == "reject")
+      return Value::List(FilterBy(v, a, false, name == "select"));
     if (name == "selectattr" || name == "rejectattr")
       return Value::List(FilterBy(v, a, true, name == "selectattr"));
     if (name == "map") {
@@ -1269,11 +1391,13 @@ class Interpreter {
         }
         return Value::List(std::move(out));
       }
-      if (a.positional.empty() || !a.positional[0].is_string()) throw TemplateError("map needs a filter name or attribute=");
+      if (a.positional.empty() || !a.positional[0].is_string())
+        throw TemplateError("map needs a filter name or attribute=");
       CallArgs rest;
       rest.positional.assign(a.positional.begin() + 1, a.positional.end());
       rest.keyword = a.keyword;
-      for (const auto& item : FilterInput(v)) out.push_back(ApplyFilter(a.positional[0].str(), item, rest));
+      for (const auto& item : FilterInput(v))
+        out.push_back(ApplyFilter(a.positional[0].str(), item, rest));
       return Value::List(std::move(out));
     }
     if (name == "unique") {
@@ -1314,7 +1438,8 @@ class Interpreter {
       Value width = a.Get(0, "width", Value(int64_t{4}));
       bool first = a.Get(1, "first", Value(false)).Truthy();
       bool blank = a.Get(2, "blank", Value(false)).Truthy();
-      std::string pad = width.is_string() ? width.str() : std::string(static_cast<size_t>(width.as_int()), ' ');
+      std::string pad =
+          width.is_string() ? width.str() : std::string(static_cast<size_t>(width.as_int()), ' ');
       std::string s = need_string(), out;
       size_t pos = 0;
       bool first_line = true;
@@ -1331,7 +1456,8 @@ class Interpreter {
       }
       return Value(std::move(out));
     }
-    if (name == "wordcount") return Value(static_cast<int64_t>(PySplit(need_string(), Value::None(), -1).size()));
+    if (name == "wordcount")
+      return Value(static_cast<int64_t>(PySplit(need_string(), Value::None(), -1).size()));
     throw TemplateError(fmt::format("unknown filter '{}'", name));
   }
 

@@ -37,7 +37,9 @@ struct Item {
   int line = 0, col = 0;
 };
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 class Lexer {
  public:
@@ -121,7 +123,10 @@ class Lexer {
     size_t lo = 0, hi = line_starts_.size();
     while (hi - lo > 1) {
       size_t mid = (lo + hi) / 2;
-      if (line_starts_[mid] <= off) lo = mid; else hi = mid;
+      if (line_starts_[mid] <= off)
+        lo = mid;
+      else
+        hi = mid;
     }
     *line = static_cast<int>(lo) + 1;
     *col = static_cast<int>(off - line_starts_[lo]) + 1;
@@ -130,7 +135,8 @@ class Lexer {
  private:
   size_t FindOpen(size_t from) const {
     for (size_t i = from; i + 1 < src_.size(); ++i) {
-      if (src_[i] == '{' && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#')) return i;
+      if (src_[i] == '{' && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#'))
+        return i;
     }
     return std::string::npos;
   }
@@ -144,7 +150,8 @@ class Lexer {
     while (true) {
       while (p < src_.size() && IsSpace(src_[p])) ++p;
       if (p >= src_.size())
-        throw TemplateError(fmt::format("unclosed tag '{{{}' (missing '{}}}')", kind, close), tag_line, tag_col);
+        throw TemplateError(fmt::format("unclosed tag '{{{}' (missing '{}}}')", kind, close),
+                            tag_line, tag_col);
       Token t;
       LineCol(p, &t.line, &t.col);
       if (depth == 0) {
@@ -167,7 +174,9 @@ class Lexer {
       char c = src_[p];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t q = p;
-        while (q < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[q])) || src_[q] == '_')) ++q;
+        while (q < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[q])) || src_[q] == '_'))
+          ++q;
         t.type = Token::Type::kName;
         t.text = src_.substr(p, q - p);
         p = q;
@@ -175,10 +184,13 @@ class Lexer {
         size_t q = p;
         bool is_float = false;
         auto digits = [&] {
-          while (q < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[q])) || src_[q] == '_')) ++q;
+          while (q < src_.size() &&
+                 (std::isdigit(static_cast<unsigned char>(src_[q])) || src_[q] == '_'))
+            ++q;
         };
         digits();
-        if (q + 1 < src_.size() && src_[q] == '.' && std::isdigit(static_cast<unsigned char>(src_[q + 1]))) {
+        if (q + 1 < src_.size() && src_[q] == '.' &&
+            std::isdigit(static_cast<unsigned char>(src_[q + 1]))) {
           is_float = true;
           ++q;
           digits();
@@ -207,10 +219,11 @@ class Lexer {
         t.type = Token::Type::kString;
         p = LexString(p, &t);
       } else {
-        static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~",
-                                     "<",  ">",  "=",  "(",  ")",  "[",  "]", "{", "}", ",", ".", ":", "|"};
+        static const char* k_ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                      "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                      "]",  "{",  "}",  ",",  ".",  ":",  "|"};
         bool found = false;
-        for (const char* op : kOps) {
+        for (const char* op : k_ops) {
           size_t n = std::char_traits<char>::length(op);
           if (src_.compare(p, n, op) == 0) {
             t.type = Token::Type::kOp;
@@ -223,7 +236,8 @@ class Lexer {
         if (!found) throw TemplateError(fmt::format("unexpected character '{}'", c), t.line, t.col);
         if (t.text == "(" || t.text == "[" || t.text == "{") ++depth;
         if (t.text == ")" || t.text == "]" || t.text == "}") {
-          if (depth == 0) throw TemplateError(fmt::format("unexpected '{}'", t.text), t.line, t.col);
+          if (depth == 0)
+            throw TemplateError(fmt::format("unexpected '{}'", t.text), t.line, t.col);
           --depth;
         }
       }
@@ -246,27 +260,56 @@ class Lexer {
       if (p >= src_.size()) throw TemplateError("unterminated string literal", t->line, t->col);
       char e = src_[p++];
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'v': out += '\v'; break;
-        case 'a': out += '\a'; break;
-        case '0': out += '\0'; break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case '\n': break;  // line continuation
-        case 'x': case 'u': case 'U': {
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\n':
+          break;  // line continuation
+        case 'x':
+        case 'u':
+        case 'U': {
           size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (p + n > src_.size()) throw TemplateError("truncated escape in string literal", t->line, t->col);
+          if (p + n > src_.size())
+            throw TemplateError("truncated escape in string literal", t->line, t->col);
           uint32_t cp = static_cast<uint32_t>(std::strtoul(src_.substr(p, n).c_str(), nullptr, 16));
           p += n;
           AppendUtf8(cp, &out);
           break;
         }
-        default: out += '\\'; out += e; break;  // unknown escapes stay verbatim
+        default:
+          out += '\\';
+          out += e;
+          break;  // unknown escapes stay verbatim
       }
     }
     t->text = std::move(out);
@@ -310,8 +353,8 @@ class Parser {
 
   // Parses nodes until a block tag whose name is in `stops`; leaves the token
   // cursor just after that name and stores it in *stop.
-  NodeList ParseBody(const std::set<std::string>& stops, std::string* stop, const char* opener, int oline,
-                     int ocol) {
+  NodeList ParseBody(const std::set<std::string>& stops, std::string* stop, const char* opener,
+                     int oline, int ocol) {
     NodeList nodes;
     while (idx_ < items_.size()) {
       Item& item = items_[idx_];
@@ -346,10 +389,12 @@ class Parser {
       for (const auto& s : stops) {
         if (s.rfind("end", 0) == 0) expected = s;
       }
-      throw TemplateError(fmt::format("unexpected end of template: missing '{{% {} %}}' to close '{{% {} %}}' opened at "
-                                      "line {} column {}",
-                                      expected, opener, oline, ocol),
-                          oline, ocol);
+      throw TemplateError(
+          fmt::format(
+              "unexpected end of template: missing '{{% {} %}}' to close '{{% {} %}}' opened at "
+              "line {} column {}",
+              expected, opener, oline, ocol),
+          oline, ocol);
     }
     return nodes;
   }
@@ -362,7 +407,8 @@ class Parser {
     if (s == "set") return ParseSet(head);
     if (s == "macro") return ParseMacro(head);
     if (s == "break" || s == "continue") {
-      auto n = NewNode(s == "break" ? Node::Kind::kBreak : Node::Kind::kContinue, head.line, head.col);
+      auto n =
+          NewNode(s == "break" ? Node::Kind::kBreak : Node::Kind::kContinue, head.line, head.col);
       ExpectEnd();
       ++idx_;
       return n;
@@ -545,15 +591,15 @@ class Parser {
     while (true) {
       const Token& t = Peek();
       std::string op;
-      if (t.type == Token::Type::kOp &&
-          (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == "<=" || t.text == ">" || t.text == ">=")) {
+      if (t.type == Token::Type::kOp && (t.text == "==" || t.text == "!=" || t.text == "<" ||
+                                         t.text == "<=" || t.text == ">" || t.text == ">=")) {
         op = t.text;
         Next();
       } else if (t.type == Token::Type::kName && t.text == "in") {
         op = "in";
         Next();
-      } else if (t.type == Token::Type::kName && t.text == "not" && PeekAt(1).type == Token::Type::kName &&
-                 PeekAt(1).text == "in") {
+      } else if (t.type == Token::Type::kName && t.text == "not" &&
+                 PeekAt(1).type == Token::Type::kName && PeekAt(1).text == "in") {
         op = "not in";
         Next();
         Next();
@@ -645,8 +691,10 @@ class Parser {
         while (Peek().type == Token::Type::kString) s += Next().text;
         return Literal(Value(std::move(s)), t);
       }
-      case Token::Type::kInt: return Literal(Value(t.i), t);
-      case Token::Type::kFloat: return Literal(Value(t.f), t);
+      case Token::Type::kInt:
+        return Literal(Value(t.i), t);
+      case Token::Type::kFloat:
+        return Literal(Value(t.f), t);
       case Token::Type::kOp:
         if (t.text == "(") {
           if (AcceptOp(")")) return NewExpr(Expr::Kind::kList, t.line, t.col);  // ()
@@ -684,9 +732,11 @@ class Parser {
           return dict;
         }
         break;
-      default: break;
+      default:
+        break;
     }
-    Fail(t, t.type == Token::Type::kEnd ? "unexpected end of expression" : fmt::format("unexpected '{}'", Describe(t)));
+    Fail(t, t.type == Token::Type::kEnd ? "unexpected end of expression"
+                                        : fmt::format("unexpected '{}'", Describe(t)));
   }
 
   ExprPtr ParsePostfix(ExprPtr e) {
@@ -747,7 +797,8 @@ class Parser {
   // After '(' : positional and name=value arguments up to ')'.
   void ParseArgs(Expr* n) {
     while (!PeekOp(")")) {
-      if (Peek().type == Token::Type::kName && PeekAt(1).type == Token::Type::kOp && PeekAt(1).text == "=") {
+      if (Peek().type == Token::Type::kName && PeekAt(1).type == Token::Type::kOp &&
+          PeekAt(1).text == "=") {
         std::string key = Next().text;
         Next();
         n->kwargs.emplace_back(std::move(key), ParseExpr());
@@ -778,10 +829,13 @@ class Parser {
         const Token& t = Peek();
         if (AcceptOp("(")) {
           ParseArgs(n.get());
-        } else if ((t.type == Token::Type::kName && t.text != "else" && t.text != "or" && t.text != "and") ||
-                   t.type == Token::Type::kString || t.type == Token::Type::kInt || t.type == Token::Type::kFloat ||
+        } else if ((t.type == Token::Type::kName && t.text != "else" && t.text != "or" &&
+                    t.text != "and") ||
+                   t.type == Token::Type::kString || t.type == Token::Type::kInt ||
+                   t.type == Token::Type::kFloat ||
                    (t.type == Token::Type::kOp && (t.text == "[" || t.text == "{"))) {
-          if (t.type == Token::Type::kName && t.text == "is") Fail(t, "tests cannot be chained with 'is'");
+          if (t.type == Token::Type::kName && t.text == "is")
+            Fail(t, "tests cannot be chained with 'is'");
           n->args.push_back(ParsePostfix(ParsePrimary()));
         }
         e = std::move(n);
@@ -819,22 +873,30 @@ class Parser {
     if (!AcceptOp(op)) Fail(Peek(), fmt::format("expected '{}', found {}", op, Describe(Peek())));
   }
   std::string ExpectName(const char* what) {
-    if (Peek().type != Token::Type::kName) Fail(Peek(), fmt::format("expected {}, found {}", what, Describe(Peek())));
+    if (Peek().type != Token::Type::kName)
+      Fail(Peek(), fmt::format("expected {}, found {}", what, Describe(Peek())));
     return Next().text;
   }
   void ExpectEnd() {
-    if (Peek().type != Token::Type::kEnd) Fail(Peek(), fmt::format("expected end of tag, found {}", Describe(Peek())));
+    if (Peek().type != Token::Type::kEnd)
+      Fail(Peek(), fmt::format("expected end of tag, found {}", Describe(Peek())));
   }
   static std::string Describe(const Token& t) {
     switch (t.type) {
-      case Token::Type::kEnd: return "end of tag";
-      case Token::Type::kString: return "a string";
+      case Token::Type::kEnd:
+        return "end of tag";
+      case Token::Type::kString:
+        return "a string";
       case Token::Type::kInt:
-      case Token::Type::kFloat: return "a number";
-      default: return "'" + t.text + "'";
+      case Token::Type::kFloat:
+        return "a number";
+      default:
+        return "'" + t.text + "'";
     }
   }
-  [[noreturn]] static void Fail(const Token& t, const std::string& msg) { throw TemplateError(msg, t.line, t.col); }
+  [[noreturn]] static void Fail(const Token& t, const std::string& msg) {
+    throw TemplateError(msg, t.line, t.col);
+  }
 
   static NodePtr NewNode(Node::Kind k, int line, int col) {
     auto n = std::make_unique<Node>();

@@ -64,14 +64,22 @@ Value Value::Function(std::string name, std::function<Value(CallArgs&)> fn) {
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return b_;
-    case Kind::kInt: return i_ != 0;
-    case Kind::kFloat: return f_ != 0.0;
-    case Kind::kString: return !s_.empty();
-    case Kind::kList: return !list_->empty();
-    case Kind::kDict: return dict_->is_namespace || !dict_->items.empty();
-    case Kind::kCallable: return true;
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return b_;
+    case Kind::kInt:
+      return i_ != 0;
+    case Kind::kFloat:
+      return f_ != 0.0;
+    case Kind::kString:
+      return !s_.empty();
+    case Kind::kList:
+      return !list_->empty();
+    case Kind::kDict:
+      return dict_->is_namespace || !dict_->items.empty();
+    case Kind::kCallable:
+      return true;
   }
   return false;
 }
@@ -142,12 +150,18 @@ static std::string PyStringRepr(const std::string& s) {
 
 std::string Value::ToString() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return b_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(i_);
-    case Kind::kFloat: return PythonFloatRepr(f_);
-    case Kind::kString: return s_;
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return b_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(i_);
+    case Kind::kFloat:
+      return PythonFloatRepr(f_);
+    case Kind::kString:
+      return s_;
     case Kind::kList: {
       std::string out = "[";
       for (size_t i = 0; i < list_->size(); ++i) {
@@ -164,7 +178,8 @@ std::string Value::ToString() const {
       }
       return out + (dict_->is_namespace ? "}>" : "}");
     }
-    case Kind::kCallable: return "<function " + fn_->name + ">";
+    case Kind::kCallable:
+      return "<function " + fn_->name + ">";
   }
   return "";
 }
@@ -177,15 +192,24 @@ std::string Value::Repr() const {
 
 std::string Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kDict: return dict_->is_namespace ? "Namespace" : "dict";
-    case Kind::kCallable: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return dict_->is_namespace ? "Namespace" : "dict";
+    case Kind::kCallable:
+      return "function";
   }
   return "?";
 }
@@ -198,8 +222,10 @@ bool Value::Equals(const Value& o) const {
   if (kind_ != o.kind_) return false;
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return true;
-    case Kind::kString: return s_ == o.s_;
+    case Kind::kNone:
+      return true;
+    case Kind::kString:
+      return s_ == o.s_;
     case Kind::kList: {
       if (list_ == o.list_) return true;
       if (list_->size() != o.list_->size()) return false;
@@ -217,8 +243,10 @@ bool Value::Equals(const Value& o) const {
       }
       return true;
     }
-    case Kind::kCallable: return fn_ == o.fn_;
-    default: return false;
+    case Kind::kCallable:
+      return fn_ == o.fn_;
+    default:
+      return false;
   }
 }
 

@@ -46,11 +46,11 @@ class Value {
   Value() = default;  // Undefined
   static Value Undefined(std::string hint = {});
   static Value None();
-  Value(bool b);                 // NOLINT
+  Value(bool b);                                    // NOLINT
   Value(int v) : Value(static_cast<int64_t>(v)) {}  // NOLINT
-  Value(int64_t v);              // NOLINT
-  Value(double v);               // NOLINT
-  Value(std::string s);          // NOLINT
+  Value(int64_t v);                                 // NOLINT
+  Value(double v);                                  // NOLINT
+  Value(std::string s);                             // NOLINT
   Value(const char* s) : Value(std::string(s)) {}   // NOLINT
   static Value List(ValueList items);
   static Value Dict(std::shared_ptr<ValueDict> dict);
@@ -75,7 +75,7 @@ class Value {
   bool as_bool() const { return b_; }
   int64_t as_int() const { return is_bool() ? (b_ ? 1 : 0) : i_; }
   double as_double() const { return is_float() ? f_ : static_cast<double>(as_int()); }
-  const std::string& str() const { return s_; }            // kString
+  const std::string& str() const { return s_; }             // kString
   const ValueList& list() const { return *list_; }          // kList
   const ValueDict& dict() const { return *dict_; }          // kDict
   ValueDict& mutable_dict() const { return *dict_; }        // kDict (namespaces)
@@ -123,13 +123,18 @@ size_t CodePointCount(const std::string& s);
 template <typename Json>
 Value Value::FromJson(const Json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return None();
-    case nlohmann::json::value_t::boolean: return Value(j.template get<bool>());
-    case nlohmann::json::value_t::number_integer: return Value(j.template get<int64_t>());
+    case nlohmann::json::value_t::null:
+      return None();
+    case nlohmann::json::value_t::boolean:
+      return Value(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return Value(j.template get<int64_t>());
     case nlohmann::json::value_t::number_unsigned:
       return Value(static_cast<int64_t>(j.template get<uint64_t>()));
-    case nlohmann::json::value_t::number_float: return Value(j.template get<double>());
-    case nlohmann::json::value_t::string: return Value(j.template get<std::string>());
+    case nlohmann::json::value_t::number_float:
+      return Value(j.template get<double>());
+    case nlohmann::json::value_t::string:
+      return Value(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
@@ -139,10 +144,12 @@ Value Value::FromJson(const Json& j) {
     case nlohmann::json::value_t::object: {
       auto d = std::make_shared<ValueDict>();
       d->items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(it.key(), FromJson(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d->items.emplace_back(it.key(), FromJson(it.value()));
       return Dict(std::move(d));
     }
-    default: return None();  // binary / discarded: not produced by JSON text
+    default:
+      return None();  // binary / discarded: not produced by JSON text
   }
 }
 

@@ -1,6 +1,7 @@
 // xrt: the serving runtime. Loads a compiled .xpk artifact; never compiles.
 //   xrt run ARTIFACT [--host H] [--port P] [--max-num-seqs N] [--max-num-batched-tokens N]
-//           [--kv-cache-memory BYTES | --num-kv-blocks N] [--served-model-name NAME] [--api-key KEY]
+//           [--kv-cache-memory BYTES | --num-kv-blocks N] [--served-model-name NAME] [--api-key
+//           KEY]
 //           [--shutdown-timeout SECONDS]
 //   xrt generate ARTIFACT --prompt TEXT [--chat] [--max-tokens N] [--temperature T]
 //                [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S] [--threads N]
@@ -21,9 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine/engine_core.h"
+#include "runtime/engine/llm_engine.h"
 #include "runtime/engine/request_processor.h"
 #include "runtime/executor/model_runner.h"
-#include "runtime/engine/llm_engine.h"
 #include "runtime/server/http_server.h"
 
 namespace {
@@ -36,7 +37,8 @@ int Fail(const xrt::Status& s) {
 // The request path of this model for an engine core with `core` params
 // (limits, KV pool, tokenizer): adds the chat template and the model's
 // generation_config defaults.
-xrt::RequestProcessor MakeProcessor(const xrt::ModelRunner& runner, xrt::RequestProcessorParams core) {
+xrt::RequestProcessor MakeProcessor(const xrt::ModelRunner& runner,
+                                    xrt::RequestProcessorParams core) {
   core.chat_template = runner.chat_template();
   core.sampling_defaults = runner.sampling_defaults();
   return xrt::RequestProcessor(std::move(core));
@@ -59,6 +61,15 @@ xrt::Status VerifyWeights(const xrt::Artifact& a) {
   return xrt::Status::Ok();
 }
 
+// Loads the artifact (the loader verifies the code segment) and, with
+// --verify-weights, the weights' checksums too.
+xrt::Expected<std::unique_ptr<xrt::ModelRunner>> LoadRunner(const xrt::ModelRunnerParams& rp,
+                                                            bool verify_weights) {
+  XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::ModelRunner> runner, xrt::ModelRunner::Create(rp));
+  if (verify_weights) XRT_RETURN_IF_ERROR(VerifyWeights(runner->artifact()));
+  return runner;
+}
+
 // "2GiB", "512MiB", "1000000" -> bytes.
 xrt::Expected<int64_t> ParseBytes(const std::string& text) {
   size_t pos = 0;
@@ -70,14 +81,22 @@ xrt::Expected<int64_t> ParseBytes(const std::string& text) {
   }
   std::string unit = text.substr(pos);
   double mul = 1;
-  if (unit == "" || unit == "B") mul = 1;
-  else if (unit == "K" || unit == "KiB") mul = 1024.0;
-  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "KB") mul = 1e3;
-  else if (unit == "MB") mul = 1e6;
-  else if (unit == "GB") mul = 1e9;
-  else return xrt::InvalidArgumentError("--kv-cache-memory: unknown unit '{}'", unit);
+  if (unit == "" || unit == "B")
+    mul = 1;
+  else if (unit == "K" || unit == "KiB")
+    mul = 1024.0;
+  else if (unit == "M" || unit == "MiB")
+    mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    mul = 1024.0 * 1024 * 1024;
+  else if (unit == "KB")
+    mul = 1e3;
+  else if (unit == "MB")
+    mul = 1e6;
+  else if (unit == "GB")
+    mul = 1e9;
+  else
+    return xrt::InvalidArgumentError("--kv-cache-memory: unknown unit '{}'", unit);
   if (!(v > 0)) return xrt::InvalidArgumentError("--kv-cache-memory: must be positive");
   return static_cast<int64_t>(v * mul);
 }
@@ -88,25 +107,21 @@ xrt::Expected<int64_t> ParseBytes(const std::string& text) {
 // wait), end the rest with finish_reason "abort" (streams get a final chunk
 // and [DONE]), exit 0.
 int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::ServerParams sp,
-          const std::string& kvMemory, double shutdownTimeout, bool verifyWeights) {
+          const std::string& kv_memory, double shutdown_timeout, bool verify_weights) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
 
-  if (!kvMemory.empty()) {
-    auto bytes = ParseBytes(kvMemory);
+  if (!kv_memory.empty()) {
+    auto bytes = ParseBytes(kv_memory);
     if (!bytes.ok()) return Fail(bytes.status());
     rp.kv_cache_bytes = *bytes;
   }
-  auto runner = xrt::ModelRunner::Create(rp);
+  auto runner = LoadRunner(rp, verify_weights);
   if (!runner.ok()) return Fail(runner.status());
   xrt::ModelRunner& r = **runner;
-  if (verifyWeights) {
-    xrt::Status v = VerifyWeights(r.artifact());
-    if (!v.ok()) return Fail(v);
-  }
   xrt::EngineCoreParams cp = r.engine_core_params();
   cp.requested = ep.requested;
   cp.enable_prefix_caching = ep.enable_prefix_caching;
@@ -119,30 +134,34 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
     sp.http_threads = static_cast<int>(std::max<int64_t>(64, 4 * lim.max_num_seqs));
   if (sp.served_model_name.empty()) {
     std::string name = rp.artifact_path.substr(rp.artifact_path.find_last_of('/') + 1);
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".xpk") == 0) name.resize(name.size() - 4);
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".xpk") == 0)
+      name.resize(name.size() - 4);
     sp.served_model_name = name;
   }
   xrt::server::HttpServer server(sp, engine->get(), &processor);
   xrt::Status s = server.Start();
   if (!s.ok()) return Fail(s);
-  std::fprintf(stderr,
-               "xrt: serving '%s' on http://%s:%d/v1 (max_num_seqs %lld, max_num_batched_tokens %lld, "
-               "max_model_len %lld, %lld KV blocks of %lld tokens)\n",
-               sp.served_model_name.c_str(), sp.host.c_str(), server.port(),
-               static_cast<long long>(lim.max_num_seqs), static_cast<long long>(lim.max_num_batched_tokens),
-               static_cast<long long>(lim.max_model_len), static_cast<long long>(r.num_kv_blocks()),
-               static_cast<long long>(lim.block_size));
+  std::fprintf(
+      stderr,
+      "xrt: serving '%s' on http://%s:%d/v1 (max_num_seqs %lld, max_num_batched_tokens %lld, "
+      "max_model_len %lld, %lld KV blocks of %lld tokens)\n",
+      sp.served_model_name.c_str(), sp.host.c_str(), server.port(),
+      static_cast<long long>(lim.max_num_seqs), static_cast<long long>(lim.max_num_batched_tokens),
+      static_cast<long long>(lim.max_model_len), static_cast<long long>(r.num_kv_blocks()),
+      static_cast<long long>(lim.block_size));
   int sig = 0;
   sigwait(&signals, &sig);
   server.StopAccepting();
-  std::fprintf(stderr,
-               "xrt: %s received, shutting down: no longer accepting requests; waiting up to %g s for %lld "
-               "in flight\n",
-               sig == SIGINT ? "SIGINT" : "SIGTERM", shutdownTimeout,
-               static_cast<long long>(server.num_in_flight()));
+  std::fprintf(
+      stderr,
+      "xrt: %s received, shutting down: no longer accepting requests; waiting up to %g s for %lld "
+      "in flight\n",
+      sig == SIGINT ? "SIGINT" : "SIGTERM", shutdown_timeout,
+      static_cast<long long>(server.num_in_flight()));
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(shutdownTimeout));
+      Clock::now() +
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(shutdown_timeout));
   while (server.num_in_flight() > 0 && Clock::now() < deadline) {
     timespec tick = {0, 20 * 1000 * 1000};
     if (sigtimedwait(&signals, nullptr, &tick) > 0) {
@@ -151,7 +170,8 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
     }
   }
   if (const int64_t left = server.num_in_flight(); left > 0)
-    std::fprintf(stderr, "xrt: aborting %lld requests still in flight\n", static_cast<long long>(left));
+    std::fprintf(stderr, "xrt: aborting %lld requests still in flight\n",
+                 static_cast<long long>(left));
   (*engine)->Shutdown();  // every request left gets its final output, finish_reason "abort"
   server.Wait();
   engine->reset();
@@ -166,8 +186,8 @@ int main(int argc, char** argv) {
 
   xrt::ModelRunnerParams rp;
   std::string prompt, system;
-  bool chat = false, ignoreEos = false, showIds = false, verifyWeights = false;
-  const char* verifyWeightsHelp =
+  bool chat = false, ignoreEos = false, show_ids = false, verify_weights = false;
+  const char* verify_weights_help =
       "Recompute the checksum of every weights segment before running (reads the whole "
       "artifact); fail on a mismatch. The code is always verified";
   int64_t maxTokens = 128;
@@ -180,72 +200,69 @@ int main(int argc, char** argv) {
   gen->add_flag("--chat", chat, "Apply the model's chat template to the prompt (as a user turn)");
   gen->add_option("--system", system, "System message for --chat");
   gen->add_option("-n,--max-tokens", maxTokens, "Most tokens to generate")->capture_default_str();
-  auto* tempOpt = gen->add_option("--temperature", sp.temperature,
-                                  "0: greedy (default: the model's generation_config, else 0)");
-  auto* topPOpt = gen->add_option("--top-p", sp.top_p,
-                                  "Nucleus sampling mass (default: the model's, else 1)");
-  auto* topKOpt = gen->add_option("--top-k", sp.top_k,
-                                  "Keep the k most likely tokens (default: the model's, else all)");
-  auto* repPenOpt = gen->add_option("--repetition-penalty", sp.repetition_penalty,
-                                    "Penalty for tokens of the prompt and output (default: the "
-                                    "model's, else 1)");
+  auto* temp_opt = gen->add_option("--temperature", sp.temperature,
+                                   "0: greedy (default: the model's generation_config, else 0)");
+  auto* top_p_opt =
+      gen->add_option("--top-p", sp.top_p, "Nucleus sampling mass (default: the model's, else 1)");
+  auto* top_k_opt = gen->add_option(
+      "--top-k", sp.top_k, "Keep the k most likely tokens (default: the model's, else all)");
+  auto* rep_pen_opt = gen->add_option("--repetition-penalty", sp.repetition_penalty,
+                                      "Penalty for tokens of the prompt and output (default: the "
+                                      "model's, else 1)");
   gen->add_option("--min-p", sp.min_p, "Drop tokens below min_p x the top probability");
   gen->add_option("--seed", seed, "Sampling seed");
   gen->add_option("--threads", rp.num_threads, "Worker threads (default: all cores)");
   gen->add_option("--num-kv-blocks", rp.num_kv_blocks, "KV cache blocks (default: from limits)");
   gen->add_flag("--ignore-eos", ignoreEos, "Keep generating past end-of-sequence tokens");
-  gen->add_flag("--show-ids", showIds, "Also print prompt and output token ids (JSON, stderr)");
-  gen->add_flag("--verify-weights", verifyWeights, verifyWeightsHelp);
+  gen->add_flag("--show-ids", show_ids, "Also print prompt and output token ids (JSON, stderr)");
+  gen->add_flag("--verify-weights", verify_weights, verify_weights_help);
 
-  xrt::ModelRunnerParams runRp;
-  xrt::EngineCoreParams runEp;
-  xrt::server::ServerParams runSp;
-  std::string kvMemory;
-  bool noPrefixCaching = false;
-  double shutdownTimeout = 0;
+  xrt::ModelRunnerParams run_rp;
+  xrt::EngineCoreParams run_ep;
+  xrt::server::ServerParams run_sp;
+  std::string kv_memory;
+  bool no_prefix_caching = false;
+  double shutdown_timeout = 0;
   auto* run = app.add_subcommand("run", "Serve the artifact over an OpenAI-compatible HTTP API");
-  run->add_option("artifact", runRp.artifact_path, "The .xpk artifact")->required();
-  run->add_option("--host", runSp.host, "Address to listen on")->capture_default_str();
-  run->add_option("--port", runSp.port, "Port (0: any free port)")->capture_default_str();
-  run->add_option("--max-num-seqs", runEp.requested.max_num_seqs,
+  run->add_option("artifact", run_rp.artifact_path, "The .xpk artifact")->required();
+  run->add_option("--host", run_sp.host, "Address to listen on")->capture_default_str();
+  run->add_option("--port", run_sp.port, "Port (0: any free port)")->capture_default_str();
+  run->add_option("--max-num-seqs", run_ep.requested.max_num_seqs,
                   "Most requests per step (default and maximum: the compiled limit)");
-  run->add_option("--max-num-batched-tokens", runEp.requested.max_num_batched_tokens,
+  run->add_option("--max-num-batched-tokens", run_ep.requested.max_num_batched_tokens,
                   "Token budget per step (default and maximum: the compiled limit)");
-  run->add_option("--kv-cache-memory", kvMemory, "KV cache size, e.g. 2GiB");
-  run->add_option("--num-kv-blocks", runRp.num_kv_blocks, "KV cache size in blocks");
-  run->add_option("--served-model-name", runSp.served_model_name,
+  run->add_option("--kv-cache-memory", kv_memory, "KV cache size, e.g. 2GiB");
+  run->add_option("--num-kv-blocks", run_rp.num_kv_blocks, "KV cache size in blocks");
+  run->add_option("--served-model-name", run_sp.served_model_name,
                   "Model name in the API (default: the artifact's file name)");
-  run->add_option("--api-key", runSp.api_key, "Require 'Authorization: Bearer KEY' on /v1");
-  run->add_option("--threads", runRp.num_threads, "Worker threads (default: all cores)");
-  runSp.http_threads = 0;
-  run->add_option("--http-threads", runSp.http_threads,
+  run->add_option("--api-key", run_sp.api_key, "Require 'Authorization: Bearer KEY' on /v1");
+  run->add_option("--threads", run_rp.num_threads, "Worker threads (default: all cores)");
+  run_sp.http_threads = 0;
+  run->add_option("--http-threads", run_sp.http_threads,
                   "HTTP worker threads; each open keep-alive connection holds one "
                   "(default: max(64, 4 x max_num_seqs))");
-  run->add_flag("--no-enable-prefix-caching", noPrefixCaching, "Disable prefix caching");
-  run->add_option("--shutdown-timeout", shutdownTimeout,
-                  "On SIGTERM/SIGINT, stop accepting requests and let those in flight finish for up to "
-                  "this many seconds (a second signal ends the wait), then end the rest with "
-                  "finish_reason 'abort'. Default 0, as in vLLM: end them at once")
+  run->add_flag("--no-enable-prefix-caching", no_prefix_caching, "Disable prefix caching");
+  run->add_option(
+         "--shutdown-timeout", shutdown_timeout,
+         "On SIGTERM/SIGINT, stop accepting requests and let those in flight finish for up to "
+         "this many seconds (a second signal ends the wait), then end the rest with "
+         "finish_reason 'abort'. Default 0, as in vLLM: end them at once")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
-  run->add_flag("--verify-weights", verifyWeights, verifyWeightsHelp);
-  run->add_flag("--check-recompilation", runEp.check_recompilation,
+  run->add_flag("--verify-weights", verify_weights, verify_weights_help);
+  run->add_flag("--check-recompilation", run_ep.check_recompilation,
                 "Strict mode: a step no compiled bucket holds fails its requests (counted in "
                 "/metrics, logged) instead of being split. Neither mode ever compiles");
 
   CLI11_PARSE(app, argc, argv);
   if (*run) {
-    runEp.enable_prefix_caching = !noPrefixCaching;
-    return Serve(runRp, runEp, runSp, kvMemory, shutdownTimeout, verifyWeights);
+    run_ep.enable_prefix_caching = !no_prefix_caching;
+    return Serve(run_rp, run_ep, run_sp, kv_memory, shutdown_timeout, verify_weights);
   }
 
-  auto runner = xrt::ModelRunner::Create(rp);
+  auto runner = LoadRunner(rp, verify_weights);
   if (!runner.ok()) return Fail(runner.status());
   xrt::ModelRunner& r = **runner;
-  if (verifyWeights) {
-    xrt::Status v = VerifyWeights(r.artifact());
-    if (!v.ok()) return Fail(v);
-  }
   auto core = xrt::EngineCore::Create(r.engine_core_params());
   if (!core.ok()) return Fail(core.status());
   const xrt::RequestProcessor processor = MakeProcessor(r, (*core)->request_processor_params());
@@ -267,26 +284,26 @@ int main(int argc, char** argv) {
   }
   g.sampling = sp;
   // Flags not given take the model's generation_config defaults (as vLLM).
-  g.sampling_set.temperature = tempOpt->count() > 0;
-  g.sampling_set.top_p = topPOpt->count() > 0;
-  g.sampling_set.top_k = topKOpt->count() > 0;
-  g.sampling_set.repetition_penalty = repPenOpt->count() > 0;
+  g.sampling_set.temperature = temp_opt->count() > 0;
+  g.sampling_set.top_p = top_p_opt->count() > 0;
+  g.sampling_set.top_k = top_k_opt->count() > 0;
+  g.sampling_set.repetition_penalty = rep_pen_opt->count() > 0;
   auto request = processor.Process(g);
   if (!request.ok()) return Fail(request.status());
   const std::vector<int32_t> ids = request->prompt;
-  const int64_t promptTokens = static_cast<int64_t>(ids.size());
+  const int64_t prompt_tokens = static_cast<int64_t>(ids.size());
   if (xrt::Status s = (*core)->AddRequest(std::move(*request)); !s.ok()) return Fail(s);
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto t1 = t0;
-  int64_t prefillSteps = 0;
+  int64_t prefill_steps = 0;
   std::vector<int32_t> outputIds;
   std::string finishReason, error;
   xrt::Status s = xrt::RunToCompletion(**core, [&](const xrt::RequestOutput& o) {
     if (outputIds.empty() && !o.tokens.empty()) {
       t1 = Clock::now();
-      prefillSteps = (*core)->num_steps();
+      prefill_steps = (*core)->num_steps();
     }
     for (const xrt::GeneratedToken& t : o.tokens) outputIds.push_back(t.token);
     std::fwrite(o.text.data(), 1, o.text.size(), stdout);
@@ -301,17 +318,18 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (!s.ok()) return Fail(s);
   if (finishReason == "error") return Fail(xrt::InternalError("{}", error));
-  const double prefillSeconds = std::chrono::duration<double>(t1 - t0).count();
-  const double decodeSeconds = std::chrono::duration<double>(t2 - t1).count();
-  const double prefillTps = prefillSeconds > 0 ? promptTokens / prefillSeconds : 0;
+  const double prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  const double prefill_tps = prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0;
   const int64_t decoded = static_cast<int64_t>(outputIds.size()) - 1;
-  const double decodeTps = decodeSeconds > 0 && decoded > 0 ? decoded / decodeSeconds : 0;
+  const double decode_tps = decode_seconds > 0 && decoded > 0 ? decoded / decode_seconds : 0;
   std::fprintf(stderr,
                "[prompt %lld tokens, prefill %.1f tok/s in %lld steps | generated %zu tokens, "
                "decode %.1f tok/s | finish: %s]\n",
-               static_cast<long long>(promptTokens), prefillTps, static_cast<long long>(prefillSteps),
-               outputIds.size(), decodeTps, finishReason.c_str());
-  if (showIds) {
+               static_cast<long long>(prompt_tokens), prefill_tps,
+               static_cast<long long>(prefill_steps), outputIds.size(), decode_tps,
+               finishReason.c_str());
+  if (show_ids) {
     nlohmann::json j = {{"prompt_ids", ids}, {"output_ids", outputIds}};
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   }

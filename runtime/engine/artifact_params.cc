@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "runtime/loader/artifact.h"
 #include "runtime/engine/stop_checker.h"
+#include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
 
 namespace xrt {

@@ -11,8 +11,8 @@
 
 #include "runtime/base/status.h"
 #include "runtime/engine/engine_core.h"
-#include "runtime/kv_cache/kv_cache_storage.h"
 #include "runtime/engine/serving_limits.h"
+#include "runtime/kv_cache/kv_cache_storage.h"
 #include "runtime/sampler/sampling_params.h"
 
 namespace xrt {

@@ -1,5 +1,5 @@
 // BucketTable: the compiled static shapes of an artifact and the choice of
-// the bucket a step runs in (DESIGN.md §2).
+// the bucket a step runs in (docs/DESIGN.md §2).
 //
 //   token buckets: the num_tokens sizes of the lm_step executables;
 //   req buckets:   the num_reqs sizes of the lm_logits executables.

@@ -28,8 +28,8 @@ EngineCore::EngineCore(const EngineCoreParams& params, const ServingLimits& limi
                        InputBuilder builder, std::unique_ptr<Scheduler> scheduler)
     : params_(params),
       limits_(limits),
-      validator_(RequestProcessorParams{params.tokenizer, nullptr, {}, limits, params.num_kv_blocks,
-                                        params.vocab_size}),
+      validator_(RequestProcessorParams{
+          params.tokenizer, nullptr, {}, limits, params.num_kv_blocks, params.vocab_size}),
       builder_(std::move(builder)),
       scheduler_(std::move(scheduler)) {
   builder_.Reserve(&inputs_);
@@ -41,8 +41,9 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::Create(const EngineCoreParams&
   if (params.executor == nullptr) return InvalidArgumentError("engine core: no step executor");
   XRT_ASSIGN_OR_RETURN(ServingLimits limits,
                        ResolveServingLimits(params.compiled, params.requested));
-  XRT_ASSIGN_OR_RETURN(InputBuilder builder,
-                       InputBuilder::ForCompiled(params.compiled, params.buckets, params.vocab_size));
+  XRT_ASSIGN_OR_RETURN(
+      InputBuilder builder,
+      InputBuilder::ForCompiled(params.compiled, params.buckets, params.vocab_size));
   SchedulerParams sp;
   sp.limits = limits;
   sp.buckets = params.buckets;
@@ -64,8 +65,9 @@ Status EngineCore::AddRequest(EngineRequest request) {
     return InvalidArgumentError("request '{}' is already in flight", request.request_id);
   auto live = std::make_unique<Live>();
   live->id = next_id_;
-  XRT_ASSIGN_OR_RETURN(SamplingState state,
-                       SamplingState::Create(request.sampling, static_cast<int32_t>(params_.vocab_size)));
+  XRT_ASSIGN_OR_RETURN(
+      SamplingState state,
+      SamplingState::Create(request.sampling, static_cast<int32_t>(params_.vocab_size)));
   XRT_RETURN_IF_ERROR(state.SetPromptTokens(request.prompt.data(), request.prompt.size()));
   StopConditions c;
   c.stop = request.stop;
@@ -245,7 +247,8 @@ EngineCoreOutputs EngineCore::Step() {
     const uint64_t id = so.request_ids[i];
     Live& r = *live_.at(id);
     Expected<RequestState> state = scheduler_->State(id);
-    if (state.ok() && *state != RequestState::kDecode) st.prompt_tokens += so.requests[i].num_tokens;
+    if (state.ok() && *state != RequestState::kDecode)
+      st.prompt_tokens += so.requests[i].num_tokens;
     if (!r.scheduled_once) {
       r.scheduled_once = true;
       r.cached_tokens = so.num_cached_tokens[i];

@@ -77,8 +77,8 @@ struct EngineCoreParams {
   ServingLimits requested;
   BucketTable buckets;  // compiled lm_step token buckets / lm_logits req buckets
   int64_t num_kv_blocks = 0;
-  int64_t vocab_size = 0;  // the logits' width; prompt token ids must be below it
-  std::vector<int32_t> eos_token_ids;  // the model's (ModelEosTokenIds)
+  int64_t vocab_size = 0;                // the logits' width; prompt token ids must be below it
+  std::vector<int32_t> eos_token_ids;    // the model's (ModelEosTokenIds)
   const Tokenizer* tokenizer = nullptr;  // detokenizes outputs; null: no text
   bool enable_prefix_caching = true;
   // Strict mode (xrt run --check-recompilation): see the file comment.
@@ -87,11 +87,11 @@ struct EngineCoreParams {
 
 // What one Step() did, for metrics and replay reports.
 struct StepStats {
-  uint64_t step = 0;          // the scheduler's step number; 0: nothing was scheduled
-  int64_t num_tokens = 0;     // tokens scheduled (incl. requests strict mode failed)
-  int64_t num_reqs = 0;       // requests scheduled
-  int64_t num_sampling = 0;   // of which sample after the step
-  bool ran = false;           // the executables ran
+  uint64_t step = 0;         // the scheduler's step number; 0: nothing was scheduled
+  int64_t num_tokens = 0;    // tokens scheduled (incl. requests strict mode failed)
+  int64_t num_reqs = 0;      // requests scheduled
+  int64_t num_sampling = 0;  // of which sample after the step
+  bool ran = false;          // the executables ran
   // Executables run (xpk::abi::ExecutableName) and their padding: bucket minus
   // real tokens (lm_step) or real sampling rows (lm_logits). "" when not run.
   std::string lm_step;
@@ -181,6 +181,7 @@ class EngineCore {
 // Drives `core` until no request is left, passing every output to `on_output`
 // in order. Returns the first step error (the requests it failed were passed
 // to on_output with "error" as well).
-Status RunToCompletion(EngineCore& core, const std::function<void(const RequestOutput&)>& on_output);
+Status RunToCompletion(EngineCore& core,
+                       const std::function<void(const RequestOutput&)>& on_output);
 
 }  // namespace xrt

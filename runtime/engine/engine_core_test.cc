@@ -10,8 +10,8 @@
 namespace xrt {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeExecutor;
+using ::testing::HasSubstr;
 using testing::SmallCoreParams;
 using testing::SmallRequest;
 
@@ -49,7 +49,8 @@ TEST(EngineCore, AFailedStepFailsOnlyTheRequestsInIt) {
   EngineCoreParams p = SmallCoreParams(&ex);
   p.requested.max_num_seqs = 2;  // c and d wait while a and b run
   auto core = MakeCore(p);
-  for (const char* id : {"a", "b", "c", "d"}) ASSERT_TRUE(core->AddRequest(SmallRequest(id, 3, 4)).ok());
+  for (const char* id : {"a", "b", "c", "d"})
+    ASSERT_TRUE(core->AddRequest(SmallRequest(id, 3, 4)).ok());
   ex.FailCall(1);
 
   EngineCoreOutputs first = core->Step();
@@ -153,7 +154,8 @@ TEST(EngineCore, StrictModeFailsTheLargestChunkAndRunsTheRest) {
   ASSERT_TRUE(core->AddRequest(SmallRequest("long", 20, 2)).ok());
   ASSERT_TRUE(core->AddRequest(SmallRequest("short", 3, 2)).ok());
   EngineCoreOutputs first = core->Step();
-  EXPECT_THAT(first.stats.unbucketed, HasSubstr("no compiled lm_step bucket holds a step of 23 tokens"));
+  EXPECT_THAT(first.stats.unbucketed,
+              HasSubstr("no compiled lm_step bucket holds a step of 23 tokens"));
   EXPECT_THAT(first.stats.unbucketed, HasSubstr("--check-recompilation"));
   EXPECT_TRUE(first.stats.ran);
   EXPECT_EQ(first.stats.lm_step, "lm_step_t8");
@@ -192,7 +194,9 @@ TEST(EngineCore, ReturnsPromptLogitsWithTheFirstToken) {
   r.return_prompt_logits = true;
   ASSERT_TRUE(core->AddRequest(r).ok());
   std::vector<std::vector<float>> logits;
-  ASSERT_TRUE(RunToCompletion(*core, [&](const RequestOutput& o) { logits.push_back(o.prompt_logits); }).ok());
+  ASSERT_TRUE(RunToCompletion(*core, [&](const RequestOutput& o) {
+                logits.push_back(o.prompt_logits);
+              }).ok());
   ASSERT_EQ(logits.size(), 2u);
   ASSERT_EQ(logits[0].size(), 32u);
   EXPECT_EQ(logits[0][5], 10.0f);
@@ -220,7 +224,9 @@ TEST(EngineCore, ValidatesRequestsAndLimits) {
 
 TEST(EngineCore, WithoutLogitsEveryRequestGeneratesMaxTokens) {
   struct NoLogits : StepExecutor {
-    Expected<const float*> Execute(const StepInputs&) override { return static_cast<const float*>(nullptr); }
+    Expected<const float*> Execute(const StepInputs&) override {
+      return static_cast<const float*>(nullptr);
+    }
   } ex;
   auto core = MakeCore(SmallCoreParams(&ex));
   ASSERT_TRUE(core->AddRequest(SmallRequest("a", 5, 7)).ok());

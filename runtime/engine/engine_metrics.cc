@@ -31,12 +31,13 @@ void Histogram::Render(const std::string& name, const std::string& help, std::st
 
 namespace {
 std::vector<double> LatencyBounds() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.25, 0.5,
           0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0};
 }
 }  // namespace
 
-EngineMetrics::EngineMetrics() : ttft(LatencyBounds()), tpot(LatencyBounds()), e2e(LatencyBounds()) {}
+EngineMetrics::EngineMetrics()
+    : ttft(LatencyBounds()), tpot(LatencyBounds()), e2e(LatencyBounds()) {}
 
 void EngineMetrics::CountFinished(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -64,29 +65,36 @@ std::string EngineMetrics::Render() const {
   gauge("xrt_num_requests_running", "Requests in the running batch.", running.load());
   gauge("xrt_num_requests_waiting", "Requests waiting to be scheduled.", waiting.load());
   counter("xrt_steps_total", "Engine steps run.", steps.load());
-  counter("xrt_prompt_tokens_total", "Prompt tokens prefilled (incl. recompute).", prompt_tokens.load());
+  counter("xrt_prompt_tokens_total", "Prompt tokens prefilled (incl. recompute).",
+          prompt_tokens.load());
   counter("xrt_generation_tokens_total", "Tokens generated.", generation_tokens.load());
-  counter("xrt_padding_tokens_total", "Padded minus real tokens over lm_step runs.", padded_tokens.load());
-  counter("xrt_padding_requests_total", "Padded minus real rows over lm_logits runs.", padded_reqs.load());
+  counter("xrt_padding_tokens_total", "Padded minus real tokens over lm_step runs.",
+          padded_tokens.load());
+  counter("xrt_padding_requests_total", "Padded minus real rows over lm_logits runs.",
+          padded_reqs.load());
   counter("xrt_preemptions_total", "Requests preempted (recomputed later).", preemptions.load());
   counter("xrt_steps_without_bucket_total",
           "Steps no compiled executable holds (strict mode fails their overflowing requests).",
           steps_without_bucket.load());
-  counter("xrt_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", prefix_queries.load());
-  counter("xrt_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", prefix_hits.load());
+  counter("xrt_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          prefix_queries.load());
+  counter("xrt_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+          prefix_hits.load());
   gauge("xrt_kv_cache_blocks_used", "KV cache blocks in use.", kv_blocks_used.load());
   gauge("xrt_kv_cache_blocks_total", "KV cache blocks.", kv_blocks_total.load());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    out += "# HELP xrt_requests_finished_total Requests finished, by reason.\n"
-           "# TYPE xrt_requests_finished_total counter\n";
+    out +=
+        "# HELP xrt_requests_finished_total Requests finished, by reason.\n"
+        "# TYPE xrt_requests_finished_total counter\n";
     for (const char* reason : {"stop", "length", "abort", "error"}) {
       auto it = finished_.find(reason);
       out += fmt::format("xrt_requests_finished_total{{finished_reason=\"{}\"}} {}\n", reason,
                          it == finished_.end() ? 0 : it->second);
     }
-    out += "# HELP xrt_bucket_hits_total Executable runs, by compiled bucket.\n"
-           "# TYPE xrt_bucket_hits_total counter\n";
+    out +=
+        "# HELP xrt_bucket_hits_total Executable runs, by compiled bucket.\n"
+        "# TYPE xrt_bucket_hits_total counter\n";
     for (const auto& [exe, n] : buckets_)
       out += fmt::format("xrt_bucket_hits_total{{executable=\"{}\"}} {}\n", exe, n);
   }

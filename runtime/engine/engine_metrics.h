@@ -36,12 +36,12 @@ struct EngineMetrics {
   std::atomic<int64_t> steps{0};
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int64_t> generation_tokens{0};
-  std::atomic<int64_t> padded_tokens{0};     // sum over steps of (bucket - real tokens), lm_step
-  std::atomic<int64_t> padded_reqs{0};       // same for lm_logits rows
+  std::atomic<int64_t> padded_tokens{0};  // sum over steps of (bucket - real tokens), lm_step
+  std::atomic<int64_t> padded_reqs{0};    // same for lm_logits rows
   std::atomic<int64_t> preemptions{0};
   std::atomic<int64_t> steps_without_bucket{0};  // strict mode: steps no executable holds
-  std::atomic<int64_t> prefix_queries{0};    // prompt tokens looked up in the prefix cache
-  std::atomic<int64_t> prefix_hits{0};       // of which were found
+  std::atomic<int64_t> prefix_queries{0};        // prompt tokens looked up in the prefix cache
+  std::atomic<int64_t> prefix_hits{0};           // of which were found
   std::atomic<int64_t> kv_blocks_used{0};
   std::atomic<int64_t> kv_blocks_total{0};
 

@@ -15,11 +15,11 @@
 namespace xrt {
 
 struct EngineRequest {
-  std::string request_id;           // unique among live requests
-  std::vector<int32_t> prompt;      // token ids (chat template already applied)
-  SamplingParams sampling;          // incl. seed and logprobs (top-N, -1: none)
-  int64_t max_tokens = 16;          // prompt + max_tokens <= max_model_len
-  std::vector<std::string> stop;    // stop strings (not included in the output)
+  std::string request_id;               // unique among live requests
+  std::vector<int32_t> prompt;          // token ids (chat template already applied)
+  SamplingParams sampling;              // incl. seed and logprobs (top-N, -1: none)
+  int64_t max_tokens = 16;              // prompt + max_tokens <= max_model_len
+  std::vector<std::string> stop;        // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;  // besides the model's eos ids
   bool ignore_eos = false;
   bool skip_special_tokens = true;  // in the decoded text
@@ -30,7 +30,7 @@ struct EngineRequest {
 
 struct GeneratedToken {
   int32_t token = 0;
-  float logprob = 0;                     // valid when logprobs were requested
+  float logprob = 0;  // valid when logprobs were requested
   std::vector<TokenLogprob> top_logprobs;
 };
 

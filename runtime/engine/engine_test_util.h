@@ -23,7 +23,8 @@ inline const Tokenizer* FixtureTokenizer(const std::string& style) {
   std::unique_ptr<Tokenizer>& tok = loaded[style];
   if (tok) return tok.get();
   const std::string dir = std::string(XCC_SOURCE_DIR) + "/tests/fixtures/tokenizer/" + style + "/";
-  Expected<TokenizerSpec> spec = LoadTokenizerJson(dir + "tokenizer.json", dir + "tokenizer_config.json");
+  Expected<TokenizerSpec> spec =
+      LoadTokenizerJson(dir + "tokenizer.json", dir + "tokenizer_config.json");
   Expected<Tokenizer> made = spec.ok() ? Tokenizer::Create(std::move(*spec)) : spec.status();
   if (!made.ok()) {
     ADD_FAILURE() << made.status().ToString();
@@ -81,7 +82,8 @@ inline EngineCoreParams SmallCoreParams(StepExecutor* executor) {
 inline EngineRequest SmallRequest(const std::string& id, int64_t prompt_len, int64_t max_tokens) {
   EngineRequest r;
   r.request_id = id;
-  for (int64_t i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(3 + (i * 7) % 29));
+  for (int64_t i = 0; i < prompt_len; ++i)
+    r.prompt.push_back(static_cast<int32_t>(3 + (i * 7) % 29));
   r.max_tokens = max_tokens;
   r.sampling.temperature = 0;
   return r;

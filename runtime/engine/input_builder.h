@@ -1,6 +1,6 @@
 // InputBuilder: THE one place that turns a scheduled step into the padded,
 // fixed-shape inputs of the compiled executables and picks their buckets
-// (DESIGN.md §2).
+// (docs/DESIGN.md §2).
 //
 // A step is a list of requests, each contributing num_tokens new tokens (a
 // prefill chunk or one decode token) on top of num_computed_tokens already in

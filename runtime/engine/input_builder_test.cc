@@ -243,20 +243,21 @@ TEST(InputBuilder, ReusesCapacityAcrossSteps) {
 // Property test: random steps over a real KvCacheManager; checks the
 // kernel-facing invariants of the built inputs.
 TEST(InputBuilder, RandomStepsKeepInvariants) {
-  const int64_t kReqs = 6, kBlocksPerReq = 8, kBs = 4;
+  const int64_t k_reqs = 6, k_blocks_per_req = 8, k_bs = 4;
   auto table = BucketTable::Create({8, 16, 32, 64}, {2, 4, 6});
   ASSERT_TRUE(table.ok());
-  auto builder = InputBuilder::Create(InputBuilderParams{*table, kReqs, kBlocksPerReq, kBs, 1000});
+  auto builder =
+      InputBuilder::Create(InputBuilderParams{*table, k_reqs, k_blocks_per_req, k_bs, 1000});
   ASSERT_TRUE(builder.ok());
-  auto mgr = KvCacheManager::Create(KvCacheManagerParams{64, kBs, kBlocksPerReq, false});
+  auto mgr = KvCacheManager::Create(KvCacheManagerParams{64, k_bs, k_blocks_per_req, false});
   ASSERT_TRUE(mgr.ok());
   std::mt19937_64 rng(2024);
   StepInputs in;
-  std::vector<std::vector<int32_t>> step_tokens(kReqs);
+  std::vector<std::vector<int32_t>> step_tokens(k_reqs);
   RequestId next_id = 1;
   for (int iter = 0; iter < 500; ++iter) {
     // Random requests: fresh prompts (chunked) or decodes of earlier ones.
-    const int64_t n = 1 + static_cast<int64_t>(rng() % kReqs);
+    const int64_t n = 1 + static_cast<int64_t>(rng() % k_reqs);
     std::vector<ScheduledRequest> step;
     std::vector<RequestId> ids, added;
     int64_t budget = 64;
@@ -317,15 +318,15 @@ TEST(InputBuilder, RandomStepsKeepInvariants) {
       ASSERT_EQ(in.query_start_loc[r], static_cast<int32_t>(t));
       ASSERT_EQ(in.seq_lens[r], q.num_computed_tokens + q.num_tokens);
       const auto& bt = *q.block_table;
-      for (size_t k = 0; k < static_cast<size_t>(kBlocksPerReq); ++k) {
-        ASSERT_EQ(in.block_tables[r * kBlocksPerReq + k], k < bt.size() ? bt[k] : 0);
+      for (size_t k = 0; k < static_cast<size_t>(k_blocks_per_req); ++k) {
+        ASSERT_EQ(in.block_tables[r * k_blocks_per_req + k], k < bt.size() ? bt[k] : 0);
       }
       for (int64_t i = 0; i < q.num_tokens; ++i, ++t) {
         const int64_t pos = q.num_computed_tokens + i;
         ASSERT_EQ(in.token_ids[t], q.token_ids[i]);
         ASSERT_EQ(in.positions[t], pos);
         ASSERT_EQ(in.slot_mapping[t], *mgr->SlotFor(ids[r], pos));
-        ASSERT_EQ(in.slot_mapping[t], bt[static_cast<size_t>(pos / kBs)] * kBs + pos % kBs);
+        ASSERT_EQ(in.slot_mapping[t], bt[static_cast<size_t>(pos / k_bs)] * k_bs + pos % k_bs);
         ASSERT_TRUE(slots.insert(in.slot_mapping[t]).second)
             << "slot reused " << in.slot_mapping[t];
         ASSERT_EQ(in.lora_slot[t], q.lora_slot);
@@ -343,11 +344,11 @@ TEST(InputBuilder, RandomStepsKeepInvariants) {
       ASSERT_EQ(in.embed_source[t], -1);
       ASSERT_EQ(in.lora_slot[t], -1);
     }
-    for (size_t r = step.size(); r < static_cast<size_t>(kReqs); ++r) {
+    for (size_t r = step.size(); r < static_cast<size_t>(k_reqs); ++r) {
       ASSERT_EQ(in.seq_lens[r], 0);
       ASSERT_EQ(in.query_start_loc[r + 1], total);
-      for (size_t k = 0; k < static_cast<size_t>(kBlocksPerReq); ++k) {
-        ASSERT_EQ(in.block_tables[r * kBlocksPerReq + k], 0);
+      for (size_t k = 0; k < static_cast<size_t>(k_blocks_per_req); ++k) {
+        ASSERT_EQ(in.block_tables[r * k_blocks_per_req + k], 0);
       }
     }
     for (; j < in.logits_indices.size(); ++j) ASSERT_EQ(in.logits_indices[j], -1);

@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/engine/engine_core.h"
 #include "runtime/engine/engine_api.h"
+#include "runtime/engine/engine_core.h"
 #include "runtime/engine/engine_metrics.h"
 
 namespace xrt {
@@ -44,7 +44,9 @@ class LLMEngine : public AsyncEngine {
   const ServingLimits& limits() const { return core_->limits(); }
   int64_t num_kv_blocks() const { return core_->num_kv_blocks(); }
   // For the RequestProcessor that makes this engine's requests. Thread-safe.
-  RequestProcessorParams request_processor_params() const { return core_->request_processor_params(); }
+  RequestProcessorParams request_processor_params() const {
+    return core_->request_processor_params();
+  }
 
   // Queues several requests at once, so the engine sees them together (for
   // deterministic tests and trace replays). All-or-nothing validation.

@@ -16,8 +16,8 @@
 namespace xrt {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeExecutor;
+using ::testing::HasSubstr;
 
 // Collects the outputs of submitted requests; waits for them to finish.
 class Outputs {
@@ -66,7 +66,8 @@ TEST(LLMEngine, AFailedStepFailsOnlyItsRequestsNotTheWaitingOnes) {
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   Outputs out;
   std::vector<std::pair<EngineRequest, OutputCallback>> batch;
-  for (const char* id : {"a", "b", "c", "d"}) batch.emplace_back(testing::SmallRequest(id, 3, 4), out.Callback());
+  for (const char* id : {"a", "b", "c", "d"})
+    batch.emplace_back(testing::SmallRequest(id, 3, 4), out.Callback());
   ASSERT_TRUE((*engine)->SubmitBatch(std::move(batch)).ok());
   ASSERT_TRUE(out.WaitFor(4));
   EXPECT_EQ(out.reason("a"), "error");

@@ -13,36 +13,38 @@ Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const Enc
   if (!in) return NotFoundError("{}: cannot open", path);
   std::vector<TraceRequest> out;
   std::string line;
-  for (int lineNo = 1; std::getline(in, line); ++lineNo) {
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object())
-      return InvalidArgumentError("{}:{}: not a JSON object", path, lineNo);
+      return InvalidArgumentError("{}:{}: not a JSON object", path, line_no);
     TraceRequest r;
     if (j.contains("arrival")) {
       if (!j["arrival"].is_number() || j["arrival"].get<double>() < 0)
-        return InvalidArgumentError("{}:{}: 'arrival' must be a non-negative number", path, lineNo);
+        return InvalidArgumentError("{}:{}: 'arrival' must be a non-negative number", path,
+                                    line_no);
       r.arrival = j["arrival"].get<double>();
     }
     if (j.contains("prompt")) {
       if (!j["prompt"].is_string())
-        return InvalidArgumentError("{}:{}: 'prompt' must be a string", path, lineNo);
+        return InvalidArgumentError("{}:{}: 'prompt' must be a string", path, line_no);
       r.prompt = encode(j["prompt"].get<std::string>());
     } else if (j.contains("prompt_len")) {
       if (!j["prompt_len"].is_number_integer() || j["prompt_len"].get<int64_t>() < 1)
-        return InvalidArgumentError("{}:{}: 'prompt_len' must be a positive integer", path, lineNo);
+        return InvalidArgumentError("{}:{}: 'prompt_len' must be a positive integer", path,
+                                    line_no);
       const int64_t n = j["prompt_len"].get<int64_t>();
       r.prompt.resize(static_cast<size_t>(n));
       // Distinct per request so prompts do not share prefix-cache blocks by accident.
       for (int64_t i = 0; i < n; ++i)
-        r.prompt[i] = static_cast<int32_t>((lineNo * 7919 + i * 31) % std::max(vocab_size, 1));
+        r.prompt[i] = static_cast<int32_t>((line_no * 7919 + i * 31) % std::max(vocab_size, 1));
     } else {
-      return InvalidArgumentError("{}:{}: needs 'prompt' or 'prompt_len'", path, lineNo);
+      return InvalidArgumentError("{}:{}: needs 'prompt' or 'prompt_len'", path, line_no);
     }
-    if (r.prompt.empty()) return InvalidArgumentError("{}:{}: the prompt is empty", path, lineNo);
+    if (r.prompt.empty()) return InvalidArgumentError("{}:{}: the prompt is empty", path, line_no);
     if (!j.contains("max_tokens") || !j["max_tokens"].is_number_integer() ||
         j["max_tokens"].get<int64_t>() < 1)
-      return InvalidArgumentError("{}:{}: 'max_tokens' must be a positive integer", path, lineNo);
+      return InvalidArgumentError("{}:{}: 'max_tokens' must be a positive integer", path, line_no);
     r.max_tokens = j["max_tokens"].get<int64_t>();
     out.push_back(std::move(r));
   }

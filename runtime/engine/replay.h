@@ -23,8 +23,8 @@
 namespace xrt {
 
 struct TraceRequest {
-  double arrival = 0;            // seconds from the start of the trace
-  std::vector<int32_t> prompt;   // token ids
+  double arrival = 0;           // seconds from the start of the trace
+  std::vector<int32_t> prompt;  // token ids
   int64_t max_tokens = 1;
 };
 
@@ -46,11 +46,11 @@ struct ReplayReport {
   int64_t steps = 0;
   int64_t preemptions = 0;
   int64_t steps_without_bucket = 0;
-  std::vector<std::string> unbucketed;          // one message per step that could not run
-  std::map<std::string, int64_t> bucket_hits;   // "lm_step_t16" -> steps
-  std::map<std::string, int64_t> padding;       // executable -> padded minus real rows
-  std::vector<int64_t> step_tokens;             // real tokens of every step, in order
-  std::vector<int64_t> step_reqs;               // sampling requests of every step
+  std::vector<std::string> unbucketed;         // one message per step that could not run
+  std::map<std::string, int64_t> bucket_hits;  // "lm_step_t16" -> steps
+  std::map<std::string, int64_t> padding;      // executable -> padded minus real rows
+  std::vector<int64_t> step_tokens;            // real tokens of every step, in order
+  std::vector<int64_t> step_reqs;              // sampling requests of every step
 };
 
 Expected<ReplayReport> Replay(const ReplayParams& params, const std::vector<TraceRequest>& trace);

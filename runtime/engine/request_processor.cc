@@ -25,7 +25,8 @@ void ApplySamplingDefaults(const SamplingDefaults& d, const SamplingFieldsSet& s
   if (!set.temperature && d.temperature) p->temperature = *d.temperature;
   if (!set.top_p && d.top_p) p->top_p = *d.top_p;
   if (!set.top_k && d.top_k) p->top_k = *d.top_k;
-  if (!set.repetition_penalty && d.repetition_penalty) p->repetition_penalty = *d.repetition_penalty;
+  if (!set.repetition_penalty && d.repetition_penalty)
+    p->repetition_penalty = *d.repetition_penalty;
 }
 
 }  // namespace
@@ -37,16 +38,17 @@ Expected<std::vector<int32_t>> RequestProcessor::Tokenize(const GenerationReques
   if (params_.tokenizer == nullptr)
     return Fail(error, param, FailedPreconditionError("no tokenizer: only token-id prompts"));
   const Tokenizer& tok = *params_.tokenizer;
-  if (request.kind == PromptKind::kText) return tok.Encode(request.prompt, /*add_special_tokens=*/true);
+  if (request.kind == PromptKind::kText)
+    return tok.Encode(request.prompt, /*add_special_tokens=*/true);
   if (params_.chat_template == nullptr)
     return Fail(error, param,
                 InvalidArgumentError("this model has no chat template; send a plain prompt "
                                      "(/v1/completions) instead"));
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (!request.tools.is_null()) extra["tools"] = request.tools;
-  Expected<std::string> text =
-      ApplyChatTemplate(*params_.chat_template, request.messages, /*add_generation_prompt=*/true,
-                        SpecialTokenText(tok, tok.bos_id()), SpecialTokenText(tok, tok.eos_id()), extra);
+  Expected<std::string> text = ApplyChatTemplate(
+      *params_.chat_template, request.messages, /*add_generation_prompt=*/true,
+      SpecialTokenText(tok, tok.bos_id()), SpecialTokenText(tok, tok.eos_id()), extra);
   if (!text.ok()) return Fail(error, param, text.status().WithContext("chat template"));
   // Like HF's apply_chat_template(tokenize=True): the template writes the
   // special tokens itself.
@@ -61,7 +63,7 @@ Expected<EngineRequest> RequestProcessor::Process(const GenerationRequest& reque
   r.prompt = std::move(prompt);
   const int64_t n = static_cast<int64_t>(r.prompt.size());
   const bool max_tokens_set = request.max_tokens >= 0;
-  r.max_tokens = max_tokens_set                    ? request.max_tokens
+  r.max_tokens = max_tokens_set                      ? request.max_tokens
                  : request.kind == PromptKind::kChat ? params_.limits.max_model_len - n
                                                      : 16;
   r.sampling = request.sampling;

@@ -71,9 +71,9 @@ struct RequestProcessorParams {
   const Tokenizer* tokenizer = nullptr;         // null: only token-id prompts
   const ChatTemplate* chat_template = nullptr;  // null: no chat prompts
   SamplingDefaults sampling_defaults;           // the model's generation_config
-  ServingLimits limits;       // as served: max_model_len, block_size
-  int64_t num_kv_blocks = 0;  // the KV pool; 0: not checked
-  int64_t vocab_size = 0;     // prompt token ids must be below it; 0: not checked
+  ServingLimits limits;                         // as served: max_model_len, block_size
+  int64_t num_kv_blocks = 0;                    // the KV pool; 0: not checked
+  int64_t vocab_size = 0;                       // prompt token ids must be below it; 0: not checked
 };
 
 class RequestProcessor {

@@ -121,11 +121,12 @@ TEST_F(RequestProcessorTest, ContextLengthIsOpenAisMessageWithTheFieldAtFault) {
   auto r = p.Process(Text("Hello world", 62), &e);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            fmt::format("This model's maximum context length is 64 tokens. However, you requested {} "
-                        "tokens ({} in the prompt, 62 in the completion). Please reduce the length of "
-                        "the prompt or the completion.",
-                        n + 62, n));
+  EXPECT_EQ(
+      r.status().message(),
+      fmt::format("This model's maximum context length is 64 tokens. However, you requested {} "
+                  "tokens ({} in the prompt, 62 in the completion). Please reduce the length of "
+                  "the prompt or the completion.",
+                  n + 62, n));
   EXPECT_EQ(e.param, "max_tokens");
   EXPECT_EQ(e.code, "context_length_exceeded");
 
@@ -137,9 +138,9 @@ TEST_F(RequestProcessorTest, ContextLengthIsOpenAisMessageWithTheFieldAtFault) {
 
   // A chat prompt that fills the context leaves no room for a default max_tokens.
   e = {};
-  std::string longText;
-  for (int i = 0; i < 80; ++i) longText += " word";
-  auto full = p.Process(Chat(longText), &e);
+  std::string long_text;
+  for (int i = 0; i < 80; ++i) long_text += " word";
+  auto full = p.Process(Chat(long_text), &e);
   ASSERT_FALSE(full.ok());
   EXPECT_EQ(e.param, "messages");
   EXPECT_EQ(e.code, "context_length_exceeded");
@@ -154,21 +155,21 @@ TEST_F(RequestProcessorTest, RejectsWithTheFieldAtFault) {
     const char* param;
     const char* message;
   };
-  GenerationRequest badTopP = Text("Hello", 4);
-  badTopP.sampling.top_p = 1.5f;
-  badTopP.sampling_set.top_p = true;
-  GenerationRequest badId;
-  badId.kind = PromptKind::kTokens;
-  badId.prompt_token_ids = {1, -3};
-  badId.max_tokens = 2;
+  GenerationRequest bad_top_p = Text("Hello", 4);
+  bad_top_p.sampling.top_p = 1.5f;
+  bad_top_p.sampling_set.top_p = true;
+  GenerationRequest bad_id;
+  bad_id.kind = PromptKind::kTokens;
+  bad_id.prompt_token_ids = {1, -3};
+  bad_id.max_tokens = 2;
   GenerationRequest empty;
   empty.kind = PromptKind::kTokens;
   empty.max_tokens = 2;
   const Case cases[] = {
       {Text("Hello", 0), "max_tokens", "max_tokens must be >= 1, got 0"},
       {empty, "prompt", "the prompt is empty"},
-      {badTopP, "top_p", "top_p must be in (0, 1]"},
-      {badId, "prompt", "token id -3 outside the vocabulary"},
+      {bad_top_p, "top_p", "top_p must be in (0, 1]"},
+      {bad_id, "prompt", "token id -3 outside the vocabulary"},
       // 12 blocks of 4 tokens hold 48 positions.
       {Text("Hello", 50), "max_tokens", "KV cache blocks; the server has 12"},
   };

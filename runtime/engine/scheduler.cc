@@ -6,9 +6,12 @@ namespace xrt {
 
 const char* RequestStateName(RequestState state) {
   switch (state) {
-    case RequestState::kWaiting: return "WAITING";
-    case RequestState::kPrefill: return "PREFILL";
-    case RequestState::kDecode: return "DECODE";
+    case RequestState::kWaiting:
+      return "WAITING";
+    case RequestState::kPrefill:
+      return "PREFILL";
+    case RequestState::kDecode:
+      return "DECODE";
   }
   return "?";
 }
@@ -22,7 +25,8 @@ Expected<Scheduler> Scheduler::Create(SchedulerParams params) {
                 {"max_num_batched_tokens", lim.max_num_batched_tokens},
                 {"max_model_len", lim.max_model_len}};
   for (const auto& f : fields) {
-    if (f.value < 1) return InvalidArgumentError("scheduler: {} is {}; must be >= 1", f.name, f.value);
+    if (f.value < 1)
+      return InvalidArgumentError("scheduler: {} is {}; must be >= 1", f.name, f.value);
   }
   if (params.buckets.max_tokens() < 1 || params.buckets.max_reqs() < 1) {
     return InvalidArgumentError("scheduler: the bucket table is empty");
@@ -92,7 +96,8 @@ Status Scheduler::AddRequest(RequestId id, std::vector<int32_t> prompt, int64_t 
         "max_model_len ({})",
         id, n, max_tokens, params_.limits.max_model_len);
   }
-  XRT_RETURN_IF_ERROR(ValidatePrefixKeys(keys).WithContext(fmt::format("scheduler: request {}", id)));
+  XRT_RETURN_IF_ERROR(
+      ValidatePrefixKeys(keys).WithContext(fmt::format("scheduler: request {}", id)));
   // The last sampled token is never fed back, so its KV is never written.
   const int64_t need = BlocksFor(n + max_tokens - 1);
   if (need > params_.num_kv_blocks) {
@@ -114,8 +119,8 @@ Status Scheduler::AddRequest(RequestId id, std::vector<int32_t> prompt, int64_t 
 
 Status Scheduler::Preempt(Request* r, std::vector<Entry>* entries, int64_t* budget,
                           std::vector<RequestId>* preempted) {
-  auto e = std::find_if(entries->begin(), entries->end(),
-                        [r](const Entry& x) { return x.req == r; });
+  auto e =
+      std::find_if(entries->begin(), entries->end(), [r](const Entry& x) { return x.req == r; });
   if (e != entries->end()) {
     *budget += e->num_tokens;
     entries->erase(e);
@@ -211,7 +216,7 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
     const std::vector<Request*> snapshot = running_;  // Preempt edits running_
     for (Request* r : snapshot) {
       if (budget == 0) break;
-      if (r->state != phase) continue;  // also skips those preempted meanwhile
+      if (r->state != phase) continue;                    // also skips those preempted meanwhile
       if (r->num_generated() >= r->max_tokens) continue;  // awaiting FinishRequest
       const int64_t uncomputed = r->num_uncomputed();
       if (uncomputed < 1 || (phase == RequestState::kDecode && uncomputed != 1)) {
@@ -300,10 +305,10 @@ Status Scheduler::UpdateAfterStep(const SchedulerOutput& out, const std::vector<
     if (it == requests_.end() || it->second.last_step != out.step) continue;
     Request& r = it->second;
     if (r.state == RequestState::kWaiting || r.num_computed != sr.num_computed_tokens) {
-      return InternalError("scheduler: step {}: request {} ({}) has {} computed tokens, the step "
-                           "expected {}",
-                           out.step, id, RequestStateName(r.state), r.num_computed,
-                           sr.num_computed_tokens);
+      return InternalError(
+          "scheduler: step {}: request {} ({}) has {} computed tokens, the step "
+          "expected {}",
+          out.step, id, RequestStateName(r.state), r.num_computed, sr.num_computed_tokens);
     }
     Status s = kv_.CommitComputed(id, sr.num_tokens);
     if (!s.ok()) return InternalError("scheduler: step {}: {}", out.step, s.message());

@@ -1,4 +1,4 @@
-// Scheduler: continuous batching over one paged KV cache (DESIGN.md §5),
+// Scheduler: continuous batching over one paged KV cache (docs/DESIGN.md §5),
 // vLLM V1 style, for executables compiled at static token buckets.
 //
 // A request goes through explicit states:
@@ -76,11 +76,11 @@
 #include <vector>
 
 #include "runtime/base/status.h"
-#include "runtime/kv_cache/block_hash.h"
 #include "runtime/engine/bucket_table.h"
 #include "runtime/engine/input_builder.h"
-#include "runtime/kv_cache/kv_cache_manager.h"
 #include "runtime/engine/serving_limits.h"
+#include "runtime/kv_cache/block_hash.h"
+#include "runtime/kv_cache/kv_cache_manager.h"
 
 namespace xrt {
 
@@ -244,8 +244,8 @@ class Scheduler {
   std::deque<Request*> waiting_;   // FCFS; preempted requests at the front
   std::vector<Request*> running_;  // admission order
   int64_t num_preemptions_ = 0;
-  uint64_t step_ = 0;            // last Schedule() sequence number
-  bool step_applied_ = true;     // UpdateAfterStep ran for step_
+  uint64_t step_ = 0;         // last Schedule() sequence number
+  bool step_applied_ = true;  // UpdateAfterStep ran for step_
 };
 
 }  // namespace xrt

@@ -78,7 +78,8 @@ std::vector<int32_t> Reference(std::vector<int32_t> prompt, int64_t max_tokens) 
 
 std::vector<int32_t> Prompt(int64_t n, int32_t seed) {
   std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (seed * 131 + static_cast<int32_t>(i) * 7) % kVocab;
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = (seed * 131 + static_cast<int32_t>(i) * 7) % kVocab;
   return v;
 }
 
@@ -292,7 +293,8 @@ TEST(Scheduler, AddRequestValidates) {
   EXPECT_THAT(st.message(), HasSubstr("prompt is empty"));
   st = h.s().AddRequest(1, Prompt(60, 1), 5);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(st.message(), HasSubstr("prompt (60 tokens) plus max_tokens (5) exceeds max_model_len (64)"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("prompt (60 tokens) plus max_tokens (5) exceeds max_model_len (64)"));
   st = h.s().AddRequest(1, Prompt(4, 1), 0);
   EXPECT_THAT(st.message(), HasSubstr("max_tokens is 0"));
   st = h.s().AddRequest(1, Prompt(30, 1), 4);  // 33 positions > 32
@@ -590,8 +592,8 @@ TEST(Scheduler, UpdateAfterStepMisuse) {
   EXPECT_THAT(st.message(), HasSubstr("0 sampled tokens for 1 sampling requests"));
   ASSERT_TRUE(h.s().UpdateAfterStep(*o, {42}).ok());
   EXPECT_EQ(h.s().UpdateAfterStep(*o, {42}).code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(**h.s().Tokens(1), ElementsAre(Prompt(4, 1)[0], Prompt(4, 1)[1], Prompt(4, 1)[2],
-                                            Prompt(4, 1)[3], 42));
+  EXPECT_THAT(**h.s().Tokens(1),
+              ElementsAre(Prompt(4, 1)[0], Prompt(4, 1)[1], Prompt(4, 1)[2], Prompt(4, 1)[3], 42));
 }
 
 TEST(Scheduler, MaxTokensReachedIsNotScheduledUntilFinished) {
@@ -618,7 +620,8 @@ TEST(Scheduler, Deterministic) {
     c.prefix_caching = true;
     Harness h(c);
     std::vector<std::vector<RequestId>> trace;
-    for (RequestId id = 1; id <= 8; ++id) h.Add(id, Prompt(10 + id, static_cast<int32_t>(id % 3)), 12);
+    for (RequestId id = 1; id <= 8; ++id)
+      h.Add(id, Prompt(10 + id, static_cast<int32_t>(id % 3)), 12);
     while (h.s().HasUnfinished() && h.steps() < 1000) {
       SchedulerOutput o = h.Step();
       trace.push_back(o.request_ids);

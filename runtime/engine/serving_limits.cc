@@ -7,7 +7,7 @@ namespace {
 struct Field {
   const char* name;
   const char* flag;
-  int64_t ServingLimits::*member;
+  int64_t ServingLimits::* member;
 };
 constexpr Field kFields[] = {
     {"max_num_seqs", "--max-num-seqs", &ServingLimits::max_num_seqs},
@@ -21,17 +21,20 @@ std::string Beyond(const Field& f, const ServingLimits& compiled, int64_t reques
   if (f.member == &ServingLimits::max_num_seqs) {
     const std::string range =
         c + 1 == requested ? std::to_string(requested) : fmt::format("{}..{}", c + 1, requested);
-    return fmt::format("the {} request rows the artifact was compiled for (lm_step's "
-                       "block_tables/seq_lens): steps with {} requests have no executable",
-                       c, range);
+    return fmt::format(
+        "the {} request rows the artifact was compiled for (lm_step's "
+        "block_tables/seq_lens): steps with {} requests have no executable",
+        c, range);
   }
   if (f.member == &ServingLimits::max_num_batched_tokens)
-    return fmt::format("the {} the artifact was compiled for (its token buckets cover steps of up "
-                       "to {} tokens)",
-                       c, c);
-  return fmt::format("the compiled {} ({} KV blocks per request): longer sequences have no "
-                     "executable",
-                     c, compiled.max_blocks_per_req);
+    return fmt::format(
+        "the {} the artifact was compiled for (its token buckets cover steps of up "
+        "to {} tokens)",
+        c, c);
+  return fmt::format(
+      "the compiled {} ({} KV blocks per request): longer sequences have no "
+      "executable",
+      c, compiled.max_blocks_per_req);
 }
 
 }  // namespace

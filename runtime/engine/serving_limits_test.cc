@@ -38,8 +38,9 @@ TEST(ServingLimits, RaisingALimitIsAnErrorNamingTheRecompileFlag) {
   auto r = ResolveServingLimits(Compiled(), more);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(),
-              HasSubstr("max_num_seqs 1000 exceeds the 32 request rows the artifact was compiled for"));
+  EXPECT_THAT(
+      r.status().message(),
+      HasSubstr("max_num_seqs 1000 exceeds the 32 request rows the artifact was compiled for"));
   EXPECT_THAT(r.status().message(), HasSubstr("steps with 33..1000 requests have no executable"));
   EXPECT_THAT(r.status().message(), HasSubstr("recompile with --max-num-seqs 1000"));
   ServingLimits negative;

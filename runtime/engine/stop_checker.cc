@@ -66,8 +66,9 @@ StopResult StopChecker::Append(int32_t token, int64_t num_generated) {
     r.finish_reason = "stop";
     return r;
   }
-  const bool length = num_generated >= c_.max_tokens ||
-                      (c_.max_model_len > 0 && c_.prompt_tokens + num_generated >= c_.max_model_len);
+  const bool length =
+      num_generated >= c_.max_tokens ||
+      (c_.max_model_len > 0 && c_.prompt_tokens + num_generated >= c_.max_model_len);
   if (length) {
     r.text = Flush();
     r.finish_reason = "length";

@@ -34,9 +34,9 @@ struct StopConditions {
   std::vector<int32_t> stop_token_ids;  // stop even with ignore_eos
   std::vector<int32_t> eos_token_ids;   // the model's (ModelEosTokenIds)
   bool ignore_eos = false;
-  int64_t max_tokens = 0;               // >= 1
+  int64_t max_tokens = 0;  // >= 1
   int64_t prompt_tokens = 0;
-  int64_t max_model_len = 0;            // 0: no limit besides max_tokens
+  int64_t max_model_len = 0;  // 0: no limit besides max_tokens
 };
 
 // Every EOS id of a model: those of generation_config (the artifact's
@@ -47,8 +47,8 @@ std::vector<int32_t> ModelEosTokenIds(const std::vector<int32_t>& generation_con
 
 // What one generated token did to a request.
 struct StopResult {
-  std::string text;              // text to send now
-  std::string finish_reason;     // "stop", "length", or "" (continues)
+  std::string text;           // text to send now
+  std::string finish_reason;  // "stop", "length", or "" (continues)
   bool finished() const { return !finish_reason.empty(); }
 };
 

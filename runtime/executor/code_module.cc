@@ -97,8 +97,8 @@ Expected<std::unique_ptr<CodeModule>> CodeModule::Load(const Artifact& artifact,
   // and verify it again, so the bytes dlopen maps executable are exactly bytes whose
   // checksum matched, even if the file was overwritten in place since Open().
   XRT_RETURN_IF_ERROR(VerifySealedCopy(artifact, cm->segment(), mod->fd_, bytes.size));
-  std::string fdPath = "/proc/self/fd/" + std::to_string(mod->fd_);
-  mod->handle_ = ::dlopen(fdPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::string fd_path = "/proc/self/fd/" + std::to_string(mod->fd_);
+  mod->handle_ = ::dlopen(fd_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!mod->handle_) {
     const char* err = ::dlerror();
     return DataLossError("{}: cannot load the code segment: {}", path, err ? err : "dlopen failed");

@@ -3,9 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/base/thread_pool.h"
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/matmul.h"
-#include "runtime/base/thread_pool.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
@@ -103,25 +103,33 @@ Status Executor::Prepare() {
       pc.fb = c;
       if (c->kind() == xpk::CommandKind::dispatch) {
         if (!code_ || c->function() >= code_->num_functions())
-          return DataLossError("{}: executable '{}' uses dispatch {} but the code has {}",
-                               a.path(), e->name()->str(), c->function(),
-                               code_ ? code_->num_functions() : 0);
+          return DataLossError("{}: executable '{}' uses dispatch {} but the code has {}", a.path(),
+                               e->name()->str(), c->function(), code_ ? code_->num_functions() : 0);
         pc.fn = code_->function(c->function());
       }
       for (const xpk::Binding* b : *c->bindings()) {
         void* ptr = nullptr;
         switch (b->kind()) {
-          case xpk::BindingKind::arena: ptr = arena_ + b->offset(); break;
-          case xpk::BindingKind::io: ptr = prep->io + b->offset(); break;
+          case xpk::BindingKind::arena:
+            ptr = arena_ + b->offset();
+            break;
+          case xpk::BindingKind::io:
+            ptr = prep->io + b->offset();
+            break;
           case xpk::BindingKind::weight: {
             XRT_ASSIGN_OR_RETURN(ByteSpan w, a.weight_data(b->index()));
             ptr = const_cast<uint8_t*>(w.data);
             break;
           }
-          case xpk::BindingKind::kv_key: ptr = p_.kv.keys[b->index()]; break;
-          case xpk::BindingKind::kv_value: ptr = p_.kv.values[b->index()]; break;
+          case xpk::BindingKind::kv_key:
+            ptr = p_.kv.keys[b->index()];
+            break;
+          case xpk::BindingKind::kv_value:
+            ptr = p_.kv.values[b->index()];
+            break;
           default:
-            return DataLossError("{}: unknown binding kind {}", a.path(), static_cast<int>(b->kind()));
+            return DataLossError("{}: unknown binding kind {}", a.path(),
+                                 static_cast<int>(b->kind()));
         }
         pc.ptrs.push_back(ptr);
       }

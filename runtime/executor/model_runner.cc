@@ -43,7 +43,8 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   if (params.num_kv_blocks > 0) {
     kv.num_blocks = params.num_kv_blocks;
   } else if (params.kv_cache_bytes > 0) {
-    XRT_ASSIGN_OR_RETURN(kv.num_blocks, KvCacheStorage::NumBlocksForBudget(kv, params.kv_cache_bytes));
+    XRT_ASSIGN_OR_RETURN(kv.num_blocks,
+                         KvCacheStorage::NumBlocksForBudget(kv, params.kv_cache_bytes));
   } else {
     kv.num_blocks = r->core_params_.num_kv_blocks;  // xrt run's default
   }
@@ -77,8 +78,8 @@ Status ModelRunner::CopyInput(const xpk::Executable& e, const char* name,
     if (t->name()->str() != name) continue;
     const uint64_t bytes = v.size() * sizeof(int32_t);
     if (t->dtype() != xpk::DType::i32 || bytes != t->size())
-      return InvalidArgumentError("{}: input '{}' holds {} bytes, the step has {}",
-                                  e.name()->str(), name, t->size(), bytes);
+      return InvalidArgumentError("{}: input '{}' holds {} bytes, the step has {}", e.name()->str(),
+                                  name, t->size(), bytes);
     std::memcpy(executor_->io(e) + t->offset(), v.data(), bytes);
     return Status::Ok();
   }

@@ -18,16 +18,16 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/base/thread_pool.h"
 #include "runtime/chat/chat_template.h"
 #include "runtime/engine/bucket_table.h"
 #include "runtime/engine/engine_core.h"
 #include "runtime/engine/input_builder.h"
-#include "runtime/kv_cache/kv_cache_storage.h"
 #include "runtime/engine/serving_limits.h"
-#include "runtime/sampler/sampling_params.h"
 #include "runtime/executor/executor.h"
-#include "runtime/base/thread_pool.h"
+#include "runtime/kv_cache/kv_cache_storage.h"
 #include "runtime/loader/artifact.h"
+#include "runtime/sampler/sampling_params.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace xrt {

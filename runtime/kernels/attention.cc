@@ -449,13 +449,13 @@ XRT_TARGET_AVX512 void AccumulateHeadsAvx512(float* acc, int64_t dim, const floa
 // then the value accumulation for up to G_MAX heads at a time.
 template <int NV>
 XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
-  constexpr int kMaxHeads = NV <= 4 ? 3 : NV <= 6 ? 2 : 1;  // <= 12..16 accumulators
+  constexpr int k_max_heads = NV <= 4 ? 3 : NV <= 6 ? 2 : 1;  // <= 12..16 accumulators
   const int64_t last = c.dim - 16 * (NV - 1);
   const __mmask16 tail = last == 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << last) - 1);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  float corr[kMaxHeads];
-  for (int64_t g0 = 0; g0 < c.group; g0 += kMaxHeads) {
-    const int heads = static_cast<int>(std::min<int64_t>(kMaxHeads, c.group - g0));
+  float corr[k_max_heads];
+  for (int64_t g0 = 0; g0 < c.group; g0 += k_max_heads) {
+    const int heads = static_cast<int>(std::min<int64_t>(k_max_heads, c.group - g0));
     for (int h = 0; h < heads; ++h) {
       const int64_t g = g0 + h;
       float* s = c.s + h * kChunk;
@@ -479,10 +479,10 @@ XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
         AccumulateHeadsAvx512<NV, 1>(acc, c.dim, corr, c.s, c.v, c.n, tail);
         break;
       case 2:
-        AccumulateHeadsAvx512<NV, kMaxHeads >= 2 ? 2 : 1>(acc, c.dim, corr, c.s, c.v, c.n, tail);
+        AccumulateHeadsAvx512<NV, k_max_heads >= 2 ? 2 : 1>(acc, c.dim, corr, c.s, c.v, c.n, tail);
         break;
       default:
-        AccumulateHeadsAvx512<NV, kMaxHeads>(acc, c.dim, corr, c.s, c.v, c.n, tail);
+        AccumulateHeadsAvx512<NV, k_max_heads>(acc, c.dim, corr, c.s, c.v, c.n, tail);
         break;
     }
   }

@@ -1,7 +1,7 @@
 // PagedAttention: writes this step's K/V into the paged cache, then runs
 // causal attention for every query token of a ragged batch of requests
 // (prefill chunks and decodes mixed), reading keys/values through each
-// request's block table. vLLM-style inputs; see DESIGN.md §2.
+// request's block table. vLLM-style inputs; see docs/DESIGN.md §2.
 //
 // Semantics:
 //  1. Validation, before anything is written: shapes are positive,
@@ -47,8 +47,8 @@
 #include <cstdint>
 
 #include "runtime/base/status.h"
-#include "runtime/kernels/cpu_isa.h"
 #include "runtime/base/thread_pool.h"
+#include "runtime/kernels/cpu_isa.h"
 
 namespace xrt {
 

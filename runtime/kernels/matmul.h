@@ -41,8 +41,8 @@
 
 #include <cstdint>
 
-#include "runtime/kernels/cpu_isa.h"
 #include "runtime/base/thread_pool.h"
+#include "runtime/kernels/cpu_isa.h"
 
 namespace xrt {
 

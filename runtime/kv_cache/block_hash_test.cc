@@ -153,16 +153,16 @@ TEST(BlockHash, NoCollisionsOverManyRandomBlocks) {
   std::mt19937_64 rng(1234);
   std::unordered_set<BlockHash, BlockHashHasher> seen;
   std::unordered_set<uint64_t> seen_lo;
-  const int kBlocks = 20000;
-  for (int i = 0; i < kBlocks; ++i) {
+  const int k_blocks = 20000;
+  for (int i = 0; i < k_blocks; ++i) {
     std::vector<int32_t> t(16);
     for (auto& x : t) x = static_cast<int32_t>(rng() % 50);  // small vocab: many near-duplicates
     BlockHash h = HashBlock(kRootBlockHash, t.data(), 16, nullptr, 0);
     seen.insert(h);
     seen_lo.insert(h.lo);
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(kBlocks));
-  EXPECT_EQ(seen_lo.size(), static_cast<size_t>(kBlocks));
+  EXPECT_EQ(seen.size(), static_cast<size_t>(k_blocks));
+  EXPECT_EQ(seen_lo.size(), static_cast<size_t>(k_blocks));
   // Single-token changes at every position give distinct hashes.
   std::unordered_set<BlockHash, BlockHashHasher> flips;
   std::vector<int32_t> base(16, 0);

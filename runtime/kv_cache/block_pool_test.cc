@@ -186,8 +186,8 @@ TEST(BlockPool, PlainFreeBlocksAreUsedBeforeEvicting) {
 // cached lookups and all-or-nothing behaviour match; the same seed gives the
 // same allocation sequence.
 std::vector<int32_t> RunRandom(uint64_t seed, bool check) {
-  const int64_t kBlocks = 24;
-  BlockPool pool = MakePool(kBlocks, /*caching=*/true);
+  const int64_t k_blocks = 24;
+  BlockPool pool = MakePool(k_blocks, /*caching=*/true);
   std::mt19937_64 rng(seed);
   std::vector<std::vector<int32_t>> owners;  // each owner holds one ref per listed block
   std::map<int32_t, int32_t> refs;           // model of ref counts
@@ -200,7 +200,7 @@ std::vector<int32_t> RunRandom(uint64_t seed, bool check) {
     if (op == 0) {
       const int64_t n = static_cast<int64_t>(rng() % 6);
       int64_t model_free = 0;
-      for (int32_t id = 0; id < kBlocks; ++id) model_free += refs[id] == 0;
+      for (int32_t id = 0; id < k_blocks; ++id) model_free += refs[id] == 0;
       auto got = pool.Allocate(n);
       if (check) {
         EXPECT_EQ(got.ok(), n <= model_free);
@@ -259,7 +259,7 @@ std::vector<int32_t> RunRandom(uint64_t seed, bool check) {
     }
     if (check) {
       int64_t model_free = 0;
-      for (int32_t id = 0; id < kBlocks; ++id) {
+      for (int32_t id = 0; id < k_blocks; ++id) {
         EXPECT_EQ(pool.ref_count(id), refs[id]) << "block " << id;
         model_free += refs[id] == 0;
       }

@@ -74,7 +74,7 @@ Expected<int64_t> KvCacheManager::AddRequest(RequestId id, const int32_t* tokens
     for (int64_t b = 0; b < hits; ++b) {
       const int32_t block = pool_.Lookup(r.hashes[static_cast<size_t>(b)]);
       Status s = pool_.Acquire(block);
-      if (!s.ok()) {  // cannot happen: Lookup only returns held blocks
+      if (!s.ok()) {                              // cannot happen: Lookup only returns held blocks
         Status undo = pool_.Free(r.block_table);  // give back the hits taken so far
         (void)undo;
         return InternalError("kv cache manager: request {}: {}", id, s.message());

@@ -32,8 +32,8 @@ std::vector<int32_t> Tokens(int32_t n, int32_t start = 1) {
 const std::vector<int32_t>& Table(const KvCacheManager& m, RequestId id) {
   auto t = m.BlockTable(id);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
-  static const std::vector<int32_t> kEmpty;
-  return t.ok() ? **t : kEmpty;
+  static const std::vector<int32_t> k_empty;
+  return t.ok() ? **t : k_empty;
 }
 
 // Adds, allocates and commits a whole prompt; returns the cached prefix length.
@@ -321,10 +321,10 @@ TEST(KvCachePrefix, DuplicateComputationKeepsOneCopy) {
 //   - reference counts equal the number of tables holding the block, and the
 //     free count matches.
 TEST(KvCachePrefix, RandomWorkloadKeepsTheCacheConsistent) {
-  const int64_t kBlockSize = 4, kBlocks = 40, kMaxBlocks = 10;
-  KvCacheManager m = MakeManager(kBlocks, kBlockSize, kMaxBlocks, /*caching=*/true);
+  const int64_t k_block_size = 4, k_blocks = 40, k_max_blocks = 10;
+  KvCacheManager m = MakeManager(k_blocks, k_block_size, k_max_blocks, /*caching=*/true);
   std::mt19937_64 rng(7);
-  std::vector<uint64_t> kv(static_cast<size_t>(kBlocks * kBlockSize), 0);
+  std::vector<uint64_t> kv(static_cast<size_t>(k_blocks * k_block_size), 0);
   struct Req {
     std::vector<int32_t> tokens;
     PrefixKeys keys;
@@ -356,7 +356,7 @@ TEST(KvCachePrefix, RandomWorkloadKeepsTheCacheConsistent) {
       auto cached =
           m.AddRequest(id, r.tokens.data(), static_cast<int64_t>(r.tokens.size()), r.keys);
       ASSERT_TRUE(cached.ok()) << cached.status().ToString();
-      ASSERT_EQ(*cached % kBlockSize, 0);
+      ASSERT_EQ(*cached % k_block_size, 0);
       ASSERT_LT(*cached, static_cast<int64_t>(r.tokens.size()));
       total_hits += *cached;
       live.emplace(id, std::move(r));
@@ -368,7 +368,7 @@ TEST(KvCachePrefix, RandomWorkloadKeepsTheCacheConsistent) {
       const int64_t computed = *m.NumComputedTokens(id);
       int64_t known = static_cast<int64_t>(r.tokens.size());
       if (computed == known) {  // decode: sample a token first
-        if (known >= kMaxBlocks * kBlockSize) continue;
+        if (known >= k_max_blocks * k_block_size) continue;
         const int32_t tok = static_cast<int32_t>(rng() % 5);
         ASSERT_TRUE(m.AppendTokens(id, &tok, 1).ok());
         r.tokens.push_back(tok);
@@ -409,17 +409,17 @@ TEST(KvCachePrefix, RandomWorkloadKeepsTheCacheConsistent) {
     for (const auto& [id, r] : live) {
       const auto& table = Table(m, id);
       const int64_t computed = *m.NumComputedTokens(id);
-      for (size_t b = static_cast<size_t>(computed / kBlockSize); b < table.size(); ++b) {
+      for (size_t b = static_cast<size_t>(computed / k_block_size); b < table.size(); ++b) {
         ASSERT_EQ(holders[table[b]], 1)
             << "op " << op << ": request " << id << " will write shared block " << table[b];
       }
     }
     int64_t used = 0;
-    for (int32_t b = 0; b < kBlocks; ++b) {
+    for (int32_t b = 0; b < k_blocks; ++b) {
       ASSERT_EQ(m.pool().ref_count(b), holders.count(b) ? holders[b] : 0) << "block " << b;
       used += holders.count(b) ? 1 : 0;
     }
-    ASSERT_EQ(m.num_free_blocks(), kBlocks - used);
+    ASSERT_EQ(m.num_free_blocks(), k_blocks - used);
   }
   EXPECT_GT(total_hits, 100);  // the workload really exercised prefix hits
 }

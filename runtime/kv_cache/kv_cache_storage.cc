@@ -66,8 +66,8 @@ Expected<KvCacheStorage> KvCacheStorage::Create(const KvCacheParams& params) {
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (p == MAP_FAILED) {
         return ResourceExhaustedError(
-            "kv cache: cannot map {} bytes for layer {} ({} blocks; {} bytes in all)",
-            alloc_bytes, layer, params.num_blocks, 2 * params.num_layers * bytes);
+            "kv cache: cannot map {} bytes for layer {} ({} blocks; {} bytes in all)", alloc_bytes,
+            layer, params.num_blocks, 2 * params.num_layers * bytes);
       }
       arrays->emplace_back(static_cast<float*>(p), Unmapper{alloc_bytes});
     }

@@ -44,12 +44,13 @@ bool ElementsAligned(const flatbuffers::Vector<T>* v) {
   return !v || reinterpret_cast<uintptr_t>(v->Data()) % alignof(T) == 0;
 }
 
-bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
 
 // Byte size of a dense tensor: product of dims (each >= 1) times the element size.
 // Returns an error text (empty on success).
-std::string DenseBytes(const flatbuffers::Vector<int64_t>* shape, xpk::DType dtype,
-                       uint64_t* out) {
+std::string DenseBytes(const flatbuffers::Vector<int64_t>* shape, xpk::DType dtype, uint64_t* out) {
   uint64_t bytes = DTypeSize(dtype);
   if (bytes == 0) return fmt::format("unknown dtype {}", static_cast<int>(dtype));
   if (shape) {
@@ -95,8 +96,9 @@ Status ValidateConfig(const xpk::ModelConfig* c) {
     if (value <= 0) return DataLossError("config: {} is {} (must be > 0)", field, value);
   }
   if (c->num_attention_heads() % c->num_key_value_heads() != 0) {
-    return DataLossError("config: num_attention_heads {} is not a multiple of num_key_value_heads {}",
-                         c->num_attention_heads(), c->num_key_value_heads());
+    return DataLossError(
+        "config: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+        c->num_attention_heads(), c->num_key_value_heads());
   }
   if (!(c->rms_norm_eps() > 0)) {
     return DataLossError("config: rms_norm_eps is {} (must be > 0)", c->rms_norm_eps());
@@ -136,8 +138,8 @@ Status ValidateLimits(const xpk::ServingLimits* l) {
     if (value < 0) return DataLossError("limits: {} is {} (must be >= 0)", field, value);
   }
   // Both positive, so no overflow.
-  const int64_t blocks = l->max_model_len() / l->block_size() +
-                         (l->max_model_len() % l->block_size() != 0 ? 1 : 0);
+  const int64_t blocks =
+      l->max_model_len() / l->block_size() + (l->max_model_len() % l->block_size() != 0 ? 1 : 0);
   if (l->max_blocks_per_req() != blocks) {
     return DataLossError(
         "limits: max_blocks_per_req is {}, expected ceil(max_model_len {} / block_size {}) = {}",
@@ -173,13 +175,13 @@ Status ValidateSegments(const xpk::Manifest& m, const FileHeader& h) {
                            RangeText(s->offset(), s->size()), h.file_size);
     }
     if (s->size() > 0 && s->offset() < manifest_end) {
-      return DataLossError("segment {} ({}): range {} overlaps the header and manifest [0, {})",
-                           i, kind, RangeText(s->offset(), s->size()), manifest_end);
+      return DataLossError("segment {} ({}): range {} overlaps the header and manifest [0, {})", i,
+                           kind, RangeText(s->offset(), s->size()), manifest_end);
     }
     XRT_ASSIGN_OR_RETURN(bool has_checksum, SegmentHasChecksum(*s, i));
     if (!has_checksum && h.format_minor >= kXpkFirstMinorWithChecksums) {
-      return DataLossError("segment {} ({}): no checksum, but format {}.{} requires one", i,
-                           kind, h.format_major, h.format_minor);
+      return DataLossError("segment {} ({}): no checksum, but format {}.{} requires one", i, kind,
+                           h.format_major, h.format_minor);
     }
   }
   // No two segments share bytes.
@@ -249,7 +251,8 @@ Status ValidateWeight(const xpk::Manifest& m, uint32_t i) {
         return DataLossError("{}: shape {} has a dim <= 0", label, ShapeText(w->shape()));
       }
       const uint64_t nr = static_cast<uint64_t>(w->pack_nr());
-      const uint64_t panels = static_cast<uint64_t>(n) / nr + (static_cast<uint64_t>(n) % nr ? 1 : 0);
+      const uint64_t panels =
+          static_cast<uint64_t>(n) / nr + (static_cast<uint64_t>(n) % nr ? 1 : 0);
       const uint64_t elem = DTypeSize(w->dtype());
       if (elem == 0) {
         return DataLossError("{}: unknown dtype {}", label, static_cast<int>(w->dtype()));
@@ -283,7 +286,8 @@ Status ValidateCodeModule(const xpk::Manifest& m, uint32_t i) {
     return DataLossError("code module {}: segment {} is a {} segment, not code", i, c->segment(),
                          xpk::EnumNameSegmentKind(seg->kind()));
   }
-  if (seg->size() == 0) return DataLossError("code module {}: segment {} is empty", i, c->segment());
+  if (seg->size() == 0)
+    return DataLossError("code module {}: segment {} is empty", i, c->segment());
   if (Count(c->functions()) == 0) return DataLossError("code module {}: no functions", i);
   for (uint32_t f = 0; f < c->functions()->size(); ++f) {
     if (c->functions()->Get(f)->size() == 0) {
@@ -452,8 +456,8 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
       return DataLossError("{}: unknown command kind {}", label, static_cast<int>(c->kind()));
   }
   for (uint32_t bi = 0; bi < Count(c->bindings()); ++bi) {
-    XRT_RETURN_IF_ERROR(ValidateBinding(m, e, c->bindings()->Get(bi),
-                                        fmt::format("{} binding {}", label, bi)));
+    XRT_RETURN_IF_ERROR(
+        ValidateBinding(m, e, c->bindings()->Get(bi), fmt::format("{} binding {}", label, bi)));
   }
   return Status::Ok();
 }
@@ -477,8 +481,8 @@ Status ValidateExecutable(const xpk::Manifest& m, uint32_t i) {
     const auto* specs = io == 0 ? e->inputs() : e->outputs();
     for (uint32_t t = 0; t < Count(specs); ++t) {
       const xpk::TensorSpec* s = specs->Get(t);
-      const std::string tl =
-          fmt::format("{} {} {} '{}'", label, io == 0 ? "input" : "output", t, s->name()->string_view());
+      const std::string tl = fmt::format("{} {} {} '{}'", label, io == 0 ? "input" : "output", t,
+                                         s->name()->string_view());
       if (s->name()->size() == 0) return DataLossError("{}: empty name", tl);
       if (!names.insert(s->name()->string_view()).second) {
         return DataLossError("{}: duplicate tensor name", tl);
@@ -524,21 +528,30 @@ Status ValidateManifest(const xpk::Manifest& m, const FileHeader& h) {
 
 uint64_t DTypeSize(xpk::DType dtype) {
   switch (dtype) {
-    case xpk::DType::f32: return 4;
-    case xpk::DType::f16: return 2;
-    case xpk::DType::bf16: return 2;
-    case xpk::DType::i32: return 4;
-    case xpk::DType::i64: return 8;
-    case xpk::DType::u8: return 1;
+    case xpk::DType::f32:
+      return 4;
+    case xpk::DType::f16:
+      return 2;
+    case xpk::DType::bf16:
+      return 2;
+    case xpk::DType::i32:
+      return 4;
+    case xpk::DType::i64:
+      return 8;
+    case xpk::DType::u8:
+      return 1;
   }
   return 0;
 }
 
 int64_t ExecutableBucket(const xpk::Executable& e) {
   switch (e.kind()) {
-    case xpk::ExecutableKind::lm_step: return e.num_tokens();
-    case xpk::ExecutableKind::lm_logits: return e.num_reqs();
-    case xpk::ExecutableKind::vision_encode: return e.num_images();
+    case xpk::ExecutableKind::lm_step:
+      return e.num_tokens();
+    case xpk::ExecutableKind::lm_logits:
+      return e.num_reqs();
+    case xpk::ExecutableKind::vision_encode:
+      return e.num_images();
   }
   return 0;
 }
@@ -597,8 +610,8 @@ Expected<std::unique_ptr<Artifact>> Artifact::Validate(std::unique_ptr<Artifact>
   opts.max_depth = 64;
   // Every table takes at least 4 bytes; beyond that many tables the buffer shares tables
   // (a DAG), which a manifest never does and which would make verification blow up.
-  opts.max_tables = static_cast<flatbuffers::uoffset_t>(
-      std::max<uint64_t>(1000000, h.manifest_size / 4));
+  opts.max_tables =
+      static_cast<flatbuffers::uoffset_t>(std::max<uint64_t>(1000000, h.manifest_size / 4));
   opts.check_alignment = true;
   flatbuffers::Verifier verifier(buf, static_cast<size_t>(h.manifest_size), opts);
   if (!xpk::VerifyManifestBuffer(verifier)) {
@@ -693,8 +706,7 @@ Expected<const xpk::Executable*> Artifact::FindExecutable(std::string_view name)
   return manifest_->executables()->Get(it->second);
 }
 
-Expected<const xpk::Executable*> Artifact::FindExecutable(xpk::ExecutableKind kind,
-                                                          int64_t bucket,
+Expected<const xpk::Executable*> Artifact::FindExecutable(xpk::ExecutableKind kind, int64_t bucket,
                                                           xpk::LoraMode lora_mode) const {
   for (const xpk::Executable* e : ExecutablesOfKind(kind, lora_mode)) {
     if (ExecutableBucket(*e) == bucket) return e;
@@ -714,9 +726,9 @@ Expected<const xpk::Executable*> Artifact::FindCoveringExecutable(xpk::Executabl
     return NotFoundError("{}: no {} executables (lora {})", path_,
                          xpk::EnumNameExecutableKind(kind), xpk::EnumNameLoraMode(lora_mode));
   }
-  return NotFoundError("{}: no {} bucket holds {} (lora {}; largest compiled bucket is {})",
-                       path_, xpk::EnumNameExecutableKind(kind), n,
-                       xpk::EnumNameLoraMode(lora_mode), ExecutableBucket(*all.back()));
+  return NotFoundError("{}: no {} bucket holds {} (lora {}; largest compiled bucket is {})", path_,
+                       xpk::EnumNameExecutableKind(kind), n, xpk::EnumNameLoraMode(lora_mode),
+                       ExecutableBucket(*all.back()));
 }
 
 std::vector<const xpk::Executable*> Artifact::ExecutablesOfKind(xpk::ExecutableKind kind,

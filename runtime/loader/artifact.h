@@ -1,4 +1,4 @@
-// Artifact: a loaded, validated .xpk file (schemas/artifact.fbs, DESIGN.md §3).
+// Artifact: a loaded, validated .xpk file (schemas/artifact.fbs, docs/DESIGN.md §3).
 //
 // Loading is validating. Open() maps the file and checks, in layers:
 //   1. the fixed header (file_header.h): magic, major version, sizes, manifest range;
@@ -79,8 +79,8 @@ class Artifact {
   // Validates an artifact held in memory. The bytes are copied into page-aligned storage
   // owned by the Artifact (so alignment checks mean the same as for a mapped file).
   // `name` stands for the file in error messages. Meant for tests and tools.
-  static Expected<std::unique_ptr<Artifact>> FromBytes(const std::string& name,
-                                                       const uint8_t* data, size_t size);
+  static Expected<std::unique_ptr<Artifact>> FromBytes(const std::string& name, const uint8_t* data,
+                                                       size_t size);
 
   Artifact(const Artifact&) = delete;
   Artifact& operator=(const Artifact&) = delete;
@@ -136,8 +136,8 @@ class Artifact {
   Status BuildIndexes();
 
   std::string path_;
-  MappedFile file_;               // set by Open()
-  uint8_t* owned_ = nullptr;      // set by FromBytes(); freed in the destructor
+  MappedFile file_;           // set by Open()
+  uint8_t* owned_ = nullptr;  // set by FromBytes(); freed in the destructor
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
   FileHeader header_;

@@ -76,8 +76,8 @@ struct FakeParams {
 };
 
 struct FakeInputs {
-  std::vector<uint8_t> embed;   // f32 [8, 16] row-major
-  std::vector<uint8_t> lm_head; // f32 [8, 16] packed_panels nr 16 -> padded to 16 rows
+  std::vector<uint8_t> embed;    // f32 [8, 16] row-major
+  std::vector<uint8_t> lm_head;  // f32 [8, 16] packed_panels nr 16 -> padded to 16 rows
   std::vector<uint8_t> code;
 };
 
@@ -115,8 +115,8 @@ struct Fake {
       std::vector<int32_t> eos = {1};
       auto rope = xpk::CreateRopeScalingDirect(fbb, "none", 1.0, 1.0, 1.0, 0);
       auto config = xpk::CreateModelConfigDirect(
-          fbb, "LlamaForCausalLM", kVocab, kHidden, 32, kLayers, 2, 1, 8, 64, 1e-5, 10000.0,
-          rope, /*tie_word_embeddings=*/false, false, "{{ messages }}", &eos);
+          fbb, "LlamaForCausalLM", kVocab, kHidden, 32, kLayers, 2, 1, 8, 64, 1e-5, 10000.0, rope,
+          /*tie_word_embeddings=*/false, false, "{{ messages }}", &eos);
       flatbuffers::Offset<xpk::Tokenizer> tok = 0;
       if (p.with_tokenizer) tok = BuildTokenizer(fbb, tokenizer);
       auto limits = xpk::CreateServingLimits(fbb, 4, 64, 64, 16, p.max_blocks_per_req, 0, 0, 0);
@@ -134,9 +134,9 @@ struct Fake {
       std::vector<flatbuffers::Offset<flatbuffers::String>> funcs = {
           fbb.CreateString("xcc_dispatch_0"), fbb.CreateString("xcc_dispatch_1")};
       std::vector<flatbuffers::Offset<flatbuffers::String>> req = {fbb.CreateString("avx2")};
-      std::vector<flatbuffers::Offset<xpk::CodeModule>> code = {xpk::CreateCodeModuleDirect(
-          fbb, "x86_64-unknown-linux-gnu", "x86-64-v3", "+avx2,+fma", &req, code_segment, &funcs,
-          1)};
+      std::vector<flatbuffers::Offset<xpk::CodeModule>> code = {
+          xpk::CreateCodeModuleDirect(fbb, "x86_64-unknown-linux-gnu", "x86-64-v3", "+avx2,+fma",
+                                      &req, code_segment, &funcs, 1)};
 
       // lm_step_t16: io = tokens i32[16] @0, positions i32[16] @64, hidden f32[16,16] @128.
       std::vector<int64_t> s16 = {16}, s16x16 = {16, 16};
@@ -157,8 +157,12 @@ struct Fake {
       matmul.Bind(MB::kA, xpk::Binding(xpk::BindingKind::arena, 0, p.arena_binding_offset, 1024));
       matmul.Bind(MB::kW, xpk::Binding(xpk::BindingKind::weight, 1, 0, 0));
       matmul.Bind(MB::kC, xpk::Binding(xpk::BindingKind::io, 0, 128, 1024));
-      for (auto [param, value] : {std::pair{MP::kM, 16}, {MP::kN, 8}, {MP::kK, 16}, {MP::kLda, 16},
-                                  {MP::kLdc, 8}, {MP::kLdAcc, 8}})
+      for (auto [param, value] : {std::pair{MP::kM, 16},
+                                  {MP::kN, 8},
+                                  {MP::kK, 16},
+                                  {MP::kLda, 16},
+                                  {MP::kLdc, 8},
+                                  {MP::kLdAcc, 8}})
         matmul.Set(param, value);
       std::vector<xpk::Binding> matmul_bindings;
       std::vector<int64_t> mm_iparams;
@@ -179,8 +183,8 @@ struct Fake {
           xpk::CreateExecutableDirect(fbb, "lm_step_t32", xpk::ExecutableKind::lm_step, 32, 4, 0,
                                       xpk::LoraMode::none, nullptr, nullptr, 0, 0, nullptr),
           xpk::CreateExecutableDirect(fbb, p.second_executable_name.c_str(),
-                                      xpk::ExecutableKind::lm_logits, 0, 4, 0,
-                                      xpk::LoraMode::none, nullptr, nullptr, 0, 0, nullptr),
+                                      xpk::ExecutableKind::lm_logits, 0, 4, 0, xpk::LoraMode::none,
+                                      nullptr, nullptr, 0, 0, nullptr),
       };
 
       xrt::ArtifactProvenance prov;
@@ -310,7 +314,9 @@ TEST(Sha256, KnownVectorsAndFile) {
   const std::string path = ::testing::TempDir() + "/sha256_input.bin";
   std::string content(3 << 20, 'x');  // spans several read chunks
   content[12345] = 'y';
-  { std::ofstream(path, std::ios::binary) << content; }
+  {
+    std::ofstream(path, std::ios::binary) << content;
+  }
   auto f = Sha256File(path);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(*f, *Sha256Bytes(content.data(), content.size()));
@@ -406,10 +412,12 @@ TEST(ArtifactIntegrity, MalformedChecksumFields) {
             "xxh3_128)");
   bad = bytes;
   Poke<uint8_t>(FieldAddr(code_segment(bad), xpk::Segment::VT_CHECKSUM_ALGORITHM), 0);
-  EXPECT_EQ(LoadError(bad), "model.xpk: segment 1 (code): 16 checksum bytes but no checksum algorithm");
+  EXPECT_EQ(LoadError(bad),
+            "model.xpk: segment 1 (code): 16 checksum bytes but no checksum algorithm");
   bad = bytes;  // the digest vector's length field precedes its bytes
   Poke<uint32_t>(code_segment(bad)->checksum()->data() - 4, 8);
-  EXPECT_EQ(LoadError(bad), "model.xpk: segment 1 (code): xxh3_128 checksum has 8 bytes, expected 16");
+  EXPECT_EQ(LoadError(bad),
+            "model.xpk: segment 1 (code): xxh3_128 checksum has 8 bytes, expected 16");
 }
 
 // A format 1.0 artifact has neither checksum field: it loads unverified; from format 1.1 on
@@ -618,8 +626,9 @@ TEST(Artifact, Printer) {
   EXPECT_THAT(text, HasSubstr("architecture LlamaForCausalLM"));
   EXPECT_THAT(text, HasSubstr("tokenizer: bpe, 8 tokens, 2 merges, 2 added (2 special)"));
   EXPECT_THAT(text, HasSubstr("weights: 2 tensors"));
-  EXPECT_THAT(text, HasSubstr("lm_step_t16 (lm_step, num_tokens 16, lora none): io 1152 B, arena 4096 B, "
-                              "2 commands (1 dispatch, 1 matmul)"));
+  EXPECT_THAT(text,
+              HasSubstr("lm_step_t16 (lm_step, num_tokens 16, lora none): io 1152 B, arena 4096 B, "
+                        "2 commands (1 dispatch, 1 matmul)"));
   EXPECT_THAT(text, HasSubstr("token_ids"));
   EXPECT_THAT(text, HasSubstr("option buckets = 16,32"));
   EXPECT_EQ(text.find("Ġab"), std::string::npos);  // no vocabulary dump
@@ -652,9 +661,9 @@ TEST(ArtifactCorrupt, Truncated) {
   const uint64_t manifest_size =
       xrt::DecodeFileHeader(bytes.data(), bytes.size(), "m")->manifest_size;
   const uint64_t seg = ManifestOf(bytes)->segments()->Get(0)->offset();
-  for (uint64_t cut : {uint64_t{0}, uint64_t{5}, uint64_t{8}, uint64_t{40}, uint64_t{63}, uint64_t{64},
-                       64 + manifest_size / 2, 64 + manifest_size, seg + 100,
-                       uint64_t(bytes.size() - 1)}) {
+  for (uint64_t cut :
+       {uint64_t{0}, uint64_t{5}, uint64_t{8}, uint64_t{40}, uint64_t{63}, uint64_t{64},
+        64 + manifest_size / 2, 64 + manifest_size, seg + 100, uint64_t(bytes.size() - 1)}) {
     std::vector<uint8_t> t(bytes.begin(), bytes.begin() + cut);
     std::string err = LoadError(t);
     SCOPED_TRACE(cut);
@@ -678,8 +687,8 @@ TEST(ArtifactCorrupt, MagicAndVersion) {
   bad = bytes;
   bad[8] = 2;
   EXPECT_EQ(LoadError(bad), fmt::format("model.xpk: format version 2.{} is not supported by this "
-                                       "runtime (supports 1.x)",
-                                       xrt::kXpkFormatMinor));
+                                        "runtime (supports 1.x)",
+                                        xrt::kXpkFormatMinor));
   bad = bytes;
   bad[64 + 4] = 'Z';  // flatbuffer file identifier
   EXPECT_EQ(LoadError(bad), "model.xpk: manifest file identifier is not \"XPK1\"");
@@ -823,7 +832,8 @@ TEST(ArtifactCorrupt, BadCommands) {
   {
     FakeParams p;
     p.matmul_iparams = 7;
-    EXPECT_THAT(LoadError(Fake(p).Bytes(false)), HasSubstr("ukernel matmul takes 8 iparams, got 7"));
+    EXPECT_THAT(LoadError(Fake(p).Bytes(false)),
+                HasSubstr("ukernel matmul takes 8 iparams, got 7"));
   }
   {
     FakeParams p;
@@ -852,11 +862,13 @@ TEST(ArtifactCorrupt, BadCommands) {
   std::vector<uint8_t> bad = bytes;
   const xpk::Binding* bd = command(bad, 1)->bindings()->Get(1);
   Poke<uint32_t>(reinterpret_cast<const uint8_t*>(bd) + 4, 5);  // Binding.index
-  EXPECT_THAT(LoadError(bad), HasSubstr("command 1 binding 1: weight index 5 out of range (2 weights)"));
+  EXPECT_THAT(LoadError(bad),
+              HasSubstr("command 1 binding 1: weight index 5 out of range (2 weights)"));
   bad = bytes;
   bd = command(bad, 1)->bindings()->Get(2);
   Poke<uint64_t>(reinterpret_cast<const uint8_t*>(bd) + 16, 2000);  // Binding.size
-  EXPECT_THAT(LoadError(bad), HasSubstr("command 1 binding 2: io range [128, 2128) exceeds io size 1152"));
+  EXPECT_THAT(LoadError(bad),
+              HasSubstr("command 1 binding 2: io range [128, 2128) exceeds io size 1152"));
   bad = bytes;
   bd = command(bad, 1)->bindings()->Get(2);
   Poke<uint8_t>(reinterpret_cast<const uint8_t*>(bd), 42);  // Binding.kind
@@ -876,9 +888,11 @@ TEST(ArtifactCorrupt, BadCommands) {
   bad = bytes;
   out = ManifestOf(bad)->executables()->Get(0)->outputs()->Get(0);
   Poke<uint64_t>(FieldAddr(out, xpk::TensorSpec::VT_SIZE), 1000);
-  EXPECT_THAT(LoadError(bad), HasSubstr("'hidden': size 1000 does not match f32 [16, 16] (1024 bytes)"));
+  EXPECT_THAT(LoadError(bad),
+              HasSubstr("'hidden': size 1000 does not match f32 [16, 16] (1024 bytes)"));
   bad = bytes;  // two lm_step executables for the same bucket
-  Poke<int64_t>(FieldAddr(ManifestOf(bad)->executables()->Get(1), xpk::Executable::VT_NUM_TOKENS), 16);
+  Poke<int64_t>(FieldAddr(ManifestOf(bad)->executables()->Get(1), xpk::Executable::VT_NUM_TOKENS),
+                16);
   EXPECT_THAT(LoadError(bad), HasSubstr("a second lm_step executable for bucket 16"));
 }
 

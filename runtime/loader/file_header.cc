@@ -46,8 +46,7 @@ std::string EncodeFileHeader(const FileHeader& h) {
   return out;
 }
 
-Expected<FileHeader> DecodeFileHeader(const uint8_t* data, uint64_t size,
-                                      const std::string& what) {
+Expected<FileHeader> DecodeFileHeader(const uint8_t* data, uint64_t size, const std::string& what) {
   // Magic first: a file that is not an artifact at all should say so, even when short.
   const uint64_t magic_len = sizeof(kXpkMagic);
   const uint64_t have = size < magic_len ? size : magic_len;
@@ -58,8 +57,8 @@ Expected<FileHeader> DecodeFileHeader(const uint8_t* data, uint64_t size,
     return InvalidArgumentError("{}: not an xpk artifact (bad magic)", what);
   }
   if (size < kXpkHeaderSize) {
-    return DataLossError("{}: truncated: file has {} bytes, the fixed header needs {}", what,
-                         size, kXpkHeaderSize);
+    return DataLossError("{}: truncated: file has {} bytes, the fixed header needs {}", what, size,
+                         kXpkHeaderSize);
   }
 
   FileHeader h;
@@ -80,16 +79,16 @@ Expected<FileHeader> DecodeFileHeader(const uint8_t* data, uint64_t size,
                          size);
   }
   if (h.file_size < size) {
-    return DataLossError("{}: header says {} bytes, file has {} (trailing data)", what,
-                         h.file_size, size);
+    return DataLossError("{}: header says {} bytes, file has {} (trailing data)", what, h.file_size,
+                         size);
   }
   if (h.header_size < kXpkHeaderSize) {
-    return DataLossError("{}: header size {} is smaller than the minimum {}", what,
-                         h.header_size, kXpkHeaderSize);
+    return DataLossError("{}: header size {} is smaller than the minimum {}", what, h.header_size,
+                         kXpkHeaderSize);
   }
   if (h.header_size > size) {
-    return DataLossError("{}: truncated: header size {} exceeds file size {}", what,
-                         h.header_size, size);
+    return DataLossError("{}: truncated: header size {} exceeds file size {}", what, h.header_size,
+                         size);
   }
   if (h.manifest_size == 0) {
     return DataLossError("{}: manifest is empty", what);
@@ -99,8 +98,8 @@ Expected<FileHeader> DecodeFileHeader(const uint8_t* data, uint64_t size,
                          h.manifest_offset, h.header_size);
   }
   if (h.manifest_offset % kManifestAlignment != 0) {
-    return DataLossError("{}: manifest offset {} is not {}-byte aligned", what,
-                         h.manifest_offset, kManifestAlignment);
+    return DataLossError("{}: manifest offset {} is not {}-byte aligned", what, h.manifest_offset,
+                         kManifestAlignment);
   }
   // Overflow-safe form of manifest_offset + manifest_size <= size.
   if (h.manifest_offset > size || h.manifest_size > size - h.manifest_offset) {

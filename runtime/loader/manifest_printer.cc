@@ -99,9 +99,12 @@ int64_t BucketOf(const xpk::Executable& e) { return ExecutableBucket(e); }
 
 const char* BucketParamName(xpk::ExecutableKind k) {
   switch (k) {
-    case xpk::ExecutableKind::lm_step: return "num_tokens";
-    case xpk::ExecutableKind::lm_logits: return "num_reqs";
-    case xpk::ExecutableKind::vision_encode: return "num_images";
+    case xpk::ExecutableKind::lm_step:
+      return "num_tokens";
+    case xpk::ExecutableKind::lm_logits:
+      return "num_reqs";
+    case xpk::ExecutableKind::vision_encode:
+      return "num_images";
   }
   return "bucket";
 }
@@ -137,12 +140,12 @@ json ConfigJson(const xpk::ModelConfig& c) {
   for (uint32_t i = 0; i < Count(c.eos_token_ids()); ++i) eos.push_back(c.eos_token_ids()->Get(i));
   j["eos_token_ids"] = eos;
   if (const xpk::RopeScaling* r = c.rope_scaling()) {
-    j["rope_scaling"] = json{{"type", Str(r->type())},
-                             {"factor", r->factor()},
-                             {"low_freq_factor", r->low_freq_factor()},
-                             {"high_freq_factor", r->high_freq_factor()},
-                             {"original_max_position_embeddings",
-                              r->original_max_position_embeddings()}};
+    j["rope_scaling"] =
+        json{{"type", Str(r->type())},
+             {"factor", r->factor()},
+             {"low_freq_factor", r->low_freq_factor()},
+             {"high_freq_factor", r->high_freq_factor()},
+             {"original_max_position_embeddings", r->original_max_position_embeddings()}};
   }
   return j;
 }
@@ -193,14 +196,17 @@ json TokenizerJson(const xpk::Tokenizer& t) {
 
 std::map<std::string, uint32_t> CommandCounts(const xpk::Executable& e) {
   std::map<std::string, uint32_t> counts;
-  for (uint32_t i = 0; i < Count(e.commands()); ++i) ++counts[CommandKindName(*e.commands()->Get(i))];
+  for (uint32_t i = 0; i < Count(e.commands()); ++i)
+    ++counts[CommandKindName(*e.commands()->Get(i))];
   return counts;
 }
 
 json ExecutableJson(const xpk::Executable& e) {
   json inputs = json::array(), outputs = json::array(), commands = json::array();
-  for (uint32_t i = 0; i < Count(e.inputs()); ++i) inputs.push_back(TensorSpecJson(*e.inputs()->Get(i)));
-  for (uint32_t i = 0; i < Count(e.outputs()); ++i) outputs.push_back(TensorSpecJson(*e.outputs()->Get(i)));
+  for (uint32_t i = 0; i < Count(e.inputs()); ++i)
+    inputs.push_back(TensorSpecJson(*e.inputs()->Get(i)));
+  for (uint32_t i = 0; i < Count(e.outputs()); ++i)
+    outputs.push_back(TensorSpecJson(*e.outputs()->Get(i)));
   for (uint32_t i = 0; i < Count(e.commands()); ++i) {
     const xpk::Command* c = e.commands()->Get(i);
     json jc{{"kind", xpk::EnumNameCommandKind(c->kind())}};
@@ -245,11 +251,13 @@ json ExecutableJson(const xpk::Executable& e) {
 
 json ProvenanceJson(const ArtifactProvenance& p) {
   json options = json::array(), inputs = json::array();
-  for (const auto& [k, v] : p.options) options.push_back(json{{"key", ValidUtf8(k)}, {"value", ValidUtf8(v)}});
+  for (const auto& [k, v] : p.options)
+    options.push_back(json{{"key", ValidUtf8(k)}, {"value", ValidUtf8(v)}});
   for (const auto& in : p.inputs) {
-    inputs.push_back(
-        json{{"path", ValidUtf8(in.path)}, {"role", ValidUtf8(in.role)}, {"size", in.size},
-             {"sha256", ValidUtf8(in.sha256)}});
+    inputs.push_back(json{{"path", ValidUtf8(in.path)},
+                          {"role", ValidUtf8(in.role)},
+                          {"size", in.size},
+                          {"sha256", ValidUtf8(in.sha256)}});
   }
   return json{{"compiler_version", ValidUtf8(p.compiler_version)},
               {"llvm_version", ValidUtf8(p.llvm_version)},
@@ -274,13 +282,13 @@ nlohmann::json ManifestToJson(const Artifact& artifact) {
   json segments = json::array();
   for (uint32_t i = 0; i < Count(m.segments()); ++i) {
     const xpk::Segment* s = m.segments()->Get(i);
-    segments.push_back(json{{"kind", xpk::EnumNameSegmentKind(s->kind())},
-                            {"offset", s->offset()},
-                            {"size", s->size()},
-                            {"alignment", s->alignment()},
-                            {"checksum_algorithm",
-                             xpk::EnumNameChecksumAlgorithm(s->checksum_algorithm())},
-                            {"checksum", ChecksumHex(*s)}});
+    segments.push_back(
+        json{{"kind", xpk::EnumNameSegmentKind(s->kind())},
+             {"offset", s->offset()},
+             {"size", s->size()},
+             {"alignment", s->alignment()},
+             {"checksum_algorithm", xpk::EnumNameChecksumAlgorithm(s->checksum_algorithm())},
+             {"checksum", ChecksumHex(*s)}});
   }
   j["segments"] = segments;
 
@@ -305,7 +313,8 @@ nlohmann::json ManifestToJson(const Artifact& artifact) {
   for (uint32_t i = 0; i < Count(m.code()); ++i) {
     const xpk::CodeModule* c = m.code()->Get(i);
     json funcs = json::array(), req = json::array();
-    for (uint32_t f = 0; f < Count(c->functions()); ++f) funcs.push_back(Str(c->functions()->Get(f)));
+    for (uint32_t f = 0; f < Count(c->functions()); ++f)
+      funcs.push_back(Str(c->functions()->Get(f)));
     for (uint32_t f = 0; f < Count(c->required_features()); ++f) {
       req.push_back(Str(c->required_features()->Get(f)));
     }
@@ -320,7 +329,8 @@ nlohmann::json ManifestToJson(const Artifact& artifact) {
   j["code"] = code;
 
   json exes = json::array();
-  for (uint32_t i = 0; i < Count(m.executables()); ++i) exes.push_back(ExecutableJson(*m.executables()->Get(i)));
+  for (uint32_t i = 0; i < Count(m.executables()); ++i)
+    exes.push_back(ExecutableJson(*m.executables()->Get(i)));
   j["executables"] = exes;
   if (m.provenance()) j["provenance"] = ProvenanceJson(artifact.provenance());
   return j;
@@ -336,9 +346,9 @@ std::string ManifestToText(const Artifact& artifact) {
   };
 
   line(fmt::format("{}: xpk {}.{}, {} ({} bytes); manifest {} at offset {}",
-                   ValidUtf8(artifact.path()),
-                   h.format_major, h.format_minor, HumanBytes(h.file_size), h.file_size,
-                   HumanBytes(h.manifest_size), h.manifest_offset));
+                   ValidUtf8(artifact.path()), h.format_major, h.format_minor,
+                   HumanBytes(h.file_size), h.file_size, HumanBytes(h.manifest_size),
+                   h.manifest_offset));
 
   const xpk::ModelConfig& c = *m.config();
   line("config:");
@@ -348,7 +358,8 @@ std::string ManifestToText(const Artifact& artifact) {
   line(fmt::format("  heads {} (kv {}), head_dim {}, max_position_embeddings {}",
                    c.num_attention_heads(), c.num_key_value_heads(), c.head_dim(),
                    c.max_position_embeddings()));
-  std::string rope = fmt::format("  rms_norm_eps {}, rope_theta {}", c.rms_norm_eps(), c.rope_theta());
+  std::string rope =
+      fmt::format("  rms_norm_eps {}, rope_theta {}", c.rms_norm_eps(), c.rope_theta());
   if (c.rope_scaling() && c.rope_scaling()->type() && Str(c.rope_scaling()->type()) != "none") {
     rope += fmt::format(", rope_scaling {} x{}", Str(c.rope_scaling()->type()),
                         c.rope_scaling()->factor());
@@ -368,24 +379,26 @@ std::string ManifestToText(const Artifact& artifact) {
   line("limits:");
   line(fmt::format("  max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}",
                    l.max_num_seqs(), l.max_num_batched_tokens(), l.max_model_len()));
-  line(fmt::format("  block_size {}, max_blocks_per_req {}, max_images {}, max_loras {}, max_lora_rank {}",
-                   l.block_size(), l.max_blocks_per_req(), l.max_images(), l.max_loras(),
-                   l.max_lora_rank()));
+  line(fmt::format(
+      "  block_size {}, max_blocks_per_req {}, max_images {}, max_loras {}, max_lora_rank {}",
+      l.block_size(), l.max_blocks_per_req(), l.max_images(), l.max_loras(), l.max_lora_rank()));
 
   const xpk::Tokenizer& t = *m.tokenizer();
   uint32_t special = 0;
-  for (uint32_t i = 0; i < Count(t.added_tokens()); ++i) special += t.added_tokens()->Get(i)->special();
+  for (uint32_t i = 0; i < Count(t.added_tokens()); ++i)
+    special += t.added_tokens()->Get(i)->special();
   line(fmt::format("tokenizer: {}, {} tokens, {} merges, {} added ({} special)", Str(t.model()),
                    Count(t.vocab()), Count(t.merges()), Count(t.added_tokens()), special));
-  line(fmt::format("  bos {}, eos {}, pad {}, unk {}, add_bos {}, add_eos {}, normalizer '{}', {} split regexes",
-                   t.bos_id(), t.eos_id(), t.pad_id(), t.unk_id(), t.add_bos(), t.add_eos(),
-                   Str(t.normalizer()), Count(t.split_regexes())));
+  line(fmt::format(
+      "  bos {}, eos {}, pad {}, unk {}, add_bos {}, add_eos {}, normalizer '{}', {} split regexes",
+      t.bos_id(), t.eos_id(), t.pad_id(), t.unk_id(), t.add_bos(), t.add_eos(), Str(t.normalizer()),
+      Count(t.split_regexes())));
 
   line(fmt::format("segments ({}):", Count(m.segments())));
   for (uint32_t i = 0; i < Count(m.segments()); ++i) {
     const xpk::Segment* s = m.segments()->Get(i);
-    line(fmt::format("  {:>3}  {:<8} offset {:>12}  size {:>12} ({})  align {}  checksum {}{}",
-                     i, xpk::EnumNameSegmentKind(s->kind()), s->offset(), s->size(),
+    line(fmt::format("  {:>3}  {:<8} offset {:>12}  size {:>12} ({})  align {}  checksum {}{}", i,
+                     xpk::EnumNameSegmentKind(s->kind()), s->offset(), s->size(),
                      HumanBytes(s->size()), s->alignment(),
                      xpk::EnumNameChecksumAlgorithm(s->checksum_algorithm()),
                      s->checksum() ? " " + ChecksumHex(*s) : ""));
@@ -400,7 +413,8 @@ std::string ManifestToText(const Artifact& artifact) {
                            xpk::EnumNameWeightLayout(w->layout()))];
   }
   std::string kinds;
-  for (const auto& [k, n] : by_dtype) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, k);
+  for (const auto& [k, n] : by_dtype)
+    kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, k);
   line(fmt::format("weights: {} tensors, {} ({} bytes){}", Count(m.weights()),
                    HumanBytes(weight_bytes), weight_bytes, kinds.empty() ? "" : "; " + kinds));
 
@@ -420,7 +434,8 @@ std::string ManifestToText(const Artifact& artifact) {
   for (uint32_t i = 0; i < Count(m.executables()); ++i) {
     const xpk::Executable& e = *m.executables()->Get(i);
     std::string counts;
-    for (const auto& [k, n] : CommandCounts(e)) counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", n, k);
+    for (const auto& [k, n] : CommandCounts(e))
+      counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", n, k);
     line(fmt::format("  {} ({}, {} {}, lora {}): io {} B, arena {} B, {} commands{}", Str(e.name()),
                      xpk::EnumNameExecutableKind(e.kind()), BucketParamName(e.kind()), BucketOf(e),
                      xpk::EnumNameLoraMode(e.lora_mode()), e.io_size(), e.arena_size(),
@@ -429,9 +444,9 @@ std::string ManifestToText(const Artifact& artifact) {
       const auto* specs = io == 0 ? e.inputs() : e.outputs();
       for (uint32_t s = 0; s < Count(specs); ++s) {
         const xpk::TensorSpec* ts = specs->Get(s);
-        line(fmt::format("      {} {:<20} {} {} @{} ({} B)", io == 0 ? "in " : "out", Str(ts->name()),
-                         xpk::EnumNameDType(ts->dtype()), ShapeText(ts->shape()), ts->offset(),
-                         ts->size()));
+        line(fmt::format("      {} {:<20} {} {} @{} ({} B)", io == 0 ? "in " : "out",
+                         Str(ts->name()), xpk::EnumNameDType(ts->dtype()), ShapeText(ts->shape()),
+                         ts->offset(), ts->size()));
       }
     }
   }

@@ -5,8 +5,8 @@
 // io/arena sizes, command counts by kind) and provenance.
 // JSON: the same, plus every weight and every executable's full command list.
 // Strings that are not valid UTF-8 are shown with U+FFFD in place of the bad bytes, so
-// the JSON always serializes. Both read only validated data; pure functions of the artifact, safe to call from any
-// thread while the Artifact lives.
+// the JSON always serializes. Both read only validated data; pure functions of the artifact, safe
+// to call from any thread while the Artifact lives.
 #pragma once
 
 #include <string>

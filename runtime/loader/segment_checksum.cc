@@ -27,12 +27,12 @@ Xxh3_128Digest ComputeXxh3_128(const void* data, size_t size) {
 }
 
 std::string HexDigest(const uint8_t* data, size_t size) {
-  static const char kHex[] = "0123456789abcdef";
+  static const char k_hex[] = "0123456789abcdef";
   std::string s;
   s.reserve(2 * size);
   for (size_t i = 0; i < size; ++i) {
-    s += kHex[data[i] >> 4];
-    s += kHex[data[i] & 15];
+    s += k_hex[data[i] >> 4];
+    s += k_hex[data[i] & 15];
   }
   return s;
 }

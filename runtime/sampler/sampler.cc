@@ -29,8 +29,9 @@ Status SamplingState::SetPromptTokens(const int32_t* tokens, size_t count) {
   prompt_tokens_.clear();
   for (size_t i = 0; i < count; ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab_size_)
-      return InvalidArgumentError("prompt token {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
-                                  vocab_size_);
+      return InvalidArgumentError(
+          "prompt token {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
+          vocab_size_);
     prompt_tokens_.insert(tokens[i]);
   }
   return Status::Ok();
@@ -38,7 +39,8 @@ Status SamplingState::SetPromptTokens(const int32_t* tokens, size_t count) {
 
 Status SamplingState::AddOutputToken(int32_t token) {
   if (token < 0 || token >= vocab_size_)
-    return InvalidArgumentError("output token {} is outside the vocabulary [0, {})", token, vocab_size_);
+    return InvalidArgumentError("output token {} is outside the vocabulary [0, {})", token,
+                                vocab_size_);
   ++output_counts_[token];
   ++num_output_;
   return Status::Ok();
@@ -65,8 +67,8 @@ void Sampler::ApplyPenalties(const float* logits, const SamplingState& st) {
   }
   if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
     for (const auto& kv : st.output_counts_) {
-      work_[static_cast<size_t>(kv.first)] -=
-          p.frequency_penalty * static_cast<float>(kv.second) + (kv.second > 0 ? p.presence_penalty : 0.0f);
+      work_[static_cast<size_t>(kv.first)] -= p.frequency_penalty * static_cast<float>(kv.second) +
+                                              (kv.second > 0 ? p.presence_penalty : 0.0f);
     }
   }
 }
@@ -75,8 +77,9 @@ Expected<SampleResult> Sampler::Sample(const float* logits, SamplingState* st) {
   const SamplingParams& p = st->params_;
   const int32_t vocab = st->vocab_size_;
   const bool has_history = !st->output_counts_.empty() || !st->prompt_tokens_.empty();
-  const bool penalize = (p.repetition_penalty != 1.0f && has_history) ||
-                        ((p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) && !st->output_counts_.empty());
+  const bool penalize =
+      (p.repetition_penalty != 1.0f && has_history) ||
+      ((p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) && !st->output_counts_.empty());
   const float* x = logits;
   if (penalize) {
     ApplyPenalties(logits, *st);
@@ -93,24 +96,31 @@ Expected<SampleResult> Sampler::Sample(const float* logits, SamplingState* st) {
     }
   }
   if (argmax < 0 || !std::isfinite(max_logit))
-    return InvalidArgumentError("cannot sample: the logits have no finite maximum (all -inf/NaN, or +inf)");
+    return InvalidArgumentError(
+        "cannot sample: the logits have no finite maximum (all -inf/NaN, or +inf)");
 
   SampleResult r;
   if (p.greedy()) {
     r.token = argmax;
-    if (p.logprobs >= 0) FullLogprobs(p.logprobs_mode == LogprobsMode::kRaw ? logits : x, vocab, r.token, p.logprobs, &r);
+    if (p.logprobs >= 0)
+      FullLogprobs(p.logprobs_mode == LogprobsMode::kRaw ? logits : x, vocab, r.token, p.logprobs,
+                   &r);
   } else {
     const float inv_t = 1.0f / p.temperature;
     // min_p: p_i >= min_p * p_max  <=>  x_i >= max + T * log(min_p).
-    const double threshold =
-        p.min_p > 0 ? static_cast<double>(max_logit) + static_cast<double>(p.temperature) * std::log(p.min_p)
-                    : -std::numeric_limits<double>::infinity();
+    const double threshold = p.min_p > 0
+                                 ? static_cast<double>(max_logit) +
+                                       static_cast<double>(p.temperature) * std::log(p.min_p)
+                                 : -std::numeric_limits<double>::infinity();
     auto weight = [&](float v) { return std::exp((v - max_logit) * inv_t); };
     kept_.clear();
     for (int32_t i = 0; i < vocab; ++i) {
-      if (x[i] > kNegInf && static_cast<double>(x[i]) >= threshold) kept_.push_back({x[i], 0.0f, i});
+      if (x[i] > kNegInf && static_cast<double>(x[i]) >= threshold)
+        kept_.push_back({x[i], 0.0f, i});
     }
-    auto better = [](const Candidate& a, const Candidate& b) { return a.x > b.x || (a.x == b.x && a.id < b.id); };
+    auto better = [](const Candidate& a, const Candidate& b) {
+      return a.x > b.x || (a.x == b.x && a.id < b.id);
+    };
     bool reordered = false;
     if (p.top_k > 0 && kept_.size() > static_cast<size_t>(p.top_k)) {
       std::nth_element(kept_.begin(), kept_.begin() + (p.top_k - 1), kept_.end(), better);
@@ -129,7 +139,8 @@ Expected<SampleResult> Sampler::Sample(const float* logits, SamplingState* st) {
       double above = 0;  // mass of kept_[0, lo), all better than kept_[lo, hi)
       while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        std::nth_element(kept_.begin() + static_cast<long>(lo), kept_.begin() + static_cast<long>(mid),
+        std::nth_element(kept_.begin() + static_cast<long>(lo),
+                         kept_.begin() + static_cast<long>(mid),
                          kept_.begin() + static_cast<long>(hi), better);
         double left = 0;
         for (size_t k = lo; k < mid; ++k) left += kept_[k].w;
@@ -147,7 +158,8 @@ Expected<SampleResult> Sampler::Sample(const float* logits, SamplingState* st) {
       // Back to ascending ids: sort a small set, else scan the vocabulary.
       const size_t k = kept_.size();
       if (k < 64 || k * 16 < static_cast<size_t>(vocab)) {
-        std::sort(kept_.begin(), kept_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+        std::sort(kept_.begin(), kept_.end(),
+                  [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
       } else {
         mark_.assign(static_cast<size_t>(vocab), 0);
         for (const auto& c : kept_) mark_[static_cast<size_t>(c.id)] = 1;
@@ -181,7 +193,8 @@ Expected<SampleResult> Sampler::Sample(const float* logits, SamplingState* st) {
   return r;
 }
 
-void Sampler::FullLogprobs(const float* v, int32_t vocab, int32_t token, int32_t top_n, SampleResult* out) {
+void Sampler::FullLogprobs(const float* v, int32_t vocab, int32_t token, int32_t top_n,
+                           SampleResult* out) {
   float m = kNegInf;
   for (int32_t i = 0; i < vocab; ++i) m = std::max(m, Clean(v[i]));
   double sum = 0;
@@ -236,8 +249,11 @@ void Sampler::KeptLogprobs(int32_t vocab, float inv_t, float max_logit, double s
   std::vector<Candidate> best(kept_);
   const size_t n = std::min(best.size(), static_cast<size_t>(top_n));
   std::partial_sort(best.begin(), best.begin() + static_cast<long>(n), best.end(),
-                    [](const Candidate& a, const Candidate& b) { return a.x > b.x || (a.x == b.x && a.id < b.id); });
-  for (size_t k = 0; k < n; ++k) out->top_logprobs.push_back({best[k].id, static_cast<float>(scaled(best[k]) - log_z)});
+                    [](const Candidate& a, const Candidate& b) {
+                      return a.x > b.x || (a.x == b.x && a.id < b.id);
+                    });
+  for (size_t k = 0; k < n; ++k)
+    out->top_logprobs.push_back({best[k].id, static_cast<float>(scaled(best[k]) - log_z)});
   if (static_cast<size_t>(top_n) > n) {
     // Tokens removed by truncation: -inf, lowest ids first.
     mark_.assign(static_cast<size_t>(vocab), 0);

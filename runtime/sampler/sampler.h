@@ -90,18 +90,19 @@ class Sampler {
 
  private:
   void ApplyPenalties(const float* logits, const SamplingState& state);
-  void FullLogprobs(const float* values, int32_t vocab, int32_t token, int32_t top_n, SampleResult* out);
-  void KeptLogprobs(int32_t vocab, float inv_t, float max_logit, double sum, int32_t token, int32_t top_n,
+  void FullLogprobs(const float* values, int32_t vocab, int32_t token, int32_t top_n,
                     SampleResult* out);
+  void KeptLogprobs(int32_t vocab, float inv_t, float max_logit, double sum, int32_t token,
+                    int32_t top_n, SampleResult* out);
 
   struct Candidate {
     float x;     // penalized logit
     float w;     // exp((x - max) / T)
     int32_t id;  // token
   };
-  std::vector<float> work_;           // penalized logits
-  std::vector<Candidate> kept_;       // tokens still in the running
-  std::vector<uint8_t> mark_;         // scratch membership flags
+  std::vector<float> work_;      // penalized logits
+  std::vector<Candidate> kept_;  // tokens still in the running
+  std::vector<uint8_t> mark_;    // scratch membership flags
 };
 
 }  // namespace xrt

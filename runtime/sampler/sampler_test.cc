@@ -45,17 +45,39 @@ TEST(SamplingParams, ValidationNamesTheParameter) {
   };
   std::vector<Case> bad;
   SamplingParams p;
-  p.temperature = -0.5f; bad.push_back({p, "temperature"}); p = {};
-  p.temperature = NAN; bad.push_back({p, "temperature"}); p = {};
-  p.top_p = 0.0f; bad.push_back({p, "top_p"}); p = {};
-  p.top_p = 1.5f; bad.push_back({p, "top_p"}); p = {};
-  p.top_k = -2; bad.push_back({p, "top_k"}); p = {};
-  p.min_p = 1.5f; bad.push_back({p, "min_p"}); p = {};
-  p.presence_penalty = 3; bad.push_back({p, "presence_penalty"}); p = {};
-  p.frequency_penalty = -2.5f; bad.push_back({p, "frequency_penalty"}); p = {};
-  p.repetition_penalty = 0; bad.push_back({p, "repetition_penalty"}); p = {};
-  p.logprobs = 21; bad.push_back({p, "logprobs"}); p = {};
-  p.logprobs = -2; bad.push_back({p, "logprobs"}); p = {};
+  p.temperature = -0.5f;
+  bad.push_back({p, "temperature"});
+  p = {};
+  p.temperature = NAN;
+  bad.push_back({p, "temperature"});
+  p = {};
+  p.top_p = 0.0f;
+  bad.push_back({p, "top_p"});
+  p = {};
+  p.top_p = 1.5f;
+  bad.push_back({p, "top_p"});
+  p = {};
+  p.top_k = -2;
+  bad.push_back({p, "top_k"});
+  p = {};
+  p.min_p = 1.5f;
+  bad.push_back({p, "min_p"});
+  p = {};
+  p.presence_penalty = 3;
+  bad.push_back({p, "presence_penalty"});
+  p = {};
+  p.frequency_penalty = -2.5f;
+  bad.push_back({p, "frequency_penalty"});
+  p = {};
+  p.repetition_penalty = 0;
+  bad.push_back({p, "repetition_penalty"});
+  p = {};
+  p.logprobs = 21;
+  bad.push_back({p, "logprobs"});
+  p = {};
+  p.logprobs = -2;
+  bad.push_back({p, "logprobs"});
+  p = {};
   for (const auto& c : bad) {
     Status s = ValidateSamplingParams(c.p);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.name;
@@ -101,22 +123,22 @@ std::vector<float> RandomLogits(int n, uint64_t seed) {
 }
 
 TEST(Sampler, SameSeedSameTokensWhateverElseRuns) {
-  const int kVocab = 50000;
+  const int k_vocab = 50000;
   SamplingParams p;
   p.temperature = 0.8f;
   p.top_p = 0.95f;
   p.top_k = 1000;
   p.has_seed = true;
   p.seed = 1234;
-  auto a = MakeState(p, kVocab);
-  auto b = MakeState(p, kVocab);
+  auto a = MakeState(p, k_vocab);
+  auto b = MakeState(p, k_vocab);
   SamplingParams other = p;
   other.seed = 99;
-  auto c = MakeState(other, kVocab);
+  auto c = MakeState(other, k_vocab);
   Sampler s1, s2;
   std::vector<int32_t> ta, tb, tc;
   for (int step = 0; step < 50; ++step) {
-    std::vector<float> logits = RandomLogits(kVocab, static_cast<uint64_t>(step));
+    std::vector<float> logits = RandomLogits(k_vocab, static_cast<uint64_t>(step));
     ta.push_back(s1.Sample(logits.data(), &a)->token);
     // Another request sampled in between, on the other sampler and on this one.
     tc.push_back(s1.Sample(logits.data(), &c)->token);
@@ -177,7 +199,8 @@ TEST(Sampler, FrequenciesMatchSoftmax) {
 
 TEST(Sampler, TopKAndTopPRenormalize) {
   // probabilities 0.5, 0.3, 0.15, 0.05
-  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                     std::log(0.05f)};
   SamplingParams p;
   p.has_seed = true;
   p.seed = 7;
@@ -198,8 +221,8 @@ TEST(Sampler, TopKAndTopPRenormalize) {
 
 TEST(Sampler, TopPOnLargeVocabKeepsTheNucleus) {
   // A long tail forces top_p to sort several chunks.
-  const int kVocab = 100000;
-  std::vector<float> logits(kVocab, 0.0f);
+  const int k_vocab = 100000;
+  std::vector<float> logits(k_vocab, 0.0f);
   for (int i = 0; i < 500; ++i) logits[static_cast<size_t>(i * 7)] = 6.0f;
   SamplingParams p;
   p.top_p = 0.9f;
@@ -207,7 +230,7 @@ TEST(Sampler, TopPOnLargeVocabKeepsTheNucleus) {
   p.has_seed = true;
   p.seed = 3;
   Sampler sampler;
-  auto st = MakeState(p, kVocab);
+  auto st = MakeState(p, k_vocab);
   // Mass of the 500 boosted tokens: 500 e^6 / (500 e^6 + 99500) = 0.669 < 0.9,
   // so the nucleus also takes some of the tail.
   int boosted = 0;
@@ -224,7 +247,8 @@ TEST(Sampler, TopPOnLargeVocabKeepsTheNucleus) {
 
 TEST(Sampler, MinPDropsUnlikelyTokens) {
   // p = 0.6, 0.25, 0.1, 0.05; min_p 0.2 keeps p >= 0.12: tokens 0, 1.
-  const std::vector<float> logits = {std::log(0.6f), std::log(0.25f), std::log(0.1f), std::log(0.05f)};
+  const std::vector<float> logits = {std::log(0.6f), std::log(0.25f), std::log(0.1f),
+                                     std::log(0.05f)};
   SamplingParams p;
   p.min_p = 0.2f;
   p.has_seed = true;
@@ -297,8 +321,8 @@ TEST(Sampler, PenaltiesChangeTheGreedyChoice) {
 }
 
 TEST(Sampler, LogprobsAreNormalized) {
-  const int kVocab = 1000;
-  std::vector<float> logits = RandomLogits(kVocab, 5);
+  const int k_vocab = 1000;
+  std::vector<float> logits = RandomLogits(k_vocab, 5);
   for (LogprobsMode mode : {LogprobsMode::kProcessed, LogprobsMode::kRaw}) {
     SamplingParams p;
     p.temperature = 0.7f;
@@ -308,7 +332,7 @@ TEST(Sampler, LogprobsAreNormalized) {
     p.has_seed = true;
     p.seed = 1;
     Sampler sampler;
-    auto st = MakeState(p, kVocab);
+    auto st = MakeState(p, k_vocab);
     auto r = sampler.Sample(logits.data(), &st);
     ASSERT_TRUE(r.ok());
     ASSERT_EQ(r->top_logprobs.size(), 20u);
@@ -326,7 +350,7 @@ TEST(Sampler, LogprobsAreNormalized) {
       for (size_t i = 15; i < 20; ++i) EXPECT_EQ(r->top_logprobs[i].logprob, -INFINITY);
       EXPECT_LE(r->rank, 15);
       std::vector<double> pr = Softmax(std::vector<float>(logits), 0.7);
-      std::vector<size_t> idx(kVocab);
+      std::vector<size_t> idx(k_vocab);
       std::iota(idx.begin(), idx.end(), 0);
       std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
       double top15 = 0;
@@ -336,7 +360,8 @@ TEST(Sampler, LogprobsAreNormalized) {
     } else {
       // Raw: log-softmax of the logits over the whole vocabulary.
       std::vector<float> want = LogSoftmax(logits);
-      for (const auto& t : r->top_logprobs) EXPECT_NEAR(t.logprob, want[static_cast<size_t>(t.token)], 1e-4);
+      for (const auto& t : r->top_logprobs)
+        EXPECT_NEAR(t.logprob, want[static_cast<size_t>(t.token)], 1e-4);
       EXPECT_NEAR(r->logprob, want[static_cast<size_t>(r->token)], 1e-4);
     }
   }

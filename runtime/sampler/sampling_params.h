@@ -24,16 +24,18 @@ enum class LogprobsMode {
 struct SamplingParams {
   static constexpr int kMaxLogprobs = 20;  // as vLLM's default max_logprobs / OpenAI's top_logprobs
 
-  float temperature = 1.0f;         // >= 0; < 1e-5 means greedy (argmax, ties -> lowest id)
-  int32_t top_k = -1;               // > 0 keeps the k most likely tokens; -1 or 0: off
-  float top_p = 1.0f;               // in (0, 1]: smallest set of top tokens with mass >= top_p
-  float min_p = 0.0f;               // in [0, 1]: drop tokens with p < min_p * p_max
-  float presence_penalty = 0.0f;    // in [-2, 2]: logit -= presence_penalty if the token was generated
-  float frequency_penalty = 0.0f;   // in [-2, 2]: logit -= frequency_penalty * times generated
-  float repetition_penalty = 1.0f;  // > 0: tokens of prompt or output: logit / rp if > 0, else logit * rp
-  bool has_seed = false;            // false: seeded from std::random_device
+  float temperature = 1.0f;  // >= 0; < 1e-5 means greedy (argmax, ties -> lowest id)
+  int32_t top_k = -1;        // > 0 keeps the k most likely tokens; -1 or 0: off
+  float top_p = 1.0f;        // in (0, 1]: smallest set of top tokens with mass >= top_p
+  float min_p = 0.0f;        // in [0, 1]: drop tokens with p < min_p * p_max
+  float presence_penalty =
+      0.0f;  // in [-2, 2]: logit -= presence_penalty if the token was generated
+  float frequency_penalty = 0.0f;  // in [-2, 2]: logit -= frequency_penalty * times generated
+  float repetition_penalty =
+      1.0f;               // > 0: tokens of prompt or output: logit / rp if > 0, else logit * rp
+  bool has_seed = false;  // false: seeded from std::random_device
   uint64_t seed = 0;
-  int32_t logprobs = -1;            // -1: none; 0: the sampled token's; N: also the top N (<= kMaxLogprobs)
+  int32_t logprobs = -1;  // -1: none; 0: the sampled token's; N: also the top N (<= kMaxLogprobs)
   LogprobsMode logprobs_mode = LogprobsMode::kProcessed;
 
   bool greedy() const { return temperature < 1e-5f; }

@@ -25,7 +25,8 @@ bool IsEndpoint(const sockaddr_storage& addr, socklen_t len, const std::string& 
     addr_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
   if (addr_port != port) return false;
   char text[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0)
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0,
+                  NI_NUMERICHOST) != 0)
     return false;
   return host == text;
 }
@@ -54,8 +55,8 @@ Expected<ClientConnection> ClientConnection::Find(const std::string& local_addr,
   }
   closedir(dir);
   if (found < 0)
-    return NotFoundError("no socket of this process connects {}:{} to {}:{}", local_addr, local_port, remote_addr,
-                         remote_port);
+    return NotFoundError("no socket of this process connects {}:{} to {}:{}", local_addr,
+                         local_port, remote_addr, remote_port);
   return ClientConnection(found);
 }
 

@@ -30,8 +30,10 @@ class ClientConnection {
   // are these (hosts in numeric form, as getnameinfo(NI_NUMERICHOST) writes
   // them, which is what httplib puts in a Request). NotFound if there is none;
   // Unavailable if the process's descriptors cannot be listed.
-  [[nodiscard]] static Expected<ClientConnection> Find(const std::string& local_addr, int local_port,
-                                                       const std::string& remote_addr, int remote_port);
+  [[nodiscard]] static Expected<ClientConnection> Find(const std::string& local_addr,
+                                                       int local_port,
+                                                       const std::string& remote_addr,
+                                                       int remote_port);
 
   // True once the client closed or reset the connection: the socket is
   // readable and reads end-of-stream or an error. Bytes the client did send (a

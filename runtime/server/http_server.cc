@@ -77,8 +77,9 @@ bool IsV1Path(const std::string& path) { return path.rfind("/v1/", 0) == 0; }
 
 // Label value for the request counter: known endpoints, else "other".
 std::string PathLabel(const std::string& path) {
-  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"};
-  for (const char* k : kKnown)
+  static const char* k_known[] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
+                                  "/health", "/metrics"};
+  for (const char* k : k_known)
     if (path == k) return k;
   return "other";
 }
@@ -97,7 +98,7 @@ struct HttpServer::RequestState {
   std::vector<int64_t> completion_tokens;
   UsageInfo usage;
   int num_finished = 0;
-  std::string error;  // the first "error" output's message
+  std::string error;     // the first "error" output's message
   bool started = false;  // streaming: role chunks sent
   bool done = false;     // streaming: [DONE] sent
 
@@ -117,7 +118,8 @@ struct HttpServer::RequestState {
       finished[choice] = true;
       ++num_finished;
       r.finish_reason = o.finish_reason;
-      if (o.finish_reason == "error" && error.empty()) error = o.error.empty() ? "engine error" : o.error;
+      if (o.finish_reason == "error" && error.empty())
+        error = o.error.empty() ? "engine error" : o.error;
     }
     usage.completion_tokens = 0;
     for (int64_t c : completion_tokens) usage.completion_tokens += c;
@@ -147,9 +149,12 @@ Status HttpServer::Start() {
   if (listener_.joinable()) return FailedPreconditionError("HttpServer::Start called twice");
   if (params_.port < 0 || params_.port > 65535)
     return InvalidArgumentError("port must be in [0, 65535], got {}", params_.port);
-  if (params_.http_threads < 1) return InvalidArgumentError("http_threads must be >= 1, got {}", params_.http_threads);
+  if (params_.http_threads < 1)
+    return InvalidArgumentError("http_threads must be >= 1, got {}", params_.http_threads);
   int threads = params_.http_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
   http_->set_payload_max_length(params_.max_body_bytes);
   // httplib's default sets SO_REUSEPORT, which lets a second server bind a
   // port already in use and silently share it. SO_REUSEADDR alone still
@@ -165,8 +170,9 @@ Status HttpServer::Start() {
     if (port_ < 0) return UnavailableError("cannot bind {} to any port", params_.host);
   } else {
     if (!http_->bind_to_port(params_.host, params_.port))
-      return UnavailableError("cannot bind {}:{} (address in use, or the host is not a local address?)",
-                              params_.host, params_.port);
+      return UnavailableError(
+          "cannot bind {}:{} (address in use, or the host is not a local address?)", params_.host,
+          params_.port);
     port_ = params_.port;
   }
   listen_fd_ = listen_fd;
@@ -176,7 +182,8 @@ Status HttpServer::Start() {
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   listener_ = std::thread([this] { http_->listen_after_bind(); });
   // Stop() is a no-op until the listener runs; wait for it so Stop always works.
-  for (int i = 0; i < 5000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 5000 && !http_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return Status::Ok();
 }
 
@@ -212,8 +219,9 @@ void HttpServer::AbortUnfinished(const RequestState& state) {
     if (!state.finished[i]) engine_->Abort(state.engine_ids[i]);
 }
 
-void HttpServer::SendError(httplib::Response& res, int status, const std::string& type, const std::string& message,
-                           const std::string& param, const std::string& code) {
+void HttpServer::SendError(httplib::Response& res, int status, const std::string& type,
+                           const std::string& message, const std::string& param,
+                           const std::string& code) {
   ApiError e;
   e.http_status = status;
   e.type = type;
@@ -243,7 +251,8 @@ void HttpServer::CountRequest(const std::string& path, int status) {
 bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res) {
   if (params_.api_key.empty()) return true;
   const std::string expected = "Bearer " + params_.api_key;
-  if (req.has_header("Authorization") && req.get_header_value("Authorization") == expected) return true;
+  if (req.has_header("Authorization") && req.get_header_value("Authorization") == expected)
+    return true;
   SendError(res, 401, "authentication_error",
             req.has_header("Authorization") ? "Incorrect API key provided"
                                             : "Missing API key: send 'Authorization: Bearer <key>'",
@@ -258,7 +267,8 @@ void HttpServer::RegisterRoutes() {
           SendShuttingDown(res);
           return httplib::Server::HandlerResponse::Handled;
         }
-        if (IsV1Path(req.path) && !Authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
+        if (IsV1Path(req.path) && !Authorized(req, res))
+          return httplib::Server::HandlerResponse::Handled;
         return httplib::Server::HandlerResponse::Unhandled;
       }));
   // While shutting down, every response closes its connection, so that no
@@ -272,43 +282,51 @@ void HttpServer::RegisterRoutes() {
   // OpenAI-style body; responses our handlers filled are left alone.
   http_->set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 404) {
-      SendError(res, 404, "not_found_error", fmt::format("no route for {} {}", req.method, req.path));
-    } else if (res.status == 413) {
-      SendError(res, 413, "invalid_request_error",
-                fmt::format("request body larger than {} bytes", params_.max_body_bytes));
-    } else if (res.status == 405) {
-      SendError(res, 405, "invalid_request_error", fmt::format("method {} not allowed on {}", req.method, req.path));
-    } else {
-      SendError(res, res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
-                fmt::format("HTTP error {}", res.status));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = std::string("internal error: ") + e.what();
-    } catch (...) {
-    }
-    SendError(res, 500, "server_error", what);
-  });
+        if (!res.body.empty() || res.content_length_ > 0)
+          return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404) {
+          SendError(res, 404, "not_found_error",
+                    fmt::format("no route for {} {}", req.method, req.path));
+        } else if (res.status == 413) {
+          SendError(res, 413, "invalid_request_error",
+                    fmt::format("request body larger than {} bytes", params_.max_body_bytes));
+        } else if (res.status == 405) {
+          SendError(res, 405, "invalid_request_error",
+                    fmt::format("method {} not allowed on {}", req.method, req.path));
+        } else {
+          SendError(res, res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                    fmt::format("HTTP error {}", res.status));
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http_->set_exception_handler(
+      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = std::string("internal error: ") + e.what();
+        } catch (...) {
+        }
+        SendError(res, 500, "server_error", what);
+      });
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     CountRequest(req.path, res.status);
   });
 
-  http_->Post("/v1/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { HandleGeneration(req, res, false); });
-  http_->Post("/v1/chat/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { HandleGeneration(req, res, true); });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
+  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGeneration(req, res, false);
+  });
+  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGeneration(req, res, true);
+  });
+  http_->Get("/v1/models",
+             [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", kJsonType);
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
+  http_->Get("/metrics",
+             [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
 }
 
 void HttpServer::HandleModels(httplib::Response& res) {
@@ -334,7 +352,8 @@ void HttpServer::HandleMetrics(httplib::Response& res) {
   {
     std::lock_guard<std::mutex> lock(counters_mu_);
     for (const auto& [key, count] : request_counts_)
-      text += fmt::format("xrt_http_requests_total{{path=\"{}\",code=\"{}\"}} {}\n", key.first, key.second, count);
+      text += fmt::format("xrt_http_requests_total{{path=\"{}\",code=\"{}\"}} {}\n", key.first,
+                          key.second, count);
   }
   text += "# HELP xrt_http_generation_requests_in_flight Generation requests being served.\n";
   text += "# TYPE xrt_http_generation_requests_in_flight gauge\n";
@@ -342,14 +361,15 @@ void HttpServer::HandleMetrics(httplib::Response& res) {
   res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
-void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Response& res, bool chat) {
+void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Response& res,
+                                  bool chat) {
   // Counted before the check, so a graceful shutdown either refuses this
   // request or waits for it (draining_ is set before the count is read).
   const auto in_flight = std::make_shared<InFlightCount>(in_flight_);
   if (draining_) return SendShuttingDown(res);
   std::string param;
-  Expected<OpenAiRequest> parsed =
-      chat ? ParseChatRequest(http_req.body, &param) : ParseCompletionRequest(http_req.body, &param);
+  Expected<OpenAiRequest> parsed = chat ? ParseChatRequest(http_req.body, &param)
+                                        : ParseCompletionRequest(http_req.body, &param);
   if (!parsed.ok()) return SendApiError(res, ApiErrorFromStatus(parsed.status(), param));
   auto state = std::make_shared<RequestState>();
   state->request = std::move(parsed).value();
@@ -357,8 +377,8 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
 
   if (!params_.served_model_name.empty() && request.model != params_.served_model_name)
     return SendError(res, 404, "not_found_error",
-                     fmt::format("The model '{}' does not exist; this server serves '{}'", request.model,
-                                 params_.served_model_name),
+                     fmt::format("The model '{}' does not exist; this server serves '{}'",
+                                 request.model, params_.served_model_name),
                      "model", "model_not_found");
 
   // The engine request: tokenized, the model's defaults applied, validated.
@@ -400,7 +420,8 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
     er.request_id = fmt::format("{}-{}", state->header.id, i);
     if (er.sampling.has_seed) er.sampling.seed += static_cast<uint64_t>(i);
     std::shared_ptr<OutputQueue> queue = state->queue;
-    Status st = engine_->Submit(std::move(er), [queue, i](const RequestOutput& o) { queue->Push(i, o); });
+    Status st =
+        engine_->Submit(std::move(er), [queue, i](const RequestOutput& o) { queue->Push(i, o); });
     if (!st.ok()) {
       for (const std::string& id : state->engine_ids) engine_->Abort(id);
       std::string p = st.message().find("max_tokens") != std::string::npos ? "max_tokens" : "";
@@ -413,17 +434,21 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
     // Nothing is written before the generation is done, so watch the client's
     // connection meanwhile: a client that hung up aborts its request instead
     // of leaving it to run to max_tokens.
-    Expected<ClientConnection> client = ClientConnection::Find(http_req.local_addr, http_req.local_port,
-                                                               http_req.remote_addr, http_req.remote_port);
+    Expected<ClientConnection> client = ClientConnection::Find(
+        http_req.local_addr, http_req.local_port, http_req.remote_addr, http_req.remote_port);
     if (!client.ok()) {
       static std::once_flag logged;
       std::call_once(logged, [&] {
-        std::fprintf(stderr, "xrt: warning: cannot watch client connections (%s); a non-streaming request whose "
-                     "client hangs up runs to its end\n", client.status().message().c_str());
+        std::fprintf(
+            stderr,
+            "xrt: warning: cannot watch client connections (%s); a non-streaming request whose "
+            "client hangs up runs to its end\n",
+            client.status().message().c_str());
       });
     }
     while (!state->all_finished()) {
-      for (auto& [choice, output] : state->queue->PopAll(kPollInterval)) state->Apply(choice, output);
+      for (auto& [choice, output] : state->queue->PopAll(kPollInterval))
+        state->Apply(choice, output);
       if (!state->all_finished() && client.ok() && client->Closed()) {
         AbortUnfinished(*state);
         // Nobody reads it; the status (nginx's "client closed request") is for
@@ -432,14 +457,17 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
       }
     }
     if (!state->error.empty()) return SendError(res, 500, "server_error", state->error);
-    Json body = chat ? ChatResponseJson(request, state->header, state->results, state->usage, *tokenizer_)
-                     : CompletionResponseJson(request, state->header, state->results, state->usage, *tokenizer_);
+    Json body =
+        chat ? ChatResponseJson(request, state->header, state->results, state->usage, *tokenizer_)
+             : CompletionResponseJson(request, state->header, state->results, state->usage,
+                                      *tokenizer_);
     return res.set_content(DumpJson(body), kJsonType);
   }
 
   // Streaming: each provider call forwards what has arrived since the last one.
   res.set_header("Cache-Control", "no-cache");
-  auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  auto last_write =
+      std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
   const Tokenizer* tokenizer = tokenizer_;
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -451,10 +479,11 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
           s.started = true;
           if (chat)
             for (int i = 0; i < static_cast<int>(s.engine_ids.size()); ++i)
-              out += SseEvent(ChatChunkJson(rq, s.header, i, Json{{"role", "assistant"}, {"content", ""}}, nullptr,
-                                            ""));
+              out += SseEvent(ChatChunkJson(
+                  rq, s.header, i, Json{{"role", "assistant"}, {"content", ""}}, nullptr, ""));
         }
-        for (auto& [choice, o] : s.queue->PopAll(out.empty() ? kPollInterval : std::chrono::milliseconds(0))) {
+        for (auto& [choice, o] :
+             s.queue->PopAll(out.empty() ? kPollInterval : std::chrono::milliseconds(0))) {
           const bool was_finished = s.finished[choice];
           s.Apply(choice, o);
           if (was_finished) continue;
@@ -474,9 +503,11 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
                             : CompletionLogprobsJson(o.tokens, *tokenizer, &s.text_offsets[choice]);
           if (chat) {
             Json delta = o.text.empty() && o.finished ? Json::object() : Json{{"content", o.text}};
-            out += SseEvent(ChatChunkJson(rq, s.header, choice, std::move(delta), std::move(logprobs), reason));
+            out += SseEvent(
+                ChatChunkJson(rq, s.header, choice, std::move(delta), std::move(logprobs), reason));
           } else {
-            out += SseEvent(CompletionChunkJson(rq, s.header, choice, o.text, std::move(logprobs), reason));
+            out += SseEvent(
+                CompletionChunkJson(rq, s.header, choice, o.text, std::move(logprobs), reason));
           }
         }
         if (s.all_finished()) {

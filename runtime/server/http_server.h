@@ -39,8 +39,8 @@
 #include <utility>
 
 #include "runtime/base/status.h"
-#include "runtime/engine/request_processor.h"
 #include "runtime/engine/engine_api.h"
+#include "runtime/engine/request_processor.h"
 
 namespace httplib {
 class Server;
@@ -103,8 +103,9 @@ class HttpServer {
   void SendShuttingDown(httplib::Response& res);
   void HandleModels(httplib::Response& res);
   void HandleMetrics(httplib::Response& res);
-  void SendError(httplib::Response& res, int status, const std::string& type, const std::string& message,
-                 const std::string& param = "", const std::string& code = "");
+  void SendError(httplib::Response& res, int status, const std::string& type,
+                 const std::string& message, const std::string& param = "",
+                 const std::string& code = "");
   std::string NewRequestId(const char* prefix);
   void CountRequest(const std::string& path, int status);
 
@@ -114,8 +115,8 @@ class HttpServer {
   const Tokenizer* tokenizer_;  // the processor's
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
-  int listen_fd_ = -1;           // the listening socket, once bound
-  bool listen_closed_ = false;   // by Stop or StopAccepting (controlling thread)
+  int listen_fd_ = -1;          // the listening socket, once bound
+  bool listen_closed_ = false;  // by Stop or StopAccepting (controlling thread)
   std::atomic<bool> draining_{false};
   int port_ = -1;
   int64_t created_ = 0;

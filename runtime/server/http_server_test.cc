@@ -32,15 +32,18 @@ using Json = nlohmann::json;
 class FakeEngine : public AsyncEngine {
  public:
   FakeEngine(const Tokenizer* tokenizer, int64_t max_model_len, std::chrono::milliseconds step)
-      : tokenizer_(tokenizer), max_model_len_(max_model_len), step_(step), thread_([this] { Loop(); }) {}
+      : tokenizer_(tokenizer),
+        max_model_len_(max_model_len),
+        step_(step),
+        thread_([this] { Loop(); }) {}
   ~FakeEngine() override { Shutdown(); }
 
   Status Submit(EngineRequest request, OutputCallback callback) override {
     if (request.prompt.empty()) return InvalidArgumentError("prompt is empty");
     int64_t p = static_cast<int64_t>(request.prompt.size());
     if (p + request.max_tokens > max_model_len_)
-      return InvalidArgumentError("prompt ({} tokens) + max_tokens ({}) exceeds max_model_len ({})", p,
-                                  request.max_tokens, max_model_len_);
+      return InvalidArgumentError("prompt ({} tokens) + max_tokens ({}) exceeds max_model_len ({})",
+                                  p, request.max_tokens, max_model_len_);
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return UnavailableError("engine is shut down");
     submitted_.push_back(request);
@@ -63,7 +66,9 @@ class FakeEngine : public AsyncEngine {
     }
     thread_.join();
   }
-  std::string MetricsText() const override { return "# TYPE fake_engine_steps counter\nfake_engine_steps 1\n"; }
+  std::string MetricsText() const override {
+    return "# TYPE fake_engine_steps counter\nfake_engine_steps 1\n";
+  }
   int64_t max_model_len() const override { return max_model_len_; }
 
   std::vector<EngineRequest> submitted() {
@@ -197,7 +202,8 @@ class HttpServerTest : public ::testing::Test {
     delete template_;
   }
 
-  void StartServer(std::string api_key = "", std::chrono::milliseconds step = std::chrono::milliseconds(1)) {
+  void StartServer(std::string api_key = "",
+                   std::chrono::milliseconds step = std::chrono::milliseconds(1)) {
     engine_ = std::make_unique<FakeEngine>(tokenizer_, 64, step);
     RequestProcessorParams pp;
     pp.tokenizer = tokenizer_;
@@ -227,7 +233,8 @@ class HttpServerTest : public ::testing::Test {
     engine_.reset();
   }
 
-  httplib::Result Post(const std::string& path, const std::string& body, httplib::Headers headers = {}) {
+  httplib::Result Post(const std::string& path, const std::string& body,
+                       httplib::Headers headers = {}) {
     return client_->Post(path.c_str(), headers, body, "application/json");
   }
   // Asserts an OpenAI-style error and returns its "error" object.
@@ -247,7 +254,8 @@ class HttpServerTest : public ::testing::Test {
   }
   // A good request still works (the server survived the previous one).
   void ExpectServerHealthy(httplib::Headers headers = {}) {
-    auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":3})", headers);
+    auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":3})",
+                    headers);
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 200) << res->body;
   }
@@ -273,7 +281,8 @@ Tokenizer* HttpServerTest::tokenizer_ = nullptr;
 ChatTemplate* HttpServerTest::template_ = nullptr;
 
 TEST_F(HttpServerTest, Completion) {
-  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":5,"seed":3})");
+  auto res =
+      Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":5,"seed":3})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_NE(res->get_header_value("Content-Type").find("application/json"), std::string::npos);
@@ -301,7 +310,8 @@ TEST_F(HttpServerTest, Completion) {
 }
 
 TEST_F(HttpServerTest, CompletionLogprobs) {
-  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":2,"logprobs":2})");
+  auto res = Post("/v1/completions",
+                  R"({"model":"tiny","prompt":"Hello world","max_tokens":2,"logprobs":2})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   Json lp = Json::parse(res->body)["choices"][0]["logprobs"];
@@ -312,8 +322,9 @@ TEST_F(HttpServerTest, CompletionLogprobs) {
 }
 
 TEST_F(HttpServerTest, ChatCompletion) {
-  auto res = Post("/v1/chat/completions",
-                  R"({"model":"tiny","messages":[{"role":"user","content":"Hi there"}],"max_tokens":4,
+  auto res =
+      Post("/v1/chat/completions",
+           R"({"model":"tiny","messages":[{"role":"user","content":"Hi there"}],"max_tokens":4,
                       "logprobs":true,"top_logprobs":1})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -331,7 +342,8 @@ TEST_F(HttpServerTest, ChatCompletion) {
 }
 
 TEST_F(HttpServerTest, ChatDefaultMaxTokensFillsContext) {
-  auto res = Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}]})");
+  auto res = Post("/v1/chat/completions",
+                  R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}]})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   auto sub = engine_->submitted();
@@ -340,7 +352,8 @@ TEST_F(HttpServerTest, ChatDefaultMaxTokensFillsContext) {
 }
 
 TEST_F(HttpServerTest, NGreaterThanOne) {
-  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":3,"n":2,"seed":10})");
+  auto res = Post("/v1/completions",
+                  R"({"model":"tiny","prompt":"Hello world","max_tokens":3,"n":2,"seed":10})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   Json j = Json::parse(res->body);
@@ -358,7 +371,8 @@ TEST_F(HttpServerTest, NGreaterThanOne) {
 }
 
 TEST_F(HttpServerTest, CompletionStream) {
-  auto res = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":4,"stream":true,
+  auto res = Post("/v1/completions",
+                  R"({"model":"tiny","prompt":"Hello world","max_tokens":4,"stream":true,
                                          "stream_options":{"include_usage":true}})",
                   {{"Accept-Encoding", "gzip, deflate, br"}});
   ASSERT_TRUE(res);
@@ -385,7 +399,8 @@ TEST_F(HttpServerTest, CompletionStream) {
 }
 
 TEST_F(HttpServerTest, ChatStreamWithN) {
-  auto res = Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],
+  auto res =
+      Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],
       "max_tokens":3,"n":2,"stream":true})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -436,7 +451,8 @@ TEST_F(HttpServerTest, ClientDisconnectMidStreamAborts) {
   auto sub = engine_->submitted();
   ASSERT_EQ(sub.size(), 1u);
   EXPECT_EQ(engine_->aborted().count(sub[0].request_id), 1u);
-  for (int i = 0; i < 300 && engine_->num_live() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 300 && engine_->num_live() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(engine_->num_live(), 0u);
   client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
   ExpectServerHealthy();
@@ -456,7 +472,8 @@ class RawClient {
   ~RawClient() { HangUp(); }
   bool connected() const { return connected_; }
   bool Post(const std::string& path, const std::string& body) {
-    std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+    std::string req = "POST " + path +
+                      " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
                       "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
     return send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size());
   }
@@ -485,13 +502,16 @@ TEST_F(HttpServerTest, ClientHangUpAbortsNonStreamingRequest) {
   StartServer("", std::chrono::milliseconds(20));  // 60 tokens: 1.2 s
   RawClient raw(server_->port());
   ASSERT_TRUE(raw.connected());
-  ASSERT_TRUE(raw.Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":60,"n":2})"));
+  ASSERT_TRUE(raw.Post("/v1/completions",
+                       R"({"model":"tiny","prompt":"Hello world","max_tokens":60,"n":2})"));
   ASSERT_TRUE(WaitFor([&] { return engine_->submitted().size() == 2; }));
   raw.HangUp();
   // Both choices are aborted well before they could reach max_tokens.
-  ASSERT_TRUE(WaitFor([&] { return engine_->aborted().size() == 2; }, std::chrono::milliseconds(800)))
+  ASSERT_TRUE(
+      WaitFor([&] { return engine_->aborted().size() == 2; }, std::chrono::milliseconds(800)))
       << "the request was not aborted";
-  for (const EngineRequest& r : engine_->submitted()) EXPECT_EQ(engine_->aborted().count(r.request_id), 1u);
+  for (const EngineRequest& r : engine_->submitted())
+    EXPECT_EQ(engine_->aborted().count(r.request_id), 1u);
   EXPECT_TRUE(WaitFor([&] { return engine_->num_live() == 0; }));
   EXPECT_TRUE(WaitFor([&] { return server_->num_in_flight() == 0; }));
   ExpectServerHealthy();
@@ -500,7 +520,8 @@ TEST_F(HttpServerTest, ClientHangUpAbortsNonStreamingRequest) {
   EXPECT_TRUE(WaitFor([&] {
     auto res = client_->Get("/metrics");
     metrics = res ? res->body : "";
-    return metrics.find("xrt_http_requests_total{path=\"/v1/completions\",code=\"499\"} 1\n") != std::string::npos;
+    return metrics.find("xrt_http_requests_total{path=\"/v1/completions\",code=\"499\"} 1\n") !=
+           std::string::npos;
   })) << metrics;
 }
 
@@ -555,10 +576,12 @@ TEST_F(HttpServerTest, StopAcceptingLetsRequestsInFlightFinish) {
   ASSERT_TRUE(health);
   ASSERT_EQ(health->status, 200);
 
-  BackgroundRequest stream(server_->port(), "/v1/completions",
-                           R"({"model":"tiny","prompt":"Hello world","max_tokens":25,"stream":true})");
-  BackgroundRequest plain(server_->port(), "/v1/chat/completions",
-                          R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":25})");
+  BackgroundRequest stream(
+      server_->port(), "/v1/completions",
+      R"({"model":"tiny","prompt":"Hello world","max_tokens":25,"stream":true})");
+  BackgroundRequest plain(
+      server_->port(), "/v1/chat/completions",
+      R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":25})");
   ASSERT_TRUE(WaitFor([&] { return engine_->submitted().size() == 2; }));
   EXPECT_EQ(server_->num_in_flight(), 2);
   server_->StopAccepting();
@@ -568,7 +591,8 @@ TEST_F(HttpServerTest, StopAcceptingLetsRequestsInFlightFinish) {
   httplib::Client fresh("127.0.0.1", server_->port());
   fresh.set_connection_timeout(1, 0);
   EXPECT_FALSE(fresh.Get("/health"));
-  auto refused = idle.Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":2})", "application/json");
+  auto refused = idle.Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":2})",
+                           "application/json");
   Json e = ExpectError(refused, 503, "service_unavailable_error");
   EXPECT_EQ(e["message"], "the server is shutting down");
   if (refused) {
@@ -602,11 +626,13 @@ TEST_F(HttpServerTest, StopAcceptingLetsRequestsInFlightFinish) {
 TEST_F(HttpServerTest, EngineShutdownAfterStopAcceptingEndsEveryResponse) {
   TearDown();
   StartServer("", std::chrono::milliseconds(20));  // 60 tokens: 1.2 s
-  BackgroundRequest completion(server_->port(), "/v1/completions",
-                               R"({"model":"tiny","prompt":"Hello world","max_tokens":60,"stream":true,
+  BackgroundRequest completion(
+      server_->port(), "/v1/completions",
+      R"({"model":"tiny","prompt":"Hello world","max_tokens":60,"stream":true,
                                    "stream_options":{"include_usage":true}})");
-  BackgroundRequest chat(server_->port(), "/v1/chat/completions",
-                         R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":40,
+  BackgroundRequest chat(
+      server_->port(), "/v1/chat/completions",
+      R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":40,
                              "stream":true,"n":2})");
   BackgroundRequest plain(server_->port(), "/v1/completions",
                           R"({"model":"tiny","prompt":"Hello world","max_tokens":60})");
@@ -654,12 +680,13 @@ TEST_F(HttpServerTest, BadJson) {
 }
 
 TEST_F(HttpServerTest, WrongTypes) {
-  Json e = ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":"3"})"), 400,
-                       "invalid_request_error");
+  Json e = ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":"3"})"),
+                       400, "invalid_request_error");
   EXPECT_EQ(e["param"], "max_tokens");
   ExpectServerHealthy();
-  e = ExpectError(Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":7}]})"), 400,
-                  "invalid_request_error");
+  e = ExpectError(
+      Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":7}]})"),
+      400, "invalid_request_error");
   EXPECT_EQ(e["param"], "messages[0].content");
   ExpectServerHealthy();
   e = ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x","top_p":7})"), 400,
@@ -675,7 +702,8 @@ TEST_F(HttpServerTest, WrongTypes) {
 }
 
 TEST_F(HttpServerTest, UnknownModel) {
-  Json e = ExpectError(Post("/v1/completions", R"({"model":"gpt-9","prompt":"x"})"), 404, "not_found_error");
+  Json e = ExpectError(Post("/v1/completions", R"({"model":"gpt-9","prompt":"x"})"), 404,
+                       "not_found_error");
   EXPECT_EQ(e["code"], "model_not_found");
   EXPECT_EQ(e["param"], "model");
   ExpectServerHealthy();
@@ -683,8 +711,9 @@ TEST_F(HttpServerTest, UnknownModel) {
 
 TEST_F(HttpServerTest, TooLong) {
   int64_t p = static_cast<int64_t>(tokenizer_->Encode("Hello world", true).size());
-  Json e = ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":62})"), 400,
-                       "invalid_request_error");
+  Json e = ExpectError(
+      Post("/v1/completions", R"({"model":"tiny","prompt":"Hello world","max_tokens":62})"), 400,
+      "invalid_request_error");
   std::string msg = e["message"];
   EXPECT_NE(msg.find("64"), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(p + 62)), std::string::npos) << msg;
@@ -722,19 +751,23 @@ TEST_F(HttpServerTest, ModelsHealthMetrics) {
   EXPECT_EQ(metrics->status, 200);
   EXPECT_EQ(metrics->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_NE(metrics->body.find("fake_engine_steps 1\n"), std::string::npos);
-  EXPECT_NE(metrics->body.find("xrt_http_requests_total{path=\"/v1/completions\",code=\"200\"} 1\n"),
-            std::string::npos)
+  EXPECT_NE(
+      metrics->body.find("xrt_http_requests_total{path=\"/v1/completions\",code=\"200\"} 1\n"),
+      std::string::npos)
       << metrics->body;
-  EXPECT_NE(metrics->body.find("xrt_http_requests_total{path=\"/health\",code=\"200\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("xrt_http_requests_total{path=\"/health\",code=\"200\"} 1\n"),
+            std::string::npos);
 }
 
 TEST_F(HttpServerTest, ApiKey) {
   TearDown();
   StartServer("sekret");
-  ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x"})"), 401, "authentication_error");
-  ExpectServerHealthy({{"Authorization", "Bearer sekret"}});
-  ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x"})", {{"Authorization", "Bearer wrong"}}), 401,
+  ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x"})"), 401,
               "authentication_error");
+  ExpectServerHealthy({{"Authorization", "Bearer sekret"}});
+  ExpectError(Post("/v1/completions", R"({"model":"tiny","prompt":"x"})",
+                   {{"Authorization", "Bearer wrong"}}),
+              401, "authentication_error");
   ExpectServerHealthy({{"Authorization", "Bearer sekret"}});
   ExpectError(client_->Get("/v1/models"), 401, "authentication_error");
   auto models = client_->Get("/v1/models", {{"Authorization", "Bearer sekret"}});
@@ -771,8 +804,9 @@ TEST_F(HttpServerTest, NoChatTemplate) {
   HttpServer plain(p, engine_.get(), &no_template);
   ASSERT_TRUE(plain.Start().ok());
   httplib::Client c("127.0.0.1", plain.port());
-  auto res = c.Post("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"x"}]})",
-                    "application/json");
+  auto res =
+      c.Post("/v1/chat/completions",
+             R"({"model":"tiny","messages":[{"role":"user","content":"x"}]})", "application/json");
   ExpectError(res, 400, "invalid_request_error");
   plain.Stop();
   plain.Wait();
@@ -791,8 +825,9 @@ TEST_F(HttpServerTest, ModelSamplingDefaultsFillWhatTheRequestLeavesUnset) {
   HttpServer server(p, engine_.get(), &with_defaults);
   ASSERT_TRUE(server.Start().ok());
   httplib::Client c("127.0.0.1", server.port());
-  auto res = c.Post("/v1/completions", R"({"model":"tiny","prompt":"Hi","max_tokens":2,"temperature":0})",
-                    "application/json");
+  auto res =
+      c.Post("/v1/completions", R"({"model":"tiny","prompt":"Hi","max_tokens":2,"temperature":0})",
+             "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   auto sub = engine_->submitted();

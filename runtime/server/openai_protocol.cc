@@ -14,15 +14,23 @@ namespace {
 
 const char* JsonTypeName(const Json& v) {
   switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "boolean";
-    case Json::value_t::string: return "string";
-    case Json::value_t::array: return "array";
-    case Json::value_t::object: return "object";
-    case Json::value_t::number_float: return "number";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "boolean";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::object:
+      return "object";
+    case Json::value_t::number_float:
+      return "number";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "integer";
-    default: return "value";
+    case Json::value_t::number_unsigned:
+      return "integer";
+    default:
+      return "value";
   }
 }
 
@@ -43,7 +51,8 @@ class FieldReader {
     return status;
   }
   Status TypeError(const std::string& name, const char* want, const Json& got) {
-    return Fail(name, InvalidArgumentError("'{}' must be {}, got {}", name, want, JsonTypeName(got)));
+    return Fail(name,
+                InvalidArgumentError("'{}' must be {}, got {}", name, want, JsonTypeName(got)));
   }
 
   Status Bool(const char* name, bool* out) {
@@ -66,9 +75,11 @@ class FieldReader {
     if (!v) return Status::Ok();
     if (!v->is_number_integer()) return TypeError(name, "an integer", *v);
     if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi))
-      return Fail(name, InvalidArgumentError("'{}' must be in [{}, {}], got {}", name, lo, hi, v->get<uint64_t>()));
+      return Fail(name, InvalidArgumentError("'{}' must be in [{}, {}], got {}", name, lo, hi,
+                                             v->get<uint64_t>()));
     int64_t x = v->get<int64_t>();
-    if (x < lo || x > hi) return Fail(name, InvalidArgumentError("'{}' must be in [{}, {}], got {}", name, lo, hi, x));
+    if (x < lo || x > hi)
+      return Fail(name, InvalidArgumentError("'{}' must be in [{}, {}], got {}", name, lo, hi, x));
     *out = x;
     return Status::Ok();
   }
@@ -88,7 +99,8 @@ class FieldReader {
 Expected<Json> ParseBody(std::string_view body) {
   Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgumentError("request body is not valid JSON");
-  if (!j.is_object()) return InvalidArgumentError("request body must be a JSON object, got {}", JsonTypeName(j));
+  if (!j.is_object())
+    return InvalidArgumentError("request body must be a JSON object, got {}", JsonTypeName(j));
   return j;
 }
 
@@ -99,11 +111,11 @@ Status ParseCommon(const Json& j, FieldReader& r, OpenAiRequest* req) {
 
   int64_t max_tokens = -1;
   bool has_max_tokens = false, has_max_completion_tokens = false;
-  constexpr int64_t kBig = std::numeric_limits<int32_t>::max();
-  XRT_RETURN_IF_ERROR(r.Int("max_tokens", 1, kBig, &max_tokens, &has_max_tokens));
+  constexpr int64_t k_big = std::numeric_limits<int32_t>::max();
+  XRT_RETURN_IF_ERROR(r.Int("max_tokens", 1, k_big, &max_tokens, &has_max_tokens));
   if (req->kind == ApiKind::kChat) {
     int64_t mct = -1;
-    XRT_RETURN_IF_ERROR(r.Int("max_completion_tokens", 1, kBig, &mct, &has_max_completion_tokens));
+    XRT_RETURN_IF_ERROR(r.Int("max_completion_tokens", 1, k_big, &mct, &has_max_completion_tokens));
     if (has_max_completion_tokens) max_tokens = mct;  // the newer name wins
   }
   req->max_tokens = max_tokens;
@@ -112,18 +124,19 @@ Status ParseCommon(const Json& j, FieldReader& r, OpenAiRequest* req) {
   XRT_RETURN_IF_ERROR(r.Float("temperature", &s.temperature));
   XRT_RETURN_IF_ERROR(r.Float("top_p", &s.top_p));
   int64_t top_k = s.top_k;
-  XRT_RETURN_IF_ERROR(r.Int("top_k", -1, kBig, &top_k));
+  XRT_RETURN_IF_ERROR(r.Int("top_k", -1, k_big, &top_k));
   s.top_k = static_cast<int32_t>(top_k);
   XRT_RETURN_IF_ERROR(r.Float("min_p", &s.min_p));
   XRT_RETURN_IF_ERROR(r.Float("presence_penalty", &s.presence_penalty));
   XRT_RETURN_IF_ERROR(r.Float("frequency_penalty", &s.frequency_penalty));
   XRT_RETURN_IF_ERROR(r.Float("repetition_penalty", &s.repetition_penalty));
-  req->sampling_set = {r.Get("temperature") != nullptr, r.Get("top_p") != nullptr, r.Get("top_k") != nullptr,
-                       r.Get("repetition_penalty") != nullptr};
+  req->sampling_set = {r.Get("temperature") != nullptr, r.Get("top_p") != nullptr,
+                       r.Get("top_k") != nullptr, r.Get("repetition_penalty") != nullptr};
   if (const Json* seed = r.Get("seed")) {
     if (!seed->is_number_integer()) return r.TypeError("seed", "an integer", *seed);
     s.has_seed = true;
-    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                        : static_cast<uint64_t>(seed->get<int64_t>());
   }
 
   int64_t n = 1;
@@ -135,8 +148,8 @@ Status ParseCommon(const Json& j, FieldReader& r, OpenAiRequest* req) {
       req->stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       if (stop->size() > static_cast<size_t>(kMaxStopStrings))
-        return r.Fail("stop", InvalidArgumentError("'stop' may hold at most {} strings, got {}", kMaxStopStrings,
-                                                   stop->size()));
+        return r.Fail("stop", InvalidArgumentError("'stop' may hold at most {} strings, got {}",
+                                                   kMaxStopStrings, stop->size()));
       for (const Json& s : *stop) {
         if (!s.is_string()) return r.TypeError("stop", "a string or a list of strings", s);
         req->stop.push_back(s.get<std::string>());
@@ -145,7 +158,8 @@ Status ParseCommon(const Json& j, FieldReader& r, OpenAiRequest* req) {
       return r.TypeError("stop", "a string or a list of strings", *stop);
     }
     for (const std::string& s : req->stop)
-      if (s.empty()) return r.Fail("stop", InvalidArgumentError("'stop' strings must not be empty"));
+      if (s.empty())
+        return r.Fail("stop", InvalidArgumentError("'stop' strings must not be empty"));
   }
   if (const Json* ids = r.Get("stop_token_ids")) {
     if (!ids->is_array()) return r.TypeError("stop_token_ids", "a list of integers", *ids);
@@ -164,7 +178,8 @@ Status ParseCommon(const Json& j, FieldReader& r, OpenAiRequest* req) {
       req->include_usage = it->get<bool>();
     }
     if (!req->stream)
-      return r.Fail("stream_options", InvalidArgumentError("'stream_options' is only allowed when 'stream' is true"));
+      return r.Fail("stream_options",
+                    InvalidArgumentError("'stream_options' is only allowed when 'stream' is true"));
   }
   XRT_RETURN_IF_ERROR(r.Bool("ignore_eos", &req->ignore_eos));
   XRT_RETURN_IF_ERROR(r.Bool("skip_special_tokens", &req->skip_special_tokens));
@@ -190,19 +205,22 @@ Status ValidateSampling(FieldReader& r, const SamplingParams& s, const char* log
 Expected<std::string> ContentText(const Json& content, size_t index, FieldReader& r) {
   std::string field = fmt::format("messages[{}].content", index);
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return r.TypeError(field, "a string or a list of content parts", content);
+  if (!content.is_array())
+    return r.TypeError(field, "a string or a list of content parts", content);
   std::string text;
   bool first = true;
   for (const Json& part : content) {
     if (!part.is_object()) return r.TypeError(field, "a list of content parts (objects)", part);
     auto type = part.find("type");
     if (type == part.end() || !type->is_string())
-      return r.Fail(field, InvalidArgumentError("'{}': each content part needs a string 'type'", field));
+      return r.Fail(field,
+                    InvalidArgumentError("'{}': each content part needs a string 'type'", field));
     const std::string t = type->get<std::string>();
     if (t == "image_url" || t == "image" || t == "input_image")
       return r.Fail(field, UnimplementedError("images are not supported by this model"));
     if (t != "text")
-      return r.Fail(field, InvalidArgumentError("'{}': unsupported content part type '{}'", field, t));
+      return r.Fail(field,
+                    InvalidArgumentError("'{}': unsupported content part type '{}'", field, t));
     auto txt = part.find("text");
     if (txt == part.end() || !txt->is_string())
       return r.Fail(field, InvalidArgumentError("'{}': a text part needs a string 'text'", field));
@@ -226,10 +244,13 @@ Status ParseCompletionFields(FieldReader& r, OpenAiRequest* request) {
     if (prompt->size() == 1 && (*prompt)[0].is_string()) {
       req.prompt = (*prompt)[0].get<std::string>();
     } else if (!prompt->empty() && ((*prompt)[0].is_number_integer() || (*prompt)[0].is_array())) {
-      return r.Fail("prompt", UnimplementedError("token-id prompts are not supported; send the prompt as a string"));
+      return r.Fail(
+          "prompt",
+          UnimplementedError("token-id prompts are not supported; send the prompt as a string"));
     } else {
-      return r.Fail("prompt", UnimplementedError("'prompt' must be a string or a list of exactly one string; "
-                                                 "send one request per prompt"));
+      return r.Fail("prompt",
+                    UnimplementedError("'prompt' must be a string or a list of exactly one string; "
+                                       "send one request per prompt"));
     }
   } else {
     return r.TypeError("prompt", "a string", *prompt);
@@ -247,7 +268,8 @@ Status ParseChatFields(FieldReader& r, OpenAiRequest* request) {
   const Json* messages = r.Get("messages");
   if (!messages) return r.Fail("messages", InvalidArgumentError("'messages' is required"));
   if (!messages->is_array()) return r.TypeError("messages", "a list of messages", *messages);
-  if (messages->empty()) return r.Fail("messages", InvalidArgumentError("'messages' must not be empty"));
+  if (messages->empty())
+    return r.Fail("messages", InvalidArgumentError("'messages' must not be empty"));
   for (size_t i = 0; i < messages->size(); ++i) {
     const Json& m = (*messages)[i];
     std::string field = fmt::format("messages[{}]", i);
@@ -256,11 +278,12 @@ Status ParseChatFields(FieldReader& r, OpenAiRequest* request) {
     if (role == m.end() || !role->is_string())
       return r.Fail(field + ".role", InvalidArgumentError("'{}.role' must be a string", field));
     const std::string role_name = role->get<std::string>();
-    if (role_name != "system" && role_name != "user" && role_name != "assistant" && role_name != "tool" &&
-        role_name != "developer")
-      return r.Fail(field + ".role",
-                    InvalidArgumentError("'{}.role' must be one of system, user, assistant, tool; got '{}'", field,
-                                         role_name));
+    if (role_name != "system" && role_name != "user" && role_name != "assistant" &&
+        role_name != "tool" && role_name != "developer")
+      return r.Fail(
+          field + ".role",
+          InvalidArgumentError("'{}.role' must be one of system, user, assistant, tool; got '{}'",
+                               field, role_name));
     Json out = m;
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
@@ -282,9 +305,11 @@ Status ParseChatFields(FieldReader& r, OpenAiRequest* request) {
   XRT_RETURN_IF_ERROR(r.Bool("logprobs", &logprobs));
   int64_t top_logprobs = 0;
   bool has_top = false;
-  XRT_RETURN_IF_ERROR(r.Int("top_logprobs", 0, SamplingParams::kMaxLogprobs, &top_logprobs, &has_top));
+  XRT_RETURN_IF_ERROR(
+      r.Int("top_logprobs", 0, SamplingParams::kMaxLogprobs, &top_logprobs, &has_top));
   if (has_top && !logprobs)
-    return r.Fail("top_logprobs", InvalidArgumentError("'top_logprobs' requires 'logprobs' to be true"));
+    return r.Fail("top_logprobs",
+                  InvalidArgumentError("'top_logprobs' requires 'logprobs' to be true"));
   req.sampling.logprobs = logprobs ? static_cast<int32_t>(top_logprobs) : -1;
   return Status::Ok();
 }
@@ -359,7 +384,9 @@ Json ApiErrorJson(const ApiError& error) {
   return j;
 }
 
-std::string DumpJson(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string DumpJson(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 Json UsageJson(const UsageInfo& usage) {
   Json j;
@@ -394,7 +421,8 @@ Json CompletionLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tok
     toks.push_back(text);
     lps.push_back(FiniteLogprob(t.logprob));
     Json top = Json::object();
-    for (const TokenLogprob& tl : t.top_logprobs) top[TokenText(tokenizer, tl.token)] = FiniteLogprob(tl.logprob);
+    for (const TokenLogprob& tl : t.top_logprobs)
+      top[TokenText(tokenizer, tl.token)] = FiniteLogprob(tl.logprob);
     if (!top.contains(text)) top[text] = FiniteLogprob(t.logprob);
     tops.push_back(std::move(top));
     offsets.push_back(*inout_text_offset);
@@ -418,7 +446,8 @@ Json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tokenizer
     Json tops = Json::array();
     for (const TokenLogprob& tl : t.top_logprobs) {
       std::string tt = TokenText(tokenizer, tl.token);
-      tops.push_back(Json{{"token", tt}, {"logprob", FiniteLogprob(tl.logprob)}, {"bytes", BytesJson(tt)}});
+      tops.push_back(
+          Json{{"token", tt}, {"logprob", FiniteLogprob(tl.logprob)}, {"bytes", BytesJson(tt)}});
     }
     e["top_logprobs"] = std::move(tops);
     content.push_back(std::move(e));
@@ -465,14 +494,16 @@ Json CompletionResponseJson(const OpenAiRequest& request, const ResponseHeader& 
 }
 
 Json ChatResponseJson(const OpenAiRequest& request, const ResponseHeader& header,
-                      const std::vector<ChoiceResult>& choices, const UsageInfo& usage, const Tokenizer& tokenizer) {
+                      const std::vector<ChoiceResult>& choices, const UsageInfo& usage,
+                      const Tokenizer& tokenizer) {
   Json j = Header(header, "chat.completion");
   Json arr = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     Json c;
     c["index"] = static_cast<int>(i);
     c["message"] = Json{{"role", "assistant"}, {"content", choices[i].text}};
-    c["logprobs"] = request.sampling.logprobs >= 0 ? ChatLogprobsJson(choices[i].tokens, tokenizer) : Json(nullptr);
+    c["logprobs"] = request.sampling.logprobs >= 0 ? ChatLogprobsJson(choices[i].tokens, tokenizer)
+                                                   : Json(nullptr);
     c["finish_reason"] = FinishReasonJson(choices[i].finish_reason);
     arr.push_back(std::move(c));
   }
@@ -494,8 +525,8 @@ Json CompletionChunkJson(const OpenAiRequest& request, const ResponseHeader& hea
   return j;
 }
 
-Json ChatChunkJson(const OpenAiRequest& request, const ResponseHeader& header, int index, Json delta, Json logprobs,
-                   const std::string& finish_reason) {
+Json ChatChunkJson(const OpenAiRequest& request, const ResponseHeader& header, int index,
+                   Json delta, Json logprobs, const std::string& finish_reason) {
   Json j = Header(header, "chat.completion.chunk");
   Json c;
   c["index"] = index;
@@ -507,8 +538,10 @@ Json ChatChunkJson(const OpenAiRequest& request, const ResponseHeader& header, i
   return j;
 }
 
-Json UsageChunkJson(const OpenAiRequest& request, const ResponseHeader& header, const UsageInfo& usage) {
-  Json j = Header(header, request.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
+Json UsageChunkJson(const OpenAiRequest& request, const ResponseHeader& header,
+                    const UsageInfo& usage) {
+  Json j =
+      Header(header, request.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
   j["choices"] = Json::array();
   j["usage"] = UsageJson(usage);
   return j;

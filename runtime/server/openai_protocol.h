@@ -20,8 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/base/status.h"
-#include "runtime/sampler/sampling_params.h"
 #include "runtime/engine/engine_api.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace xrt {
 
@@ -49,24 +49,26 @@ struct OpenAiRequest {
   // max_tokens / max_completion_tokens; -1: unset (completions default to 16,
   // chat to whatever fits in max_model_len).
   int64_t max_tokens = -1;
-  SamplingParams sampling;  // sampling.logprobs: top-N (-1: no logprobs)
+  SamplingParams sampling;         // sampling.logprobs: top-N (-1: no logprobs)
   SamplingFieldsSet sampling_set;  // the fields the body set (the others take the model's defaults)
   int n = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;  // vLLM extension
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool ignore_eos = false;     // vLLM extension
+  bool include_usage = false;       // stream_options.include_usage
+  bool ignore_eos = false;          // vLLM extension
   bool skip_special_tokens = true;  // vLLM extension
 };
 
-Expected<OpenAiRequest> ParseCompletionRequest(std::string_view body, std::string* out_param = nullptr);
+Expected<OpenAiRequest> ParseCompletionRequest(std::string_view body,
+                                               std::string* out_param = nullptr);
 Expected<OpenAiRequest> ParseChatRequest(std::string_view body, std::string* out_param = nullptr);
 
 // An error as the API reports it.
 struct ApiError {
   int http_status = 400;
-  std::string type = "invalid_request_error";  // authentication_error, not_found_error, server_error...
+  std::string type =
+      "invalid_request_error";  // authentication_error, not_found_error, server_error...
   std::string message;
   std::string param;  // "" -> null
   std::string code;   // "" -> null
@@ -100,7 +102,7 @@ struct UsageInfo {
 
 // Identity of one response (shared by all its chunks).
 struct ResponseHeader {
-  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  std::string id;       // "cmpl-..." / "chatcmpl-..."
   int64_t created = 0;  // unix seconds
   std::string model;
 };
@@ -112,29 +114,34 @@ nlohmann::ordered_json UsageJson(const UsageInfo& usage);
 // Each top_logprobs dict holds the top-N tokens plus the sampled one (as
 // vLLM). `*inout_text_offset` is the offset of the first token in the
 // generated text; it is advanced past these tokens.
-nlohmann::ordered_json CompletionLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer,
+nlohmann::ordered_json CompletionLogprobsJson(const std::vector<GeneratedToken>& tokens,
+                                              const Tokenizer& tokenizer,
                                               int64_t* inout_text_offset);
 // Logprobs of chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
-nlohmann::ordered_json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
+nlohmann::ordered_json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens,
+                                        const Tokenizer& tokenizer);
 
 // Non-streaming responses: "text_completion" / "chat.completion" objects.
 // `tokenizer` is needed only when request.sampling.logprobs >= 0.
-nlohmann::ordered_json CompletionResponseJson(const OpenAiRequest& request, const ResponseHeader& header,
-                                              const std::vector<ChoiceResult>& choices, const UsageInfo& usage,
-                                              const Tokenizer& tokenizer);
+nlohmann::ordered_json CompletionResponseJson(const OpenAiRequest& request,
+                                              const ResponseHeader& header,
+                                              const std::vector<ChoiceResult>& choices,
+                                              const UsageInfo& usage, const Tokenizer& tokenizer);
 nlohmann::ordered_json ChatResponseJson(const OpenAiRequest& request, const ResponseHeader& header,
-                                        const std::vector<ChoiceResult>& choices, const UsageInfo& usage,
-                                        const Tokenizer& tokenizer);
+                                        const std::vector<ChoiceResult>& choices,
+                                        const UsageInfo& usage, const Tokenizer& tokenizer);
 
 // One streaming chunk with one choice. `logprobs` and `finish_reason` may be
 // null / "" (-> null). With include_usage every chunk carries "usage": null.
 // text_completion chunk: choices[0] = {index, text, logprobs, finish_reason}.
-nlohmann::ordered_json CompletionChunkJson(const OpenAiRequest& request, const ResponseHeader& header, int index,
+nlohmann::ordered_json CompletionChunkJson(const OpenAiRequest& request,
+                                           const ResponseHeader& header, int index,
                                            const std::string& text, nlohmann::ordered_json logprobs,
                                            const std::string& finish_reason);
 // chat.completion.chunk: choices[0] = {index, delta, logprobs, finish_reason}.
-nlohmann::ordered_json ChatChunkJson(const OpenAiRequest& request, const ResponseHeader& header, int index,
-                                     nlohmann::ordered_json delta, nlohmann::ordered_json logprobs,
+nlohmann::ordered_json ChatChunkJson(const OpenAiRequest& request, const ResponseHeader& header,
+                                     int index, nlohmann::ordered_json delta,
+                                     nlohmann::ordered_json logprobs,
                                      const std::string& finish_reason);
 // The final usage-only chunk (choices: []) sent when include_usage.
 nlohmann::ordered_json UsageChunkJson(const OpenAiRequest& request, const ResponseHeader& header,

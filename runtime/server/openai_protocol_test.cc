@@ -12,11 +12,12 @@ using Json = nlohmann::ordered_json;
 
 TEST(OpenAiProtocol, ParsesCompletionRequest) {
   std::string param;
-  auto r = ParseCompletionRequest(R"({"model":"m","prompt":"hi","max_tokens":5,"temperature":0.5,"top_p":0.9,
+  auto r = ParseCompletionRequest(
+      R"({"model":"m","prompt":"hi","max_tokens":5,"temperature":0.5,"top_p":0.9,
     "top_k":40,"min_p":0.1,"presence_penalty":0.5,"frequency_penalty":-0.5,"repetition_penalty":1.1,"seed":7,
     "n":3,"stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"logprobs":2,"ignore_eos":true,
     "user":"u","some_unknown_field":{"x":1}})",
-                                  &param);
+      &param);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->kind, ApiKind::kCompletion);
   EXPECT_EQ(r->model, "m");
@@ -56,7 +57,8 @@ TEST(OpenAiProtocol, RecordsWhichSamplingDefaultsTheBodySets) {
   EXPECT_FALSE(none->sampling_set.top_p);
   EXPECT_FALSE(none->sampling_set.top_k);
   EXPECT_FALSE(none->sampling_set.repetition_penalty);
-  auto all = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":1,
+  auto all =
+      ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":1,
     "top_p":1,"top_k":-1,"repetition_penalty":1})");
   ASSERT_TRUE(all.ok()) << all.status().ToString();
   EXPECT_TRUE(all->sampling_set.temperature);
@@ -81,19 +83,23 @@ TEST(OpenAiProtocol, RejectsBadCompletionRequests) {
       {R"({"model":"m","prompt":[[1,2]]})", "prompt", "token-id"},
       {R"({"model":"m","prompt":[1,2]})", "prompt", "token-id"},
       {R"({"model":"m","prompt":["a","b"]})", "prompt", "exactly one"},
-      {R"({"model":"m","prompt":"x","max_tokens":"5"})", "max_tokens", "'max_tokens' must be an integer, got string"},
+      {R"({"model":"m","prompt":"x","max_tokens":"5"})", "max_tokens",
+       "'max_tokens' must be an integer, got string"},
       {R"({"model":"m","prompt":"x","max_tokens":0})", "max_tokens", "must be in"},
       {R"({"model":"m","prompt":"x","max_tokens":1.5})", "max_tokens", "integer"},
-      {R"({"model":"m","prompt":"x","temperature":"hot"})", "temperature", "'temperature' must be a number"},
+      {R"({"model":"m","prompt":"x","temperature":"hot"})", "temperature",
+       "'temperature' must be a number"},
       {R"({"model":"m","prompt":"x","temperature":-1})", "temperature", "temperature must be"},
       {R"({"model":"m","prompt":"x","top_p":1.5})", "top_p", "top_p must be in (0, 1]"},
       {R"({"model":"m","prompt":"x","n":0})", "n", "'n' must be in [1, 16]"},
       {R"({"model":"m","prompt":"x","n":17})", "n", "'n' must be in [1, 16]"},
-      {R"({"model":"m","prompt":"x","stop":[1]})", "stop", "'stop' must be a string or a list of strings"},
+      {R"({"model":"m","prompt":"x","stop":[1]})", "stop",
+       "'stop' must be a string or a list of strings"},
       {R"({"model":"m","prompt":"x","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
        "stop", "at most 16"},
       {R"({"model":"m","prompt":"x","stream":"yes"})", "stream", "boolean"},
-      {R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})", "stream_options", "only allowed"},
+      {R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})", "stream_options",
+       "only allowed"},
       {R"({"model":"m","prompt":"x","logprobs":21})", "logprobs", "[0, 20]"},
       {R"({"model":"m","prompt":"x","logprobs":true})", "logprobs", "integer"},
       {R"({"model":"m","prompt":"x","echo":true})", "echo", "'echo' is not supported"},
@@ -126,7 +132,8 @@ TEST(OpenAiProtocol, ParsesChatRequest) {
   EXPECT_EQ(r->max_tokens, 9);
   EXPECT_EQ(r->sampling.logprobs, 4);
 
-  auto plain = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":false})");
+  auto plain = ParseChatRequest(
+      R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":false})");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->sampling.logprobs, -1);
 }
@@ -136,19 +143,22 @@ TEST(OpenAiProtocol, RejectsBadChatRequests) {
       {R"({"model":"m"})", "messages", "'messages' is required"},
       {R"({"model":"m","messages":"hi"})", "messages", "must be a list"},
       {R"({"model":"m","messages":[]})", "messages", "must not be empty"},
-      {R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role", "must be one of"},
+      {R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role",
+       "must be one of"},
       {R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role", "must be a string"},
       {R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content", "is required"},
-      {R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content", "content parts"},
+      {R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content",
+       "content parts"},
       {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:"}}]}]})",
        "messages[0].content", "images are not supported by this model"},
-      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"audio"}]}]})", "messages[0].content",
-       "unsupported content part type"},
-      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs",
-       "requires 'logprobs'"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"audio"}]}]})",
+       "messages[0].content", "unsupported content part type"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
+       "top_logprobs", "requires 'logprobs'"},
       {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":30})",
        "top_logprobs", "[0, 20]"},
-      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs", "boolean"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs",
+       "boolean"},
   };
   for (const BadCase& c : cases) {
     std::string param;
@@ -165,10 +175,12 @@ TEST(OpenAiProtocol, ErrorJsonShape) {
   EXPECT_EQ(e.http_status, 404);
   e.code = "model_not_found";
   Json j = ApiErrorJson(e);
-  EXPECT_EQ(DumpJson(j),
-            R"({"error":{"message":"no such model","type":"not_found_error","param":"model","code":"model_not_found"}})");
+  EXPECT_EQ(
+      DumpJson(j),
+      R"({"error":{"message":"no such model","type":"not_found_error","param":"model","code":"model_not_found"}})");
   Json k = ApiErrorJson(ApiErrorFromStatus(InternalError("boom")));
-  EXPECT_EQ(DumpJson(k), R"({"error":{"message":"boom","type":"server_error","param":null,"code":null}})");
+  EXPECT_EQ(DumpJson(k),
+            R"({"error":{"message":"boom","type":"server_error","param":null,"code":null}})");
   EXPECT_EQ(ApiErrorFromStatus(InternalError("boom")).http_status, 500);
 }
 
@@ -216,8 +228,9 @@ TEST_F(ProtocolWithTokenizer, CompletionResponseShape) {
   // The sampled token joins its top-N dict (unless it is already there).
   EXPECT_EQ(lp["top_logprobs"][0].size(), ids[0] == ids[1] ? 1u : 2u);
   EXPECT_EQ(lp["top_logprobs"][1].size(), 1u);
-  EXPECT_EQ(DumpJson(j["usage"]),
-            R"({"prompt_tokens":4,"completion_tokens":2,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":1}})");
+  EXPECT_EQ(
+      DumpJson(j["usage"]),
+      R"({"prompt_tokens":4,"completion_tokens":2,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":1}})");
 }
 
 TEST_F(ProtocolWithTokenizer, ChatResponseAndChunkShapes) {
@@ -232,12 +245,14 @@ TEST_F(ProtocolWithTokenizer, ChatResponseAndChunkShapes) {
   Json j = ChatResponseJson(req, h, {c}, UsageInfo{3, 1, 0}, *tokenizer_);
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(DumpJson(j["choices"][0]["message"]), R"({"role":"assistant","content":"H"})");
-  EXPECT_EQ(DumpJson(j["choices"][0]["logprobs"]),
-            R"({"content":[{"token":"H","logprob":-0.5,"bytes":[72],"top_logprobs":[{"token":"H","logprob":-0.5,"bytes":[72]}]}]})");
+  EXPECT_EQ(
+      DumpJson(j["choices"][0]["logprobs"]),
+      R"({"content":[{"token":"H","logprob":-0.5,"bytes":[72],"top_logprobs":[{"token":"H","logprob":-0.5,"bytes":[72]}]}]})");
 
   Json chunk = ChatChunkJson(req, h, 1, Json{{"content", "x"}}, nullptr, "");
-  EXPECT_EQ(DumpJson(chunk),
-            R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"content":"x"},"logprobs":null,"finish_reason":null}],"usage":null})");
+  EXPECT_EQ(
+      DumpJson(chunk),
+      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":1,"delta":{"content":"x"},"logprobs":null,"finish_reason":null}],"usage":null})");
   Json usage = UsageChunkJson(req, h, UsageInfo{3, 1, 0});
   EXPECT_EQ(usage["choices"], Json::array());
   EXPECT_EQ(usage["usage"]["total_tokens"], 4);
@@ -246,8 +261,9 @@ TEST_F(ProtocolWithTokenizer, ChatResponseAndChunkShapes) {
   req.kind = ApiKind::kCompletion;
   req.include_usage = false;
   Json cc = CompletionChunkJson(req, h, 0, "t", nullptr, "stop");
-  EXPECT_EQ(DumpJson(cc),
-            R"({"id":"chatcmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"t","logprobs":null,"finish_reason":"stop"}]})");
+  EXPECT_EQ(
+      DumpJson(cc),
+      R"({"id":"chatcmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"t","logprobs":null,"finish_reason":"stop"}]})");
 }
 
 }  // namespace

@@ -12,8 +12,8 @@ namespace {
 // Rust's char::is_whitespace: the Unicode White_Space property.
 bool IsWhitespace(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 // A word character for single_word, as Hugging Face `tokenizers` decides it:
@@ -23,12 +23,20 @@ bool IsWhitespace(uint32_t c) {
 // '½') are not word characters. Alphabetic also takes in the Other_Alphabetic
 // symbols: circled and squared Latin letters.
 bool IsWordChar(uint32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  if (c < 0x80)
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     case UTF8PROC_CATEGORY_CF:
       return c == 0x200C || c == 0x200D;  // Join_Control
@@ -55,11 +63,12 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens,
                                      const std::vector<std::string>& contents) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (contents[i].empty()) continue;
-    entries_.push_back({contents[i], tokens[i].id, tokens[i].lstrip, tokens[i].rstrip,
-                        tokens[i].single_word});
+    entries_.push_back(
+        {contents[i], tokens[i].id, tokens[i].lstrip, tokens[i].rstrip, tokens[i].single_word});
   }
   std::stable_sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
-    const auto fa = static_cast<unsigned char>(a.text[0]), fb = static_cast<unsigned char>(b.text[0]);
+    const auto fa = static_cast<unsigned char>(a.text[0]),
+               fb = static_cast<unsigned char>(b.text[0]);
     return fa != fb ? fa < fb : a.text.size() > b.text.size();
   });
   size_t e = 0;

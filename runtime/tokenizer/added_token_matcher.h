@@ -27,7 +27,8 @@ class AddedTokenMatcher {
   AddedTokenMatcher() = default;
   // `contents[i]` is the text matched for `tokens[i]` (the content, or its
   // normalized form for normalized tokens).
-  AddedTokenMatcher(const std::vector<AddedToken>& tokens, const std::vector<std::string>& contents);
+  AddedTokenMatcher(const std::vector<AddedToken>& tokens,
+                    const std::vector<std::string>& contents);
 
   bool empty() const { return entries_.empty(); }
 
@@ -40,8 +41,8 @@ class AddedTokenMatcher {
     int32_t id;
     bool lstrip, rstrip, single_word;
   };
-  std::vector<Entry> entries_;            // sorted by first byte, then longest first
-  uint32_t bucket_begin_[257] = {};       // entries_[bucket_begin_[b] .. bucket_begin_[b+1])
+  std::vector<Entry> entries_;       // sorted by first byte, then longest first
+  uint32_t bucket_begin_[257] = {};  // entries_[bucket_begin_[b] .. bucket_begin_[b+1])
 };
 
 }  // namespace xrt

@@ -86,7 +86,8 @@ void BpeModel::Encode(std::string_view word, std::vector<int32_t>* ids) const {
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_->mu);
     if (cache_->entries.size() < Cache::kCapacity) {
-      cache_->entries.emplace(std::move(key), std::vector<int32_t>(ids->begin() + first, ids->end()));
+      cache_->entries.emplace(std::move(key),
+                              std::vector<int32_t>(ids->begin() + first, ids->end()));
     }
   }
 }

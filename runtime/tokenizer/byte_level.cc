@@ -17,8 +17,8 @@ struct Tables {
     cp_to_byte.fill(-1);
     uint32_t next = 256;
     for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) ||
-                             (b >= 0xAE && b <= 0xFF);
+      const bool printable =
+          (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       const uint32_t cp = printable ? static_cast<uint32_t>(b) : next++;
       byte_to_cp[b] = cp;
       cp_to_byte[cp] = static_cast<int16_t>(b);
@@ -35,9 +35,7 @@ const Tables& GetTables() {
 
 uint32_t ByteToCodePoint(uint8_t b) { return GetTables().byte_to_cp[b]; }
 
-int CodePointToByte(uint32_t cp) {
-  return cp < 512 ? GetTables().cp_to_byte[cp] : -1;
-}
+int CodePointToByte(uint32_t cp) { return cp < 512 ? GetTables().cp_to_byte[cp] : -1; }
 
 std::optional<std::string> Decode(std::string_view text) {
   std::string out;

@@ -23,7 +23,8 @@ namespace xrt {
 namespace {
 
 // Metadata values of interest: integers/bools, strings, and arrays of either.
-using GgufValue = std::variant<int64_t, std::string, std::vector<int64_t>, std::vector<std::string>>;
+using GgufValue =
+    std::variant<int64_t, std::string, std::vector<int64_t>, std::vector<std::string>>;
 
 class GgufMetadataWalker {
  public:
@@ -57,18 +58,33 @@ class GgufMetadataWalker {
   }
   int64_t Scalar(uint32_t type) {
     switch (type) {
-      case 0: return Get<uint8_t>();
-      case 1: return Get<int8_t>();
-      case 2: return Get<uint16_t>();
-      case 3: return Get<int16_t>();
-      case 4: return Get<uint32_t>();
-      case 5: return Get<int32_t>();
-      case 6: Get<float>(); return 0;
-      case 7: return Get<uint8_t>();
-      case 10: return static_cast<int64_t>(Get<uint64_t>());
-      case 11: return Get<int64_t>();
-      case 12: Get<double>(); return 0;
-      default: in_.setstate(std::ios::failbit); return 0;
+      case 0:
+        return Get<uint8_t>();
+      case 1:
+        return Get<int8_t>();
+      case 2:
+        return Get<uint16_t>();
+      case 3:
+        return Get<int16_t>();
+      case 4:
+        return Get<uint32_t>();
+      case 5:
+        return Get<int32_t>();
+      case 6:
+        Get<float>();
+        return 0;
+      case 7:
+        return Get<uint8_t>();
+      case 10:
+        return static_cast<int64_t>(Get<uint64_t>());
+      case 11:
+        return Get<int64_t>();
+      case 12:
+        Get<double>();
+        return 0;
+      default:
+        in_.setstate(std::ios::failbit);
+        return 0;
     }
   }
   GgufValue Value(uint32_t type) {

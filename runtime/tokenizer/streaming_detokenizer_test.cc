@@ -36,8 +36,10 @@ TEST(StreamingDetokenizer, MatchesDecodeOnValidAndInvalidBytes) {
   const std::string r(utf8::kReplacement);
   for (const std::string& bytes :
        {std::string("plain ascii"), std::string("h\xC3\xA9llo \xE4\xB8\xAD \xF0\x9F\x98\x80!"),
-        std::string("a\xE0\x80" "b"), std::string("\xED\xA0\x80"), std::string("x\xF0\x9F\x98"),
-        std::string("\xC3"), std::string("\x80\x80\xFF"), std::string("\xF4\x90\x80\x80")}) {
+        std::string("a\xE0\x80"
+                    "b"),
+        std::string("\xED\xA0\x80"), std::string("x\xF0\x9F\x98"), std::string("\xC3"),
+        std::string("\x80\x80\xFF"), std::string("\xF4\x90\x80\x80")}) {
     std::vector<int32_t> ids(bytes.begin(), bytes.end());
     for (int32_t& id : ids) id &= 0xFF;
     EXPECT_EQ(Stream(tok, bytes, false), tok.Decode(ids)) << bytes;

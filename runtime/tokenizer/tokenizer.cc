@@ -54,7 +54,8 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     return UnimplementedError("tokenizer model '{}' (only 'bpe' is supported)", spec.model);
   }
   if (!spec.normalizer.empty() && spec.normalizer != "nfc") {
-    return UnimplementedError("normalizer '{}' (only none or 'nfc' are supported)", spec.normalizer);
+    return UnimplementedError("normalizer '{}' (only none or 'nfc' are supported)",
+                              spec.normalizer);
   }
   const size_t n = spec.vocab.size();
   if (n == 0) return InvalidArgumentError("empty vocabulary");
@@ -79,8 +80,8 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     if (slot.empty()) {
       slot = t.content;
     } else if (slot != t.content) {
-      return InvalidArgumentError("added token {}: content '{}' but the vocabulary has '{}'",
-                                  t.id, t.content, slot);
+      return InvalidArgumentError("added token {}: content '{}' but the vocabulary has '{}'", t.id,
+                                  t.content, slot);
     }
     special[t.id] = t.special;
   }
@@ -103,7 +104,9 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   }
 
   for (const auto& [name, id] : {std::pair<const char*, int32_t>{"bos", spec.bos_id},
-                                 {"eos", spec.eos_id}, {"pad", spec.pad_id}, {"unk", spec.unk_id}}) {
+                                 {"eos", spec.eos_id},
+                                 {"pad", spec.pad_id},
+                                 {"unk", spec.unk_id}}) {
     if (id < -1 || id >= static_cast<int64_t>(n)) {
       return InvalidArgumentError("{}_id {} outside the vocabulary [0, {})", name, id, n);
     }
@@ -111,8 +114,8 @@ Expected<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   if (spec.add_bos && spec.bos_id < 0) return InvalidArgumentError("add_bos without a bos_id");
   if (spec.add_eos && spec.eos_id < 0) return InvalidArgumentError("add_eos without an eos_id");
 
-  XRT_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::Create(spec.individual_digits,
-                                                              spec.split_regexes));
+  XRT_ASSIGN_OR_RETURN(PreTokenizer pre,
+                       PreTokenizer::Create(spec.individual_digits, spec.split_regexes));
   XRT_ASSIGN_OR_RETURN(BpeModel bpe, BpeModel::Create(spec, token_bytes));
 
   auto impl = std::make_unique<Impl>(std::move(pre), std::move(bpe));
@@ -209,13 +212,13 @@ std::string Tokenizer::Decode(const int32_t* ids, size_t count, bool skip_specia
 }
 
 const std::string& Tokenizer::IdToPiece(int32_t id) const {
-  static const std::string kEmpty;
-  return id >= 0 && id < vocab_size() ? spec_.vocab[id] : kEmpty;
+  static const std::string k_empty;
+  return id >= 0 && id < vocab_size() ? spec_.vocab[id] : k_empty;
 }
 
 const std::string& Tokenizer::TokenBytes(int32_t id) const {
-  static const std::string kEmpty;
-  return id >= 0 && id < vocab_size() ? impl_->token_bytes[id] : kEmpty;
+  static const std::string k_empty;
+  return id >= 0 && id < vocab_size() ? impl_->token_bytes[id] : k_empty;
 }
 
 std::optional<int32_t> Tokenizer::PieceToId(std::string_view piece) const {

@@ -28,9 +28,8 @@ class JsonFile {
 
   template <typename... Args>
   Status Unsupported(const std::string& path, fmt::format_string<Args...> f, Args&&... args) const {
-    return Status(StatusCode::kUnimplemented,
-                  fmt::format("{}: field '{}': ", name_, path) +
-                      fmt::format(f, std::forward<Args>(args)...));
+    return Status(StatusCode::kUnimplemented, fmt::format("{}: field '{}': ", name_, path) +
+                                                  fmt::format(f, std::forward<Args>(args)...));
   }
   template <typename... Args>
   Status Invalid(const std::string& path, fmt::format_string<Args...> f, Args&&... args) const {
@@ -84,7 +83,8 @@ Expected<json> ReadJson(const std::string& path) {
 Expected<std::string> TypeOf(const JsonFile& f, const json& j, const std::string& path) {
   if (!j.is_object()) return f.Invalid(path, "expected an object");
   auto it = j.find("type");
-  if (it == j.end() || !it->is_string()) return f.Invalid(path + ".type", "missing or not a string");
+  if (it == j.end() || !it->is_string())
+    return f.Invalid(path + ".type", "missing or not a string");
   return it->get<std::string>();
 }
 
@@ -115,7 +115,8 @@ Status ParseModel(const JsonFile& f, const json& root, TokenizerSpec* spec,
   if (byte_fallback) return f.Unsupported("model.byte_fallback", "unsupported true");
   if (auto d = model.find("dropout"); d != model.end() && !d->is_null()) {
     if (!d->is_number()) return f.Invalid("model.dropout", "expected a number or null");
-    if (d->get<double>() != 0.0) return f.Unsupported("model.dropout", "unsupported {}", d->get<double>());
+    if (d->get<double>() != 0.0)
+      return f.Unsupported("model.dropout", "unsupported {}", d->get<double>());
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     XRT_ASSIGN_OR_RETURN(std::optional<std::string> affix, f.OptString(model, "model", key));
@@ -133,16 +134,19 @@ Status ParseModel(const JsonFile& f, const json& root, TokenizerSpec* spec,
   for (auto it = vit->begin(); it != vit->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
         it.value().get<int64_t>() > INT32_MAX) {
-      return f.Invalid("model.vocab", "token '{}': id is not a non-negative 32-bit integer", it.key());
+      return f.Invalid("model.vocab", "token '{}': id is not a non-negative 32-bit integer",
+                       it.key());
     }
     const int64_t id = it.value().get<int64_t>();
     if (id > kMaxTokenId) {
-      return f.Invalid("model.vocab", "token '{}': id {} is above the largest supported token id {}",
-                       it.key(), id, kMaxTokenId);
+      return f.Invalid("model.vocab",
+                       "token '{}': id {} is above the largest supported token id {}", it.key(), id,
+                       kMaxTokenId);
     }
     auto [slot, inserted] = by_id.emplace(id, it.key());
     if (!inserted) {
-      return f.Invalid("model.vocab", "id {} used by both '{}' and '{}'", id, slot->second, it.key());
+      return f.Invalid("model.vocab", "id {} used by both '{}' and '{}'", id, slot->second,
+                       it.key());
     }
     (*vocab_ids)[it.key()] = static_cast<int32_t>(id);
   }
@@ -174,7 +178,8 @@ Status ParseModel(const JsonFile& f, const json& root, TokenizerSpec* spec,
   XRT_ASSIGN_OR_RETURN(std::optional<std::string> unk, f.OptString(model, "model", "unk_token"));
   if (unk) {
     auto it = vocab_ids->find(*unk);
-    if (it == vocab_ids->end()) return f.Invalid("model.unk_token", "'{}' is not in model.vocab", *unk);
+    if (it == vocab_ids->end())
+      return f.Invalid("model.unk_token", "'{}' is not in model.vocab", *unk);
     spec->unk_id = it->second;
   }
   return Status::Ok();
@@ -192,7 +197,8 @@ Status ParseAddedTokens(const JsonFile& f, const json& root, TokenizerSpec* spec
     XRT_ASSIGN_OR_RETURN(int64_t id, f.Int(t, path, "id"));
     if (id < 0) return f.Invalid(path + ".id", "{} out of range", id);
     if (id > kMaxTokenId) {
-      return f.Invalid(path + ".id", "{} is above the largest supported token id {}", id, kMaxTokenId);
+      return f.Invalid(path + ".id", "{} is above the largest supported token id {}", id,
+                       kMaxTokenId);
     }
     token.id = static_cast<int32_t>(id);
     XRT_ASSIGN_OR_RETURN(std::optional<std::string> content, f.OptString(t, path, "content"));
@@ -219,7 +225,8 @@ Status ParseNormalizer(const JsonFile& f, const json& j, const std::string& path
   }
   if (type == "Sequence") {
     auto it = j.find("normalizers");
-    if (it == j.end() || !it->is_array()) return f.Invalid(path + ".normalizers", "expected an array");
+    if (it == j.end() || !it->is_array())
+      return f.Invalid(path + ".normalizers", "expected an array");
     for (size_t i = 0; i < it->size(); ++i) {
       XRT_RETURN_IF_ERROR(
           ParseNormalizer(f, (*it)[i], JsonFile::Index(path + ".normalizers", i), spec));
@@ -267,7 +274,8 @@ Status ParsePreTokenizer(const JsonFile& f, const json& root, TokenizerSpec* spe
       } else {
         return f.Invalid(path + ".pattern", "expected {{\"Regex\": ...}} or {{\"String\": ...}}");
       }
-      XRT_ASSIGN_OR_RETURN(std::optional<std::string> behavior, f.OptString(*step, path, "behavior"));
+      XRT_ASSIGN_OR_RETURN(std::optional<std::string> behavior,
+                           f.OptString(*step, path, "behavior"));
       if (behavior.value_or("") != "Isolated") {
         return f.Unsupported(path + ".behavior", "unsupported '{}' (only Isolated)",
                              behavior.value_or("null"));
@@ -292,7 +300,8 @@ Status ParsePreTokenizer(const JsonFile& f, const json& root, TokenizerSpec* spe
     }
   }
   if (!byte_level) {
-    return f.Unsupported("pre_tokenizer", "no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
+    return f.Unsupported("pre_tokenizer",
+                         "no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
   }
   return Status::Ok();
 }
@@ -309,7 +318,8 @@ Status ParsePostProcessor(const JsonFile& f, const json& j, const std::string& p
   if (type == "ByteLevel") return Status::Ok();  // offsets only
   if (type == "Sequence") {
     auto list = j.find("processors");
-    if (list == j.end() || !list->is_array()) return f.Invalid(path + ".processors", "expected an array");
+    if (list == j.end() || !list->is_array())
+      return f.Invalid(path + ".processors", "expected an array");
     for (size_t i = 0; i < list->size(); ++i) {
       XRT_RETURN_IF_ERROR(
           ParsePostProcessor(f, (*list)[i], JsonFile::Index(path + ".processors", i), out));
@@ -321,7 +331,8 @@ Status ParsePostProcessor(const JsonFile& f, const json& j, const std::string& p
     return f.Unsupported(path, "more than one TemplateProcessing");
   }
   auto single = j.find("single");
-  if (single == j.end() || !single->is_array()) return f.Invalid(path + ".single", "expected an array");
+  if (single == j.end() || !single->is_array())
+    return f.Invalid(path + ".single", "expected an array");
   auto specials = j.find("special_tokens");
   // Items are {"SpecialToken": {"id": name}} or {"Sequence": {"id": "A"}}.
   bool seen_sequence = false;
@@ -336,7 +347,8 @@ Status ParsePostProcessor(const JsonFile& f, const json& j, const std::string& p
     auto st = item.is_object() ? item.find("SpecialToken") : item.end();
     if (!item.is_object() || st == item.end() || !st->is_object() || !st->contains("id") ||
         !(*st)["id"].is_string()) {
-      return f.Invalid(ipath, "expected {{\"SpecialToken\": {{\"id\": ...}}}} or {{\"Sequence\": ...}}");
+      return f.Invalid(ipath,
+                       "expected {{\"SpecialToken\": {{\"id\": ...}}}} or {{\"Sequence\": ...}}");
     }
     const std::string name = (*st)["id"].get<std::string>();
     if (specials == j.end() || !specials->is_object() || !specials->contains(name)) {
@@ -407,7 +419,8 @@ Status ParseConfig(const std::string& path, TokenizerSpec* spec, const Template&
         return f.Invalid(tpath, "{} is above the largest supported token id {}", id, kMaxTokenId);
       }
       if (!it.value().is_object()) return f.Invalid(tpath, "expected an object");
-      XRT_ASSIGN_OR_RETURN(std::optional<std::string> content, f.OptString(it.value(), tpath, "content"));
+      XRT_ASSIGN_OR_RETURN(std::optional<std::string> content,
+                           f.OptString(it.value(), tpath, "content"));
       if (!content || content->empty()) return f.Invalid(tpath + ".content", "missing or empty");
       auto known = std::find_if(spec->added_tokens.begin(), spec->added_tokens.end(),
                                 [&](const AddedToken& t) { return t.id == id; });
@@ -451,7 +464,8 @@ Status ParseConfig(const std::string& path, TokenizerSpec* spec, const Template&
     }
     const int32_t id = FindToken(*spec, content);
     if (id < 0) {
-      return NotFoundError("{}: field '{}': token '{}' is not in the vocabulary", path, n.key, content);
+      return NotFoundError("{}: field '{}': token '{}' is not in the vocabulary", path, n.key,
+                           content);
     }
     if (n.id == &spec->bos_id && tmpl.prefix && *tmpl.prefix != id) {
       return UnimplementedError(
@@ -492,7 +506,8 @@ Expected<TokenizerSpec> LoadTokenizerJsonImpl(const std::string& tokenizer_json_
   XRT_RETURN_IF_ERROR(
       ParsePostProcessor(f, root.value("post_processor", json()), "post_processor", &tmpl));
   XRT_RETURN_IF_ERROR(ParseDecoder(f, root));
-  for (const auto& [side, id] : {std::pair{"prefix", tmpl.prefix}, std::pair{"suffix", tmpl.suffix}}) {
+  for (const auto& [side, id] :
+       {std::pair{"prefix", tmpl.prefix}, std::pair{"suffix", tmpl.suffix}}) {
     if (id && (*id < 0 || static_cast<size_t>(*id) >= spec.vocab.size())) {
       return f.Invalid("post_processor", "{} token id {} outside the vocabulary", side, *id);
     }
@@ -552,13 +567,15 @@ Expected<TokenizerSpec> LoadTokenizerJson(const std::string& tokenizer_json_path
 
 Expected<TokenizerSpec> TokenizerSpecFromGguf(const GgufTokenizerMetadata& meta) {
   if (meta.model != "gpt2") {
-    return UnimplementedError("GGUF tokenizer.ggml.model: unsupported '{}' (only 'gpt2')", meta.model);
+    return UnimplementedError("GGUF tokenizer.ggml.model: unsupported '{}' (only 'gpt2')",
+                              meta.model);
   }
   const GgufPre* pre = nullptr;
   for (const GgufPre& p : kGgufPres) {
     if (meta.pre == p.name) pre = &p;
   }
-  if (pre == nullptr) return UnimplementedError("GGUF tokenizer.ggml.pre: unsupported '{}'", meta.pre);
+  if (pre == nullptr)
+    return UnimplementedError("GGUF tokenizer.ggml.pre: unsupported '{}'", meta.pre);
   const size_t n = meta.tokens.size();
   if (n == 0) return DataLossError("GGUF tokenizer.ggml.tokens: empty");
   if (!meta.token_types.empty() && meta.token_types.size() != n) {

@@ -44,11 +44,12 @@ Expected<TokenizerSpec> LoadTokenizerJson(const std::string& tokenizer_json_path
 
 // The tokenizer part of a GGUF file's metadata (tokenizer.ggml.*).
 struct GgufTokenizerMetadata {
-  std::string model;                 // tokenizer.ggml.model, e.g. "gpt2"
-  std::string pre;                   // tokenizer.ggml.pre, e.g. "smollm", "llama-bpe", "qwen2"
-  std::vector<std::string> tokens;   // tokenizer.ggml.tokens
-  std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (1 normal, 3 control, 4 user defined, ...)
-  std::vector<std::string> merges;   // tokenizer.ggml.merges, "a b"
+  std::string model;                // tokenizer.ggml.model, e.g. "gpt2"
+  std::string pre;                  // tokenizer.ggml.pre, e.g. "smollm", "llama-bpe", "qwen2"
+  std::vector<std::string> tokens;  // tokenizer.ggml.tokens
+  std::vector<int32_t>
+      token_types;  // tokenizer.ggml.token_type (1 normal, 3 control, 4 user defined, ...)
+  std::vector<std::string> merges;  // tokenizer.ggml.merges, "a b"
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   std::optional<bool> add_bos;  // absent: what llama.cpp assumes for `pre` (see below)
   bool add_eos = false;

@@ -39,10 +39,12 @@ class ImportTest : public ::testing::Test {
         {"version", "1.0"},
         {"added_tokens", {{{"id", 4}, {"content", "<s>"}, {"special", true}}}},
         {"normalizer", nullptr},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+        {"pre_tokenizer",
+         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
         {"post_processor", {{"type", "ByteLevel"}}},
         {"decoder", {{"type", "ByteLevel"}}},
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b"}}, {"ignore_merges", false}}},
+        {"model",
+         {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b"}}, {"ignore_merges", false}}},
     };
   }
 
@@ -120,19 +122,22 @@ TEST_F(ImportTest, MalformedFiles) {
               "field 'normalizer.type': unsupported 'NFKC'");
   ExpectError(
       [](json& j) {
-        j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
+        j["normalizer"] = {{"type", "Sequence"},
+                           {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
       },
-      StatusCode::kUnimplemented, "field 'normalizer.normalizers[1].type': unsupported 'Lowercase'");
+      StatusCode::kUnimplemented,
+      "field 'normalizer.normalizers[1].type': unsupported 'Lowercase'");
   ExpectError([](json& j) { j["pre_tokenizer"] = nullptr; }, StatusCode::kUnimplemented,
               "field 'pre_tokenizer'");
   ExpectError([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; },
               StatusCode::kUnimplemented, "unsupported 'Metaspace'");
   ExpectError(
       [](json& j) {
-        j["pre_tokenizer"] = {{"type", "Sequence"},
-                              {"pretokenizers",
-                               {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}},
-                                {{"type", "ByteLevel"}, {"use_regex", false}, {"add_prefix_space", false}}}}};
+        j["pre_tokenizer"] = {
+            {"type", "Sequence"},
+            {"pretokenizers",
+             {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}},
+              {{"type", "ByteLevel"}, {"use_regex", false}, {"add_prefix_space", false}}}}};
       },
       StatusCode::kUnimplemented,
       "field 'pre_tokenizer.pretokenizers[0].behavior': unsupported 'Removed'");
@@ -159,12 +164,13 @@ TEST_F(ImportTest, MessagesQuotingJsonNameTheField) {
   ExpectError([&](json& j) { j["pre_tokenizer"] = split_bad_pattern; }, StatusCode::kDataLoss,
               "field 'pre_tokenizer.pretokenizers[0].pattern': expected {\"Regex\": ...} or "
               "{\"String\": ...}");
-  ExpectError([&](json& j) {
-                json p = split_bad_pattern;
-                p["pretokenizers"][0]["pattern"] = 7;
-                j["pre_tokenizer"] = p;
-              },
-              StatusCode::kDataLoss, "field 'pre_tokenizer.pretokenizers[0].pattern': expected {");
+  ExpectError(
+      [&](json& j) {
+        json p = split_bad_pattern;
+        p["pretokenizers"][0]["pattern"] = 7;
+        j["pre_tokenizer"] = p;
+      },
+      StatusCode::kDataLoss, "field 'pre_tokenizer.pretokenizers[0].pattern': expected {");
   ExpectError(
       [](json& j) {
         j["post_processor"] = {{"type", "TemplateProcessing"},
@@ -175,8 +181,7 @@ TEST_F(ImportTest, MessagesQuotingJsonNameTheField) {
       "field 'post_processor.single[1]': expected {\"SpecialToken\": {\"id\": ...}} or "
       "{\"Sequence\": ...}");
   ExpectError([](json& j) {}, StatusCode::kDataLoss,
-              "field 'bos_token': expected a string or {\"content\": ...}",
-              R"({"bos_token": 12})");
+              "field 'bos_token': expected a string or {\"content\": ...}", R"({"bos_token": 12})");
 }
 
 // Found by tests/fuzz/tokenizer_import_fuzzer: the vocabulary table is sized by the
@@ -188,22 +193,25 @@ TEST_F(ImportTest, HugeTokenIdsAreAnError) {
               "token 'c': id 4194304 is above the largest supported token id 4194303");
   ExpectError([&](json& j) { j["added_tokens"][0]["id"] = kFirstTooLarge; }, StatusCode::kDataLoss,
               "field 'added_tokens[0].id': 4194304 is above the largest supported token id");
-  ExpectError([](json& j) {}, StatusCode::kDataLoss,
-              "field 'added_tokens_decoder.4194304': 4194304 is above the largest supported token id",
-              R"({"added_tokens_decoder": {"4194304": {"content": "<x>"}}})");
+  ExpectError(
+      [](json& j) {}, StatusCode::kDataLoss,
+      "field 'added_tokens_decoder.4194304': 4194304 is above the largest supported token id",
+      R"({"added_tokens_decoder": {"4194304": {"content": "<x>"}}})");
 }
 
 TEST_F(ImportTest, BadRegexIsReportedByCreate) {
   json j = Valid();
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", "[unclosed"}}}, {"behavior", "Isolated"}},
-                          {{"type", "ByteLevel"}, {"use_regex", false}, {"add_prefix_space", false}}}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "[unclosed"}}}, {"behavior", "Isolated"}},
+        {{"type", "ByteLevel"}, {"use_regex", false}, {"add_prefix_space", false}}}}};
   auto spec = Load(j);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   auto tok = Tokenizer::Create(*spec);
   ASSERT_FALSE(tok.ok());
-  EXPECT_NE(tok.status().message().find("'[unclosed'"), std::string::npos) << tok.status().message();
+  EXPECT_NE(tok.status().message().find("'[unclosed'"), std::string::npos)
+      << tok.status().message();
 }
 
 TEST(GgufImport, RejectsUnsupportedAndInconsistentMetadata) {
@@ -261,11 +269,11 @@ TEST(GgufImport, AddBosDefaultsLikeLlamaCpp) {
     bool llama3;  // add_bos by default, ignore_merges
     const char* normalizer;
   };
-  for (const Implied& c : {Implied{"llama-bpe", true, ""}, Implied{"llama3", true, ""},
-                           Implied{"llama-v3", true, ""}, Implied{"qwen2", false, "nfc"},
-                           Implied{"smollm", false, ""}, Implied{"gpt2", false, ""},
-                           Implied{"default", false, ""}, Implied{"smaug-bpe", false, ""},
-                           Implied{"deepseek-r1-qwen", false, ""}}) {
+  for (const Implied& c :
+       {Implied{"llama-bpe", true, ""}, Implied{"llama3", true, ""}, Implied{"llama-v3", true, ""},
+        Implied{"qwen2", false, "nfc"}, Implied{"smollm", false, ""}, Implied{"gpt2", false, ""},
+        Implied{"default", false, ""}, Implied{"smaug-bpe", false, ""},
+        Implied{"deepseek-r1-qwen", false, ""}}) {
     meta.pre = c.pre;
     meta.add_bos.reset();
     auto spec = TokenizerSpecFromGguf(meta);

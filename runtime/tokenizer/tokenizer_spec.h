@@ -13,7 +13,7 @@ namespace xrt {
 struct AddedToken {
   int32_t id = -1;
   std::string content;
-  bool special = false;     // skipped by Decode(skip_special=true)
+  bool special = false;  // skipped by Decode(skip_special=true)
   bool lstrip = false;
   bool rstrip = false;
   bool normalized = false;  // matched after normalization (rare for special tokens)
@@ -46,7 +46,7 @@ struct TokenizerSpec {
   // between added tokens (after normalization, before any splitting) unless it
   // already starts with one.
   bool add_prefix_space = false;
-  bool ignore_merges = false;      // BPE(ignore_merges): whole-word vocab hits skip merging
+  bool ignore_merges = false;  // BPE(ignore_merges): whole-word vocab hits skip merging
 
   // Special ids; -1 when absent.
   int32_t bos_id = -1;

@@ -36,9 +36,9 @@ Expected<Tokenizer> LoadFixture(const std::string& style) {
 }
 
 // Declares `Tokenizer& name` loaded from fixture `style`, or fails the test.
-#define LOAD_FIXTURE(name, style)                                       \
-  auto name##_or = LoadFixture(style);                                  \
-  ASSERT_TRUE(name##_or.ok()) << name##_or.status().ToString();         \
+#define LOAD_FIXTURE(name, style)                               \
+  auto name##_or = LoadFixture(style);                          \
+  ASSERT_TRUE(name##_or.ok()) << name##_or.status().ToString(); \
   Tokenizer& name = name##_or.value()
 
 class FixtureTest : public ::testing::TestWithParam<std::string> {};
@@ -52,7 +52,8 @@ TEST_P(FixtureTest, EncodesAndDecodesEveryCorpusLineLikeHuggingFace) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(tok.Encode(text, /*add_special_tokens=*/true), ids) << "text: " << text;
     EXPECT_EQ(tok.Decode(ids, false), c["decoded"].get<std::string>()) << "text: " << text;
-    EXPECT_EQ(tok.Decode(ids, true), c["decoded_skip_special"].get<std::string>()) << "text: " << text;
+    EXPECT_EQ(tok.Decode(ids, true), c["decoded_skip_special"].get<std::string>())
+        << "text: " << text;
   }
 }
 
@@ -85,13 +86,14 @@ TEST_P(FixtureTest, EncodesLongTextQuickly) {
   text += std::string(20000, ' ') + "x";  // one long whitespace word
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int32_t> ids = tok.Encode(text, false);
-  const double ms = std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // Warm-cache encoding gives the same ids (and is the steady state in serving).
   const auto warm_start = std::chrono::steady_clock::now();
   EXPECT_TRUE(tok.Encode(text, false) == ids);
-  const double warm_ms = std::chrono::duration<double, std::milli>(
-                             std::chrono::steady_clock::now() - warm_start).count();
+  const double warm_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start)
+          .count();
   // Serving needs a few thousand tokens in about a millisecond; this allows
   // for slow CI machines and sanitizers but catches quadratic behaviour.
   EXPECT_LT(ms, 1000.0) << ids.size() << " tokens";
@@ -120,7 +122,8 @@ TEST(TokenizerFixtures, SpecialIdsComeFromTheFiles) {
   LOAD_FIXTURE(smol, "smollm2");
   EXPECT_FALSE(smol.add_bos());
   EXPECT_EQ(smol.IdToPiece(smol.eos_id()), "<|im_end|>");
-  EXPECT_EQ(smol.Encode("<|im_start|>", false), std::vector<int32_t>{*smol.PieceToId("<|im_start|>")});
+  EXPECT_EQ(smol.Encode("<|im_start|>", false),
+            std::vector<int32_t>{*smol.PieceToId("<|im_start|>")});
 }
 
 TEST(TokenizerFixtures, PartialUtf8PiecesAreHeldBackAndReplacedAtTheEnd) {
@@ -153,7 +156,11 @@ TEST(TokenizerFixtures, PartialUtf8PiecesAreHeldBackAndReplacedAtTheEnd) {
 
 TEST(TokenizerFixtures, InvalidUtf8InputIsReplaced) {
   LOAD_FIXTURE(tok, "smollm2");
-  EXPECT_EQ(tok.Decode(tok.Encode("a\xFF" "b", false)), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(tok.Decode(tok.Encode("a\xFF"
+                                  "b",
+                                  false)),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 // ---- Hand-built specs ---------------------------------------------------
@@ -222,11 +229,11 @@ TEST(Tokenizer, SingleWordBoundariesMatchHuggingFace) {
     EXPECT_EQ(left_word, right_word) << std::hex << cp;
     return left_word;
   };
-  EXPECT_FALSE(is_word_char(0xB2));    // '²' (No)
-  EXPECT_FALSE(is_word_char(0xBD));    // '½' (No)
-  EXPECT_TRUE(is_word_char(0x216B));   // 'Ⅻ' (Nl)
-  EXPECT_TRUE(is_word_char(0x200D));   // zero width joiner
-  EXPECT_TRUE(is_word_char(0x24B6));   // circled 'A' (So, Other_Alphabetic)
+  EXPECT_FALSE(is_word_char(0xB2));   // '²' (No)
+  EXPECT_FALSE(is_word_char(0xBD));   // '½' (No)
+  EXPECT_TRUE(is_word_char(0x216B));  // 'Ⅻ' (Nl)
+  EXPECT_TRUE(is_word_char(0x200D));  // zero width joiner
+  EXPECT_TRUE(is_word_char(0x24B6));  // circled 'A' (So, Other_Alphabetic)
 
   const auto fixture = ReadJsonFile(kFixtures + "single_word_chars.json");
   std::vector<std::pair<uint32_t, uint32_t>> word;
@@ -263,7 +270,8 @@ TEST(Tokenizer, RejectsBadSpecs) {
   };
   TokenizerSpec s = TinySpec();
   s.merges.push_back({"a", "zz"});
-  expect_error(s, StatusCode::kInvalidArgument, "merge #4 'a zz': token 'zz' is not in the vocabulary");
+  expect_error(s, StatusCode::kInvalidArgument,
+               "merge #4 'a zz': token 'zz' is not in the vocabulary");
   s = TinySpec();
   s.merges.push_back({"c", "a"});  // "ca" is not a token
   expect_error(s, StatusCode::kInvalidArgument, "token 'ca' is not in the vocabulary");
@@ -295,10 +303,14 @@ TEST(Tokenizer, RejectsBadSpecs) {
 
 TEST(Utf8, LossyReplacesMaximalInvalidSubparts) {
   const std::string r(utf8::kReplacement);
-  EXPECT_EQ(utf8::Lossy("a\xE0\x80" "b"), "a" + r + r + "b");  // E0 needs A0..BF next
-  EXPECT_EQ(utf8::Lossy("\xED\xA0\x80"), r + r + r);           // surrogate
-  EXPECT_EQ(utf8::Lossy("\xF0\x9F\x98" "x"), r + "x");         // truncated 4-byte
-  EXPECT_EQ(utf8::Lossy("\xF0\x9F\x98"), r);                    // truncated at the end
+  EXPECT_EQ(utf8::Lossy("a\xE0\x80"
+                        "b"),
+            "a" + r + r + "b");                       // E0 needs A0..BF next
+  EXPECT_EQ(utf8::Lossy("\xED\xA0\x80"), r + r + r);  // surrogate
+  EXPECT_EQ(utf8::Lossy("\xF0\x9F\x98"
+                        "x"),
+            r + "x");                         // truncated 4-byte
+  EXPECT_EQ(utf8::Lossy("\xF0\x9F\x98"), r);  // truncated at the end
   std::string out;
   EXPECT_EQ(utf8::AppendLossy("ok\xF0\x9F", /*final=*/false, &out), 2u);
   EXPECT_EQ(out, "ok");

@@ -70,8 +70,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto spec = a.tokenizer_spec();
   xrt::fuzz::CheckNotInternal(spec.status());
   if (spec.ok()) {
-    xrt::fuzz::ExerciseTokenizer(std::move(*spec),
-                                 "Hello, world! 12345 <|im_start|>user\nh\xc3\xa9llo \xf0\x9f\x98\x80<s></s>");
+    xrt::fuzz::ExerciseTokenizer(
+        std::move(*spec),
+        "Hello, world! 12345 <|im_start|>user\nh\xc3\xa9llo \xf0\x9f\x98\x80<s></s>");
   }
   return 0;
 }

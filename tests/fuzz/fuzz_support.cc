@@ -28,9 +28,9 @@ void ExerciseTokenizer(TokenizerSpec spec, std::string_view text) {
   for (bool add_special : {true, false}) {
     const std::vector<int32_t> ids = tok.Encode(text, add_special);
     for (int32_t id : ids) {
-      XCC_FUZZ_CHECK(id >= 0 && id < tok.vocab_size(),
-                     "Encode gave id " + std::to_string(id) + " outside the vocabulary of " +
-                         std::to_string(tok.vocab_size()));
+      XCC_FUZZ_CHECK(id >= 0 && id < tok.vocab_size(), "Encode gave id " + std::to_string(id) +
+                                                           " outside the vocabulary of " +
+                                                           std::to_string(tok.vocab_size()));
       (void)tok.IdToPiece(id);
     }
     for (bool skip_special : {false, true}) {

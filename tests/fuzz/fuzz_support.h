@@ -17,10 +17,9 @@
 
 // An invariant of the code under test that the fuzzer checks beyond "no crash": a
 // violation aborts with the message, so libFuzzer reports it like a crash.
-#define XCC_FUZZ_CHECK(cond, ...)                                      \
-  do {                                                                 \
-    if (!(cond)) ::xrt::fuzz::CheckFailed(#cond, __FILE__, __LINE__, \
-                                           std::string(__VA_ARGS__)); \
+#define XCC_FUZZ_CHECK(cond, ...)                                                               \
+  do {                                                                                          \
+    if (!(cond)) ::xrt::fuzz::CheckFailed(#cond, __FILE__, __LINE__, std::string(__VA_ARGS__)); \
   } while (0)
 
 namespace xrt {

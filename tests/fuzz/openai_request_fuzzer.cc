@@ -50,7 +50,8 @@ void Exercise(const server::OpenAiRequest& request) {
     ojson delta = {{"role", "assistant"}, {"content", "hi"}};
     (void)server::SseEvent(server::ChatChunkJson(request, header, 0, delta, nullptr, "stop"));
   } else {
-    (void)server::SseEvent(server::CompletionChunkJson(request, header, 0, "hi", nullptr, "length"));
+    (void)server::SseEvent(
+        server::CompletionChunkJson(request, header, 0, "hi", nullptr, "length"));
   }
   if (request.include_usage) (void)server::SseEvent(server::UsageChunkJson(request, header, usage));
 }
@@ -70,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto request = parse(body, &param);
     xrt::fuzz::CheckNotInternal(request.status());
     if (!request.ok()) {
-      (void)server::DumpJson(server::ApiErrorJson(server::ApiErrorFromStatus(request.status(), param)));
+      (void)server::DumpJson(
+          server::ApiErrorJson(server::ApiErrorFromStatus(request.status(), param)));
       continue;
     }
     Exercise(*request);

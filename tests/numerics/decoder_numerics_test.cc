@@ -82,10 +82,10 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
 
       std::vector<float> expected = p["last_logits"].get<std::vector<float>>();
       ASSERT_EQ(logits.size(), expected.size());
-      float maxDiff = 0;
+      float max_diff = 0;
       for (size_t i = 0; i < logits.size(); ++i)
-        maxDiff = std::max(maxDiff, std::fabs(logits[i] - expected[i]));
-      EXPECT_LE(maxDiff, 1e-4f) << "last-position logits differ from HF";
+        max_diff = std::max(max_diff, std::fabs(logits[i] - expected[i]));
+      EXPECT_LE(max_diff, 1e-4f) << "last-position logits differ from HF";
       EXPECT_EQ(result.tokens, p["greedy_ids"].get<std::vector<int32_t>>())
           << "greedy continuation differs from HF";
     }
@@ -93,7 +93,7 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderNumerics,
-                         ::testing::Values("llama_gqa", "llama_tied", "llama_attn_bias", "qwen2_bias",
-                                           "mistral"));
+                         ::testing::Values("llama_gqa", "llama_tied", "llama_attn_bias",
+                                           "qwen2_bias", "mistral"));
 
 }  // namespace

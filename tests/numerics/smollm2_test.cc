@@ -28,7 +28,8 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
 
   // Per process: several checkouts may run this test at once on one machine.
   const std::string artifact =
-      (fs::temp_directory_path() / ("xcc_smollm2_test_" + std::to_string(::getpid()) + ".xpk")).string();
+      (fs::temp_directory_path() / ("xcc_smollm2_test_" + std::to_string(::getpid()) + ".xpk"))
+          .string();
   xcc::CompileOptions o;
   o.model_path = gguf;
   o.output_path = artifact;
@@ -44,7 +45,8 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   {
     std::ifstream a(artifact, std::ios::binary), b(o.output_path, std::ios::binary);
-    std::string ba((std::istreambuf_iterator<char>(a)), {}), bb((std::istreambuf_iterator<char>(b)), {});
+    std::string ba((std::istreambuf_iterator<char>(a)), {}),
+        bb((std::istreambuf_iterator<char>(b)), {});
     EXPECT_TRUE(ba == bb) << "two compiles of SmolLM2 differ";
   }
   fs::remove(o.output_path);

@@ -19,4 +19,4 @@ namespace xcc::xg {
 // weights, which have no buffer).
 BufferAttr getPlannedBuffer(mlir::Value v);
 
-}  // namespace xcc::xg
+} // namespace xcc::xg

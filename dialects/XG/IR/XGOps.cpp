@@ -19,8 +19,10 @@ RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type elementType) {
 // Merges two sizes that must agree: a static size wins over a dynamic one.
 // Returns failure if both are static and differ.
 FailureOr<int64_t> mergeDim(int64_t a, int64_t b) {
-  if (a == kDyn) return b;
-  if (b == kDyn || a == b) return a;
+  if (a == kDyn)
+    return b;
+  if (b == kDyn || a == b)
+    return a;
   return failure();
 }
 
@@ -34,17 +36,19 @@ LogicalResult expectRank(std::optional<Location> loc, Value v, int64_t rank,
   return success();
 }
 
-LogicalResult expectDim(std::optional<Location> loc, int64_t actual, int64_t expected,
-                        StringRef what) {
+LogicalResult expectDim(std::optional<Location> loc, int64_t actual,
+                        int64_t expected, StringRef what) {
   if (failed(mergeDim(actual, expected)))
     return emitOptionalError(loc, what, " is ", dimStr(actual), ", expected ",
                              dimStr(expected));
   return success();
 }
 
-ArrayRef<int64_t> shapeOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
 
-}  // namespace
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // WeightOp
@@ -53,16 +57,19 @@ ArrayRef<int64_t> shapeOf(Value v) { return cast<RankedTensorType>(v.getType()).
 LogicalResult WeightOp::verify() {
   auto type = getResult().getType();
   if (!type.hasStaticShape())
-    return emitOpError() << "weight '" << getName() << "' must have a static shape, got "
-                         << type;
-  if (getName().empty()) return emitOpError() << "weight name must not be empty";
+    return emitOpError() << "weight '" << getName()
+                         << "' must have a static shape, got " << type;
+  if (getName().empty())
+    return emitOpError() << "weight name must not be empty";
   if (auto nr = getPackNr()) {
-    if (*nr <= 0) return emitOpError() << "pack_nr must be positive, got " << *nr;
+    if (*nr <= 0)
+      return emitOpError() << "pack_nr must be positive, got " << *nr;
     if (type.getRank() != 2)
       return emitOpError() << "only rank-2 weights can be packed, got " << type;
   }
   if (auto sources = getSources()) {
-    if (sources->empty()) return emitOpError() << "sources must not be empty";
+    if (sources->empty())
+      return emitOpError() << "sources must not be empty";
   }
   return success();
 }
@@ -71,21 +78,25 @@ LogicalResult WeightOp::verify() {
 // ConcatOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult ConcatOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
                                          Adaptor adaptor,
-                                         SmallVectorImpl<Type>& inferred) {
+                                         SmallVectorImpl<Type> &inferred) {
   ValueRange inputs = adaptor.getInputs();
-  if (inputs.empty()) return emitOptionalError(loc, "concat needs at least one input");
+  if (inputs.empty())
+    return emitOptionalError(loc, "concat needs at least one input");
   auto first = cast<RankedTensorType>(inputs.front().getType());
   int64_t rank = first.getRank();
   int64_t axis = adaptor.getAxis();
   if (axis < 0 || axis >= rank)
-    return emitOptionalError(loc, "axis ", axis, " out of range for rank ", rank);
+    return emitOptionalError(loc, "axis ", axis, " out of range for rank ",
+                             rank);
   SmallVector<int64_t> shape(first.getShape());
   for (Value in : inputs.drop_front()) {
     auto t = cast<RankedTensorType>(in.getType());
     if (t.getRank() != rank)
-      return emitOptionalError(loc, "all inputs must have rank ", rank, ", got ", t);
+      return emitOptionalError(loc, "all inputs must have rank ", rank,
+                               ", got ", t);
     for (int64_t d = 0; d < rank; ++d) {
       if (d == axis) {
         shape[d] = (shape[d] == kDyn || t.getDimSize(d) == kDyn)
@@ -96,7 +107,8 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
       auto merged = mergeDim(shape[d], t.getDimSize(d));
       if (failed(merged))
         return emitOptionalError(loc, "inputs disagree on dimension ", d, ": ",
-                                 dimStr(shape[d]), " vs ", dimStr(t.getDimSize(d)));
+                                 dimStr(shape[d]), " vs ",
+                                 dimStr(t.getDimSize(d)));
       shape[d] = *merged;
     }
   }
@@ -105,7 +117,8 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
 }
 
 LogicalResult ConcatOp::verify() {
-  if (getInputs().size() < 2) return emitOpError() << "needs at least two inputs";
+  if (getInputs().size() < 2)
+    return emitOpError() << "needs at least two inputs";
   return success();
 }
 
@@ -113,15 +126,17 @@ LogicalResult ConcatOp::verify() {
 // EmbeddingOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
                                             Adaptor adaptor,
-                                            SmallVectorImpl<Type>& inferred) {
+                                            SmallVectorImpl<Type> &inferred) {
   if (failed(expectRank(loc, adaptor.getTable(), 2, "table")) ||
       failed(expectRank(loc, adaptor.getIds(), 1, "ids")))
     return failure();
   auto table = cast<RankedTensorType>(adaptor.getTable().getType());
-  inferred.push_back(tensorOf({shapeOf(adaptor.getIds())[0], table.getDimSize(1)},
-                              table.getElementType()));
+  inferred.push_back(
+      tensorOf({shapeOf(adaptor.getIds())[0], table.getDimSize(1)},
+               table.getElementType()));
   return success();
 }
 
@@ -129,14 +144,16 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext*, std::optional<Location
 // RmsNormOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult RmsNormOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
                                           Adaptor adaptor,
-                                          SmallVectorImpl<Type>& inferred) {
+                                          SmallVectorImpl<Type> &inferred) {
   if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
       failed(expectRank(loc, adaptor.getWeight(), 1, "weight")))
     return failure();
   auto in = shapeOf(adaptor.getInput());
-  if (failed(expectDim(loc, shapeOf(adaptor.getWeight())[0], in[1], "weight size")))
+  if (failed(expectDim(loc, shapeOf(adaptor.getWeight())[0], in[1],
+                       "weight size")))
     return failure();
   if (adaptor.getEps().convertToDouble() <= 0.0)
     return emitOptionalError(loc, "eps must be positive");
@@ -148,9 +165,10 @@ LogicalResult RmsNormOp::inferReturnTypes(MLIRContext*, std::optional<Location> 
 // LinearOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult LinearOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
                                          Adaptor adaptor,
-                                         SmallVectorImpl<Type>& inferred) {
+                                         SmallVectorImpl<Type> &inferred) {
   if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
       failed(expectRank(loc, adaptor.getWeight(), 2, "weight")))
     return failure();
@@ -165,17 +183,19 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
       return failure();
   }
   if (Value acc = adaptor.getAccumulator()) {
-    if (failed(expectRank(loc, acc, 2, "accumulator"))) return failure();
+    if (failed(expectRank(loc, acc, 2, "accumulator")))
+      return failure();
     auto a = shapeOf(acc);
     auto rows = mergeDim(a[0], out[0]);
     if (failed(rows) || failed(mergeDim(a[1], out[1])))
-      return emitOptionalError(loc, "accumulator shape ", dimStr(a[0]), "x", dimStr(a[1]),
-                               " does not match the result ", dimStr(out[0]), "x",
-                               dimStr(out[1]));
+      return emitOptionalError(loc, "accumulator shape ", dimStr(a[0]), "x",
+                               dimStr(a[1]), " does not match the result ",
+                               dimStr(out[0]), "x", dimStr(out[1]));
     out[0] = *rows;
   }
-  inferred.push_back(tensorOf(out, cast<RankedTensorType>(adaptor.getInput().getType())
-                                       .getElementType()));
+  inferred.push_back(tensorOf(
+      out,
+      cast<RankedTensorType>(adaptor.getInput().getType()).getElementType()));
   return success();
 }
 
@@ -190,22 +210,28 @@ LogicalResult LinearOp::verify() {
 // SplitOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult SplitOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
                                         Adaptor adaptor,
-                                        SmallVectorImpl<Type>& inferred) {
-  if (failed(expectRank(loc, adaptor.getInput(), 2, "input"))) return failure();
+                                        SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")))
+    return failure();
   auto in = shapeOf(adaptor.getInput());
   ArrayRef<int64_t> sizes = adaptor.getSizes();
-  if (sizes.empty()) return emitOptionalError(loc, "sizes must not be empty");
+  if (sizes.empty())
+    return emitOptionalError(loc, "sizes must not be empty");
   int64_t total = 0;
   for (int64_t s : sizes) {
-    if (s <= 0) return emitOptionalError(loc, "split sizes must be positive, got ", s);
+    if (s <= 0)
+      return emitOptionalError(loc, "split sizes must be positive, got ", s);
     total += s;
   }
   if (failed(expectDim(loc, in[1], total, "input columns (sum of sizes)")))
     return failure();
-  auto elementType = cast<RankedTensorType>(adaptor.getInput().getType()).getElementType();
-  for (int64_t s : sizes) inferred.push_back(tensorOf({in[0], s}, elementType));
+  auto elementType =
+      cast<RankedTensorType>(adaptor.getInput().getType()).getElementType();
+  for (int64_t s : sizes)
+    inferred.push_back(tensorOf({in[0], s}, elementType));
   return success();
 }
 
@@ -213,9 +239,10 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext*, std::optional<Location> lo
 // RopeOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult RopeOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+LogicalResult RopeOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
                                        Adaptor adaptor,
-                                       SmallVectorImpl<Type>& inferred) {
+                                       SmallVectorImpl<Type> &inferred) {
   if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
       failed(expectRank(loc, adaptor.getPositions(), 1, "positions")) ||
       failed(expectRank(loc, adaptor.getInvFreq(), 1, "inv_freq")))
@@ -223,12 +250,15 @@ LogicalResult RopeOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc
   int64_t hd = adaptor.getHeadDim();
   auto in = shapeOf(adaptor.getInput());
   if (hd <= 0 || hd % 2 != 0)
-    return emitOptionalError(loc, "head_dim must be positive and even, got ", hd);
-  if (in[1] != kDyn && in[1] % hd != 0)
-    return emitOptionalError(loc, "input columns ", in[1], " are not a multiple of head_dim ",
+    return emitOptionalError(loc, "head_dim must be positive and even, got ",
                              hd);
-  if (failed(expectDim(loc, shapeOf(adaptor.getPositions())[0], in[0], "positions size")) ||
-      failed(expectDim(loc, shapeOf(adaptor.getInvFreq())[0], hd / 2, "inv_freq size")))
+  if (in[1] != kDyn && in[1] % hd != 0)
+    return emitOptionalError(loc, "input columns ", in[1],
+                             " are not a multiple of head_dim ", hd);
+  if (failed(expectDim(loc, shapeOf(adaptor.getPositions())[0], in[0],
+                       "positions size")) ||
+      failed(expectDim(loc, shapeOf(adaptor.getInvFreq())[0], hd / 2,
+                       "inv_freq size")))
     return failure();
   inferred.push_back(adaptor.getInput().getType());
   return success();
@@ -238,9 +268,10 @@ LogicalResult RopeOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc
 // PagedAttentionOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult PagedAttentionOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
-                                                 Adaptor adaptor,
-                                                 SmallVectorImpl<Type>& inferred) {
+LogicalResult
+PagedAttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                   Adaptor adaptor,
+                                   SmallVectorImpl<Type> &inferred) {
   if (failed(expectRank(loc, adaptor.getQ(), 2, "q")) ||
       failed(expectRank(loc, adaptor.getK(), 2, "k")) ||
       failed(expectRank(loc, adaptor.getV(), 2, "v")))
@@ -253,18 +284,22 @@ LogicalResult PagedAttentionOp::inferReturnTypes(MLIRContext*, std::optional<Loc
   int64_t h = adaptor.getNumHeads(), kvh = adaptor.getNumKvHeads(),
           hd = adaptor.getHeadDim();
   if (h <= 0 || kvh <= 0 || hd <= 0 || h % kvh != 0)
-    return emitOptionalError(loc, "num_heads (", h, ") must be a positive multiple of num_kv_heads (",
+    return emitOptionalError(loc, "num_heads (", h,
+                             ") must be a positive multiple of num_kv_heads (",
                              kvh, ") and head_dim (", hd, ") positive");
-  auto q = shapeOf(adaptor.getQ()), k = shapeOf(adaptor.getK()), v = shapeOf(adaptor.getV());
+  auto q = shapeOf(adaptor.getQ()), k = shapeOf(adaptor.getK()),
+       v = shapeOf(adaptor.getV());
   if (failed(expectDim(loc, q[1], h * hd, "q columns")) ||
       failed(expectDim(loc, k[1], kvh * hd, "k columns")) ||
       failed(expectDim(loc, v[1], kvh * hd, "v columns")) ||
       failed(expectDim(loc, k[0], q[0], "k rows")) ||
       failed(expectDim(loc, v[0], q[0], "v rows")) ||
-      failed(expectDim(loc, shapeOf(adaptor.getSlotMapping())[0], q[0], "slot_mapping size")))
+      failed(expectDim(loc, shapeOf(adaptor.getSlotMapping())[0], q[0],
+                       "slot_mapping size")))
     return failure();
   int64_t reqs = shapeOf(adaptor.getBlockTables())[0];
-  if (failed(expectDim(loc, shapeOf(adaptor.getSeqLens())[0], reqs, "seq_lens size")) ||
+  if (failed(expectDim(loc, shapeOf(adaptor.getSeqLens())[0], reqs,
+                       "seq_lens size")) ||
       failed(expectDim(loc, shapeOf(adaptor.getQueryStartLoc())[0],
                        reqs == kDyn ? kDyn : reqs + 1, "query_start_loc size")))
     return failure();
@@ -274,7 +309,8 @@ LogicalResult PagedAttentionOp::inferReturnTypes(MLIRContext*, std::optional<Loc
 
 LogicalResult PagedAttentionOp::verify() {
   if (getLayerAttr().getInt() < 0)
-    return emitOpError() << "layer must be non-negative, got " << getLayerAttr().getInt();
+    return emitOpError() << "layer must be non-negative, got "
+                         << getLayerAttr().getInt();
   if (!(getScale().convertToFloat() > 0.0f))
     return emitOpError() << "scale must be positive";
   return success();
@@ -284,12 +320,14 @@ LogicalResult PagedAttentionOp::verify() {
 // Elementwise and gather
 //===----------------------------------------------------------------------===//
 
-static LogicalResult inferElementwise(std::optional<Location> loc, Value a, Value b,
-                                      SmallVectorImpl<Type>& inferred) {
+static LogicalResult inferElementwise(std::optional<Location> loc, Value a,
+                                      Value b,
+                                      SmallVectorImpl<Type> &inferred) {
   auto ta = cast<RankedTensorType>(a.getType());
   auto tb = cast<RankedTensorType>(b.getType());
   if (ta.getRank() != tb.getRank())
-    return emitOptionalError(loc, "operands must have the same rank, got ", ta, " and ", tb);
+    return emitOptionalError(loc, "operands must have the same rank, got ", ta,
+                             " and ", tb);
   SmallVector<int64_t> shape;
   for (int64_t d = 0; d < ta.getRank(); ++d) {
     auto m = mergeDim(ta.getDimSize(d), tb.getDimSize(d));
@@ -301,30 +339,35 @@ static LogicalResult inferElementwise(std::optional<Location> loc, Value a, Valu
   return success();
 }
 
-LogicalResult SiluMulOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+LogicalResult SiluMulOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
                                           Adaptor adaptor,
-                                          SmallVectorImpl<Type>& inferred) {
+                                          SmallVectorImpl<Type> &inferred) {
   return inferElementwise(loc, adaptor.getGate(), adaptor.getUp(), inferred);
 }
 
-LogicalResult AddOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
-                                      Adaptor adaptor, SmallVectorImpl<Type>& inferred) {
+LogicalResult AddOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &inferred) {
   return inferElementwise(loc, adaptor.getLhs(), adaptor.getRhs(), inferred);
 }
 
-LogicalResult GatherRowsOp::inferReturnTypes(MLIRContext*, std::optional<Location> loc,
+LogicalResult GatherRowsOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
                                              Adaptor adaptor,
-                                             SmallVectorImpl<Type>& inferred) {
+                                             SmallVectorImpl<Type> &inferred) {
   if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
       failed(expectRank(loc, adaptor.getIndices(), 1, "indices")))
     return failure();
   auto in = cast<RankedTensorType>(adaptor.getInput().getType());
-  inferred.push_back(tensorOf({shapeOf(adaptor.getIndices())[0], in.getDimSize(1)},
-                              in.getElementType()));
+  inferred.push_back(
+      tensorOf({shapeOf(adaptor.getIndices())[0], in.getDimSize(1)},
+               in.getElementType()));
   return success();
 }
 
-}  // namespace xcc::xg
+} // namespace xcc::xg
 
 #define GET_OP_CLASSES
 #include "dialects/XG/IR/XGOps.cpp.inc"
