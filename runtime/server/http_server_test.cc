@@ -746,15 +746,22 @@ TEST_F(HttpServerTest, ModelsHealthMetrics) {
   EXPECT_EQ(Json::parse(health->body)["status"], "ok");
 
   ExpectServerHealthy();
-  auto metrics = client_->Get("/metrics");
-  ASSERT_TRUE(metrics);
+  // The HTTP counters are updated after a response is written (httplib's logger),
+  // so the last request may show up a moment after its client got the response:
+  // poll, bounded, until it has been counted.
+  const std::string completions_line =
+      "xrt_http_requests_total{path=\"/v1/completions\",code=\"200\"} 1\n";
+  httplib::Result metrics;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    metrics = client_->Get("/metrics");
+    ASSERT_TRUE(metrics);
+    if (metrics->body.find(completions_line) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(metrics->status, 200);
   EXPECT_EQ(metrics->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_NE(metrics->body.find("fake_engine_steps 1\n"), std::string::npos);
-  EXPECT_NE(
-      metrics->body.find("xrt_http_requests_total{path=\"/v1/completions\",code=\"200\"} 1\n"),
-      std::string::npos)
-      << metrics->body;
+  EXPECT_NE(metrics->body.find(completions_line), std::string::npos) << metrics->body;
   EXPECT_NE(metrics->body.find("xrt_http_requests_total{path=\"/health\",code=\"200\"} 1\n"),
             std::string::npos);
 }
