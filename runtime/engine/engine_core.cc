@@ -104,10 +104,15 @@ RequestOutput EngineCore::Finish(uint64_t id, const std::string& reason, const s
   o.finished = true;
   o.finish_reason = reason;
   o.error = error;
-  (void)scheduler_->FinishRequest(id);  // NotFound only for an unknown id
-  by_name_.erase(r.req.request_id);
-  live_.erase(it);
+  Forget(id);
   return o;
+}
+
+void EngineCore::Forget(uint64_t id) {
+  auto it = live_.find(id);
+  (void)scheduler_->FinishRequest(id);  // NotFound only for an unknown id
+  by_name_.erase(it->second->req.request_id);
+  live_.erase(it);
 }
 
 void EngineCore::FailAll(const std::vector<uint64_t>& ids, const std::string& error,
@@ -300,9 +305,7 @@ EngineCoreOutputs EngineCore::Step() {
     if (stop.finished()) {
       o.finished = true;
       o.finish_reason = stop.finish_reason;
-      (void)scheduler_->FinishRequest(s.id);
-      by_name_.erase(r.req.request_id);
-      live_.erase(s.id);
+      Forget(s.id);
     }
     outs.push_back(std::move(o));
   }

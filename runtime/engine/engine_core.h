@@ -160,6 +160,8 @@ class EngineCore {
 
   // Finishes request `id` for `reason` ("abort" or "error"); its output.
   RequestOutput Finish(uint64_t id, const std::string& reason, const std::string& error);
+  // Forgets request `id`: frees its KV blocks (scheduler) and drops it from the maps.
+  void Forget(uint64_t id);
   RequestOutput OutputOf(const Live& r) const;
   // Fails every request of `ids` that is still live.
   void FailAll(const std::vector<uint64_t>& ids, const std::string& error,
