@@ -751,13 +751,14 @@ TEST_F(HttpServerTest, ModelsHealthMetrics) {
   // poll, bounded, until it has been counted.
   const std::string completions_line =
       "xrt_http_requests_total{path=\"/v1/completions\",code=\"200\"} 1\n";
-  httplib::Result metrics;
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    metrics = client_->Get("/metrics");
-    ASSERT_TRUE(metrics);
-    if (metrics->body.find(completions_line) != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  auto metrics = [&] {
+    for (int attempt = 1;; ++attempt) {
+      httplib::Result r = client_->Get("/metrics");
+      if (!r || r->body.find(completions_line) != std::string::npos || attempt == 200) return r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }();
+  ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
   EXPECT_EQ(metrics->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_NE(metrics->body.find("fake_engine_steps 1\n"), std::string::npos);
