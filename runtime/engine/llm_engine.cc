@@ -124,9 +124,8 @@ void LLMEngine::Loop() {
       live->submitted = Clock::now();
       const std::string id = req.request_id;
       const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
-      Status s = live_.count(id) != 0
-                     ? InvalidArgumentError("request '{}' is already in flight", id)
-                     : core_->AddRequest(std::move(req));
+      // The core rejects an id already in flight (its requests are exactly live_'s).
+      Status s = core_->AddRequest(std::move(req));
       if (!s.ok()) {
         RequestOutput out;
         out.request_id = id;
