@@ -77,7 +77,7 @@ struct CommandDesc {
 struct ExecutableDesc {
   std::string name;
   xpk::ExecutableKind kind;
-  int64_t num_tokens = 0, num_reqs = 0;
+  int64_t num_tokens = 0, num_reqs = 0, num_images = 0;
   std::vector<TensorDesc> inputs, outputs;
   uint64_t io_size = 0, arena_size = 0;
   std::vector<CommandDesc> commands;
@@ -176,6 +176,8 @@ class Emitter {
 
   Expected<xpk::Binding> BindingOf(Value v) {
     auto t = cast<RankedTensorType>(v.getType());
+    if (v.getDefiningOp<xg::EncoderCacheOp>())
+      return xpk::Binding(xpk::BindingKind::encoder_cache, 0, 0, 0);
     if (auto w = v.getDefiningOp<xg::WeightOp>()) {
       XRT_ASSIGN_OR_RETURN(uint32_t index, WeightIndex(w));
       return xpk::Binding(xpk::BindingKind::weight, index, 0, 0);
@@ -271,6 +273,28 @@ class Emitter {
     return Finish(op, u);
   }
 
+  Expected<CommandDesc> EmitDenseAttention(xg::AttentionOp op) {
+    using P = xpk::abi::AttentionParam;
+    using F = xpk::abi::AttentionFParam;
+    using B = xpk::abi::AttentionBinding;
+    UkernelCommand<xpk::Ukernel::attention> u;
+    for (auto [role, v] : {std::pair{B::kQ, op.getQ()},
+                           {B::kK, op.getK()},
+                           {B::kV, op.getV()},
+                           {B::kOut, op.getResult()}})
+      XRT_RETURN_IF_ERROR(Bind(u, role, v));
+    u.Set(P::kNumTokens, op.getQ().getType().getDimSize(0));
+    u.Set(P::kSeqLen, op.getSeqLenAttr().getInt());
+    u.Set(P::kNumHeads, op.getNumHeadsAttr().getInt());
+    u.Set(P::kHeadDim, op.getHeadDimAttr().getInt());
+    u.Set(P::kQStride, RowStride(op.getQ()));
+    u.Set(P::kKStride, RowStride(op.getK()));
+    u.Set(P::kVStride, RowStride(op.getV()));
+    u.Set(P::kOutStride, RowStride(op.getResult()));
+    u.Set(F::kScale, op.getScale().convertToFloat());
+    return Finish(op, u);
+  }
+
   // An op FormDispatches marked `xg.ukernel`: the command of that ukernel.
   Expected<CommandDesc> EmitUkernel(Operation* op, StringAttr name) {
     std::optional<xpk::Ukernel> ukernel = xpk::abi::UkernelNamed(name.getValue());
@@ -285,6 +309,9 @@ class Emitter {
       case xpk::Ukernel::paged_attention:
         if (auto att = dyn_cast<xg::PagedAttentionOp>(op)) return EmitAttention(att);
         return mismatch(xg::PagedAttentionOp::getOperationName());
+      case xpk::Ukernel::attention:
+        if (auto att = dyn_cast<xg::AttentionOp>(op)) return EmitDenseAttention(att);
+        return mismatch(xg::AttentionOp::getOperationName());
       default:
         return xrt::InternalError("'{}': unknown ukernel '{}'", LabelOf(op), name.getValue().str());
     }
@@ -328,6 +355,8 @@ class Emitter {
       e.num_reqs = maxNumSeqs_;
     } else if (kind == xpk::ExecutableKind::lm_logits) {
       e.num_reqs = bucket.getInt();
+    } else if (kind == xpk::ExecutableKind::vision_encode) {
+      e.num_images = bucket.getInt();
     } else {
       return xrt::InternalError("unknown entry function '{}'", fn.getSymName().str());
     }
@@ -367,7 +396,7 @@ class Emitter {
         c = EmitUkernel(&op, ukernel);
       } else if (op.hasAttr(xg::kDispatchAttr)) {
         c = EmitDispatch(&op);
-      } else if (isa<xg::WeightOp, xg::SplitOp, func::ReturnOp>(op)) {
+      } else if (isa<xg::WeightOp, xg::EncoderCacheOp, xg::SplitOp, func::ReturnOp>(op)) {
         continue;
       } else {
         return xrt::InternalError("op '{}' has no command", LabelOf(&op));
@@ -427,6 +456,18 @@ std::string InputRole(const std::string& path) {
   return "other";
 }
 
+flatbuffers::Offset<xpk::VisionConfig> BuildVisionConfig(flatbuffers::FlatBufferBuilder& fbb,
+                                                         const VisionConfig& v,
+                                                         int64_t encoder_cache_rows) {
+  return xpk::CreateVisionConfig(
+      fbb, fbb.CreateString(v.tower), v.hidden_size, v.intermediate_size, v.layers_used(),
+      v.num_attention_heads, v.image_size, v.patch_size, v.num_channels, v.layer_norm_eps,
+      fbb.CreateString(v.hidden_act), fbb.CreateVector(v.feature_layers),
+      fbb.CreateString(v.select_strategy), fbb.CreateString(v.projector_act), v.projector_bias,
+      v.image_token_id, fbb.CreateString(v.image_token), v.tokens_per_image(), encoder_cache_rows,
+      /*preprocess=*/0);
+}
+
 std::string JoinInts(const std::vector<int64_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -481,6 +522,29 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
                                        JoinInts(tokenBuckets));
   std::vector<int64_t> reqBuckets = xrt::DefaultReqBuckets(o.limits.max_num_seqs);
 
+  // Vision: the encoder budget fixes the vision_encode buckets and the cache lm_step reads.
+  const VisionConfig* vision = source->vision();
+  std::vector<int64_t> imageBuckets;
+  xrt::EncoderBudget encoderBudget;
+  if (vision) {
+    XRT_ASSIGN_OR_RETURN(encoderBudget,
+                         xrt::ComputeEncoderBudget(
+                             o.limits.max_num_batched_tokens, vision->tokens_per_image(),
+                             o.limits.max_num_seqs, o.max_images_per_prompt, o.encoder_cache_rows));
+    imageBuckets = o.image_buckets.empty() ? xrt::DefaultImageBuckets(encoderBudget.images_per_step)
+                                           : o.image_buckets;
+    for (size_t i = 0; i < imageBuckets.size(); ++i)
+      if (imageBuckets[i] < 1 || (i && imageBuckets[i] <= imageBuckets[i - 1]))
+        return xrt::InvalidArgumentError("--image-buckets must be positive and increasing, got {}",
+                                         JoinInts(imageBuckets));
+    if (imageBuckets.back() > encoderBudget.images_per_step)
+      return xrt::InvalidArgumentError(
+          "--image-buckets: bucket {} exceeds the {} images one step can encode (encoder budget "
+          "{} rows, {} tokens per image; raise --max-num-batched-tokens)",
+          imageBuckets.back(), encoderBudget.images_per_step, encoderBudget.compute_rows,
+          vision->tokens_per_image());
+  }
+
   // Graph.
   MLIRContext ctx;
   LoadPipelineDialects(&ctx);
@@ -489,12 +553,15 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   bo.max_num_reqs = o.limits.max_num_seqs;
   bo.max_blocks_per_req = maxBlocksPerReq;
   bo.max_token_bucket = tokenBuckets.back();
+  bo.vision = vision;
+  bo.encoder_cache_rows = encoderBudget.cache_rows;
   progress(fmt::format("building the graph of {} ({} layers, hidden {}, vocab {})",
                        cfg.architecture, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size));
   OwningOpRef<ModuleOp> module = BuildDecoderModule(&ctx, cfg, bo);
   PipelineOptions po;
   po.token_buckets = tokenBuckets;
   po.req_buckets = reqBuckets;
+  po.image_buckets = imageBuckets;
   po.pack_nr = xrt::kPackNR;
   po.dump_ir_after = o.dump_ir_after;
   progress(fmt::format("specializing {} token buckets ({}) and {} request buckets ({})",
@@ -544,6 +611,11 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
       {"cpu", code.cpu},
       {"pack_nr", std::to_string(xrt::kPackNR)},
   };
+  if (vision) {
+    prov.options.push_back({"image_buckets", JoinInts(imageBuckets)});
+    prov.options.push_back({"encoder_cache_rows", std::to_string(encoderBudget.cache_rows)});
+    prov.options.push_back({"max_images_per_prompt", std::to_string(o.max_images_per_prompt)});
+  }
   for (const std::string& path : source->input_files()) {
     XRT_ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
     xrt::ArtifactProvenance::Input in;
@@ -571,11 +643,13 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
                                cfg.rope_scaling.high_freq_factor,
                                cfg.rope_scaling.original_max_position_embeddings),
         cfg.tie_word_embeddings, cfg.attention_bias, fbb.CreateString(source->chat_template()),
-        fbb.CreateVector(eos), gen.temperature, gen.top_p, gen.top_k, gen.repetition_penalty);
+        fbb.CreateVector(eos), gen.temperature, gen.top_p, gen.top_k, gen.repetition_penalty,
+        vision ? BuildVisionConfig(fbb, *vision, encoderBudget.cache_rows) : 0);
     auto tokenizer = BuildTokenizer(fbb, tok);
     auto limits =
         xpk::CreateServingLimits(fbb, o.limits.max_num_seqs, o.limits.max_num_batched_tokens,
-                                 maxModelLen, o.limits.block_size, maxBlocksPerReq, 0, 0, 0);
+                                 maxModelLen, o.limits.block_size, maxBlocksPerReq,
+                                 vision ? o.max_images_per_prompt : 0, 0, 0);
     std::vector<flatbuffers::Offset<xpk::Weight>> weights;
     for (const WeightDesc& w : emitter.weights())
       weights.push_back(xpk::CreateWeight(
@@ -609,7 +683,8 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
             c.iparams.empty() ? 0 : fbb.CreateVector(c.iparams),
             c.fparams.empty() ? 0 : fbb.CreateVector(c.fparams), fbb.CreateString(c.label)));
       exes.push_back(xpk::CreateExecutable(fbb, fbb.CreateString(e.name), e.kind, e.num_tokens,
-                                           e.num_reqs, 0, xpk::LoraMode::none, inputs, outputs,
+                                           e.num_reqs, e.num_images, xpk::LoraMode::none, inputs,
+                                           outputs,
                                            e.io_size, e.arena_size, fbb.CreateVector(cmds)));
     }
     auto provenance = BuildProvenance(fbb, prov);
@@ -630,6 +705,11 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     s.max_arena_bytes = std::max<uint64_t>(s.max_arena_bytes, e.arena_size);
   if (auto f = xrt::MappedFile::Open(o.output_path); f.ok()) s.file_bytes = f->size();
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (vision) {
+    s.image_buckets = imageBuckets;
+    s.tokens_per_image = vision->tokens_per_image();
+    s.encoder_cache_rows = encoderBudget.cache_rows;
+  }
   return s;
 }
 

@@ -20,6 +20,12 @@ struct CompileOptions {
   // Buckets: explicit list, or the defaults from max_num_batched_tokens (+ gap).
   std::vector<int64_t> token_buckets;
   int64_t token_bucket_gap = 0;
+  // A LLaVA-style model: vision_encode buckets (num_images; empty: 1, 2, 4, ... up to
+  // the images one step's encoder budget holds), the encoder-output cache in rows (0:
+  // automatic, see xrt::ComputeEncoderBudget) and the most images one request may carry.
+  std::vector<int64_t> image_buckets;
+  int64_t encoder_cache_rows = 0;
+  int64_t max_images_per_prompt = 4;
   std::string target = "host";
   std::vector<std::string> dump_ir_after;
   bool quiet = false;  // no progress / summary on stderr
@@ -34,6 +40,11 @@ struct CompileSummary {
   uint64_t max_arena_bytes = 0;  // the largest executable's scratch arena
   uint64_t file_bytes = 0;
   double seconds = 0;
+  // A model with vision: its vision_encode buckets, the tokens each image becomes
+  // and the encoder cache rows; empty / 0 otherwise.
+  std::vector<int64_t> image_buckets;
+  int64_t tokens_per_image = 0;
+  int64_t encoder_cache_rows = 0;
 };
 
 xrt::Expected<CompileSummary> Compile(const CompileOptions& options);

@@ -25,6 +25,10 @@ class DecoderBuilder {
     BuildStep();
     b_.setInsertionPointToEnd(module->getBody());
     BuildLogits();
+    if (o_.vision) {
+      b_.setInsertionPointToEnd(module->getBody());
+      BuildVisionEncode(*o_.vision);
+    }
     return module;
   }
 
@@ -105,6 +109,12 @@ class DecoderBuilder {
     Value x =
         b_.create<xg::EmbeddingOp>(NameLoc("model.embed_tokens"),
                                    Weight("model.embed_tokens.weight", {c_.vocab_size, D}), ids);
+    if (o_.vision) {
+      // Image placeholder tokens take their feature row from the encoder cache.
+      Value cache = b_.create<xg::EncoderCacheOp>(NameLoc("encoder_cache"),
+                                                  T({o_.encoder_cache_rows, D}, f32()));
+      x = b_.create<xg::MergeRowsOp>(NameLoc("merge_image_rows"), x, fn.getArgument(6), cache);
+    }
     Value inv_freq = Weight(kRopeInvFreqWeight, {hd / 2});
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
@@ -142,6 +152,71 @@ class DecoderBuilder {
     std::string head = c_.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
     Value logits = Linear(h, head, c_.vocab_size, D, false);
     Return(fn, logits);
+  }
+
+  Value LayerNorm(Value x, const std::string& prefix, int64_t n, double eps) {
+    return b_.create<xg::LayerNormOp>(NameLoc(prefix), x, Weight(prefix + ".weight", {n}),
+                                      Weight(prefix + ".bias", {n}), b_.getF64FloatAttr(eps));
+  }
+  Value Gelu(Value x, const std::string& name, const std::string& act) {
+    std::string approx = act == "quick_gelu" ? "quick" : act == "gelu" ? "none" : "tanh";
+    return b_.create<xg::GeluOp>(NameLoc(name), x, b_.getStringAttr(approx));
+  }
+
+  // The vision tower (CLIP / SigLIP) up to the deepest selected hidden state,
+  // the feature selection and the projector, over num_images images.
+  void BuildVisionEncode(const VisionConfig& v) {
+    const int64_t D = v.hidden_size, F = v.intermediate_size, C = v.num_channels,
+                  S = v.image_size, p = v.patch_size, L = v.seq_len(), H = v.num_attention_heads,
+                  hd = D / H, Dt = c_.hidden_size;
+    func::FuncOp fn = Entry(xpk::ExecutableKind::vision_encode, "num_images",
+                            {{"pixel_values", {kDyn, C * S * S}, f32(), "num_images"}},
+                            "image_features");
+    const std::string tower = "vision_tower.vision_model.";
+    const std::string emb = tower + "embeddings.";
+    Value patches = b_.create<xg::PatchifyOp>(NameLoc("patchify"), fn.getArgument(0),
+                                              b_.getI64IntegerAttr(C), b_.getI64IntegerAttr(S),
+                                              b_.getI64IntegerAttr(p));
+    // The patch convolution [D, C, p, p] as a linear over flattened patches.
+    Value x = Linear(patches, emb + "patch_embedding", D, C * p * p, !v.has_class_token());
+    Value cls = v.has_class_token() ? Weight(emb + "class_embedding", {D}) : Value();
+    x = b_.create<xg::VisionEmbedOp>(NameLoc(emb + "position_embedding"), x,
+                                     Weight(emb + "position_embedding.weight", {L, D}), cls);
+    if (v.has_class_token()) x = LayerNorm(x, tower + "pre_layrnorm", D, v.layer_norm_eps);
+    std::vector<Value> hidden = {x};  // hidden_states[i]
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (int64_t l = 0; l < v.layers_used(); ++l) {
+      const std::string pre = tower + "encoder.layers." + std::to_string(l) + ".";
+      Value h = LayerNorm(x, pre + "layer_norm1", D, v.layer_norm_eps);
+      Value q = Linear(h, pre + "self_attn.q_proj", D, D, true);
+      Value k = Linear(h, pre + "self_attn.k_proj", D, D, true);
+      Value val = Linear(h, pre + "self_attn.v_proj", D, D, true);
+      Value o = b_.create<xg::AttentionOp>(
+          NameLoc(pre + "self_attn"), q, k, val, b_.getI64IntegerAttr(L), b_.getI64IntegerAttr(H),
+          b_.getI64IntegerAttr(hd), b_.getF32FloatAttr(scale));
+      x = b_.create<xg::AddOp>(NameLoc(pre + "residual_attn"), x,
+                               Linear(o, pre + "self_attn.out_proj", D, D, true));
+      h = LayerNorm(x, pre + "layer_norm2", D, v.layer_norm_eps);
+      h = Gelu(Linear(h, pre + "mlp.fc1", F, D, true), pre + "mlp.act", v.hidden_act);
+      x = b_.create<xg::AddOp>(NameLoc(pre + "residual_mlp"), x,
+                               Linear(h, pre + "mlp.fc2", D, F, true));
+      hidden.push_back(x);
+    }
+    SmallVector<Value> selected;
+    for (int64_t index : v.feature_layers) selected.push_back(hidden[index]);
+    Value feats = selected.size() == 1
+                      ? selected.front()
+                      : b_.create<xg::ConcatOp>(NameLoc("vision_features"), selected,
+                                                b_.getI64IntegerAttr(1))
+                            .getResult();
+    if (v.select_strategy == "default")
+      feats = b_.create<xg::SkipRowsOp>(NameLoc("drop_class_rows"), feats,
+                                        b_.getI64IntegerAttr(L), b_.getI64IntegerAttr(1));
+    const int64_t in = D * static_cast<int64_t>(v.feature_layers.size());
+    Value y = Linear(feats, "multi_modal_projector.linear_1", Dt, in, v.projector_bias);
+    y = Gelu(y, "multi_modal_projector.act", v.projector_act);
+    y = Linear(y, "multi_modal_projector.linear_2", Dt, Dt, v.projector_bias);
+    Return(fn, y);
   }
 
   MLIRContext* ctx_;

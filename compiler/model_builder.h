@@ -19,6 +19,9 @@ struct DecoderBuildOptions {
   int64_t max_num_reqs = 0;        // rows of block_tables / seq_lens
   int64_t max_blocks_per_req = 0;  // columns of block_tables
   int64_t max_token_bucket = 0;    // rows of lm_logits' hidden_states input
+  // A LLaVA-style model: builds @vision_encode and lm_step's merge of encoder rows.
+  const VisionConfig* vision = nullptr;
+  int64_t encoder_cache_rows = 0;  // rows of the encoder-output cache lm_step reads
 };
 
 // Returns a module with two entry functions whose batch dimension is symbolic:
@@ -27,6 +30,11 @@ struct DecoderBuildOptions {
 //     bucket parameter num_tokens (T);
 //   @lm_logits(hidden_states [max_token_bucket, D], logits_indices [R]) -> logits [R, V]
 //     bucket parameter num_reqs (R).
+// With options.vision, lm_step reads image rows from the encoder cache
+// (`xg.merge_rows` of its embeddings, `embed_source` and `xg.encoder_cache`), and
+//   @vision_encode(pixel_values [N, C * S * S]) -> image_features [N * tokens_per_image, D]
+//     bucket parameter num_images (N): tower up to the deepest feature layer,
+//     feature selection, projector.
 // Arguments and results carry their ABI names in `xg.name`.
 mlir::OwningOpRef<mlir::ModuleOp> BuildDecoderModule(mlir::MLIRContext* ctx,
                                                      const DecoderConfig& config,

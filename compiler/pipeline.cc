@@ -42,6 +42,7 @@ LogicalResult RunGraphPipeline(ModuleOp module, const PipelineOptions& options) 
   XGSpecializeBucketsOptions buckets;
   buckets.numTokens = options.token_buckets;
   buckets.numReqs = options.req_buckets;
+  buckets.numImages = options.image_buckets;
   pm.addPass(createXGSpecializeBuckets(buckets));
   pm.addNestedPass<func::FuncOp>(createXGFuse());
   pm.addPass(createCSEPass());

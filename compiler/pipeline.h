@@ -13,6 +13,7 @@ namespace xcc {
 struct PipelineOptions {
   std::vector<int64_t> token_buckets;  // lm_step num_tokens buckets
   std::vector<int64_t> req_buckets;    // lm_logits num_reqs buckets
+  std::vector<int64_t> image_buckets;  // vision_encode num_images buckets
   int64_t pack_nr = 16;                // panel width of packed weights
   // Print the module after every pass whose argument (e.g. "xcc-xg-fuse") is listed.
   std::vector<std::string> dump_ir_after;

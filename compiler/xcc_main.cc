@@ -9,6 +9,8 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "compiler/check.h"
 #include "compiler/compile.h"
@@ -61,6 +63,16 @@ int main(int argc, char** argv) {
                       "to cover --max-num-batched-tokens)");
   compile->add_option("--token-bucket-gap", co.token_bucket_gap,
                       "Double buckets up to G, then grow by G");
+  std::string imageBuckets;
+  compile->add_option("--image-buckets", imageBuckets,
+                      "Explicit vision_encode num_images buckets, e.g. 1,2,4 (default: doubling "
+                      "from 1 up to the images one step's encoder budget holds)");
+  compile->add_option("--encoder-cache-size", co.encoder_cache_rows,
+                      "Encoder-output cache in rows (image tokens); 0: automatic")
+      ->capture_default_str();
+  compile->add_option("--limit-mm-per-prompt", co.max_images_per_prompt,
+                      "Most images one request may carry")
+      ->capture_default_str();
   compile->add_option("--target", co.target, "host, x86-64-v3, x86-64-v4 or an LLVM CPU name")
       ->capture_default_str();
   compile->add_option("--dump-ir-after", co.dump_ir_after,
@@ -139,6 +151,11 @@ int main(int argc, char** argv) {
       if (!parsed.ok()) return Fail(parsed.status().WithContext("--token-buckets"));
       co.token_buckets = *parsed;
     }
+    if (!imageBuckets.empty()) {
+      auto parsed = xrt::ParseBucketList(imageBuckets);
+      if (!parsed.ok()) return Fail(parsed.status().WithContext("--image-buckets"));
+      co.image_buckets = *parsed;
+    }
     auto summary = xcc::Compile(co);
     if (!summary.ok()) return Fail(summary.status());
     if (!co.quiet) {
@@ -154,6 +171,13 @@ int main(int argc, char** argv) {
                    static_cast<long long>(summary->num_dispatch_functions),
                    Bytes(summary->code_bytes).c_str(), Bytes(summary->weight_bytes).c_str(),
                    Bytes(summary->max_arena_bytes).c_str(), Bytes(summary->file_bytes).c_str());
+      if (!summary->image_buckets.empty())
+        std::fprintf(stderr,
+                     "  vision_encode    buckets %s (num_images; %lld tokens per image)\n"
+                     "  encoder cache    %lld rows\n",
+                     fmt::format("{}", fmt::join(summary->image_buckets, ", ")).c_str(),
+                     static_cast<long long>(summary->tokens_per_image),
+                     static_cast<long long>(summary->encoder_cache_rows));
     }
     return 0;
   }

@@ -234,11 +234,213 @@ LogicalResult buildAdd(Emitter &e, ArrayRef<Value> v, Value lo, Value hi) {
   return success();
 }
 
+// Integer helpers on index values.
+Value idxMul(Emitter &e, Value a, int64_t c) {
+  return e.builder().create<arith::MulIOp>(e.loc(), a, e.index(c));
+}
+Value idxAdd(Emitter &e, Value a, Value c) {
+  return e.builder().create<arith::AddIOp>(e.loc(), a, c);
+}
+Value idxDiv(Emitter &e, Value a, int64_t c) {
+  return e.builder().create<arith::DivUIOp>(e.loc(), a, e.index(c));
+}
+Value idxRem(Emitter &e, Value a, int64_t c) {
+  return e.builder().create<arith::RemUIOp>(e.loc(), a, e.index(c));
+}
+
+// Row r of the result is patch (py, px) of image n, r = (n * grid + py) * grid + px;
+// column (c * p + ky) * p + kx is pixel (c, py * p + ky, px * p + kx).
+LogicalResult buildPatchify(Emitter &e, xg::PatchifyOp op, ArrayRef<Value> v,
+                            Value lo, Value hi) {
+  Value px = v[0], out = v[1];
+  int64_t channels = op.getChannels(), size = op.getImageSize(),
+          p = op.getPatchSize(), grid = size / p;
+  e.loop(lo, hi, [&](Value r) {
+    Value n = idxDiv(e, r, grid * grid);
+    Value inImage = idxRem(e, r, grid * grid);
+    Value y0 = idxMul(e, idxDiv(e, inImage, grid), p);
+    Value x0 = idxMul(e, idxRem(e, inImage, grid), p);
+    e.loop(0, channels, [&](Value c) {
+      e.loop(0, p, [&](Value ky) {
+        // Source column of (c, y0 + ky, x0) and destination column of (c, ky, 0).
+        Value srcRow = idxAdd(e, idxMul(e, c, size * size),
+                              idxMul(e, idxAdd(e, y0, ky), size));
+        Value src0 = idxAdd(e, srcRow, x0);
+        Value dst0 = idxMul(e, idxAdd(e, idxMul(e, c, p), ky), p);
+        e.loop(0, p, [&](Value kx) {
+          e.store(e.load(px, {n, idxAdd(e, src0, kx)}), out,
+                  {r, idxAdd(e, dst0, kx)});
+        });
+      });
+    });
+  });
+  return success();
+}
+
+LogicalResult buildVisionEmbed(Emitter &e, xg::VisionEmbedOp op,
+                               ArrayRef<Value> v, Value lo, Value hi) {
+  Value patches = v[0], pos = v[1];
+  Value cls = op.getClassEmbedding() ? v[2] : Value();
+  Value out = v.back();
+  int64_t seq = dim(pos, 0), cols = dim(pos, 1);
+  int64_t perImage = cls ? seq - 1 : seq;
+  e.loop(lo, hi, [&](Value r) {
+    Value n = idxDiv(e, r, seq), s = idxRem(e, r, seq);
+    auto addPatch = [&](Value s) {
+      // Patch row of position s (s >= 1 with a class row).
+      Value patchRow = idxAdd(e, idxMul(e, n, perImage),
+                              cls ? e.builder().create<arith::SubIOp>(
+                                        e.loc(), s, e.index(1))
+                                  : s);
+      e.loop(0, cols, [&](Value c) {
+        e.store(e.add(e.load(patches, {patchRow, c}), e.load(pos, {s, c})),
+                out, {r, c});
+      });
+    };
+    if (!cls) {
+      addPatch(s);
+      return;
+    }
+    Value isClass = e.builder().create<arith::CmpIOp>(
+        e.loc(), arith::CmpIPredicate::eq, s, e.index(0));
+    e.ifElse(
+        isClass,
+        [&] {
+          e.loop(0, cols, [&](Value c) {
+            e.store(e.add(e.load(cls, {c}), e.load(pos, {s, c})), out, {r, c});
+          });
+        },
+        [&] { addPatch(s); });
+  });
+  return success();
+}
+
+LogicalResult buildLayerNorm(Emitter &e, xg::LayerNormOp op, ArrayRef<Value> v,
+                             Value lo, Value hi) {
+  Value in = v[0], w = v[1], bias = v[2], out = v[3];
+  int64_t cols = dim(in, 1);
+  float eps = static_cast<float>(op.getEps().convertToDouble());
+  Value n = e.f32(static_cast<float>(cols));
+  e.loop(lo, hi, [&](Value r) {
+    Value sum = e.reduce(0, cols, e.f32(0.0f), [&](Value c, Value acc) {
+      return e.addReassoc(acc, e.load(in, {r, c}));
+    });
+    Value mean = e.div(sum, n);
+    Value sq = e.reduce(0, cols, e.f32(0.0f), [&](Value c, Value acc) {
+      Value d = e.sub(e.load(in, {r, c}), mean);
+      return e.addReassoc(acc, e.mul(d, d));
+    });
+    Value var = e.div(sq, n);
+    Value rstd = e.div(e.f32(1.0f), e.builder().create<math::SqrtOp>(
+                                        e.loc(), e.add(var, e.f32(eps))));
+    e.loop(0, cols, [&](Value c) {
+      Value d = e.mul(e.sub(e.load(in, {r, c}), mean), rstd);
+      e.store(e.add(e.mul(d, e.load(w, {c})), e.load(bias, {c})), out, {r, c});
+    });
+  });
+  return success();
+}
+
+LogicalResult buildGelu(Emitter &e, xg::GeluOp op, ArrayRef<Value> v, Value lo,
+                        Value hi) {
+  Value in = v[0], out = v[1];
+  int64_t cols = dim(in, 1);
+  StringRef approx = op.getApproximate();
+  OpBuilder &b = e.builder();
+  e.loop(lo, hi, [&](Value r) {
+    e.loop(0, cols, [&](Value c) {
+      Value x = e.load(in, {r, c});
+      Value y;
+      if (approx == "quick") {
+        // x * sigmoid(1.702 x)
+        Value neg = b.create<arith::NegFOp>(e.loc(), e.mul(x, e.f32(1.702f)));
+        y = e.div(x, e.add(e.f32(1.0f), b.create<math::ExpOp>(e.loc(), neg)));
+      } else if (approx == "tanh") {
+        // x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+        Value x3 = e.mul(e.mul(x, x), x);
+        Value inner =
+            e.mul(e.f32(0.7978845608028654f), e.add(x, e.mul(e.f32(0.044715f), x3)));
+        Value t = b.create<math::TanhOp>(e.loc(), inner);
+        y = e.mul(e.mul(e.f32(0.5f), x), e.add(e.f32(1.0f), t));
+      } else {
+        // x/2 * (1 + erf(x / sqrt(2)))
+        Value t = b.create<math::ErfOp>(e.loc(),
+                                        e.mul(x, e.f32(0.7071067811865476f)));
+        y = e.mul(e.mul(e.f32(0.5f), x), e.add(e.f32(1.0f), t));
+      }
+      e.store(y, out, {r, c});
+    });
+  });
+  return success();
+}
+
+LogicalResult buildSkipRows(Emitter &e, xg::SkipRowsOp op, ArrayRef<Value> v,
+                            Value lo, Value hi) {
+  Value in = v[0], out = v[1];
+  int64_t group = op.getGroup(), skip = op.getSkip(), kept = group - skip,
+          cols = dim(in, 1);
+  e.loop(lo, hi, [&](Value r) {
+    Value src = idxAdd(e, idxMul(e, idxDiv(e, r, kept), group),
+                       idxAdd(e, idxRem(e, r, kept), e.index(skip)));
+    e.loop(0, cols,
+           [&](Value c) { e.store(e.load(in, {src, c}), out, {r, c}); });
+  });
+  return success();
+}
+
+// out[t] = cache[source[t]] for a source row inside the cache, else embeds[t].
+LogicalResult buildMergeRows(Emitter &e, ArrayRef<Value> v, Value lo,
+                             Value hi) {
+  Value embeds = v[0], source = v[1], cache = v[2], out = v[3];
+  int64_t rows = dim(cache, 0), cols = dim(cache, 1);
+  e.loop(lo, hi, [&](Value t) {
+    Value i = e.load(source, {t});
+    Value valid = e.inRange(i, rows);
+    Value safe =
+        e.builder().create<arith::SelectOp>(e.loc(), valid, i, e.i32(0));
+    Value row = e.toIndex(safe);
+    e.ifElse(
+        valid,
+        [&] {
+          e.loop(0, cols, [&](Value c) {
+            e.store(e.load(cache, {row, c}), out, {t, c});
+          });
+        },
+        [&] {
+          e.loop(0, cols, [&](Value c) {
+            e.store(e.load(embeds, {t, c}), out, {t, c});
+          });
+        });
+  });
+  return success();
+}
+
+// Concatenation of activations along columns (axis 1).
+LogicalResult buildConcat(Emitter &e, xg::ConcatOp op, ArrayRef<Value> v,
+                          Value lo, Value hi) {
+  if (op.getAxis() != 1)
+    return op.emitError() << "generated concat only joins columns (axis 1)";
+  Value out = v.back();
+  e.loop(lo, hi, [&](Value r) {
+    int64_t offset = 0;
+    for (Value in : v.drop_back()) {
+      int64_t cols = dim(in, 1);
+      e.loop(0, cols, [&](Value c) {
+        e.store(e.load(in, {r, c}), out, {r, idxAdd(e, c, e.index(offset))});
+      });
+      offset += cols;
+    }
+  });
+  return success();
+}
+
 } // namespace
 
 bool isGeneratedDispatchOp(Operation *op) {
   return isa<xg::EmbeddingOp, xg::GatherRowsOp, xg::RmsNormOp, xg::RopeOp,
-             xg::SiluMulOp, xg::AddOp>(op);
+             xg::SiluMulOp, xg::AddOp, xg::PatchifyOp, xg::VisionEmbedOp,
+             xg::LayerNormOp, xg::GeluOp, xg::SkipRowsOp, xg::MergeRowsOp,
+             xg::ConcatOp>(op);
 }
 
 int64_t dispatchWorkgroups(Operation *op) {
@@ -262,6 +464,20 @@ LogicalResult buildDispatchBody(OpBuilder &b, Operation *op,
       .Case<xg::SiluMulOp>(
           [&](auto) { return buildSiluMul(e, views, wgBegin, wgEnd); })
       .Case<xg::AddOp>([&](auto) { return buildAdd(e, views, wgBegin, wgEnd); })
+      .Case<xg::PatchifyOp>(
+          [&](auto o) { return buildPatchify(e, o, views, wgBegin, wgEnd); })
+      .Case<xg::VisionEmbedOp>(
+          [&](auto o) { return buildVisionEmbed(e, o, views, wgBegin, wgEnd); })
+      .Case<xg::LayerNormOp>(
+          [&](auto o) { return buildLayerNorm(e, o, views, wgBegin, wgEnd); })
+      .Case<xg::GeluOp>(
+          [&](auto o) { return buildGelu(e, o, views, wgBegin, wgEnd); })
+      .Case<xg::SkipRowsOp>(
+          [&](auto o) { return buildSkipRows(e, o, views, wgBegin, wgEnd); })
+      .Case<xg::MergeRowsOp>(
+          [&](auto) { return buildMergeRows(e, views, wgBegin, wgEnd); })
+      .Case<xg::ConcatOp>(
+          [&](auto o) { return buildConcat(e, o, views, wgBegin, wgEnd); })
       .Default([](Operation *o) {
         return o->emitError() << "no dispatch lowering for this op";
       });

@@ -77,13 +77,15 @@ struct FormDispatchesPass
                 .Case([](xg::PagedAttentionOp) {
                   return xpk::Ukernel::paged_attention;
                 })
+                .Case([](xg::AttentionOp) { return xpk::Ukernel::attention; })
                 .Default([](Operation *) { return std::nullopt; });
         if (ukernel) {
           op.setAttr(xg::kUkernelAttr,
                      StringAttr::get(ctx, xpk::EnumNameUkernel(*ukernel)));
           continue;
         }
-        if (isa<xg::WeightOp, xg::SplitOp, func::ReturnOp>(op))
+        if (isa<xg::WeightOp, xg::EncoderCacheOp, xg::SplitOp, func::ReturnOp>(
+                op))
           continue;
         if (!isGeneratedDispatchOp(&op)) {
           op.emitError() << "no code generation for this op";

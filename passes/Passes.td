@@ -12,7 +12,8 @@ def XGSpecializeBuckets : Pass<"xcc-xg-specialize-buckets", "mlir::ModuleOp"> {
   let summary = "Clones each entry function once per bucket, making every dimension static";
   let description = [{
     An entry function (`xg.entry` attribute) names the bucket parameter it is
-    specialized over in `xg.bucket_param` ("num_tokens" or "num_reqs"); its
+    specialized over in `xg.bucket_param` ("num_tokens", "num_reqs" or
+    "num_images"); its
     arguments' `xg.symbolic_dims` say which of their dimensions are bound to which
     parameter. For every bucket value the function is cloned as `<name>_<b>` (e.g.
     `lm_step_16`) with those dimensions set, every result type is re-derived through
@@ -22,6 +23,7 @@ def XGSpecializeBuckets : Pass<"xcc-xg-specialize-buckets", "mlir::ModuleOp"> {
   let options = [
     ListOption<"numTokens", "num-tokens", "int64_t", "num_tokens bucket sizes">,
     ListOption<"numReqs", "num-reqs", "int64_t", "num_reqs bucket sizes">,
+    ListOption<"numImages", "num-images", "int64_t", "num_images bucket sizes">,
   ];
 }
 

@@ -104,7 +104,7 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
     Operation *terminator = block.getTerminator();
     for (auto [i, v] : llvm::enumerate(terminator->getOperands())) {
       Operation *def = v.getDefiningOp();
-      if (!def || isa<SplitOp, WeightOp>(def) || buffers.count(v)) {
+      if (!def || isa<SplitOp, WeightOp, EncoderCacheOp>(def) || buffers.count(v)) {
         func.emitError()
             << "result " << i
             << " must be computed by an op of its own (not an argument, a "
@@ -165,7 +165,7 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
         arena.release(p.second);
         return true;
       });
-      if (isa<WeightOp>(op) || &op == terminator)
+      if (isa<WeightOp, EncoderCacheOp>(op) || &op == terminator)
         continue;
       SmallVector<Attribute> attrs;
       if (auto split = dyn_cast<SplitOp>(op)) {

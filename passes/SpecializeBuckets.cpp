@@ -78,6 +78,8 @@ struct SpecializeBucketsPass
         buckets = numTokens;
       } else if (param.getValue() == "num_reqs") {
         buckets = numReqs;
+      } else if (param.getValue() == "num_images") {
+        buckets = numImages;
       } else {
         func.emitError() << "unknown bucket parameter '" << param.getValue()
                          << "'";

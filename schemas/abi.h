@@ -133,6 +133,23 @@ enum class PagedAttentionBinding : int {
   kCount
 };
 
+// attention: bidirectional attention within consecutive sequences of seq_len
+// rows (the vision encoder; runtime/kernels/attention.h).
+//   q, k, v, out  [num_tokens][num_heads * head_dim], row strides q_stride, ...
+enum class AttentionParam : int {
+  kNumTokens,
+  kSeqLen,
+  kNumHeads,
+  kHeadDim,
+  kQStride,
+  kKStride,
+  kVStride,
+  kOutStride,
+  kCount
+};
+enum class AttentionFParam : int { kScale, kCount };
+enum class AttentionBinding : int { kQ, kK, kV, kOut, kCount };
+
 template <typename Role>
 constexpr int Index(Role r) {
   return static_cast<int>(r);
@@ -229,6 +246,26 @@ inline constexpr BindingRole kPagedAttentionBindings[] = {
     {Index(PagedAttentionBinding::kQueryStartLoc), "query_start_loc", kAlwaysBound},
 };
 
+inline constexpr ParamRole kAttentionIParams[] = {
+    Param(AttentionParam::kNumTokens, "num_tokens", ParamRule::kPositive),
+    Param(AttentionParam::kSeqLen, "seq_len", ParamRule::kPositive),
+    Param(AttentionParam::kNumHeads, "num_heads", ParamRule::kPositive),
+    Param(AttentionParam::kHeadDim, "head_dim", ParamRule::kPositive),
+    Param(AttentionParam::kQStride, "q_stride"),
+    Param(AttentionParam::kKStride, "k_stride"),
+    Param(AttentionParam::kVStride, "v_stride"),
+    Param(AttentionParam::kOutStride, "out_stride"),
+};
+inline constexpr ParamRole kAttentionFParams[] = {
+    Param(AttentionFParam::kScale, "scale"),
+};
+inline constexpr BindingRole kAttentionBindings[] = {
+    {Index(AttentionBinding::kQ), "q", kAlwaysBound},
+    {Index(AttentionBinding::kK), "k", kAlwaysBound},
+    {Index(AttentionBinding::kV), "v", kAlwaysBound},
+    {Index(AttentionBinding::kOut), "out", kAlwaysBound},
+};
+
 // The role enums and tables of each ukernel.
 template <Ukernel U>
 struct UkernelTraits;
@@ -251,6 +288,15 @@ struct UkernelTraits<Ukernel::paged_attention> {
                                                kPagedAttentionFParams, kPagedAttentionBindings};
 };
 
+template <>
+struct UkernelTraits<Ukernel::attention> {
+  using IParam = AttentionParam;
+  using FParam = AttentionFParam;
+  using Binding = AttentionBinding;
+  static constexpr UkernelSignature kSignature{Ukernel::attention, kAttentionIParams,
+                                               kAttentionFParams, kAttentionBindings};
+};
+
 // The signature of `u`, or nullptr for Ukernel::none and unknown values.
 inline const UkernelSignature* SignatureOf(Ukernel u) {
   switch (u) {
@@ -258,6 +304,8 @@ inline const UkernelSignature* SignatureOf(Ukernel u) {
       return &UkernelTraits<Ukernel::matmul>::kSignature;
     case Ukernel::paged_attention:
       return &UkernelTraits<Ukernel::paged_attention>::kSignature;
+    case Ukernel::attention:
+      return &UkernelTraits<Ukernel::attention>::kSignature;
     default:
       return nullptr;
   }
@@ -306,6 +354,7 @@ constexpr bool SignatureMatchesEnums() {
 }
 static_assert(SignatureMatchesEnums<Ukernel::matmul>());
 static_assert(SignatureMatchesEnums<Ukernel::paged_attention>());
+static_assert(SignatureMatchesEnums<Ukernel::attention>());
 
 // Writes one ukernel command by role (the emitter). `B` is the binding type
 // (xpk::Binding in the compiler). The flag iparam of an optional binding is

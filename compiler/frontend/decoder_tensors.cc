@@ -39,6 +39,49 @@ std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c) {
   return out;
 }
 
+std::vector<DecoderTensorSpec> VisionTensorSpecs(const VisionConfig& v, int64_t text_hidden) {
+  const int64_t D = v.hidden_size, F = v.intermediate_size, C = v.num_channels,
+                p = v.patch_size;
+  const std::string e = "vision_tower.vision_model.embeddings.";
+  std::vector<DecoderTensorSpec> out;
+  if (v.has_class_token()) out.push_back({e + "class_embedding", {D}});
+  out.push_back({e + "patch_embedding.weight", {D, C, p, p}});
+  if (!v.has_class_token()) out.push_back({e + "patch_embedding.bias", {D}});
+  out.push_back({e + "position_embedding.weight", {v.seq_len(), D}});
+  if (v.has_class_token()) {
+    out.push_back({"vision_tower.vision_model.pre_layrnorm.weight", {D}});
+    out.push_back({"vision_tower.vision_model.pre_layrnorm.bias", {D}});
+  }
+  for (int64_t l = 0; l < v.layers_used(); ++l) {
+    const std::string pre = fmt::format("vision_tower.vision_model.encoder.layers.{}.", l);
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+      out.push_back({pre + "self_attn." + proj + ".weight", {D, D}});
+      out.push_back({pre + "self_attn." + proj + ".bias", {D}});
+    }
+    for (const char* ln : {"layer_norm1", "layer_norm2"}) {
+      out.push_back({pre + ln + ".weight", {D}});
+      out.push_back({pre + ln + ".bias", {D}});
+    }
+    out.push_back({pre + "mlp.fc1.weight", {F, D}});
+    out.push_back({pre + "mlp.fc1.bias", {F}});
+    out.push_back({pre + "mlp.fc2.weight", {D, F}});
+    out.push_back({pre + "mlp.fc2.bias", {D}});
+  }
+  const int64_t in = D * static_cast<int64_t>(v.feature_layers.size());
+  out.push_back({"multi_modal_projector.linear_1.weight", {text_hidden, in}});
+  if (v.projector_bias) out.push_back({"multi_modal_projector.linear_1.bias", {text_hidden}});
+  out.push_back({"multi_modal_projector.linear_2.weight", {text_hidden, text_hidden}});
+  if (v.projector_bias) out.push_back({"multi_modal_projector.linear_2.bias", {text_hidden}});
+  return out;
+}
+
+bool UnusedVisionTensor(const std::string& name) {
+  auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  return starts("vision_tower.vision_model.encoder.layers.") ||
+         starts("vision_tower.vision_model.post_layernorm.") ||
+         starts("vision_tower.vision_model.head.");
+}
+
 Status ValidateDecoderTensors(const ModelSource& source, bool (*ignored)(const std::string& name)) {
   // Every layer has tensors of its own, so more layers than tensors is a corrupt count; it
   // is rejected before DecoderTensorSpecs builds a dozen specs per layer (a GGUF
@@ -48,12 +91,18 @@ Status ValidateDecoderTensors(const ModelSource& source, bool (*ignored)(const s
     return xrt::InvalidArgumentError("num_hidden_layers is {}, but the model has only {} tensors",
                                      source.config().num_hidden_layers, num_tensors);
   }
-  const std::vector<DecoderTensorSpec> specs = DecoderTensorSpecs(source.config());
+  std::vector<DecoderTensorSpec> specs = DecoderTensorSpecs(source.config());
+  if (const VisionConfig* v = source.vision()) {
+    for (DecoderTensorSpec& s : VisionTensorSpecs(*v, source.config().hidden_size))
+      specs.push_back(std::move(s));
+  }
   std::set<std::string> used;
   for (const DecoderTensorSpec& spec : specs) used.insert(spec.name);
   std::vector<std::string> unused;
   for (const std::string& name : source.tensor_names()) {
-    if (used.count(name) == 0 && !(ignored && ignored(name))) unused.push_back(name);
+    if (used.count(name) == 0 && !(ignored && ignored(name)) &&
+        !(source.vision() && UnusedVisionTensor(name)))
+      unused.push_back(name);
   }
   if (!unused.empty()) {
     constexpr size_t k_named = 8;

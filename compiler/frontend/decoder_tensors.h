@@ -22,7 +22,19 @@ struct DecoderTensorSpec {
 // gate, up, down), then model.norm and lm_head.
 std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c);
 
-// Checks that every tensor of DecoderTensorSpecs(source.config()) exists with
+// Every tensor the vision graph of `v` reads (LLaVA names after the frontend's
+// normalization: vision_tower.vision_model.*, multi_modal_projector.*): the
+// embeddings, [pre-layernorm,] the layers up to v.layers_used(), the projector.
+// `text_hidden` is the decoder's hidden size (the projector's output).
+std::vector<DecoderTensorSpec> VisionTensorSpecs(const VisionConfig& v, int64_t text_hidden);
+
+// Whether a LLaVA checkpoint tensor is one the vision graph may leave unread:
+// layers past the deepest selected feature layer, the post-layernorm (applied
+// only to the pooled output), SigLIP's pooling head.
+bool UnusedVisionTensor(const std::string& name);
+
+// Checks that every tensor of DecoderTensorSpecs(source.config()) (and, for a
+// model with vision, VisionTensorSpecs) exists with
 // its shape, and that the source holds no other tensor except those
 // `ignored` accepts (what the format's reference loader skips). Errors name
 // the tensor and expected vs actual shape, e.g.

@@ -132,14 +132,14 @@ Expected<json> ParseJsonObject(const std::string& text, const std::string& file)
 }
 
 Status ParseRopeScaling(const Fields& top, const json& config, const std::string& file,
-                        DecoderConfig* c) {
+                        const std::string& prefix, DecoderConfig* c) {
   // transformers >= 5 writes `rope_parameters` (rope_theta + rope_type + scaling
   // fields) instead of `rope_theta` / `rope_scaling`.
   const char* key = top.Find("rope_scaling") ? "rope_scaling" : "rope_parameters";
   const json* rs = top.Find(key);
   if (!rs) return Status::Ok();
   if (!rs->is_object()) return top.WrongType(key, "an object or null");
-  Fields f(*rs, file, std::string(key) + ".");
+  Fields f(*rs, file, prefix + key + ".");
   if (!f.Absent("rope_theta")) {
     XRT_ASSIGN_OR_RETURN(c->rope_theta, f.Number("rope_theta"));
     if (!(c->rope_theta > 0)) return f.Invalid("rope_theta", "must be positive");
@@ -165,8 +165,8 @@ Status ParseRopeScaling(const Fields& top, const json& config, const std::string
     }
   } else {
     return xrt::UnimplementedError(
-        "{}: field '{}.{}': unsupported value '{}' (supported: linear, llama3, default)", file, key,
-        type_key, type);
+        "{}: field '{}{}.{}': unsupported value '{}' (supported: linear, llama3, default)", file,
+        prefix, key, type_key, type);
   }
   if (!(c->rope_scaling.factor > 0)) {
     return f.Invalid("factor", fmt::format("must be positive, got {}", c->rope_scaling.factor));
@@ -190,9 +190,13 @@ Expected<HfConfig> LoadHfConfig(const std::string& path) {
   return ParseHfConfig(text, path);
 }
 
-Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string& file) {
-  XRT_ASSIGN_OR_RETURN(json j, ParseJsonObject(json_text, file));
-  Fields f(j, file);
+namespace {
+
+// The decoder fields of config object `j` (the whole config.json, or a LLaVA
+// config's text_config, then `prefix` is "text_config.").
+Expected<HfConfig> ParseDecoderObject(const json& j, const std::string& file,
+                                      const std::string& prefix) {
+  Fields f(j, file, prefix);
   HfConfig out;
   DecoderConfig& c = out.decoder;
 
@@ -206,7 +210,7 @@ Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string
   for (const char* a : kSupportedArchitectures) supported |= c.architecture == a;
   if (!supported) {
     return xrt::UnimplementedError(
-        "{}: field 'architectures': unsupported architecture '{}' (supported: {})", file,
+        "{}: field '{}architectures': unsupported architecture '{}' (supported: {})", file, prefix,
         c.architecture,
         fmt::join(std::begin(kSupportedArchitectures), std::end(kSupportedArchitectures), ", "));
   }
@@ -246,7 +250,7 @@ Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string
   if (!(c.rms_norm_eps > 0)) return f.Invalid("rms_norm_eps", "must be positive");
   XRT_ASSIGN_OR_RETURN(c.rope_theta, f.NumberOr("rope_theta", 10000.0));
   if (!(c.rope_theta > 0)) return f.Invalid("rope_theta", "must be positive");
-  XRT_RETURN_IF_ERROR(ParseRopeScaling(f, j, file, &c));
+  XRT_RETURN_IF_ERROR(ParseRopeScaling(f, j, file, prefix, &c));
   XRT_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.BoolOr("tie_word_embeddings", false));
   // As transformers builds the attention projections: Qwen2 has q/k/v biases
   // and none on o_proj; Llama's attention_bias gives all four a bias; Mistral
@@ -259,12 +263,12 @@ Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string
   }
   XRT_ASSIGN_OR_RETURN(bool mlp_bias, f.BoolOr("mlp_bias", false));
   if (mlp_bias) {
-    return xrt::UnimplementedError("{}: field 'mlp_bias': true is not supported", file);
+    return xrt::UnimplementedError("{}: field '{}mlp_bias': true is not supported", file, prefix);
   }
   XRT_ASSIGN_OR_RETURN(c.hidden_act, f.StringOr("hidden_act", "silu"));
   if (c.hidden_act != "silu") {
-    return xrt::UnimplementedError(
-        "{}: field 'hidden_act': unsupported value '{}' (supported: silu)", file, c.hidden_act);
+    return xrt::UnimplementedError("{}: field '{}hidden_act': unsupported value '{}' (supported: silu)",
+                                   file, prefix, c.hidden_act);
   }
   bool use_sliding = true;
   if (qwen2) {
@@ -276,6 +280,196 @@ Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string
   }
   XRT_ASSIGN_OR_RETURN(out.eos_token_ids, f.IdList("eos_token_id"));
   return out;
+}
+
+// Field defaults of the transformers config classes a LLaVA's sub-configs are
+// saved as differences from (configuration_*.py, transformers 4.4x-5.x).
+json DecoderDefaults(const std::string& model_type) {
+  if (model_type == "qwen2")
+    return {{"architectures", {"Qwen2ForCausalLM"}}, {"vocab_size", 151936},
+            {"hidden_size", 4096}, {"intermediate_size", 22016}, {"num_hidden_layers", 32},
+            {"num_attention_heads", 32}, {"num_key_value_heads", 32},
+            {"max_position_embeddings", 32768}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}};
+  if (model_type == "mistral")
+    return {{"architectures", {"MistralForCausalLM"}}, {"vocab_size", 32000},
+            {"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+            {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+            {"max_position_embeddings", 4096 * 32}, {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0}, {"sliding_window", 4096}};
+  if (model_type == "llama")
+    return {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 32000},
+            {"hidden_size", 4096}, {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+            {"num_attention_heads", 32}, {"max_position_embeddings", 2048},
+            {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}};
+  return nullptr;
+}
+
+json VisionDefaults(const std::string& model_type) {
+  if (model_type == "clip_vision_model")
+    return {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
+            {"num_attention_heads", 12}, {"num_channels", 3}, {"image_size", 224},
+            {"patch_size", 32}, {"hidden_act", "quick_gelu"}, {"layer_norm_eps", 1e-5}};
+  if (model_type == "siglip_vision_model")
+    return {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
+            {"num_attention_heads", 12}, {"num_channels", 3}, {"image_size", 224},
+            {"patch_size", 16}, {"hidden_act", "gelu_pytorch_tanh"}, {"layer_norm_eps", 1e-6}};
+  return nullptr;
+}
+
+// `obj` with every absent (or null) key of `defaults` filled in.
+json WithDefaults(const json& obj, const json& defaults) {
+  json out = obj;
+  for (auto it = defaults.begin(); it != defaults.end(); ++it)
+    if (!out.contains(it.key()) || out[it.key()].is_null()) out[it.key()] = it.value();
+  return out;
+}
+
+// transformers' activation name -> xg.gelu's `approximate`, or "" if unsupported.
+std::string GeluApproximation(const std::string& act) {
+  if (act == "gelu") return "none";
+  if (act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu_fast") return "tanh";
+  if (act == "quick_gelu") return "quick";
+  return "";
+}
+
+Expected<HfConfig> ParseLlava(const json& j, const std::string& file) {
+  Fields f(j, file);
+  // A sub-config: absent means the LlavaConfig default (Llama / CLIP-L/14-336).
+  auto sub = [&](const char* key, const json& fallback) -> Expected<json> {
+    const json* v = f.Find(key);
+    if (!v) return fallback;
+    if (!v->is_object()) return f.WrongType(key, "an object");
+    return *v;
+  };
+  XRT_ASSIGN_OR_RETURN(json text, sub("text_config", json{{"model_type", "llama"}}));
+  Fields tf(text, file, "text_config.");
+  XRT_ASSIGN_OR_RETURN(std::string text_type, tf.StringOr("model_type", "llama"));
+  json text_defaults = DecoderDefaults(text_type);
+  if (text_defaults.is_null())
+    return xrt::UnimplementedError(
+        "{}: field 'text_config.model_type': unsupported decoder '{}' (supported: llama, "
+        "mistral, qwen2)",
+        file, text_type);
+  // The top-level vocab_size some LLaVA configs carry wins over the class default.
+  if (!f.Absent("vocab_size") && tf.Absent("vocab_size")) text_defaults["vocab_size"] = j["vocab_size"];
+  XRT_ASSIGN_OR_RETURN(HfConfig out,
+                       ParseDecoderObject(WithDefaults(text, text_defaults), file, "text_config."));
+  if (out.eos_token_ids.empty()) {
+    XRT_ASSIGN_OR_RETURN(out.eos_token_ids, f.IdList("eos_token_id"));
+  }
+
+  XRT_ASSIGN_OR_RETURN(
+      json vision_obj,
+      sub("vision_config",
+          json{{"model_type", "clip_vision_model"}, {"hidden_size", 1024},
+               {"intermediate_size", 4096}, {"num_hidden_layers", 24},
+               {"num_attention_heads", 16}, {"image_size", 336}, {"patch_size", 14}}));
+  Fields vt(vision_obj, file, "vision_config.");
+  XRT_ASSIGN_OR_RETURN(std::string vision_type, vt.StringOr("model_type", "clip_vision_model"));
+  json vision_defaults = VisionDefaults(vision_type);
+  if (vision_defaults.is_null())
+    return xrt::UnimplementedError(
+        "{}: field 'vision_config.model_type': unsupported vision tower '{}' (supported: "
+        "clip_vision_model, siglip_vision_model)",
+        file, vision_type);
+  const json vision_json = WithDefaults(vision_obj, vision_defaults);
+  Fields vf(vision_json, file, "vision_config.");
+  VisionConfig v;
+  v.tower = vision_type == "clip_vision_model" ? "clip" : "siglip";
+  XRT_ASSIGN_OR_RETURN(v.hidden_size, vf.PositiveInt("hidden_size"));
+  XRT_ASSIGN_OR_RETURN(v.intermediate_size, vf.PositiveInt("intermediate_size"));
+  XRT_ASSIGN_OR_RETURN(v.num_hidden_layers, vf.PositiveInt("num_hidden_layers"));
+  XRT_ASSIGN_OR_RETURN(v.num_attention_heads, vf.PositiveInt("num_attention_heads"));
+  XRT_ASSIGN_OR_RETURN(v.num_channels, vf.PositiveInt("num_channels"));
+  XRT_ASSIGN_OR_RETURN(v.image_size, vf.PositiveInt("image_size"));
+  XRT_ASSIGN_OR_RETURN(v.patch_size, vf.PositiveInt("patch_size"));
+  XRT_ASSIGN_OR_RETURN(v.layer_norm_eps, vf.Number("layer_norm_eps"));
+  XRT_ASSIGN_OR_RETURN(v.hidden_act, vf.StringOr("hidden_act", ""));
+  if (!(v.layer_norm_eps > 0)) return vf.Invalid("layer_norm_eps", "must be positive");
+  if (v.image_size % v.patch_size != 0)
+    return vf.Invalid("patch_size", fmt::format("{} does not divide image_size {}", v.patch_size,
+                                                v.image_size));
+  if (v.hidden_size % v.num_attention_heads != 0)
+    return vf.Invalid("num_attention_heads",
+                      fmt::format("{} does not divide hidden_size {}", v.num_attention_heads,
+                                  v.hidden_size));
+  if (GeluApproximation(v.hidden_act).empty())
+    return xrt::UnimplementedError(
+        "{}: field 'vision_config.hidden_act': unsupported value '{}' (supported: quick_gelu, "
+        "gelu, gelu_pytorch_tanh, gelu_new)",
+        file, v.hidden_act);
+
+  // Unsupported LLaVA variants, named by the field that asks for them.
+  for (const char* key : {"image_grid_pinpoints", "mm_patch_merge_type"})
+    if (!f.Absent(key))
+      return xrt::UnimplementedError(
+          "{}: field '{}': image tiling (LLaVA-NeXT \"anyres\") is not supported", file, key);
+  XRT_ASSIGN_OR_RETURN(std::string projector_type, f.StringOr("projector_type", "mlp"));
+  if (projector_type != "mlp" && projector_type != "mlp2x_gelu")
+    return xrt::UnimplementedError(
+        "{}: field 'projector_type': unsupported value '{}' (supported: a 2-layer mlp)", file,
+        projector_type);
+
+  const json* layer = f.Find("vision_feature_layer");
+  std::vector<int64_t> layers;
+  if (!layer) {
+    layers.push_back(-2);
+  } else if (layer->is_number_integer()) {
+    layers.push_back(layer->get<int64_t>());
+  } else if (layer->is_array() && !layer->empty()) {
+    for (const json& e : *layer) {
+      if (!e.is_number_integer())
+        return f.Invalid("vision_feature_layer",
+                         fmt::format("expected an int or a list of ints, got {}", layer->dump()));
+      layers.push_back(e.get<int64_t>());
+    }
+  } else {
+    return f.Invalid("vision_feature_layer",
+                     fmt::format("expected an int or a non-empty list of ints, got {}",
+                                 layer->dump()));
+  }
+  for (int64_t l : layers) {
+    // hidden_states has num_hidden_layers + 1 entries; python indexing.
+    const int64_t index = l < 0 ? v.num_hidden_layers + 1 + l : l;
+    if (index < 0 || index > v.num_hidden_layers)
+      return f.Invalid("vision_feature_layer",
+                       fmt::format("layer {} is out of range for a tower of {} layers "
+                                   "({} hidden states)",
+                                   l, v.num_hidden_layers, v.num_hidden_layers + 1));
+    v.feature_layers.push_back(index);
+  }
+  XRT_ASSIGN_OR_RETURN(v.select_strategy, f.StringOr("vision_feature_select_strategy", "default"));
+  if (v.select_strategy != "default" && v.select_strategy != "full")
+    return xrt::UnimplementedError(
+        "{}: field 'vision_feature_select_strategy': unsupported value '{}' (supported: "
+        "default, full)",
+        file, v.select_strategy);
+  XRT_ASSIGN_OR_RETURN(v.projector_act, f.StringOr("projector_hidden_act", "gelu"));
+  if (GeluApproximation(v.projector_act).empty())
+    return xrt::UnimplementedError(
+        "{}: field 'projector_hidden_act': unsupported value '{}' (supported: gelu, "
+        "gelu_pytorch_tanh, gelu_new, quick_gelu)",
+        file, v.projector_act);
+  XRT_ASSIGN_OR_RETURN(v.projector_bias, f.BoolOr("multimodal_projector_bias", true));
+  const char* token_key = f.Absent("image_token_index") ? "image_token_id" : "image_token_index";
+  XRT_ASSIGN_OR_RETURN(int64_t token, f.IntOr(token_key, 32000));
+  if (token < 0 || token >= out.decoder.vocab_size)
+    return f.Invalid(token_key, fmt::format("{} is outside the vocabulary [0, {})", token,
+                                            out.decoder.vocab_size));
+  v.image_token_id = static_cast<int32_t>(token);
+  out.vision = std::move(v);
+  return out;
+}
+
+}  // namespace
+
+Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string& file) {
+  XRT_ASSIGN_OR_RETURN(json j, ParseJsonObject(json_text, file));
+  const json* archs = Fields(j, file).Find("architectures");
+  if (archs && archs->is_array() && !archs->empty() && (*archs)[0].is_string() &&
+      (*archs)[0].get<std::string>() == "LlavaForConditionalGeneration")
+    return ParseLlava(j, file);
+  return ParseDecoderObject(j, file, "");
 }
 
 Expected<GenerationDefaults> LoadGenerationConfig(const std::string& path) {

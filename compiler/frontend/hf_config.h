@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,18 @@ namespace xcc {
 
 struct HfConfig {
   DecoderConfig decoder;
+  // LlavaForConditionalGeneration: the vision tower and projector (image_token is left
+  // empty: it comes from the tokenizer).
+  std::optional<VisionConfig> vision;
   std::vector<int32_t> eos_token_ids;  // config.json eos_token_id (int or list), may be empty
 };
 
-// Parses config.json (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
+// Parses config.json: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, or
+// LlavaForConditionalGeneration with a CLIP or SigLIP vision_config and one of those as
+// text_config. transformers saves a LLaVA's sub-configs as differences from their
+// class defaults, so absent fields of text_config / vision_config take the defaults of
+// their model_type (LlamaConfig, Qwen2Config, MistralConfig, CLIPVisionConfig,
+// SiglipVisionConfig), as transformers would fill them.
 Expected<HfConfig> LoadHfConfig(const std::string& path);
 // Same, from JSON text; `file` is used in error messages.
 Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string& file);

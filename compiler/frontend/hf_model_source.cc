@@ -30,6 +30,35 @@ bool IgnoredByTransformers(const std::string& name) {
   return name.find("rotary_emb.inv_freq") != std::string::npos;
 }
 
+// A LLaVA checkpoint's tensor name in the frontend's vocabulary: the decoder's
+// as a plain *ForCausalLM names them, the tower and projector as transformers
+// < 4.52 saved them. Both checkpoint layouts occur in the wild:
+//   >= 4.52: model.language_model.*, lm_head.*, model.vision_tower.*, model.multi_modal_projector.*
+//   <  4.52: language_model.model.*, language_model.lm_head.*, vision_tower.*, multi_modal_projector.*
+// (transformers 5's save_pretrained also writes the tower without its `vision_model.` level).
+std::string NormalizeLlavaTensorName(const std::string& name) {
+  static const std::pair<const char*, const char*> kRenames[] = {
+      {"model.language_model.", "model."},
+      {"language_model.model.", "model."},
+      {"language_model.lm_head.", "lm_head."},
+      {"model.vision_tower.", "vision_tower."},
+      {"model.multi_modal_projector.", "multi_modal_projector."},
+  };
+  std::string out = name;
+  for (const auto& [from, to] : kRenames) {
+    const size_t n = std::char_traits<char>::length(from);
+    if (out.compare(0, n, from) == 0) {
+      out = to + out.substr(n);
+      break;
+    }
+  }
+  // transformers 5's own save_pretrained drops the tower's `vision_model.` level.
+  const std::string tower = "vision_tower.", level = "vision_tower.vision_model.";
+  if (out.compare(0, tower.size(), tower) == 0 && out.compare(0, level.size(), level) != 0)
+    out = level + out.substr(tower.size());
+  return out;
+}
+
 class HfModelSource final : public IndexedModelSource {
  public:
   std::vector<std::string> input_files() const override { return files_; }
@@ -56,6 +85,7 @@ Status HfModelSource::Load(const std::string& dir) {
   files_.push_back(config_path);
   XRT_ASSIGN_OR_RETURN(HfConfig hf, LoadHfConfig(config_path));
   config_ = hf.decoder;
+  vision_ = hf.vision;
 
   const std::string gen_path = dir_ + "/generation_config.json";
   if (IsFile(gen_path)) {
@@ -72,6 +102,16 @@ Status HfModelSource::Load(const std::string& dir) {
   XRT_ASSIGN_OR_RETURN(tokenizer_, xrt::LoadTokenizerJson(tok_path, tok_config_path));
 
   XRT_ASSIGN_OR_RETURN(chat_template_, LoadHfChatTemplate(dir_, &files_));
+  if (vision_) {
+    // The image placeholder's text, from the tokenizer.
+    for (const xrt::AddedToken& t : tokenizer_.added_tokens)
+      if (t.id == vision_->image_token_id) vision_->image_token = t.content;
+    if (vision_->image_token.empty())
+      return xrt::InvalidArgumentError(
+          "{}: field 'image_token_index': token {} is not an added token of {} (the image "
+          "placeholder must be one)",
+          config_path, vision_->image_token_id, tok_path);
+  }
   XRT_RETURN_IF_ERROR(LoadWeights());
 
   std::sort(files_.begin(), files_.end());
@@ -129,15 +169,16 @@ Status HfModelSource::LoadWeights() {
 
   for (const SafetensorsFile& f : shards_) {
     for (const SourceTensor& t : f.tensors()) {
-      auto [it, inserted] = tensors_.emplace(t.name, &t);
+      const std::string key = vision_ ? NormalizeLlavaTensorName(t.name) : t.name;
+      auto [it, inserted] = tensors_.emplace(key, &t);
       if (!inserted) {
-        return xrt::DataLossError("tensor '{}': present in both {} and {}", t.name,
-                                  it->second->file, t.file);
+        return xrt::DataLossError("tensor '{}': present as both '{}' ({}) and '{}' ({})", key,
+                                  it->second->name, it->second->file, t.name, t.file);
       }
     }
   }
   for (const auto& [name, shard] : weight_map) {
-    auto it = tensors_.find(name);
+    auto it = tensors_.find(vision_ ? NormalizeLlavaTensorName(name) : name);
     const std::string shard_path = dir_ + "/" + shard;
     if (it == tensors_.end() || it->second->file != shard_path) {
       return xrt::DataLossError("{}: tensor '{}' is mapped to '{}' but that file does not hold it",

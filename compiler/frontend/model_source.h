@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,42 @@ struct DecoderConfig {
   int64_t sliding_window = 0;  // 0: none (recorded; not yet supported if > 0 and < max len)
 };
 
+// A LLaVA-style model's vision tower (CLIP or SigLIP) and 2-layer MLP projector,
+// normalized from HF's LlavaConfig.
+struct VisionConfig {
+  std::string tower;  // "clip" (class token, pre-layernorm) | "siglip" (patch bias, no class)
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;  // of the checkpoint; only up to the deepest feature layer run
+  int64_t num_attention_heads = 0;
+  int64_t image_size = 0;
+  int64_t patch_size = 0;
+  int64_t num_channels = 3;
+  double layer_norm_eps = 1e-5;
+  std::string hidden_act;  // "quick_gelu" | "gelu" | "gelu_pytorch_tanh" | "gelu_new"
+  // hidden_states indices (0 = the embeddings, i = output of layer i), in order; a
+  // negative vision_feature_layer l of the config is num_hidden_layers + l + 1.
+  std::vector<int64_t> feature_layers;
+  std::string select_strategy = "default";  // "default" (drop the class row) | "full"
+  std::string projector_act = "gelu";
+  bool projector_bias = true;
+  int32_t image_token_id = -1;
+  std::string image_token;  // the token's text, e.g. "<image>"
+
+  bool has_class_token() const { return tower == "clip"; }
+  int64_t grid() const { return image_size / patch_size; }
+  // Rows of one image's sequence in the tower.
+  int64_t seq_len() const { return grid() * grid() + (has_class_token() ? 1 : 0); }
+  // Feature rows per image = placeholder tokens per image in the prompt.
+  int64_t tokens_per_image() const { return seq_len() - (select_strategy == "default" ? 1 : 0); }
+  // Layers that run: up to the deepest selected hidden state.
+  int64_t layers_used() const {
+    int64_t m = 0;
+    for (int64_t l : feature_layers) m = l > m ? l : m;
+    return m;
+  }
+};
+
 struct GenerationDefaults {
   std::vector<int32_t> eos_token_ids;  // generation_config.json eos_token_id (int or list)
   double temperature = -1;             // < 0: not given
@@ -110,6 +147,8 @@ class ModelSource {
   static Expected<std::unique_ptr<ModelSource>> Open(const std::string& path);
 
   virtual const DecoderConfig& config() const = 0;
+  // The vision tower and projector of a LLaVA-style model; nullptr for text-only models.
+  virtual const VisionConfig* vision() const { return nullptr; }
   virtual const xrt::TokenizerSpec& tokenizer() const = 0;
   virtual const GenerationDefaults& generation() const = 0;
   // Jinja chat template source, "" if the model has none.
@@ -131,6 +170,7 @@ class ModelSource {
 class IndexedModelSource : public ModelSource {
  public:
   const DecoderConfig& config() const override { return config_; }
+  const VisionConfig* vision() const override { return vision_ ? &*vision_ : nullptr; }
   const xrt::TokenizerSpec& tokenizer() const override { return tokenizer_; }
   const GenerationDefaults& generation() const override { return generation_; }
   const std::string& chat_template() const override { return chat_template_; }
@@ -143,6 +183,7 @@ class IndexedModelSource : public ModelSource {
 
   std::string origin_;  // the directory or file, for messages
   DecoderConfig config_;
+  std::optional<VisionConfig> vision_;
   xrt::TokenizerSpec tokenizer_;
   GenerationDefaults generation_;
   std::string chat_template_;

@@ -135,4 +135,39 @@ Status CheckCovers(const std::vector<int64_t>& buckets, int64_t limit, const cha
   return Status::Ok();
 }
 
+Expected<EncoderBudget> ComputeEncoderBudget(int64_t max_num_batched_tokens,
+                                             int64_t tokens_per_image, int64_t max_num_seqs,
+                                             int64_t max_images_per_prompt,
+                                             int64_t cache_rows_override) {
+  if (max_num_batched_tokens < 1 || tokens_per_image < 1 || max_num_seqs < 1 ||
+      max_images_per_prompt < 1)
+    return InvalidArgumentError(
+        "encoder budget: max_num_batched_tokens {}, tokens_per_image {}, max_num_seqs {} and "
+        "max images per prompt {} must be >= 1",
+        max_num_batched_tokens, tokens_per_image, max_num_seqs, max_images_per_prompt);
+  if (cache_rows_override < 0)
+    return InvalidArgumentError("encoder cache size must be >= 0 rows (0: automatic), got {}",
+                                cache_rows_override);
+  EncoderBudget b;
+  b.compute_rows = std::max(max_num_batched_tokens, tokens_per_image);
+  b.images_per_step = b.compute_rows / tokens_per_image;
+  if (cache_rows_override > 0) {
+    b.cache_rows = std::max(cache_rows_override, tokens_per_image);
+  } else {
+    int64_t items = tokens_per_image > max_num_batched_tokens
+                        ? 1
+                        : (max_num_batched_tokens + tokens_per_image - 1) / tokens_per_image;
+    items = std::min(items + 1, max_num_seqs * max_images_per_prompt);
+    b.cache_rows = std::max<int64_t>(items, 1) * tokens_per_image;
+  }
+  return b;
+}
+
+std::vector<int64_t> DefaultImageBuckets(int64_t images_per_step) {
+  std::vector<int64_t> out;
+  for (int64_t b = 1; b < images_per_step; b *= 2) out.push_back(b);
+  if (images_per_step >= 1) out.push_back(images_per_step);
+  return out;
+}
+
 }  // namespace xrt

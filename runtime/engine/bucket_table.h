@@ -84,6 +84,34 @@ std::vector<int64_t> DefaultTokenBuckets(int64_t max_num_batched_tokens, int64_t
 // row). Returns an empty list when max_num_seqs < 1.
 std::vector<int64_t> DefaultReqBuckets(int64_t max_num_seqs);
 
+// The vision encoder's per-step budget and the encoder-output cache size, in
+// encoder output rows (= image placeholder tokens), after vLLM's
+// compute_encoder_budget: both default to max_num_batched_tokens and are never
+// smaller than one image's tokens_per_image, so a step can always encode one
+// image and the cache can always hold it.
+//   images_per_step: whole images one step may encode = compute_rows / tokens_per_image
+//                    (the largest vision_encode bucket);
+//   cache_rows:      with cache_rows_override > 0 that value (raised to one image);
+//                    else enough for the images one step's tokens can cover
+//                    (ceil(max_num_batched_tokens / tokens_per_image), or one image
+//                    when an image is larger than the step), plus one in flight,
+//                    capped at max_num_seqs * max_images_per_prompt images, in rows.
+struct EncoderBudget {
+  int64_t compute_rows = 0;
+  int64_t images_per_step = 0;
+  int64_t cache_rows = 0;
+};
+// InvalidArgument when a size is < 1 or the override is negative.
+Expected<EncoderBudget> ComputeEncoderBudget(int64_t max_num_batched_tokens,
+                                             int64_t tokens_per_image, int64_t max_num_seqs,
+                                             int64_t max_images_per_prompt,
+                                             int64_t cache_rows_override);
+
+// Default vision_encode buckets: 1, 2, 4, ... doubling while below
+// images_per_step, then images_per_step itself (5 -> 1, 2, 4, 5). Empty when
+// images_per_step < 1.
+std::vector<int64_t> DefaultImageBuckets(int64_t images_per_step);
+
 // Parses a comma-separated bucket list, e.g. "16,32,64" (spaces around the
 // entries are allowed). InvalidArgument naming the entry (1-based) and its
 // text for: an empty list or entry, a non-numeric entry, a value that does

@@ -5,6 +5,7 @@
 
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/attention.h"
+#include "runtime/kernels/dense_attention.h"
 #include "runtime/kernels/matmul.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/abi.h"
@@ -127,6 +128,13 @@ Status Executor::Prepare() {
           case xpk::BindingKind::kv_value:
             ptr = p_.kv.values[b->index()];
             break;
+          case xpk::BindingKind::encoder_cache:
+            if (!p_.encoder_cache)
+              return InvalidArgumentError("{}: executable '{}' reads the encoder cache, but none "
+                                          "was given",
+                                          a.path(), e->name()->str());
+            ptr = p_.encoder_cache;
+            break;
           default:
             return DataLossError("{}: unknown binding kind {}", a.path(),
                                  static_cast<int>(b->kind()));
@@ -220,6 +228,31 @@ Status Executor::Run(const xpk::Executable& e) {
         args.num_blocks = p_.kv.num_blocks;
         args.scale = call[F::kScale];
         Status s = PagedAttention(args, pool);
+        if (!s.ok())
+          return s.WithContext(fmt::format("{} ({})", e.name()->str(),
+                                           c->label() ? c->label()->str() : "attention"));
+        break;
+      }
+      case xpk::Ukernel::attention: {
+        using P = xpk::abi::AttentionParam;
+        using F = xpk::abi::AttentionFParam;
+        using B = xpk::abi::AttentionBinding;
+        const UkernelCall<xpk::Ukernel::attention> call(*c, pc.ptrs);
+        DenseAttentionArgs args;
+        args.q = call.Ptr<const float>(B::kQ);
+        args.k = call.Ptr<const float>(B::kK);
+        args.v = call.Ptr<const float>(B::kV);
+        args.out = call.Ptr<float>(B::kOut);
+        args.num_tokens = call[P::kNumTokens];
+        args.seq_len = call[P::kSeqLen];
+        args.num_heads = call[P::kNumHeads];
+        args.head_dim = call[P::kHeadDim];
+        args.q_stride = call[P::kQStride];
+        args.k_stride = call[P::kKStride];
+        args.v_stride = call[P::kVStride];
+        args.out_stride = call[P::kOutStride];
+        args.scale = call[F::kScale];
+        Status s = DenseAttention(args, pool);
         if (!s.ok())
           return s.WithContext(fmt::format("{} ({})", e.name()->str(),
                                            c->label() ? c->label()->str() : "attention"));

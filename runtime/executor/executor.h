@@ -43,6 +43,9 @@ struct ExecutorParams {
   const Artifact* artifact = nullptr;
   ThreadPool* pool = nullptr;
   KvCacheView kv;
+  // A model with vision: the encoder-output cache lm_step reads image rows from,
+  // [VisionConfig.encoder_cache_rows][hidden_size] f32.
+  float* encoder_cache = nullptr;
 };
 
 class Executor {

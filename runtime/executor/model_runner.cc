@@ -32,6 +32,11 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
     if (e->lora_mode() != xpk::LoraMode::none) continue;
     if (e->kind() == xpk::ExecutableKind::lm_step) r->step_by_bucket_[e->num_tokens()] = e;
     if (e->kind() == xpk::ExecutableKind::lm_logits) r->logits_by_bucket_[e->num_reqs()] = e;
+    if (e->kind() == xpk::ExecutableKind::vision_encode) r->vision_by_bucket_[e->num_images()] = e;
+  }
+  if (const xpk::VisionConfig* v = cfg.vision()) {
+    r->tokens_per_image_ = v->tokens_per_image();
+    r->encoder_cache_.assign(v->encoder_cache_rows() * cfg.hidden_size(), 0.0f);
   }
   XRT_ASSIGN_OR_RETURN(InputBuilder builder,
                        InputBuilder::ForCompiled(r->core_params_.compiled, r->core_params_.buckets,
@@ -61,6 +66,7 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
     ep.kv.values.push_back(r->kv_->value(l));
   }
   ep.kv.num_blocks = kv.num_blocks;
+  if (!r->encoder_cache_.empty()) ep.encoder_cache = r->encoder_cache_.data();
   XRT_ASSIGN_OR_RETURN(r->executor_, Executor::Create(ep));
   return r;
 }
@@ -84,6 +90,44 @@ Status ModelRunner::CopyInput(const xpk::Executable& e, const char* name,
     return Status::Ok();
   }
   return NotFoundError("{}: no input '{}'", e.name()->str(), name);
+}
+
+std::vector<int64_t> ModelRunner::image_buckets() const {
+  std::vector<int64_t> out;
+  for (const auto& [b, e] : vision_by_bucket_) out.push_back(b);
+  return out;
+}
+
+Status ModelRunner::EncodeImages(const float* pixel_values, int64_t num_images,
+                                 const std::vector<int64_t>& cache_rows) {
+  if (vision_by_bucket_.empty())
+    return FailedPreconditionError("{}: the model has no vision encoder", artifact_->path());
+  if (num_images < 1 || static_cast<int64_t>(cache_rows.size()) != num_images)
+    return InvalidArgumentError("EncodeImages: {} images with {} destinations", num_images,
+                                cache_rows.size());
+  auto it = vision_by_bucket_.lower_bound(num_images);
+  if (it == vision_by_bucket_.end())
+    return OutOfRangeError("no vision_encode executable for {} images (largest bucket {})",
+                           num_images, vision_by_bucket_.rbegin()->first);
+  const xpk::Executable& e = *it->second;
+  const int64_t cache_rows_total = static_cast<int64_t>(encoder_cache_.size()) / hidden_size_;
+  for (int64_t row : cache_rows)
+    if (row < 0 || row + tokens_per_image_ > cache_rows_total)
+      return OutOfRangeError("encoder cache rows [{}, {}) are outside the cache's {} rows", row,
+                             row + tokens_per_image_, cache_rows_total);
+  XRT_ASSIGN_OR_RETURN(uint8_t* px, executor_->Tensor(e, "pixel_values"));
+  const xpk::TensorSpec* spec = e.inputs()->Get(0);
+  const uint64_t per_image = spec->size() / static_cast<uint64_t>(it->first);
+  std::memcpy(px, pixel_values, num_images * per_image);
+  std::memset(px + num_images * per_image, 0, (it->first - num_images) * per_image);
+  XRT_RETURN_IF_ERROR(executor_->Run(e));
+  XRT_ASSIGN_OR_RETURN(uint8_t* out, executor_->Tensor(e, "image_features"));
+  const float* features = reinterpret_cast<const float*>(out);
+  const int64_t image_floats = tokens_per_image_ * hidden_size_;
+  for (int64_t i = 0; i < num_images; ++i)
+    std::memcpy(encoder_cache_.data() + cache_rows[i] * hidden_size_, features + i * image_floats,
+                image_floats * sizeof(float));
+  return Status::Ok();
 }
 
 Expected<const float*> ModelRunner::Execute(const StepInputs& in) {

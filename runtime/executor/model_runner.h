@@ -49,6 +49,19 @@ class ModelRunner : public StepExecutor {
   // next Execute (nullptr when num_logits == 0).
   Expected<const float*> Execute(const StepInputs& in) override;
 
+  // Vision (a LLaVA-style artifact): runs vision_encode over `num_images` images
+  // (pixel_values, each [C * S * S] f32 as the image preprocessing produces them),
+  // padded to the smallest compiled num_images bucket that holds them, and copies
+  // image i's tokens_per_image feature rows into the encoder cache from row
+  // cache_rows[i] on. FailedPrecondition for a model without vision; OutOfRange
+  // when no bucket holds num_images or a destination is outside the cache.
+  Status EncodeImages(const float* pixel_values, int64_t num_images,
+                      const std::vector<int64_t>& cache_rows);
+  // The encoder cache, [encoder_cache_rows][hidden_size] (empty without vision).
+  const std::vector<float>& encoder_cache() const { return encoder_cache_; }
+  // The compiled vision_encode buckets, ascending (empty without vision).
+  std::vector<int64_t> image_buckets() const;
+
   // Parameters of an EngineCore running this model: the artifact's
   // (EngineCoreParamsFor) with this runner as executor, its tokenizer and its
   // KV pool. The caller sets the requested limits and switches.
@@ -84,7 +97,10 @@ class ModelRunner : public StepExecutor {
   EngineCoreParams core_params_;  // the artifact's; executor etc. set by engine_core_params()
   SamplingDefaults sampling_defaults_;
   int64_t hidden_size_ = 0;
-  std::map<int64_t, const xpk::Executable*> step_by_bucket_, logits_by_bucket_;
+  std::map<int64_t, const xpk::Executable*> step_by_bucket_, logits_by_bucket_,
+      vision_by_bucket_;
+  std::vector<float> encoder_cache_;
+  int64_t tokens_per_image_ = 0;
 };
 
 }  // namespace xrt

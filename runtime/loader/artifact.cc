@@ -342,6 +342,16 @@ Status ValidateBinding(const xpk::Manifest& m, const xpk::Executable& e, const x
                              m.config()->num_hidden_layers());
       }
       return Status::Ok();
+    case xpk::BindingKind::encoder_cache: {
+      const xpk::VisionConfig* vision = m.config()->vision();
+      if (!vision || vision->encoder_cache_rows() <= 0)
+        return DataLossError("{}: binds the encoder cache, but the model has no vision encoder",
+                             label);
+      if (b->index() != 0)
+        return DataLossError("{}: encoder cache index {} (there is one, index 0)", label,
+                             b->index());
+      return Status::Ok();
+    }
   }
   return DataLossError("{}: unknown binding kind {}", label, static_cast<int>(b->kind()));
 }

@@ -367,6 +367,195 @@ LogicalResult GatherRowsOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Vision encoder ops
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// `rows` split into groups of `group`: the number of groups, or failure.
+FailureOr<int64_t> groupsOf(std::optional<Location> loc, int64_t rows,
+                            int64_t group, StringRef what) {
+  if (group <= 0)
+    return emitOptionalError(loc, what, " must be positive, got ", group);
+  if (rows == kDyn)
+    return kDyn;
+  if (rows % group != 0)
+    return emitOptionalError(loc, "rows (", rows, ") are not a multiple of ",
+                             what, " (", group, ")");
+  return rows / group;
+}
+
+int64_t mulDyn(int64_t a, int64_t b) { return a == kDyn ? kDyn : a * b; }
+
+} // namespace
+
+LogicalResult PatchifyOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> loc,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getPixels(), 2, "pixels")))
+    return failure();
+  int64_t c = adaptor.getChannels(), size = adaptor.getImageSize(),
+          p = adaptor.getPatchSize();
+  if (c <= 0 || size <= 0 || p <= 0 || size % p != 0)
+    return emitOptionalError(loc, "channels (", c, "), image_size (", size,
+                             ") and patch_size (", p,
+                             ") must be positive, image_size a multiple of "
+                             "patch_size");
+  auto px = shapeOf(adaptor.getPixels());
+  if (failed(expectDim(loc, px[1], c * size * size, "pixels columns")))
+    return failure();
+  int64_t grid = size / p;
+  inferred.push_back(tensorOf({mulDyn(px[0], grid * grid), c * p * p},
+                              cast<RankedTensorType>(adaptor.getPixels().getType())
+                                  .getElementType()));
+  return success();
+}
+
+LogicalResult VisionEmbedOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getPatches(), 2, "patches")) ||
+      failed(expectRank(loc, adaptor.getPositions(), 2, "positions")))
+    return failure();
+  auto patches = shapeOf(adaptor.getPatches());
+  auto pos = shapeOf(adaptor.getPositions());
+  if (pos[0] == kDyn)
+    return emitOptionalError(loc, "positions must have a static row count");
+  if (failed(expectDim(loc, pos[1], patches[1], "positions columns")))
+    return failure();
+  int64_t perImage = pos[0];
+  if (Value cls = adaptor.getClassEmbedding()) {
+    if (failed(expectRank(loc, cls, 1, "class_embedding")) ||
+        failed(expectDim(loc, shapeOf(cls)[0], patches[1],
+                         "class_embedding size")))
+      return failure();
+    perImage -= 1;
+  }
+  auto images = groupsOf(loc, patches[0], perImage, "patches per image");
+  if (failed(images))
+    return failure();
+  inferred.push_back(tensorOf(
+      {mulDyn(*images, pos[0]), patches[1]},
+      cast<RankedTensorType>(adaptor.getPatches().getType()).getElementType()));
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
+      failed(expectRank(loc, adaptor.getWeight(), 1, "weight")) ||
+      failed(expectRank(loc, adaptor.getBias(), 1, "bias")))
+    return failure();
+  auto in = shapeOf(adaptor.getInput());
+  if (failed(expectDim(loc, shapeOf(adaptor.getWeight())[0], in[1],
+                       "weight size")) ||
+      failed(expectDim(loc, shapeOf(adaptor.getBias())[0], in[1], "bias size")))
+    return failure();
+  if (adaptor.getEps().convertToDouble() <= 0.0)
+    return emitOptionalError(loc, "eps must be positive");
+  inferred.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult GeluOp::inferReturnTypes(MLIRContext *,
+                                       std::optional<Location> loc,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")))
+    return failure();
+  inferred.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult GeluOp::verify() {
+  StringRef a = getApproximate();
+  if (a != "none" && a != "tanh" && a != "quick")
+    return emitOpError() << "approximate must be \"none\", \"tanh\" or "
+                            "\"quick\", got \""
+                         << a << "\"";
+  return success();
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getQ(), 2, "q")) ||
+      failed(expectRank(loc, adaptor.getK(), 2, "k")) ||
+      failed(expectRank(loc, adaptor.getV(), 2, "v")))
+    return failure();
+  int64_t h = adaptor.getNumHeads(), hd = adaptor.getHeadDim();
+  if (h <= 0 || hd <= 0)
+    return emitOptionalError(loc, "num_heads (", h, ") and head_dim (", hd,
+                             ") must be positive");
+  if (!(adaptor.getScale().convertToFloat() > 0.0f))
+    return emitOptionalError(loc, "scale must be positive");
+  auto q = shapeOf(adaptor.getQ()), k = shapeOf(adaptor.getK()),
+       v = shapeOf(adaptor.getV());
+  for (auto [shape, what] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}}) {
+    if (failed(expectDim(loc, shape[1], h * hd,
+                         (Twine(what) + " columns").str())) ||
+        failed(expectDim(loc, shape[0], q[0], (Twine(what) + " rows").str())))
+      return failure();
+  }
+  if (failed(groupsOf(loc, q[0], adaptor.getSeqLen(), "seq_len")))
+    return failure();
+  inferred.push_back(adaptor.getQ().getType());
+  return success();
+}
+
+LogicalResult SkipRowsOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location> loc,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")))
+    return failure();
+  int64_t group = adaptor.getGroup(), skip = adaptor.getSkip();
+  if (skip < 0 || skip >= group)
+    return emitOptionalError(loc, "skip (", skip, ") must be in [0, group (",
+                             group, "))");
+  auto in = shapeOf(adaptor.getInput());
+  auto groups = groupsOf(loc, in[0], group, "group");
+  if (failed(groups))
+    return failure();
+  inferred.push_back(tensorOf(
+      {mulDyn(*groups, group - skip), in[1]},
+      cast<RankedTensorType>(adaptor.getInput().getType()).getElementType()));
+  return success();
+}
+
+LogicalResult EncoderCacheOp::verify() {
+  auto type = getResult().getType();
+  if (!type.hasStaticShape() || type.getRank() != 2)
+    return emitOpError() << "the encoder cache must be a static rank-2 tensor, "
+                            "got "
+                         << type;
+  return success();
+}
+
+LogicalResult MergeRowsOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getEmbeds(), 2, "embeds")) ||
+      failed(expectRank(loc, adaptor.getSource(), 1, "source")) ||
+      failed(expectRank(loc, adaptor.getCache(), 2, "cache")))
+    return failure();
+  auto emb = shapeOf(adaptor.getEmbeds());
+  if (failed(expectDim(loc, shapeOf(adaptor.getSource())[0], emb[0],
+                       "source size")) ||
+      failed(expectDim(loc, shapeOf(adaptor.getCache())[1], emb[1],
+                       "cache columns")))
+    return failure();
+  inferred.push_back(adaptor.getEmbeds().getType());
+  return success();
+}
+
 } // namespace xcc::xg
 
 #define GET_OP_CLASSES

@@ -208,4 +208,157 @@ def XG_GatherRowsOp : XG_InferOp<"gather_rows"> {
   let assemblyFormat = "$input `,` $indices attr-dict `:` type($input) `,` type($indices) `->` type($result)";
 }
 
+//===----------------------------------------------------------------------===//
+// Vision encoder ops
+//===----------------------------------------------------------------------===//
+
+def XG_PatchifyOp : XG_InferOp<"patchify"> {
+  let summary = "cuts images into flattened non-overlapping patches";
+  let description = [{
+    `pixels` holds one image per row, channels-first (`[N, C * S * S]`, `S` =
+    `image_size`). The result has one row per patch, images in order and patches
+    row-major within an image, each row laid out as `[C, p, p]` (`p` =
+    `patch_size`): the layout of a Conv2d weight `[D, C, p, p]` flattened to
+    `[D, C * p * p]`, so the patch embedding convolution is a `xg.linear`.
+
+    ```mlir
+    %p = xg.patchify %px {channels = 3 : i64, image_size = 32 : i64, patch_size = 8 : i64}
+           : tensor<2x3072xf32> -> tensor<32x192xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$pixels, I64Attr:$channels, I64Attr:$image_size,
+                       I64Attr:$patch_size);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$pixels attr-dict `:` type($pixels) `->` type($result)";
+}
+
+def XG_VisionEmbedOp : XG_InferOp<"vision_embed"> {
+  let summary = "prepends the class embedding and adds position embeddings per image";
+  let description = [{
+    `positions` has one row per sequence position (`L`). With a class embedding
+    (CLIP) every image's sequence is `[class, patches...]` and `L - 1` patch rows
+    of `patches` belong to each image; without one (SigLIP) it is the `L` patch
+    rows. `result[n * L + s] = seq_n[s] + positions[s]`.
+
+    ```mlir
+    %x = xg.vision_embed %patches, %pos, %cls
+           : tensor<32x32xf32>, tensor<17x32xf32>, tensor<32xf32> -> tensor<34x32xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$patches, XG_F32Tensor:$positions,
+                       Optional<XG_F32Tensor>:$class_embedding);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = [{
+    $patches `,` $positions (`,` $class_embedding^)? attr-dict `:` type(operands) `->` type($result)
+  }];
+}
+
+def XG_LayerNormOp : XG_InferOp<"layer_norm"> {
+  let summary = "layer normalization over the last dimension, with weight and bias";
+  let description = [{
+    `result[t, i] = (x[t, i] - mean_t) / sqrt(var_t + eps) * weight[i] + bias[i]`,
+    with the biased variance over the row.
+
+    ```mlir
+    %y = xg.layer_norm %x, %w, %b {eps = 1.0e-05 : f64}
+           : tensor<?x64xf32>, tensor<64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, XG_F32Tensor:$weight, XG_F32Tensor:$bias,
+                       F64Attr:$eps);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $weight `,` $bias attr-dict `:` type(operands) `->` type($result)";
+}
+
+def XG_GeluOp : XG_InferOp<"gelu"> {
+  let summary = "GELU activation, elementwise";
+  let description = [{
+    `approximate` selects the formula, as transformers' activations name them:
+    `"none"` (exact: `x * (1 + erf(x / sqrt(2))) / 2`, "gelu"), `"tanh"`
+    ("gelu_pytorch_tanh" / "gelu_new") and `"quick"` (`x * sigmoid(1.702 x)`,
+    "quick_gelu").
+
+    ```mlir
+    %y = xg.gelu %x {approximate = "quick"} : tensor<?x64xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, StrAttr:$approximate);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def XG_AttentionOp : XG_InferOp<"attention"> {
+  let summary = "bidirectional softmax attention within fixed-length sequences";
+  let description = [{
+    The rows form consecutive sequences of `seq_len` rows (one per image). Every
+    row attends to every row of its own sequence, no mask:
+    `out = softmax(q k^T * scale) v` per head of `head_dim` columns.
+
+    ```mlir
+    %o = xg.attention %q, %k, %v {seq_len = 17 : i64, num_heads = 2 : i64,
+                                  head_dim = 16 : i64, scale = 0.25 : f32}
+           : tensor<34x32xf32>, tensor<34x32xf32>, tensor<34x32xf32> -> tensor<34x32xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$q, XG_F32Tensor:$k, XG_F32Tensor:$v, I64Attr:$seq_len,
+                       I64Attr:$num_heads, I64Attr:$head_dim, F32Attr:$scale);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` type(operands) `->` type($result)";
+}
+
+def XG_SkipRowsOp : XG_InferOp<"skip_rows"> {
+  let summary = "drops the first rows of every group of rows";
+  let description = [{
+    The input rows form consecutive groups of `group` rows; the result keeps rows
+    `[skip, group)` of each group, in order (LLaVA's "default" feature selection
+    drops each image's class row).
+
+    ```mlir
+    %f = xg.skip_rows %x {group = 17 : i64, skip = 1 : i64} : tensor<34x32xf32> -> tensor<32x32xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, I64Attr:$group, I64Attr:$skip);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Merging encoder outputs into the decoder
+//===----------------------------------------------------------------------===//
+
+def XG_EncoderCacheOp : XG_Op<"encoder_cache", [Pure]> {
+  let summary = "the runtime's encoder-output cache, as a tensor";
+  let description = [{
+    The buffer of `[rows, hidden]` f32 rows in which the runtime keeps the
+    projected image features (`vision_encode` outputs) of the images in flight.
+    Like the KV cache it is runtime state, not an input: its capacity is fixed at
+    compile time and the executable reads it through a binding of its own.
+
+    ```mlir
+    %c = xg.encoder_cache : tensor<64x64xf32>
+    ```
+  }];
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def XG_MergeRowsOp : XG_InferOp<"merge_rows"> {
+  let summary = "replaces token embeddings by encoder-cache rows";
+  let description = [{
+    `result[t] = cache[source[t]]` when `0 <= source[t] < rows(cache)`, else
+    `embeds[t]`: text tokens keep their embedding, image placeholder tokens read
+    their image feature row.
+
+    ```mlir
+    %x = xg.merge_rows %emb, %src, %cache
+           : tensor<?x64xf32>, tensor<?xi32>, tensor<64x64xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$embeds, XG_I32Tensor:$source, XG_F32Tensor:$cache);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$embeds `,` $source `,` $cache attr-dict `:` type(operands) `->` type($result)";
+}
+
 #endif  // XCC_DIALECTS_XG_IR_XGOPS_TD

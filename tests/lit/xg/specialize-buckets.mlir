@@ -53,8 +53,17 @@ func.func @no_param(%ids: tensor<?xi32>) -> tensor<?xi32> attributes {xg.entry} 
 
 // -----
 
-// expected-error @+1 {{unknown bucket parameter 'num_images'}}
+// expected-error @+1 {{unknown bucket parameter 'num_frames'}}
 func.func @unknown_param(%ids: tensor<?xi32>) -> tensor<?xi32>
-    attributes {xg.entry, xg.bucket_param = "num_images"} {
+    attributes {xg.entry, xg.bucket_param = "num_frames"} {
   return %ids : tensor<?xi32>
+}
+
+// -----
+
+// A known parameter with no bucket list on the command line.
+// expected-error @+1 {{no buckets given for parameter 'num_images'}}
+func.func @vision_without_buckets(%px: tensor<?x12xf32>) -> tensor<?x12xf32>
+    attributes {xg.entry, xg.bucket_param = "num_images"} {
+  return %px : tensor<?x12xf32>
 }
