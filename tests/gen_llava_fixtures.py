@@ -163,12 +163,19 @@ def sentencepiece_bpe_tokenizer(appended):
     t = Tokenizer(models.BPE())
     t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always",
                                                split=True)
-    # limit_alphabet keeps the rare characters (CJK, emoji, ...) out of the vocab:
-    # they are encoded through byte fallback, as in Llama 2.
-    trainer = trainers.BpeTrainer(vocab_size=n_model - len(head), min_frequency=1,
-                                  show_progress=False, special_tokens=[], limit_alphabet=100)
     lines = gm.TRAIN_TEXT.splitlines(keepends=True)
-    t.train_from_iterator([l for i in range(4) for l in lines[i:] + lines[:i]], trainer=trainer)
+    corpus = [l for i in range(4) for l in lines[i:] + lines[:i]]
+    # Only the 100 most frequent characters (ties by code point: the trainer's own
+    # limit_alphabet breaks ties in hash order) get a token; the rare ones (CJK,
+    # emoji, ...) are encoded through byte fallback, as in Llama 2.
+    counts = {}
+    for ch in "".join("\u2581" + l.replace(" ", "\u2581") for l in corpus):
+        counts[ch] = counts.get(ch, 0) + 1
+    alphabet = sorted(counts, key=lambda ch: (-counts[ch], ch))[:100]
+    trainer = trainers.BpeTrainer(vocab_size=n_model - len(head), min_frequency=1,
+                                  show_progress=False, special_tokens=[],
+                                  initial_alphabet=alphabet, limit_alphabet=len(alphabet))
+    t.train_from_iterator(corpus, trainer=trainer)
     trained = json.loads(t.to_str())["model"]
     vocab = {tok: i for i, tok in enumerate(head)}
     for tok, _ in sorted(trained["vocab"].items(), key=lambda kv: kv[1]):
