@@ -927,8 +927,11 @@ def check(out, names):
     for a, b in zip(imgs["images"], fresh["images"]):
         assert a["rgb_sha256"] == b["rgb_sha256"], a["file"]
     pre = read_json(os.path.join(out, "preprocess.json"))
+    pre_files = {}
     for c in pre["cases"]:
         assert gm.sha256_file(os.path.join(out, "preprocess", c["file"])) == c["sha256"]
+        pre_files[(c["processor"], c["image"])] = np.fromfile(
+            os.path.join(out, "preprocess", c["file"]), dtype="<f4").reshape(c["shape"])
     for name in names:
         d = os.path.join(out, name)
         ref = read_json(os.path.join(d, "reference.json"))
@@ -940,8 +943,12 @@ def check(out, names):
             assert text == c["text"] and enc["input_ids"][0].tolist() == c["input_ids"], c["name"]
             if c["images"]:
                 pv = np.fromfile(os.path.join(d, c["pixel_values"]["file"]), dtype="<f4")
-                assert np.array_equal(pv.reshape(c["pixel_values"]["shape"]),
-                                      enc["pixel_values"].numpy()), c["name"]
+                pv = pv.reshape(c["pixel_values"]["shape"])
+                assert np.array_equal(pv, enc["pixel_values"].numpy()), c["name"]
+                kind = "clip" if spec["image_processor"] is CLIP_PROCESSOR else "siglip"
+                for i, f in enumerate(c["images"]):  # the same as the model-free references
+                    assert np.array_equal(pv[i], pre_files[(kind, f)]), (c["name"], f)
+                assert c["merge_by_hand_max_abs_diff"] == 0.0, c["name"]
                 feats = torch.from_numpy(np.fromfile(
                     os.path.join(d, c["image_features"]["file"]), dtype="<f4").reshape(
                         c["image_features"]["shape"]))
@@ -968,6 +975,7 @@ def main():
     ap.add_argument("--check", action="store_true", help="only verify the existing files")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TQDM_DISABLE", "1")
     import torch
     torch.set_num_threads(1)
     torch.manual_seed(0)
