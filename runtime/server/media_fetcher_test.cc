@@ -156,6 +156,12 @@ class HttpFetch : public ::testing::Test {
   std::string Url(const std::string& path) const {
     return "http://127.0.0.1:" + std::to_string(port_) + path;
   }
+  // Fetching `path` fails with "fetching '<its URL>': <reason>".
+  void ExpectFetchError(const std::string& path, const std::string& reason,
+                        MediaFetchParams p = {}) {
+    ExpectError(MakeFetcher(std::move(p)).Fetch(Url(path)),
+                "fetching '" + Url(path) + "': " + reason);
+  }
 
   httplib::Server server_;
   std::thread thread_;
@@ -179,32 +185,22 @@ TEST_F(HttpFetch, FollowsRedirects) {
   // With a limit of 1 the second hop is one too many.
   MediaFetchParams p;
   p.max_redirects = 1;
-  ExpectError(MakeFetcher(p).Fetch(Url("/absolute-redirect")),
-              "fetching '" + Url("/absolute-redirect") + "': more than 1 redirects");
+  ExpectFetchError("/absolute-redirect", "more than 1 redirects", p);
 }
 
 TEST_F(HttpFetch, RedirectLoopEnds) {
   MediaFetchParams p;
   p.max_redirects = 3;
-  ExpectError(MakeFetcher(p).Fetch(Url("/loop")),
-              "fetching '" + Url("/loop") + "': more than 3 redirects");
+  ExpectFetchError("/loop", "more than 3 redirects", p);
 }
 
 TEST_F(HttpFetch, RedirectMustStayHttp) {
-  ExpectError(MakeFetcher().Fetch(Url("/to-file")),
-              "fetching '" + Url("/to-file") +
-                  "': redirected to 'file:///etc/passwd', which is not http(s)");
+  ExpectFetchError("/to-file", "redirected to 'file:///etc/passwd', which is not http(s)");
 }
 
-TEST_F(HttpFetch, NotFound) {
-  ExpectError(MakeFetcher().Fetch(Url("/missing.png")),
-              "fetching '" + Url("/missing.png") + "': HTTP 404");
-}
+TEST_F(HttpFetch, NotFound) { ExpectFetchError("/missing.png", "HTTP 404"); }
 
-TEST_F(HttpFetch, EmptyBody) {
-  ExpectError(MakeFetcher().Fetch(Url("/empty")),
-              "fetching '" + Url("/empty") + "': the response is empty");
-}
+TEST_F(HttpFetch, EmptyBody) { ExpectFetchError("/empty", "the response is empty"); }
 
 TEST_F(HttpFetch, BodyOverTheLimit) {
   MediaFetchParams p;
