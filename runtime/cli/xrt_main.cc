@@ -2,7 +2,9 @@
 //   xrt run ARTIFACT [--host H] [--port P] [--max-num-seqs N] [--max-num-batched-tokens N]
 //           [--kv-cache-memory BYTES | --num-kv-blocks N] [--served-model-name NAME] [--api-key
 //           KEY]
-//           [--shutdown-timeout SECONDS]
+//           [--shutdown-timeout SECONDS] [--allowed-local-media-path DIR]
+//           [--limit-mm-per-prompt N] [--media-fetch-timeout SECONDS]
+//           [--max-image-bytes BYTES] [--media-max-redirects N]
 //   xrt generate ARTIFACT --prompt TEXT [--chat] [--max-tokens N] [--temperature T]
 //                [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S] [--threads N]
 //   both: [--verify-weights] (recompute the weights' checksums before running)
@@ -26,6 +28,7 @@
 #include "runtime/engine/request_processor.h"
 #include "runtime/executor/model_runner.h"
 #include "runtime/server/http_server.h"
+#include "runtime/server/media_fetcher.h"
 
 namespace {
 
@@ -70,14 +73,14 @@ xrt::Expected<std::unique_ptr<xrt::ModelRunner>> LoadRunner(const xrt::ModelRunn
   return runner;
 }
 
-// "2GiB", "512MiB", "1000000" -> bytes.
-xrt::Expected<int64_t> ParseBytes(const std::string& text) {
+// "2GiB", "512MiB", "1000000" -> bytes; errors name `flag`.
+xrt::Expected<int64_t> ParseBytes(const std::string& text, const char* flag = "--kv-cache-memory") {
   size_t pos = 0;
   double v = 0;
   try {
     v = std::stod(text, &pos);
   } catch (...) {
-    return xrt::InvalidArgumentError("--kv-cache-memory: '{}' is not a size", text);
+    return xrt::InvalidArgumentError("{}: '{}' is not a size", flag, text);
   }
   std::string unit = text.substr(pos);
   double mul = 1;
@@ -96,8 +99,8 @@ xrt::Expected<int64_t> ParseBytes(const std::string& text) {
   else if (unit == "GB")
     mul = 1e9;
   else
-    return xrt::InvalidArgumentError("--kv-cache-memory: unknown unit '{}'", unit);
-  if (!(v > 0)) return xrt::InvalidArgumentError("--kv-cache-memory: must be positive");
+    return xrt::InvalidArgumentError("{}: unknown unit '{}'", flag, unit);
+  if (!(v > 0)) return xrt::InvalidArgumentError("{}: must be positive", flag);
   return static_cast<int64_t>(v * mul);
 }
 
@@ -250,6 +253,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   run->add_flag("--verify-weights", verify_weights, verify_weights_help);
+  // Image content parts (runtime/server/media_fetcher.h), as vLLM's flags.
+  std::string image_limit, max_image_bytes;
+  run->add_option("--allowed-local-media-path", run_sp.media.allowed_local_media_path,
+                  "Accept file:// image URLs for files below this directory (default: refused)");
+  run->add_option("--limit-mm-per-prompt", image_limit,
+                  "Most images in one request: N, image=N or {\"image\": N} (default: 8)");
+  run->add_option("--media-fetch-timeout", run_sp.media.timeout_seconds,
+                  "Seconds to fetch one http(s) image URL, redirects included")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run->add_option("--max-image-bytes", max_image_bytes,
+                  "Largest image accepted as fetched (or decoded from base64), e.g. 20MiB "
+                  "(default: 20MiB)");
+  run->add_option("--media-max-redirects", run_sp.media.max_redirects,
+                  "Most redirects followed when fetching an image URL")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   run->add_flag("--check-recompilation", run_ep.check_recompilation,
                 "Strict mode: a step no compiled bucket holds fails its requests (counted in "
                 "/metrics, logged) instead of being split. Neither mode ever compiles");
@@ -257,6 +277,19 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*run) {
     run_ep.enable_prefix_caching = !no_prefix_caching;
+    if (!image_limit.empty()) {
+      auto limit = xrt::server::ParseImageLimit(image_limit);
+      if (!limit.ok()) return Fail(limit.status());
+      run_sp.media.limit_images_per_prompt = *limit;
+    }
+    if (!max_image_bytes.empty()) {
+      auto bytes = ParseBytes(max_image_bytes, "--max-image-bytes");
+      if (!bytes.ok()) return Fail(bytes.status());
+      run_sp.media.max_image_bytes = *bytes;
+    }
+    // Bad media flags fail before the model is loaded (HttpServer::Start checks them again).
+    if (auto media = xrt::server::MediaFetcher::Create(run_sp.media); !media.ok())
+      return Fail(media.status());
     return Serve(run_rp, run_ep, run_sp, kv_memory, shutdown_timeout, verify_weights);
   }
 

@@ -151,6 +151,9 @@ Status HttpServer::Start() {
     return InvalidArgumentError("port must be in [0, 65535], got {}", params_.port);
   if (params_.http_threads < 1)
     return InvalidArgumentError("http_threads must be >= 1, got {}", params_.http_threads);
+  Expected<MediaFetcher> fetcher = MediaFetcher::Create(params_.media);
+  if (!fetcher.ok()) return fetcher.status();
+  media_fetcher_.emplace(std::move(fetcher).value());
   int threads = params_.http_threads;
   http_->new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
@@ -380,6 +383,13 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
                      fmt::format("The model '{}' does not exist; this server serves '{}'",
                                  request.model, params_.served_model_name),
                      "model", "model_not_found");
+  if (!request.images.empty()) {
+    const std::string field = request.images.front().Field();
+    return SendError(
+        res, 400, "invalid_request_error",
+        fmt::format("{}: this model does not accept images (it has no vision encoder)", field),
+        field);
+  }
 
   // The engine request: tokenized, the model's defaults applied, validated.
   GenerationRequest g;

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -41,6 +42,7 @@
 #include "runtime/base/status.h"
 #include "runtime/engine/engine_api.h"
 #include "runtime/engine/request_processor.h"
+#include "runtime/server/media_fetcher.h"
 
 namespace httplib {
 class Server;
@@ -63,6 +65,11 @@ struct ServerParams {
   // the number of concurrent clients (xrt run uses max(64, 4 x max_num_seqs)).
   int http_threads = 64;
   size_t max_body_bytes = 32 << 20;  // larger bodies get 413
+  // How image content parts are fetched (--allowed-local-media-path,
+  // --limit-mm-per-prompt, ...); checked by Start. The models served today
+  // have no vision encoder, so a request with image parts is a 400 naming the
+  // first one ("messages[0].content[1]: this model does not accept images").
+  MediaFetchParams media;
 };
 
 class HttpServer {
@@ -75,7 +82,8 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds host:port and starts serving on a background thread. A port in use
-  // is Unavailable ("cannot bind 127.0.0.1:8000 (address in use?)").
+  // is Unavailable ("cannot bind 127.0.0.1:8000 (address in use?)"); bad
+  // media params (a missing --allowed-local-media-path) are InvalidArgument.
   Status Start();
   // The bound port (after Start), useful with params.port == 0.
   int port() const { return port_; }
@@ -114,6 +122,7 @@ class HttpServer {
   const RequestProcessor* processor_;
   const Tokenizer* tokenizer_;  // the processor's
   std::unique_ptr<httplib::Server> http_;
+  std::optional<MediaFetcher> media_fetcher_;  // made by Start from params_.media
   std::thread listener_;
   int listen_fd_ = -1;          // the listening socket, once bound
   bool listen_closed_ = false;  // by Stop or StopAccepting (controlling thread)

@@ -697,8 +697,32 @@ TEST_F(HttpServerTest, WrongTypes) {
                        R"({"model":"tiny","messages":[{"role":"user","content":[{"type":"image_url",
                            "image_url":{"url":"data:image/png;base64,AAAA"}}]}]})"),
                   400, "invalid_request_error");
-  EXPECT_EQ(e["message"], "images are not supported by this model");
+  EXPECT_EQ(e["message"],
+            "messages[0].content[0]: this model does not accept images (it has no vision encoder)");
+  EXPECT_EQ(e["param"], "messages[0].content[0]");
   ExpectServerHealthy();
+  e = ExpectError(
+      Post("/v1/chat/completions",
+           R"({"model":"tiny","messages":[{"role":"user","content":[{"type":"text","text":"x"},
+               {"type":"image_url","image_url":{"url":"http://h/a.png","detail":"huge"}}]}]})"),
+      400, "invalid_request_error");
+  EXPECT_EQ(e["message"],
+            "messages[0].content[1]: 'image_url.detail' must be one of auto, low, high; got "
+            "'huge'");
+  EXPECT_EQ(e["param"], "messages[0].content[1]");
+  ExpectServerHealthy();
+  EXPECT_EQ(engine_->submitted().size(), 5u);  // only the healthy ones reached the engine
+}
+
+TEST_F(HttpServerTest, BadMediaParamsFailAtStart) {
+  ServerParams p;
+  p.port = 0;
+  p.media.allowed_local_media_path = "/nonexistent/media/dir";
+  HttpServer server(p, engine_.get(), processor_.get());
+  Status st = server.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(),
+            "--allowed-local-media-path '/nonexistent/media/dir': No such file or directory");
 }
 
 TEST_F(HttpServerTest, UnknownModel) {

@@ -1,5 +1,6 @@
 #include "runtime/server/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -201,34 +202,118 @@ Status ValidateSampling(FieldReader& r, const SamplingParams& s, const char* log
   return r.Fail(field, st);
 }
 
-// Content of a chat message as one string; text parts are joined with "\n".
-Expected<std::string> ContentText(const Json& content, size_t index, FieldReader& r) {
-  std::string field = fmt::format("messages[{}].content", index);
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array())
-    return r.TypeError(field, "a string or a list of content parts", content);
-  std::string text;
-  bool first = true;
-  for (const Json& part : content) {
-    if (!part.is_object()) return r.TypeError(field, "a list of content parts (objects)", part);
-    auto type = part.find("type");
-    if (type == part.end() || !type->is_string())
-      return r.Fail(field,
-                    InvalidArgumentError("'{}': each content part needs a string 'type'", field));
-    const std::string t = type->get<std::string>();
-    if (t == "image_url" || t == "image" || t == "input_image")
-      return r.Fail(field, UnimplementedError("images are not supported by this model"));
-    if (t != "text")
-      return r.Fail(field,
-                    InvalidArgumentError("'{}': unsupported content part type '{}'", field, t));
-    auto txt = part.find("text");
-    if (txt == part.end() || !txt->is_string())
-      return r.Fail(field, InvalidArgumentError("'{}': a text part needs a string 'text'", field));
-    if (!first) text += "\n";
-    text += txt->get<std::string>();
-    first = false;
+// A chat message's content in both forms the template may need.
+struct ParsedContent {
+  Json text;   // the text parts joined with "\n" (a string)
+  Json parts;  // [{"type": "text", "text": ...}, {"type": "image"}, ...]
+  bool has_text = false;
+};
+
+// The url and detail of an image part: "image_url" is {"url", "detail"} or,
+// as vLLM also accepts, the URL itself.
+Status ParseImageUrl(const Json& image_url, const std::string& field, ImagePart* out) {
+  if (image_url.is_string()) {
+    out->url = image_url.get<std::string>();
+  } else if (image_url.is_object()) {
+    auto url = image_url.find("url");
+    if (url == image_url.end() || url->is_null())
+      return InvalidArgumentError("{}: 'image_url' has no 'url'", field);
+    if (!url->is_string())
+      return InvalidArgumentError("{}: 'image_url.url' must be a string, got {}", field,
+                                  JsonTypeName(*url));
+    out->url = url->get<std::string>();
+    auto detail = image_url.find("detail");
+    if (detail != image_url.end() && !detail->is_null()) {
+      if (!detail->is_string())
+        return InvalidArgumentError("{}: 'image_url.detail' must be a string, got {}", field,
+                                    JsonTypeName(*detail));
+      out->detail = detail->get<std::string>();
+      if (out->detail != "auto" && out->detail != "low" && out->detail != "high")
+        return InvalidArgumentError(
+            "{}: 'image_url.detail' must be one of auto, low, high; got '{}'", field, out->detail);
+    }
+  } else {
+    return InvalidArgumentError(
+        "{}: 'image_url' must be an object with a 'url' (or the URL as a string), got {}", field,
+        JsonTypeName(image_url));
   }
-  return text;
+  if (out->url.empty()) return InvalidArgumentError("{}: the image URL is empty", field);
+  return Status::Ok();
+}
+
+// One content part: a text part appends to *content, an image part also to
+// *images. Errors name the part ("messages[1].content[2]: ...").
+Status ParseContentPart(const Json& part, int message_index, int part_index, FieldReader& r,
+                        ParsedContent* content, std::vector<ImagePart>* images) {
+  const std::string field = fmt::format("messages[{}].content[{}]", message_index, part_index);
+  auto text_part = [&](const std::string& text) {
+    std::string& joined = content->text.get_ref<std::string&>();
+    if (content->has_text) joined += "\n";
+    joined += text;
+    content->has_text = true;
+    content->parts.push_back(Json{{"type", "text"}, {"text", text}});
+    return Status::Ok();
+  };
+  if (part.is_string()) return text_part(part.get<std::string>());  // as vLLM
+  if (!part.is_object())
+    return r.Fail(field, InvalidArgumentError("{}: a content part must be an object, got {}", field,
+                                              JsonTypeName(part)));
+  auto type = part.find("type");
+  std::string t;
+  if (type == part.end() || type->is_null()) {
+    // vLLM's shorthand: {"image_url": ...} without a type.
+    if (!part.contains("image_url"))
+      return r.Fail(field, InvalidArgumentError("{}: the content part has no 'type'", field));
+    t = "image_url";
+  } else if (!type->is_string()) {
+    return r.Fail(field, InvalidArgumentError("{}: 'type' must be a string, got {}", field,
+                                              JsonTypeName(*type)));
+  } else {
+    t = type->get<std::string>();
+  }
+  if (t == "text") {
+    auto text = part.find("text");
+    if (text == part.end() || text->is_null())
+      return r.Fail(field, InvalidArgumentError("{}: a text part needs 'text'", field));
+    if (!text->is_string())
+      return r.Fail(field, InvalidArgumentError("{}: 'text' must be a string, got {}", field,
+                                                JsonTypeName(*text)));
+    return text_part(text->get<std::string>());
+  }
+  if (t == "image_url") {
+    auto image_url = part.find("image_url");
+    if (image_url == part.end() || image_url->is_null())
+      return r.Fail(field, InvalidArgumentError("{}: an image_url part needs 'image_url'", field));
+    ImagePart image;
+    image.detail = "auto";
+    image.message_index = message_index;
+    image.part_index = part_index;
+    if (Status s = ParseImageUrl(*image_url, field, &image); !s.ok()) return r.Fail(field, s);
+    images->push_back(std::move(image));
+    content->parts.push_back(Json{{"type", "image"}});
+    return Status::Ok();
+  }
+  return r.Fail(
+      field, InvalidArgumentError(
+                 "{}: unsupported content part type '{}' (supported: text, image_url)", field, t));
+}
+
+// A chat message's content: a string or a list of parts.
+Expected<ParsedContent> ParseContent(const Json& content, int message_index, FieldReader& r,
+                                     std::vector<ImagePart>* images) {
+  ParsedContent out{Json(""), Json::array()};
+  if (content.is_string()) {
+    out.text = content;
+    out.parts.push_back(Json{{"type", "text"}, {"text", content}});
+    return out;
+  }
+  if (!content.is_array())
+    return r.TypeError(fmt::format("messages[{}].content", message_index),
+                       "a string or a list of content parts", content);
+  for (size_t j = 0; j < content.size(); ++j)
+    XRT_RETURN_IF_ERROR(
+        ParseContentPart(content[j], message_index, static_cast<int>(j), r, &out, images));
+  return out;
 }
 
 // The fields only /v1/completions has: the prompt and logprobs.
@@ -284,18 +369,26 @@ Status ParseChatFields(FieldReader& r, OpenAiRequest* request) {
           field + ".role",
           InvalidArgumentError("'{}.role' must be one of system, user, assistant, tool; got '{}'",
                                field, role_name));
-    Json out = m;
+    Json as_text = m, as_parts = m;
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       if (role_name != "assistant")
         return r.Fail(field + ".content", InvalidArgumentError("'{}.content' is required", field));
-      out["content"] = nullptr;
+      as_text["content"] = nullptr;
+      as_parts["content"] = Json::array();
     } else {
-      XRT_ASSIGN_OR_RETURN(std::string text, ContentText(*content, i, r));
-      out["content"] = std::move(text);
+      XRT_ASSIGN_OR_RETURN(ParsedContent c,
+                           ParseContent(*content, static_cast<int>(i), r, &req.images));
+      const bool text_only = std::all_of(c.parts.begin(), c.parts.end(),
+                                         [](const Json& p) { return p["type"] == "text"; });
+      as_parts["content"] = role_name == "tool" && text_only ? c.text : std::move(c.parts);
+      as_text["content"] = std::move(c.text);
     }
-    req.messages.push_back(std::move(out));
+    req.messages.push_back(std::move(as_text));
+    req.message_parts.push_back(std::move(as_parts));
   }
+  // With images the template gets the parts (see OpenAiRequest::messages).
+  if (!req.images.empty()) req.messages = req.message_parts;
   if (const Json* tools = r.Get("tools")) {
     if (!tools->is_array()) return r.TypeError("tools", "a list of tools", *tools);
     req.tools = *tools;
@@ -332,6 +425,10 @@ Expected<OpenAiRequest> ParseRequest(std::string_view body, ApiKind kind, std::s
 }
 
 }  // namespace
+
+std::string ImagePart::Field() const {
+  return fmt::format("messages[{}].content[{}]", message_index, part_index);
+}
 
 Expected<OpenAiRequest> ParseCompletionRequest(std::string_view body, std::string* out_param) {
   return ParseRequest(body, ApiKind::kCompletion, out_param);

@@ -8,8 +8,13 @@
 // of the wrong type or out of range are an error naming the field
 // ("'temperature' must be a number, got string"). Errors are InvalidArgument
 // (-> HTTP 400) or Unimplemented (valid OpenAI input we do not support, e.g.
-// image parts, echo; also -> 400); `out_param`, when non-null, receives the
-// name of the offending field ("" when none).
+// echo; also -> 400); `out_param`, when non-null, receives the name of the
+// offending field ("" when none). Errors in a chat content part name the part:
+// "messages[1].content[2]: unsupported content part type 'audio_url' ...",
+// param "messages[1].content[2]".
+//
+// Image parts are parsed here (their URL and place); fetching them is
+// media_fetcher.h's, decoding them the vision runtime's.
 #pragma once
 
 #include <cstdint>
@@ -34,16 +39,40 @@ inline constexpr int kMaxStopStrings = 16;  // OpenAI allows 4; we allow more
 
 enum class ApiKind { kCompletion, kChat };
 
+// One image of a chat request: an "image_url" content part
+// ({"type": "image_url", "image_url": {"url": ..., "detail": ...}}, or the
+// shorthands vLLM accepts: "image_url": "<url>", and a part without "type"
+// that has "image_url").
+struct ImagePart {
+  std::string url;            // as sent: data:, http(s):// or file:// (checked when fetched)
+  std::string detail;         // "auto" (when absent), "low" or "high"; accepted, not used
+  int message_index = 0;      // the part is messages[message_index].content[part_index];
+  int part_index = 0;         // also its index in the template's list of parts
+  std::string Field() const;  // "messages[1].content[2]"
+};
+
 // A validated request of either endpoint.
 struct OpenAiRequest {
   ApiKind kind = ApiKind::kCompletion;
   std::string model;
   // kCompletion: the prompt text.
   std::string prompt;
-  // kChat: the messages, normalized for the chat template: every content is a
-  // string (text parts joined with "\n") or null (assistant with tool_calls);
-  // other keys (name, tool_calls, tool_call_id) are kept as given.
+  // kChat: the messages, normalized for the chat template; other keys (name,
+  // tool_calls, tool_call_id) are kept as given.
+  //  - Without image parts (text-only requests): every content is a string
+  //    (text parts joined with "\n") or null (assistant with tool_calls).
+  //  - With image parts: `message_parts` (below), so that templates that loop
+  //    over message['content'] (llava-hf: {% if content['type'] == 'image' %})
+  //    place each image where it was sent.
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  // kChat: the messages in vLLM's "openai" content format: every content is a
+  // list of parts in the order sent, {"type": "text", "text": ...} and
+  // {"type": "image"} (the k-th image part is images[k]); a string content is
+  // one text part, a null content is []. Tool messages keep their text as one
+  // string (as vLLM: most templates expect a string there).
+  nlohmann::ordered_json message_parts = nlohmann::ordered_json::array();
+  // kChat: the image parts in prompt order (message by message, part by part).
+  std::vector<ImagePart> images;
   // kChat: the request's "tools" (null when absent), passed to the template.
   nlohmann::ordered_json tools;
   // max_tokens / max_completion_tokens; -1: unset (completions default to 16,

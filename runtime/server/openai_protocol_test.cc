@@ -1,7 +1,11 @@
 #include "runtime/server/openai_protocol.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
 
+#include "runtime/chat/chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_import.h"
 
@@ -149,10 +153,8 @@ TEST(OpenAiProtocol, RejectsBadChatRequests) {
       {R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content", "is required"},
       {R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content",
        "content parts"},
-      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:"}}]}]})",
-       "messages[0].content", "images are not supported by this model"},
       {R"({"model":"m","messages":[{"role":"user","content":[{"type":"audio"}]}]})",
-       "messages[0].content", "unsupported content part type"},
+       "messages[0].content[0]", "unsupported content part type"},
       {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
        "top_logprobs", "requires 'logprobs'"},
       {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":30})",
@@ -167,6 +169,133 @@ TEST(OpenAiProtocol, RejectsBadChatRequests) {
     EXPECT_EQ(param, c.param) << c.body;
     EXPECT_NE(r.status().message().find(c.message_part), std::string::npos)
         << c.body << " -> " << r.status().message();
+  }
+}
+
+TEST(OpenAiProtocol, ParsesImageParts) {
+  auto r = ParseChatRequest(R"({"model":"m","messages":[
+      {"role":"system","content":"be brief"},
+      {"role":"user","content":[{"type":"text","text":"Describe"},
+        {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"high"}},
+        "and",
+        {"type":"image_url","image_url":"http://h/b.png"}]},
+      {"role":"assistant","content":null,"tool_calls":[]},
+      {"role":"tool","content":[{"type":"text","text":"4"},{"type":"text","text":"2"}],"tool_call_id":"c"},
+      {"role":"user","content":[{"image_url":{"url":"file:///x/c.png","detail":null}}]}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->images.size(), 3u);
+  EXPECT_EQ(r->images[0].url, "data:image/png;base64,AAAA");
+  EXPECT_EQ(r->images[0].detail, "high");
+  EXPECT_EQ(r->images[0].Field(), "messages[1].content[1]");
+  EXPECT_EQ(r->images[1].url, "http://h/b.png");  // the string shorthand
+  EXPECT_EQ(r->images[1].detail, "auto");
+  EXPECT_EQ(r->images[1].Field(), "messages[1].content[3]");
+  EXPECT_EQ(r->images[2].url, "file:///x/c.png");  // no "type"
+  EXPECT_EQ(r->images[2].Field(), "messages[4].content[0]");
+  // With images the template gets every content as parts, in the order sent.
+  const Json want = Json::parse(R"([
+      {"role":"system","content":[{"type":"text","text":"be brief"}]},
+      {"role":"user","content":[{"type":"text","text":"Describe"},{"type":"image"},
+                                {"type":"text","text":"and"},{"type":"image"}]},
+      {"role":"assistant","content":[],"tool_calls":[]},
+      {"role":"tool","content":"4\n2","tool_call_id":"c"},
+      {"role":"user","content":[{"type":"image"}]}])");
+  EXPECT_EQ(r->messages, want);
+  EXPECT_EQ(r->message_parts, want);
+}
+
+TEST(OpenAiProtocol, TextOnlyMessagesStayStrings) {
+  auto r = ParseChatRequest(R"({"model":"m","messages":[
+      {"role":"system","content":"s"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":""},"b"]}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->images.empty());
+  EXPECT_EQ(r->messages,
+            Json::parse(R"([{"role":"system","content":"s"},{"role":"user","content":"a\n\nb"}])"));
+  EXPECT_EQ(r->message_parts,
+            Json::parse(R"([{"role":"system","content":[{"type":"text","text":"s"}]},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":""},
+                                {"type":"text","text":"b"}]}])"));
+}
+
+std::string ReadFixture(const std::string& name) {
+  std::ifstream f(std::string(XCC_SOURCE_DIR) + "/tests/fixtures/chat_templates/" + name);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The messages of image requests are what HF's llava-hf template expects: for
+// the fixture conversations (rendered by Python jinja2), the parsed messages
+// equal the fixture's and render to its text.
+TEST(OpenAiProtocol, ImageMessagesRenderWithTheLlavaTemplate) {
+  auto tmpl = ChatTemplate::Parse(ReadFixture("llava_1_5.jinja"));
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  const Json fixtures = Json::parse(ReadFixture("expected.json"));
+  const std::string url =
+      R"({"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}})";
+  const std::pair<const char*, std::string> cases[] = {
+      {"text_then_two_images/agp=1",
+       R"([{"role":"user","content":[{"type":"text","text":"Compare"},)" + url + "," + url + "]}]"},
+      {"multi_turn/agp=1",
+       R"([{"role":"system","content":"Be helpful."},
+           {"role":"user","content":[)" +
+           url + R"(,{"type":"text","text":"Describe it."}]},
+           {"role":"assistant","content":"A cat on a mat."},
+           {"role":"user","content":"What color is the cat?"}])"},
+  };
+  for (const auto& [name, messages] : cases) {
+    SCOPED_TRACE(name);
+    const Json* fixture = nullptr;
+    for (const Json& c : fixtures["cases"])
+      if (c["template"] == "llava_1_5.jinja" && c["name"] == name) fixture = &c;
+    ASSERT_NE(fixture, nullptr);
+    auto r = ParseChatRequest(R"({"model":"m","messages":)" + messages + "}");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->messages, (*fixture)["context"]["messages"]);
+    auto text = ApplyChatTemplate(*tmpl, r->messages, true, "<s>", "</s>");
+    ASSERT_TRUE(text.ok()) << text.status().ToString();
+    EXPECT_EQ(*text, (*fixture)["expected"].get<std::string>());
+  }
+}
+
+TEST(OpenAiProtocol, RejectsBadContentParts) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"5", "messages[1].content[2]: a content part must be an object, got integer"},
+      {R"({"text":"x"})", "messages[1].content[2]: the content part has no 'type'"},
+      {R"({"type":1})", "messages[1].content[2]: 'type' must be a string, got integer"},
+      {R"({"type":"input_audio","input_audio":{}})",
+       "messages[1].content[2]: unsupported content part type 'input_audio' (supported: text, "
+       "image_url)"},
+      {R"({"type":"text"})", "messages[1].content[2]: a text part needs 'text'"},
+      {R"({"type":"text","text":["a"]})",
+       "messages[1].content[2]: 'text' must be a string, got array"},
+      {R"({"type":"image_url"})", "messages[1].content[2]: an image_url part needs 'image_url'"},
+      {R"({"type":"image_url","image_url":{}})",
+       "messages[1].content[2]: 'image_url' has no 'url'"},
+      {R"({"type":"image_url","image_url":{"url":7}})",
+       "messages[1].content[2]: 'image_url.url' must be a string, got integer"},
+      {R"({"type":"image_url","image_url":{"url":""}})",
+       "messages[1].content[2]: the image URL is empty"},
+      {R"({"type":"image_url","image_url":7})",
+       "messages[1].content[2]: 'image_url' must be an object with a 'url' (or the URL as a "
+       "string), got integer"},
+      {R"({"type":"image_url","image_url":{"url":"http://h/a.png","detail":"ultra"}})",
+       "messages[1].content[2]: 'image_url.detail' must be one of auto, low, high; got 'ultra'"},
+      {R"({"type":"image_url","image_url":{"url":"http://h/a.png","detail":1}})",
+       "messages[1].content[2]: 'image_url.detail' must be a string, got integer"},
+  };
+  for (const auto& [part, message] : cases) {
+    const std::string body =
+        std::string(R"({"model":"m","messages":[{"role":"system","content":"s"},
+        {"role":"user","content":[{"type":"text","text":"a"},"b",)") +
+        part + "]}]}";
+    std::string param;
+    auto r = ParseChatRequest(body, &param);
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_EQ(r.status().message(), message);
+    EXPECT_EQ(param, "messages[1].content[2]") << part;
+    EXPECT_EQ(ApiErrorFromStatus(r.status(), param).http_status, 400);
   }
 }
 

@@ -235,6 +235,39 @@ def test_errors_leave_server_serving(server):
     assert ok()
 
 
+def test_image_parts_are_refused_by_a_text_model(server):
+    # The parts are parsed (a bad one is named) and the model, which has no vision
+    # encoder, refuses them; the server keeps serving.
+    ok = lambda: greedy(server, "ok", max_tokens=2).choices[0].finish_reason == "length"
+    png = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAIAAAABCAIAAAB7QOjdAAAADUlEQVR4nGP4"
+           "zwAE/wEHAAH/4iOeWQAAAABJRU5ErkJggg==")
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client.chat.completions.create(model=MODEL, max_tokens=2, messages=[
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                         {"type": "image_url", "image_url": {"url": png}}]}])
+    assert e.value.body["message"] == ("messages[0].content[1]: this model does not accept "
+                                       "images (it has no vision encoder)")
+    assert e.value.body["param"] == "messages[0].content[1]"
+    assert ok()
+    r = server.post("/v1/chat/completions", {"model": MODEL, "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"detail": "low"}}]}]})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "messages[0].content[0]: 'image_url' has no 'url'"
+    assert ok()
+
+
+def test_bad_media_flags_fail_at_start(artifacts):
+    for flags, message in [
+            (["--allowed-local-media-path", "/nonexistent/dir"],
+             "--allowed-local-media-path '/nonexistent/dir': No such file or directory"),
+            (["--limit-mm-per-prompt", "video=1"],
+             "--limit-mm-per-prompt: modality 'video' is not supported (only image)")]:
+        r = subprocess.run([XRT, "run", artifacts["main"], "--port", "0", *flags],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, r.stderr
+        assert f"xrt: error: {message}" in r.stderr
+
+
 def test_metrics_parse(server):
     m = server.metrics()
     assert m["xrt_steps_total"] > 0
