@@ -26,6 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using xrt::Status;
 
 fs::path ModelDir(const std::string& name) {
   return fs::path(XCC_SOURCE_DIR) / "tests/fixtures/llava" / name;
@@ -116,8 +117,6 @@ RunResult PrefillAndDecode(xrt::ModelRunner& runner, const std::vector<int32_t>&
   }
   return r;
 }
-
-using xrt::Status;
 
 TEST_P(LlavaNumerics, MatchesTransformers) {
   const std::string name = GetParam();
