@@ -262,14 +262,20 @@ uint64_t TouchEverything(const xrt::Artifact& a) {
 
 // ---- tokenizer -----------------------------------------------------------------------
 
-TEST(TokenizerSpec, RoundTrip) {
-  xrt::TokenizerSpec in = FakeTokenizer();
+// Writes `in` as a manifest Tokenizer table, verifies the buffer, reads it back.
+xrt::Expected<xrt::TokenizerSpec> RoundTripTokenizer(const xrt::TokenizerSpec& in,
+                                                     int64_t config_vocab_size) {
   flatbuffers::FlatBufferBuilder fbb;
   fbb.Finish(BuildTokenizer(fbb, in));
   flatbuffers::Verifier v(fbb.GetBufferPointer(), fbb.GetSize());
-  ASSERT_TRUE(v.VerifyBuffer<xpk::Tokenizer>(nullptr));
-  auto out = xrt::TokenizerSpecFromManifest(
-      *flatbuffers::GetRoot<xpk::Tokenizer>(fbb.GetBufferPointer()), kVocab);
+  if (!v.VerifyBuffer<xpk::Tokenizer>(nullptr)) return xrt::DataLossError("verifier failed");
+  return xrt::TokenizerSpecFromManifest(
+      *flatbuffers::GetRoot<xpk::Tokenizer>(fbb.GetBufferPointer()), config_vocab_size);
+}
+
+TEST(TokenizerSpec, RoundTrip) {
+  xrt::TokenizerSpec in = FakeTokenizer();
+  auto out = RoundTripTokenizer(in, kVocab);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->model, in.model);
   EXPECT_EQ(out->vocab, in.vocab);
@@ -313,12 +319,7 @@ TEST(TokenizerSpec, RoundTripSentencePiece) {
                  {"fuse", "", "", 0, ""},
                  {"strip", "", " ", 1, ""},
                  {"metaspace", "", "\u2581", 0, "never"}};
-  flatbuffers::FlatBufferBuilder fbb;
-  fbb.Finish(BuildTokenizer(fbb, in));
-  flatbuffers::Verifier v(fbb.GetBufferPointer(), fbb.GetSize());
-  ASSERT_TRUE(v.VerifyBuffer<xpk::Tokenizer>(nullptr));
-  auto out = xrt::TokenizerSpecFromManifest(
-      *flatbuffers::GetRoot<xpk::Tokenizer>(fbb.GetBufferPointer()), 4);
+  auto out = RoundTripTokenizer(in, 4);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_FALSE(out->byte_level);
   EXPECT_TRUE(out->byte_fallback);
