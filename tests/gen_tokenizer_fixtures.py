@@ -21,6 +21,27 @@ key) gives, computed with `tokenizers` on the equivalent tokenizer (gguf_equival
 qwen2's has DeepSeek-R1-Distill-Qwen's control tokens (text outside the byte-level
 alphabet) appended to the vocabulary, and both have lines using them.
 
+Five SentencePiece-style BPE tokenizers (Llama 2 / Mistral 7B v0.x / TinyLlama / LLaVA-1.5
+kind) share one vocabulary: <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then BPE
+tokens trained on "▁"-spelled words with a small alphabet (so rare characters need byte
+fallback), and the added special tokens <image> and <pad> after it (as llava-hf's):
+
+  llama2/           the older layout: normalizer Sequence[Prepend("▁"), Replace(" ", "▁")],
+                    no pre-tokenizer, decoder Sequence[Replace("▁", " "), ByteFallback, Fuse,
+                    Strip(" ", 1, 0)]; byte_fallback, fuse_unk; <s> prepended; plus a
+                    normalized non-special added token "<tool>" (matched as "▁<tool>").
+  llama2_first/     the newer layout: Metaspace(prepend_scheme "first", split false), the
+                    same decoder Sequence.
+  sp_always_split/  Metaspace(prepend_scheme "always", split true), decoder Metaspace("always")
+                    (which leaves byte tokens as their text).
+  sp_never/         Metaspace(prepend_scheme "never", split true), decoder Sequence[ByteFallback,
+                    Fuse, Replace("▁", " ")] (llama.cpp's GGUF converter order).
+  sp_unk/           the older layout without byte fallback: unknown characters are <unk>, one
+                    each (fuse_unk false).
+
+Their expected.json cases also carry "ids_plain" (add_special_tokens=False), and the file has
+"single_tokens": [{"id", "decoded"}] for a sample of ids decoded one at a time.
+
 single_word_chars.json: the code points `tokenizers` treats as word characters next to a
 single_word added token ({"checked": ranges, "word": ranges}).
 
@@ -196,6 +217,80 @@ def make_smollm2():
     return tok, config
 
 
+SP_SPECIALS = ["<unk>", "<s>", "</s>"]
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+METASPACE = "\u2581"
+
+
+def train_sp_vocab():
+    """Vocabulary and merges of a small Llama-2-style BPE: specials, byte tokens, then merges
+    learned on words spelled with a leading "▁"."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(METASPACE),
+                                           normalizers.Replace(" ", METASPACE)])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="never",
+                                                 split=True)
+    trainer = trainers.BpeTrainer(vocab_size=1400, min_frequency=2, show_progress=False,
+                                  special_tokens=SP_SPECIALS + BYTE_TOKENS, limit_alphabet=110)
+    tok.train_from_iterator(training_text(4), trainer=trainer)
+    spec = json.loads(tok.to_str())
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" "))
+              for m in spec["model"]["merges"]]
+    return spec["model"]["vocab"], merges
+
+
+def sp_decoder_sequence():
+    return decoders.Sequence([decoders.Replace(METASPACE, " "), decoders.ByteFallback(),
+                              decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+
+
+def make_sp(vocab, merges, variant):
+    byte_fallback = variant != "sp_unk"
+    tok = Tokenizer(models.BPE(vocab=dict(vocab), merges=list(merges), unk_token="<unk>",
+                               byte_fallback=byte_fallback, fuse_unk=byte_fallback))
+    if variant in ("llama2", "sp_unk"):
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend(METASPACE),
+                                               normalizers.Replace(" ", METASPACE)])
+        tok.decoder = sp_decoder_sequence()
+    elif variant == "llama2_first":
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="first",
+                                                     split=False)
+        tok.decoder = sp_decoder_sequence()
+    elif variant == "sp_always_split":
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE,
+                                                     prepend_scheme="always", split=True)
+        tok.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    elif variant == "sp_never":
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="never",
+                                                     split=True)
+        tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Replace(METASPACE, " ")])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SP_SPECIALS])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in ["<image>", "<pad>"]])
+    if variant == "llama2":
+        tok.add_tokens([AddedToken("<tool>", special=False, normalized=True)])
+    bos = tok.token_to_id("<s>")
+    assert (bos, tok.token_to_id("<0x00>")) == (1, 3)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B:1", special_tokens=[("<s>", bos)])
+    config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+              "pad_token": "<pad>", "add_bos_token": True, "add_eos_token": False,
+              "legacy": variant in ("llama2", "sp_unk"), "tokenizer_class": "LlamaTokenizer"}
+    return tok, config
+
+
+def sp_expected(tok, corpus):
+    cases = expected_cases(tok, corpus)
+    for c in cases:
+        c["ids_plain"] = tok.encode(c["text"], add_special_tokens=False).ids
+    n = tok.get_vocab_size()
+    sample = list(range(0, 300)) + list(range(300, n, 7)) + [n - 3, n - 2, n - 1]
+    singles = [{"id": i, "decoded": tok.decode([i], skip_special_tokens=False)}
+               for i in sorted(set(sample))]
+    return {"cases": cases, "single_tokens": singles}
+
+
 def read_corpus():
     with open(os.path.join(OUT, "corpus.jsonl"), encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -360,6 +455,15 @@ def main():
         elif name == "qwen2":
             write_json(os.path.join(d, "gguf_expected.json"),
                        gguf_expected(tok, config, "qwen2", corpus, R1_CONTROL_TOKENS))
+        print(f"{name}: vocab {tok.get_vocab_size()}")
+    vocab, merges = train_sp_vocab()
+    for name in ["llama2", "llama2_first", "sp_always_split", "sp_never", "sp_unk"]:
+        tok, config = make_sp(vocab, merges, name)
+        d = os.path.join(OUT, name)
+        os.makedirs(d, exist_ok=True)
+        tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
+        write_json(os.path.join(d, "tokenizer_config.json"), config)
+        write_json(os.path.join(d, "expected.json"), sp_expected(tok, corpus))
         print(f"{name}: vocab {tok.get_vocab_size()}")
     write_json(os.path.join(OUT, "single_word_chars.json"), single_word_chars(), compact=True)
     if args.smollm2_gguf:

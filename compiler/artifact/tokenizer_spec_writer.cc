@@ -30,10 +30,28 @@ flatbuffers::Offset<xpk::Tokenizer> BuildTokenizer(flatbuffers::FlatBufferBuilde
   auto normalizer = fbb.CreateString(spec.normalizer);
   auto regexes = fbb.CreateVectorOfStrings(spec.split_regexes);
 
+  std::vector<flatbuffers::Offset<xpk::NormalizerStep>> norm_steps;
+  for (const xrt::NormalizerStep& n : spec.normalizer_steps) {
+    norm_steps.push_back(
+        xpk::CreateNormalizerStepDirect(fbb, n.type.c_str(), n.pattern.c_str(), n.content.c_str()));
+  }
+  auto norm_steps_vec = fbb.CreateVector(norm_steps);
+  auto replacement = fbb.CreateString(spec.metaspace_replacement);
+  auto prepend_scheme = fbb.CreateString(spec.metaspace_prepend_scheme);
+  std::vector<flatbuffers::Offset<xpk::DecoderStep>> decoders;
+  for (const xrt::DecoderStep& d : spec.decoders) {
+    decoders.push_back(xpk::CreateDecoderStepDirect(fbb, d.type.c_str(), d.pattern.c_str(),
+                                                    d.content.c_str(), d.start,
+                                                    d.prepend_scheme.c_str()));
+  }
+  auto decoders_vec = fbb.CreateVector(decoders);
+
   return xpk::CreateTokenizer(fbb, model, vocab, merges_vec, added_vec, normalizer, regexes,
                               spec.individual_digits, spec.add_prefix_space, spec.ignore_merges,
                               spec.bos_id, spec.eos_id, spec.pad_id, spec.unk_id, spec.add_bos,
-                              spec.add_eos);
+                              spec.add_eos, spec.byte_level, spec.byte_fallback, spec.fuse_unk,
+                              norm_steps_vec, spec.metaspace, replacement, prepend_scheme,
+                              spec.metaspace_split, decoders_vec);
 }
 
 }  // namespace xcc

@@ -262,14 +262,20 @@ uint64_t TouchEverything(const xrt::Artifact& a) {
 
 // ---- tokenizer -----------------------------------------------------------------------
 
-TEST(TokenizerSpec, RoundTrip) {
-  xrt::TokenizerSpec in = FakeTokenizer();
+// Writes `in` as a manifest Tokenizer table, verifies the buffer, reads it back.
+xrt::Expected<xrt::TokenizerSpec> RoundTripTokenizer(const xrt::TokenizerSpec& in,
+                                                     int64_t config_vocab_size) {
   flatbuffers::FlatBufferBuilder fbb;
   fbb.Finish(BuildTokenizer(fbb, in));
   flatbuffers::Verifier v(fbb.GetBufferPointer(), fbb.GetSize());
-  ASSERT_TRUE(v.VerifyBuffer<xpk::Tokenizer>(nullptr));
-  auto out = xrt::TokenizerSpecFromManifest(
-      *flatbuffers::GetRoot<xpk::Tokenizer>(fbb.GetBufferPointer()), kVocab);
+  if (!v.VerifyBuffer<xpk::Tokenizer>(nullptr)) return xrt::DataLossError("verifier failed");
+  return xrt::TokenizerSpecFromManifest(
+      *flatbuffers::GetRoot<xpk::Tokenizer>(fbb.GetBufferPointer()), config_vocab_size);
+}
+
+TEST(TokenizerSpec, RoundTrip) {
+  xrt::TokenizerSpec in = FakeTokenizer();
+  auto out = RoundTripTokenizer(in, kVocab);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->model, in.model);
   EXPECT_EQ(out->vocab, in.vocab);
@@ -291,6 +297,50 @@ TEST(TokenizerSpec, RoundTrip) {
   EXPECT_EQ(out->unk_id, -1);
   EXPECT_TRUE(out->add_bos);
   EXPECT_FALSE(out->add_eos);
+  // Not stored (the default), as in a format 1.1 manifest: reads as byte-level.
+  EXPECT_TRUE(out->byte_level);
+  EXPECT_TRUE(out->decoders.empty());
+}
+
+TEST(TokenizerSpec, RoundTripSentencePiece) {
+  xrt::TokenizerSpec in;
+  in.vocab = {"<unk>", "<s>", "\u2581a", "<0x0A>"};
+  in.byte_level = false;
+  in.byte_fallback = true;
+  in.fuse_unk = true;
+  in.unk_id = 0;
+  in.normalizer_steps = {{"prepend", "", "\u2581"}, {"replace", " ", "\u2581"}};
+  in.metaspace = true;
+  in.metaspace_replacement = "\u2581";
+  in.metaspace_prepend_scheme = "first";
+  in.metaspace_split = false;
+  in.decoders = {{"replace", "\u2581", " ", 0, ""},
+                 {"byte_fallback", "", "", 0, ""},
+                 {"fuse", "", "", 0, ""},
+                 {"strip", "", " ", 1, ""},
+                 {"metaspace", "", "\u2581", 0, "never"}};
+  auto out = RoundTripTokenizer(in, 4);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_FALSE(out->byte_level);
+  EXPECT_TRUE(out->byte_fallback);
+  EXPECT_TRUE(out->fuse_unk);
+  ASSERT_EQ(out->normalizer_steps.size(), 2u);
+  EXPECT_EQ(out->normalizer_steps[0].type, "prepend");
+  EXPECT_EQ(out->normalizer_steps[0].content, "\u2581");
+  EXPECT_EQ(out->normalizer_steps[1].type, "replace");
+  EXPECT_EQ(out->normalizer_steps[1].pattern, " ");
+  EXPECT_TRUE(out->metaspace);
+  EXPECT_EQ(out->metaspace_replacement, "\u2581");
+  EXPECT_EQ(out->metaspace_prepend_scheme, "first");
+  EXPECT_FALSE(out->metaspace_split);
+  ASSERT_EQ(out->decoders.size(), 5u);
+  for (size_t i = 0; i < in.decoders.size(); ++i) {
+    EXPECT_EQ(out->decoders[i].type, in.decoders[i].type) << i;
+    EXPECT_EQ(out->decoders[i].pattern, in.decoders[i].pattern) << i;
+    EXPECT_EQ(out->decoders[i].content, in.decoders[i].content) << i;
+    EXPECT_EQ(out->decoders[i].start, in.decoders[i].start) << i;
+    EXPECT_EQ(out->decoders[i].prepend_scheme, in.decoders[i].prepend_scheme) << i;
+  }
 }
 
 TEST(TokenizerSpec, InvalidIds) {

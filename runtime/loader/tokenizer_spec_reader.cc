@@ -54,6 +54,20 @@ Status ValidateManifestTokenizer(const xpk::Tokenizer& t, int64_t config_vocab_s
       }
     }
   }
+  if (t.normalizer_steps()) {
+    for (uint32_t i = 0; i < t.normalizer_steps()->size(); ++i) {
+      if (!t.normalizer_steps()->Get(i)->type()) {
+        return DataLossError("tokenizer: normalizer step {}: type missing", i);
+      }
+    }
+  }
+  if (t.decoders()) {
+    for (uint32_t i = 0; i < t.decoders()->size(); ++i) {
+      if (!t.decoders()->Get(i)->type()) {
+        return DataLossError("tokenizer: decoder step {}: type missing", i);
+      }
+    }
+  }
   XRT_RETURN_IF_ERROR(CheckSpecialId("bos_id", t.bos_id(), limit));
   XRT_RETURN_IF_ERROR(CheckSpecialId("eos_id", t.eos_id(), limit));
   XRT_RETURN_IF_ERROR(CheckSpecialId("pad_id", t.pad_id(), limit));
@@ -107,6 +121,29 @@ Expected<TokenizerSpec> TokenizerSpecFromManifest(const xpk::Tokenizer& t,
   spec.unk_id = t.unk_id();
   spec.add_bos = t.add_bos();
   spec.add_eos = t.add_eos();
+  spec.byte_level = t.byte_level();
+  spec.byte_fallback = t.byte_fallback();
+  spec.fuse_unk = t.fuse_unk();
+  if (t.normalizer_steps()) {
+    for (const xpk::NormalizerStep* n : *t.normalizer_steps()) {
+      spec.normalizer_steps.push_back({Str(n->type()), Str(n->pattern()), Str(n->content())});
+    }
+  }
+  spec.metaspace = t.metaspace();
+  spec.metaspace_replacement = Str(t.metaspace_replacement());
+  spec.metaspace_prepend_scheme = Str(t.metaspace_prepend_scheme());
+  spec.metaspace_split = t.metaspace_split();
+  if (t.decoders()) {
+    for (const xpk::DecoderStep* d : *t.decoders()) {
+      DecoderStep step;
+      step.type = Str(d->type());
+      step.pattern = Str(d->pattern());
+      step.content = Str(d->content());
+      step.start = d->start();
+      step.prepend_scheme = Str(d->prepend_scheme());
+      spec.decoders.push_back(std::move(step));
+    }
+  }
   return spec;
 }
 

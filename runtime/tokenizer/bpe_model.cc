@@ -4,6 +4,7 @@
 #include <queue>
 
 #include "runtime/tokenizer/byte_level.h"
+#include "runtime/tokenizer/utf8.h"
 
 namespace xrt {
 
@@ -25,19 +26,27 @@ Expected<BpeModel> BpeModel::Create(const TokenizerSpec& spec,
   BpeModel model;
   model.unk_id_ = spec.unk_id;
   model.ignore_merges_ = spec.ignore_merges;
-  // Index by the vocabulary's byte-level spelling; only tokens spelled in the
-  // byte-level alphabet can be produced by BPE.
+  model.byte_level_ = spec.byte_level;
+  model.byte_fallback_ = spec.byte_fallback;
+  model.fuse_unk_ = spec.fuse_unk;
+  // Index by the vocabulary's spelling; byte-level BPE can only produce tokens
+  // spelled in the byte-level alphabet.
   std::unordered_map<std::string_view, int32_t> by_text;
   by_text.reserve(spec.vocab.size());
   for (size_t id = 0; id < spec.vocab.size(); ++id) {
     if (spec.vocab[id].empty()) continue;
     by_text.emplace(spec.vocab[id], static_cast<int32_t>(id));
-    if (byte_level::Decode(spec.vocab[id]).has_value()) {
+    if (!spec.byte_level) {
+      model.bytes_to_id_.emplace(spec.vocab[id], static_cast<int32_t>(id));
+    } else if (byte_level::Decode(spec.vocab[id]).has_value()) {
       model.bytes_to_id_.emplace(token_bytes[id], static_cast<int32_t>(id));
     }
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = model.bytes_to_id_.find(std::string(1, static_cast<char>(b)));
+    // As `tokenizers` spells a fallback byte: format!("<{b:#04X}>").
+    const std::string key =
+        spec.byte_level ? std::string(1, static_cast<char>(b)) : fmt::format("<0x{:02X}>", b);
+    auto it = model.bytes_to_id_.find(key);
     model.byte_ids_[b] = it == model.bytes_to_id_.end() ? -1 : it->second;
   }
   model.merges_.reserve(spec.merges.size());
@@ -99,18 +108,15 @@ void BpeModel::Merge(std::string_view word, std::vector<int32_t>* ids) const {
     int32_t next;
     bool alive;
   };
+  std::vector<int32_t> initial;
+  InitialSymbols(word, &initial);
+  if (initial.empty()) return;
   std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
-  for (unsigned char b : word) {
-    int32_t id = byte_ids_[b];
-    if (id < 0) {
-      if (unk_id_ < 0) continue;
-      id = unk_id_;
-    }
+  symbols.reserve(initial.size());
+  for (int32_t id : initial) {
     const int32_t index = static_cast<int32_t>(symbols.size());
     symbols.push_back({id, index - 1, index + 1, true});
   }
-  if (symbols.empty()) return;
   symbols.back().next = -1;
 
   // Candidate merges ordered by (rank, position); stale entries are skipped
@@ -148,6 +154,56 @@ void BpeModel::Merge(std::string_view word, std::vector<int32_t>* ids) const {
     push_pair(top.pos);
   }
   for (int32_t i = 0; i >= 0; i = symbols[i].next) ids->push_back(symbols[i].id);
+}
+
+void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbols) const {
+  symbols->reserve(word.size());
+  // A pending unknown piece, added before the next known one (or at the end);
+  // with fuse_unk, consecutive unknown pieces share it.
+  bool pending_unk = false;
+  auto unknown = [&] {
+    if (unk_id_ < 0) return;
+    if (pending_unk && !fuse_unk_) symbols->push_back(unk_id_);
+    pending_unk = true;
+  };
+  auto known = [&](int32_t id) {
+    if (pending_unk) symbols->push_back(unk_id_);
+    pending_unk = false;
+    symbols->push_back(id);
+  };
+  if (byte_level_) {
+    for (unsigned char b : word) {
+      if (byte_ids_[b] >= 0) {
+        known(byte_ids_[b]);
+      } else {
+        unknown();
+      }
+    }
+  } else {
+    std::string piece;
+    for (size_t pos = 0; pos < word.size();) {
+      const size_t begin = pos;
+      utf8::NextCodePoint(word, &pos);
+      piece.assign(word.substr(begin, pos - begin));
+      auto it = bytes_to_id_.find(piece);
+      if (it != bytes_to_id_.end()) {
+        known(it->second);
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (unsigned char b : piece) all = all && byte_ids_[b] >= 0;
+        if (all) {
+          // As `tokenizers` does, a pending unknown piece is not added first:
+          // it comes after these bytes.
+          for (unsigned char b : piece) symbols->push_back(byte_ids_[b]);
+          continue;
+        }
+      }
+      unknown();
+    }
+  }
+  if (pending_unk) symbols->push_back(unk_id_);
 }
 
 }  // namespace xrt

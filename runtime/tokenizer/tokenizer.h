@@ -1,15 +1,21 @@
-// Tokenizer: byte-level BPE text <-> token ids, matching Hugging Face
-// `tokenizers` for GPT-2 / Llama 3 / Qwen2 / SmolLM2 style tokenizer.json
-// files.
+// Tokenizer: BPE text <-> token ids, matching Hugging Face `tokenizers` for
+// byte-level (GPT-2 / Llama 3 / Qwen2 / SmolLM2) and SentencePiece-style
+// (Llama 2 / Mistral 7B v0.x / TinyLlama: "▁" for spaces, byte fallback)
+// tokenizer.json files.
 //
 // Encode: (1) added tokens are split out of the raw text (non-normalized
-// ones), (2) the remaining text is normalized (NFC, optional) and normalized
-// added tokens are split out, (3) a prefix space is added to each remaining
-// segment if add_prefix_space, (4) the segment is pre-tokenized (Digits and
-// Split regexes), (5) each word's bytes are merged by BPE.
-// Decode: each token's bytes (the byte-level spelling mapped back to bytes;
-// added tokens spelled outside the byte-level alphabet are taken as their
-// UTF-8 text) are concatenated and invalid UTF-8 is replaced with U+FFFD.
+// ones), (2) each remaining segment is normalized on its own (NFC, then
+// Prepend / Replace steps) and normalized added tokens are split out, then
+// byte-level: (3) a prefix space is added to each remaining segment if
+// add_prefix_space, (4) the segment is pre-tokenized (Digits and Split
+// regexes), (5) each word's bytes are merged by BPE; SentencePiece style:
+// (3) the Metaspace pre-tokenizer (if any) spells spaces as "▁", prepends one
+// and splits, (4) each word's characters are merged by BPE (byte fallback).
+// Decode, byte-level: each token's bytes (the byte-level spelling mapped back
+// to bytes; added tokens spelled outside the byte-level alphabet are taken as
+// their UTF-8 text) are concatenated and invalid UTF-8 is replaced with
+// U+FFFD. SentencePiece style: the tokens go through the decoder steps
+// (DecoderChain).
 //
 // Built once from a TokenizerSpec; immutable afterwards. All const methods
 // are thread-safe (the BPE word cache is internally synchronized). Move-only.
@@ -27,9 +33,13 @@
 
 namespace xrt {
 
+class DecoderChain;
+
 class Tokenizer {
  public:
-  // Validates `spec`: model "bpe", vocabulary entries valid UTF-8 and unique,
+  // Validates `spec`: model "bpe", byte-level options only with byte_level and
+  // SentencePiece ones (byte_fallback, metaspace, decoders) only without,
+  // known normalizer and decoder steps, vocabulary entries valid UTF-8 and unique,
   // added tokens with in-range unique ids consistent with the vocabulary,
   // merges naming known tokens, compilable regexes, normalizer "" or "nfc",
   // special ids in range. Errors are InvalidArgument (Unimplemented for an
@@ -56,7 +66,9 @@ class Tokenizer {
   // The token as the vocabulary spells it ("Ġthe", "<|eot_id|>"); "" for an
   // out-of-range id or a hole in the vocabulary.
   const std::string& IdToPiece(int32_t id) const;
-  // The raw bytes the token decodes to (" the"); may be partial UTF-8.
+  // The raw bytes the token decodes to (" the"; for a SentencePiece-style
+  // tokenizer the token alone, not at the start of a text: "▁the" -> " the",
+  // "<0x0A>" -> "\n"); may be partial UTF-8.
   const std::string& TokenBytes(int32_t id) const;
   // The id of a vocabulary spelling or added token content.
   std::optional<int32_t> PieceToId(std::string_view piece) const;
@@ -70,13 +82,22 @@ class Tokenizer {
   bool add_bos() const { return spec_.add_bos; }
   bool add_eos() const { return spec_.add_eos; }
   const TokenizerSpec& spec() const { return spec_; }
+  // The decoder steps of a tokenizer that is not byte-level; null for a
+  // byte-level one (whose tokens decode to TokenBytes).
+  const DecoderChain* decoder_chain() const;
+  // The string the decoder steps receive for `id`: IdToPiece, except for a
+  // normalized added token, which `tokenizers` (>= 0.23) decodes from its
+  // normalized form ("<tool>" -> "▁<tool>" under a Prepend("▁") normalizer).
+  const std::string& DecoderPiece(int32_t id) const;
 
  private:
   struct Impl;
   Tokenizer(TokenizerSpec spec, std::unique_ptr<Impl> impl);
   void EncodeRaw(std::string_view text, std::vector<int32_t>* ids) const;
-  void EncodeNormalized(std::string_view text, std::vector<int32_t>* ids) const;
-  void EncodeSegment(std::string_view text, std::vector<int32_t>* ids) const;
+  // `at_start`: the segment starts at the beginning of the input text.
+  void EncodeNormalized(std::string_view text, bool at_start, std::vector<int32_t>* ids) const;
+  void EncodeSegment(std::string_view text, bool at_start, std::vector<int32_t>* ids) const;
+  void EncodeMetaspace(std::string_view text, bool at_start, std::vector<int32_t>* ids) const;
 
   TokenizerSpec spec_;
   std::unique_ptr<Impl> impl_;

@@ -111,8 +111,8 @@ Status ParseModel(const JsonFile& f, const json& root, TokenizerSpec* spec,
     return f.Invalid("model.type", "missing");
   }
   if (type != "BPE") return f.Unsupported("model.type", "unsupported '{}'", type);
-  XRT_ASSIGN_OR_RETURN(bool byte_fallback, f.OptBool(model, "model", "byte_fallback", false));
-  if (byte_fallback) return f.Unsupported("model.byte_fallback", "unsupported true");
+  XRT_ASSIGN_OR_RETURN(spec->byte_fallback, f.OptBool(model, "model", "byte_fallback", false));
+  XRT_ASSIGN_OR_RETURN(spec->fuse_unk, f.OptBool(model, "model", "fuse_unk", false));
   if (auto d = model.find("dropout"); d != model.end() && !d->is_null()) {
     if (!d->is_number()) return f.Invalid("model.dropout", "expected a number or null");
     if (d->get<double>() != 0.0)
@@ -215,12 +215,78 @@ Status ParseAddedTokens(const JsonFile& f, const json& root, TokenizerSpec* spec
   return Status::Ok();
 }
 
+// A Replace normalizer or decoder: {"pattern": {"String": ...}, "content": ...}.
+struct ReplaceStep {
+  std::string pattern, content;
+};
+Expected<ReplaceStep> ParseReplace(const JsonFile& f, const json& j, const std::string& path) {
+  auto pattern = j.find("pattern");
+  if (pattern == j.end() || !pattern->is_object()) {
+    return f.Invalid(path + ".pattern", "expected {{\"String\": ...}}");
+  }
+  auto str = pattern->find("String");
+  if (str == pattern->end() || !str->is_string()) {
+    if (pattern->contains("Regex")) {
+      return f.Unsupported(path + ".pattern", "Regex (only String patterns are supported)");
+    }
+    return f.Invalid(path + ".pattern", "expected {{\"String\": ...}}");
+  }
+  ReplaceStep r;
+  r.pattern = str->get<std::string>();
+  if (r.pattern.empty()) return f.Invalid(path + ".pattern.String", "empty");
+  XRT_ASSIGN_OR_RETURN(std::optional<std::string> content, f.OptString(j, path, "content"));
+  if (!content) return f.Invalid(path + ".content", "missing");
+  r.content = std::move(*content);
+  return r;
+}
+
+// One character of a component (Metaspace replacement, Strip content).
+Expected<std::string> OneChar(const JsonFile& f, const json& j, const std::string& path,
+                              const char* key) {
+  XRT_ASSIGN_OR_RETURN(std::optional<std::string> s, f.OptString(j, path, key));
+  if (!s || !utf8::IsOneCharacter(*s)) {
+    return f.Invalid(JsonFile::Join(path, key), "expected a string of one character");
+  }
+  return *s;
+}
+
+// Metaspace's prepend scheme: "prepend_scheme" (default "always"), or the older
+// "add_prefix_space": false, which means "never".
+Expected<std::string> PrependScheme(const JsonFile& f, const json& j, const std::string& path) {
+  XRT_ASSIGN_OR_RETURN(std::optional<std::string> scheme, f.OptString(j, path, "prepend_scheme"));
+  XRT_ASSIGN_OR_RETURN(bool add_prefix_space, f.OptBool(j, path, "add_prefix_space", true));
+  if (scheme && *scheme != "always" && *scheme != "first" && *scheme != "never") {
+    return f.Unsupported(path + ".prepend_scheme", "unsupported '{}'", *scheme);
+  }
+  if (!add_prefix_space) {
+    if (scheme && *scheme != "never") {
+      return f.Invalid(path + ".add_prefix_space", "false but prepend_scheme is '{}'", *scheme);
+    }
+    return std::string("never");
+  }
+  return scheme.value_or("always");
+}
+
 Status ParseNormalizer(const JsonFile& f, const json& j, const std::string& path,
                        TokenizerSpec* spec) {
   if (j.is_null()) return Status::Ok();
   XRT_ASSIGN_OR_RETURN(std::string type, TypeOf(f, j, path));
   if (type == "NFC") {
+    if (!spec->normalizer_steps.empty()) {
+      return f.Unsupported(path + ".type", "NFC after Prepend or Replace");
+    }
     spec->normalizer = "nfc";
+    return Status::Ok();
+  }
+  if (type == "Prepend") {
+    XRT_ASSIGN_OR_RETURN(std::optional<std::string> prepend, f.OptString(j, path, "prepend"));
+    if (!prepend) return f.Invalid(path + ".prepend", "missing");
+    spec->normalizer_steps.push_back({"prepend", "", *prepend});
+    return Status::Ok();
+  }
+  if (type == "Replace") {
+    XRT_ASSIGN_OR_RETURN(ReplaceStep r, ParseReplace(f, j, path));
+    spec->normalizer_steps.push_back({"replace", std::move(r.pattern), std::move(r.content)});
     return Status::Ok();
   }
   if (type == "Sequence") {
@@ -239,7 +305,8 @@ Status ParseNormalizer(const JsonFile& f, const json& j, const std::string& path
 Status ParsePreTokenizer(const JsonFile& f, const json& root, TokenizerSpec* spec) {
   auto it = root.find("pre_tokenizer");
   if (it == root.end() || it->is_null()) {
-    return f.Unsupported("pre_tokenizer", "null (a ByteLevel pre-tokenizer is required)");
+    spec->byte_level = false;  // SentencePiece style (Llama 2): the normalizer spells spaces
+    return Status::Ok();
   }
   // Flatten into (path, step).
   std::vector<std::pair<std::string, const json*>> steps;
@@ -285,6 +352,16 @@ Status ParsePreTokenizer(const JsonFile& f, const json& root, TokenizerSpec* spe
     } else if (type == "Digits") {
       XRT_ASSIGN_OR_RETURN(bool individual, f.OptBool(*step, path, "individual_digits", false));
       spec->split_regexes.push_back(individual ? "\\p{N}" : "\\p{N}+");
+    } else if (type == "Metaspace") {
+      if (steps.size() != 1) {
+        return f.Unsupported(path + ".type", "Metaspace together with other pre-tokenizers");
+      }
+      spec->byte_level = false;
+      spec->metaspace = true;
+      XRT_ASSIGN_OR_RETURN(spec->metaspace_replacement, OneChar(f, *step, path, "replacement"));
+      XRT_ASSIGN_OR_RETURN(spec->metaspace_prepend_scheme, PrependScheme(f, *step, path));
+      XRT_ASSIGN_OR_RETURN(spec->metaspace_split, f.OptBool(*step, path, "split", true));
+      return Status::Ok();
     } else if (type == "ByteLevel") {
       byte_level = true;
       XRT_ASSIGN_OR_RETURN(spec->add_prefix_space,
@@ -301,7 +378,8 @@ Status ParsePreTokenizer(const JsonFile& f, const json& root, TokenizerSpec* spe
   }
   if (!byte_level) {
     return f.Unsupported("pre_tokenizer",
-                         "no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
+                         "no ByteLevel pre-tokenizer (Split and Digits are only supported before "
+                         "ByteLevel; SentencePiece style needs null or Metaspace)");
   }
   return Status::Ok();
 }
@@ -367,23 +445,85 @@ Status ParsePostProcessor(const JsonFile& f, const json& j, const std::string& p
   return Status::Ok();
 }
 
-Status ParseDecoder(const JsonFile& f, const json& root) {
+// One SentencePiece-style decoder step.
+Status ParseDecoderStep(const JsonFile& f, const json& j, const std::string& path,
+                        TokenizerSpec* spec) {
+  XRT_ASSIGN_OR_RETURN(std::string type, TypeOf(f, j, path));
+  DecoderStep step;
+  if (type == "Replace") {
+    XRT_ASSIGN_OR_RETURN(ReplaceStep r, ParseReplace(f, j, path));
+    step.type = "replace";
+    step.pattern = std::move(r.pattern);
+    step.content = std::move(r.content);
+  } else if (type == "ByteFallback") {
+    step.type = "byte_fallback";
+  } else if (type == "Fuse") {
+    step.type = "fuse";
+  } else if (type == "Strip") {
+    step.type = "strip";
+    XRT_ASSIGN_OR_RETURN(step.content, OneChar(f, j, path, "content"));
+    XRT_ASSIGN_OR_RETURN(int64_t start, f.Int(j, path, "start"));
+    XRT_ASSIGN_OR_RETURN(int64_t stop, f.Int(j, path, "stop"));
+    if (start < 0 || start > INT32_MAX) return f.Invalid(path + ".start", "{} out of range", start);
+    if (stop != 0) return f.Unsupported(path + ".stop", "unsupported {} (only 0)", stop);
+    step.start = static_cast<int32_t>(start);
+  } else if (type == "Metaspace") {
+    step.type = "metaspace";
+    XRT_ASSIGN_OR_RETURN(step.content, OneChar(f, j, path, "replacement"));
+    XRT_ASSIGN_OR_RETURN(step.prepend_scheme, PrependScheme(f, j, path));
+  } else if (type == "ByteLevel") {
+    return f.Unsupported(path + ".type",
+                         "ByteLevel with a pre-tokenizer that is not ByteLevel, or together with "
+                         "other decoders");
+  } else {
+    return f.Unsupported(path + ".type", "unsupported '{}'", type);
+  }
+  spec->decoders.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status ParseDecoder(const JsonFile& f, const json& root, TokenizerSpec* spec) {
   auto it = root.find("decoder");
   if (it == root.end() || it->is_null()) {
-    return f.Unsupported("decoder", "null (a ByteLevel decoder is required)");
+    return f.Unsupported("decoder", "null (tokens would be joined with spaces)");
   }
   XRT_ASSIGN_OR_RETURN(std::string type, TypeOf(f, *it, "decoder"));
-  if (type == "ByteLevel") return Status::Ok();
+  const json* only = &*it;
+  std::string only_path = "decoder";
+  auto list = it->find("decoders");
   if (type == "Sequence") {
-    auto list = it->find("decoders");
-    if (list != it->end() && list->is_array() && list->size() == 1) {
-      XRT_ASSIGN_OR_RETURN(std::string inner, TypeOf(f, (*list)[0], "decoder.decoders[0]"));
-      if (inner == "ByteLevel") return Status::Ok();
-      return f.Unsupported("decoder.decoders[0].type", "unsupported '{}'", inner);
+    if (list == it->end() || !list->is_array()) {
+      return f.Invalid("decoder.decoders", "expected an array");
     }
-    return f.Unsupported("decoder.decoders", "only a single ByteLevel decoder is supported");
+    if (list->size() == 1) {
+      only = &(*list)[0];
+      only_path = "decoder.decoders[0]";
+    }
   }
-  return f.Unsupported("decoder.type", "unsupported '{}'", type);
+  XRT_ASSIGN_OR_RETURN(std::string only_type, TypeOf(f, *only, only_path));
+  if (spec->byte_level) {
+    if (only_type == "ByteLevel") return Status::Ok();
+    return f.Unsupported(only_path + ".type",
+                         "unsupported '{}' (a ByteLevel pre-tokenizer needs a single ByteLevel "
+                         "decoder)",
+                         only_type);
+  }
+  if (type != "Sequence") return ParseDecoderStep(f, *it, "decoder", spec);
+  for (size_t i = 0; i < list->size(); ++i) {
+    XRT_RETURN_IF_ERROR(
+        ParseDecoderStep(f, (*list)[i], JsonFile::Index("decoder.decoders", i), spec));
+  }
+  // Orders the runtime cannot stream (DecoderChain::Create) are errors here too.
+  for (size_t i = 0, fused = 0; i < spec->decoders.size(); ++i) {
+    const DecoderStep& d = spec->decoders[i];
+    const std::string path = JsonFile::Index("decoder.decoders", i);
+    if (d.type == "fuse") fused = 1;
+    if (fused && d.type == "byte_fallback") return f.Unsupported(path, "ByteFallback after Fuse");
+    if (fused && d.type == "replace" && !utf8::IsOneCharacter(d.pattern)) {
+      return f.Unsupported(path + ".pattern", "a pattern of more than one character after Fuse");
+    }
+  }
+  return Status::Ok();
 }
 
 // The id of a token named in tokenizer_config.json.
@@ -505,7 +645,10 @@ Expected<TokenizerSpec> LoadTokenizerJsonImpl(const std::string& tokenizer_json_
   Template tmpl;
   XRT_RETURN_IF_ERROR(
       ParsePostProcessor(f, root.value("post_processor", json()), "post_processor", &tmpl));
-  XRT_RETURN_IF_ERROR(ParseDecoder(f, root));
+  XRT_RETURN_IF_ERROR(ParseDecoder(f, root, &spec));
+  if (spec.byte_level && spec.byte_fallback) {
+    return f.Unsupported("model.byte_fallback", "true with a ByteLevel pre-tokenizer");
+  }
   for (const auto& [side, id] :
        {std::pair{"prefix", tmpl.prefix}, std::pair{"suffix", tmpl.suffix}}) {
     if (id && (*id < 0 || static_cast<size_t>(*id) >= spec.vocab.size())) {

@@ -23,19 +23,26 @@ inline constexpr const char* kLlama3SplitRegex =
 inline constexpr const char* kQwen2SplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// Reads a Hugging Face tokenizer.json (model.type "BPE" with a ByteLevel
-// pre-tokenizer/decoder) and, if `tokenizer_config_path` is non-empty, its
+// Reads a Hugging Face tokenizer.json (model.type "BPE", byte-level or
+// SentencePiece style) and, if `tokenizer_config_path` is non-empty, its
 // tokenizer_config.json (bos/eos tokens, add_bos_token, added_tokens_decoder).
 // Errors name the file and the field.
 //
-// Supported: model BPE on the byte-level alphabet (ignore_merges, unk_token;
-// not byte_fallback, dropout or subword affixes); normalizer null, NFC or a
-// Sequence of NFC; pre_tokenizer a ByteLevel, optionally preceded (in a
-// Sequence) by Split(Regex|String, Isolated, invert false) and Digits steps,
-// add_prefix_space only when ByteLevel is the first step; post_processor
+// Supported: model BPE (ignore_merges, unk_token, fuse_unk, byte_fallback;
+// not dropout or subword affixes); normalizer null, NFC, Prepend, Replace
+// (String pattern), or a Sequence of those (NFC first). Byte-level style:
+// pre_tokenizer a ByteLevel, optionally preceded (in a Sequence) by
+// Split(Regex|String, Isolated, invert false) and Digits steps,
+// add_prefix_space only when ByteLevel is the first step, decoder ByteLevel,
+// no byte_fallback. SentencePiece style (Llama 2, Mistral 7B v0.x):
+// pre_tokenizer null or a single Metaspace (prepend_scheme always | first |
+// never, or the older add_prefix_space; split), decoder a Sequence of (or a
+// single) Replace (String pattern), ByteFallback, Fuse, Strip (stop 0),
+// Metaspace, with ByteFallback before Fuse and only one-character Replace
+// patterns after it (see DecoderChain). post_processor
 // null, ByteLevel, TemplateProcessing whose "single" is
 // [SpecialToken?, $A, SpecialToken?] (giving bos/add_bos and eos/add_eos),
-// or a Sequence of those; decoder ByteLevel. Anything else is Unimplemented
+// or a Sequence of those. Anything else is Unimplemented
 // ("tokenizer.json: field 'model.type': unsupported 'Unigram'").
 // tokenizer_config.json's add_bos_token / add_eos_token, when present,
 // override what the post-processor implies. truncation/padding are ignored.

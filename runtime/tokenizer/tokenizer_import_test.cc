@@ -127,10 +127,14 @@ TEST_F(ImportTest, MalformedFiles) {
       },
       StatusCode::kUnimplemented,
       "field 'normalizer.normalizers[1].type': unsupported 'Lowercase'");
+  // No pre-tokenizer or Metaspace is SentencePiece style, which a ByteLevel decoder is not.
   ExpectError([](json& j) { j["pre_tokenizer"] = nullptr; }, StatusCode::kUnimplemented,
-              "field 'pre_tokenizer'");
-  ExpectError([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; },
-              StatusCode::kUnimplemented, "unsupported 'Metaspace'");
+              "field 'decoder.type': ByteLevel with a pre-tokenizer that is not ByteLevel");
+  ExpectError([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, StatusCode::kDataLoss,
+              "field 'pre_tokenizer.replacement': expected a string of one character");
+  ExpectError(
+      [](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}}; },
+      StatusCode::kUnimplemented, "field 'decoder.type': ByteLevel with a pre-tokenizer");
   ExpectError(
       [](json& j) {
         j["pre_tokenizer"] = {

@@ -46,7 +46,7 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(FixtureTest, EncodesAndDecodesEveryCorpusLineLikeHuggingFace) {
   LOAD_FIXTURE(tok, GetParam());
   const auto expected = ReadJsonFile(kFixtures + GetParam() + "/expected.json");
-  ASSERT_EQ(expected["cases"].size(), 25u);
+  ASSERT_EQ(expected["cases"].size(), 34u);
   for (const auto& c : expected["cases"]) {
     const std::string text = c["text"];
     const auto ids = c["ids"].get<std::vector<int32_t>>();
@@ -101,7 +101,49 @@ TEST_P(FixtureTest, EncodesLongTextQuickly) {
               GetParam().c_str(), text.size(), ids.size(), ms, warm_ms);
 }
 
-INSTANTIATE_TEST_SUITE_P(Styles, FixtureTest, ::testing::Values("llama3", "qwen2", "smollm2"));
+INSTANTIATE_TEST_SUITE_P(Styles, FixtureTest,
+                         ::testing::Values("llama3", "qwen2", "smollm2", "llama2", "llama2_first",
+                                           "sp_always_split", "sp_never", "sp_unk"));
+
+// SentencePiece-style fixtures: encoding without special tokens, and tokens
+// decoded one at a time (the leading-space strip and the first-token rule of
+// Metaspace apply to each such decode).
+class SentencePieceFixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SentencePieceFixtureTest, EncodesWithoutSpecialTokensAndDecodesSingleTokens) {
+  LOAD_FIXTURE(tok, GetParam());
+  EXPECT_FALSE(tok.spec().byte_level);
+  const auto expected = ReadJsonFile(kFixtures + GetParam() + "/expected.json");
+  for (const auto& c : expected["cases"]) {
+    EXPECT_EQ(tok.Encode(c["text"].get<std::string>(), /*add_special_tokens=*/false),
+              c["ids_plain"].get<std::vector<int32_t>>())
+        << "text: " << c["text"].get<std::string>();
+  }
+  ASSERT_GT(expected["single_tokens"].size(), 300u);
+  for (const auto& t : expected["single_tokens"]) {
+    const int32_t id = t["id"];
+    EXPECT_EQ(tok.Decode(&id, 1, false), t["decoded"].get<std::string>()) << "id " << id;
+  }
+}
+
+TEST_P(SentencePieceFixtureTest, StreamsEachCaseWithAFreshDetokenizer) {
+  LOAD_FIXTURE(tok, GetParam());
+  const auto expected = ReadJsonFile(kFixtures + GetParam() + "/expected.json");
+  for (const char* key : {"decoded", "decoded_skip_special"}) {
+    const bool skip = std::string(key) == "decoded_skip_special";
+    for (const auto& c : expected["cases"]) {
+      StreamingDetokenizer stream(&tok, skip);
+      std::string text;
+      for (int32_t id : c["ids"].get<std::vector<int32_t>>()) text += stream.Push(id);
+      text += stream.Flush();
+      EXPECT_EQ(text, c[key].get<std::string>()) << "text: " << c["text"].get<std::string>();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, SentencePieceFixtureTest,
+                         ::testing::Values("llama2", "llama2_first", "sp_always_split", "sp_never",
+                                           "sp_unk"));
 
 TEST(TokenizerFixtures, SpecialIdsComeFromTheFiles) {
   LOAD_FIXTURE(llama, "llama3");

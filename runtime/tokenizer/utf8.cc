@@ -106,4 +106,23 @@ std::string Lossy(std::string_view bytes) {
   return out;
 }
 
+bool IsOneCharacter(std::string_view s) {
+  if (s.empty() || !IsValid(s)) return false;
+  size_t pos = 0;
+  NextCodePoint(s, &pos);
+  return pos == s.size();
+}
+
+std::string ReplaceAll(std::string_view text, std::string_view pattern, std::string_view with) {
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit; (hit = text.find(pattern, pos)) != std::string_view::npos;
+       pos = hit + pattern.size()) {
+    out.append(text.substr(pos, hit - pos));
+    out.append(with);
+  }
+  out.append(text.substr(pos));
+  return out;
+}
+
 }  // namespace xrt::utf8

@@ -36,4 +36,11 @@ size_t AppendLossy(std::string_view bytes, bool final, std::string* out);
 // Whole-string convenience form of AppendLossy(final = true).
 std::string Lossy(std::string_view bytes);
 
+// True if `s` is exactly one valid UTF-8 character.
+bool IsOneCharacter(std::string_view s);
+
+// `text` with every occurrence of the non-empty literal `pattern` (searched
+// left to right, non-overlapping) replaced by `with`.
+std::string ReplaceAll(std::string_view text, std::string_view pattern, std::string_view with);
+
 }  // namespace xrt::utf8

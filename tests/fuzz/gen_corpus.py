@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -62,7 +63,10 @@ def shrink_tokenizer(tok, num_merges, alphabet=None):
     `num_merges` usable merges and its added tokens, ids renumbered densely in the
     original order."""
     vocab = tok["model"]["vocab"]
-    keep = {t for t, i in vocab.items() if len(t) == 1 and (alphabet is None or t in alphabet)}
+    # Single symbols, and a SentencePiece-style tokenizer's byte-fallback tokens.
+    keep = {t for t, i in vocab.items()
+            if (len(t) == 1 and (alphabet is None or t in alphabet))
+            or re.fullmatch(r"<0x[0-9A-F]{2}>", t)}
     merges = []
     for m in tok["model"]["merges"]:
         a, b = m.split(" ", 1) if isinstance(m, str) else m
@@ -110,7 +114,8 @@ def tokenizer_seeds():
     reset("tokenizer_import")
     with open(os.path.join(FIXTURES, "tokenizer", "corpus.jsonl"), encoding="utf-8") as f:
         texts = [json.loads(line) for line in f if line.strip()]
-    for n, name in enumerate(["llama3", "qwen2", "smollm2"]):
+    for n, name in enumerate(["llama3", "qwen2", "smollm2", "llama2", "llama2_first",
+                              "sp_always_split"]):
         text = texts[(3 * n) % len(texts)] + "<|im_start|>" + texts[(3 * n + 1) % len(texts)]
         small, combined = tokenizer_seed(os.path.join(FIXTURES, "tokenizer", name), 48, text)
         write("tokenizer_import", f"{name}_small_with_config", combined)
