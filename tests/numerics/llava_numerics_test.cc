@@ -173,6 +173,6 @@ TEST_P(LlavaNumerics, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlavaNumerics,
-                         ::testing::Values("llava_clip_qwen2_full", "llava_siglip"));
+                         ::testing::Values("llava_clip_llama", "llava_clip_qwen2_full", "llava_siglip"));
 
 }  // namespace
