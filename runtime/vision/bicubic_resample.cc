@@ -147,8 +147,10 @@ std::vector<uint8_t> BicubicResizeWindow(const uint8_t* src, int in_w, int in_h,
   const bool need_h = out_w != in_w;
   const bool need_v = out_h != in_h;
   if (!need_h && !need_v) return CopyRect(src, in_w, x0, x1, y0, y1).px;
-  // Image.resize: a very tall image that shrinks in height is resized vertically first.
-  const bool vertical_first = need_v && in_h > in_w * 100 && out_h < in_h;
+  // Pillow 13's ImagingResampleInner: when the height shrinks by more than twice what the
+  // width shrinks, the vertical pass runs first (the intermediate then differs).
+  const bool vertical_first =
+      (int64_t{in_h} - out_h) > 0 && (int64_t{in_h} - out_h) > (int64_t{in_w} - out_w) * 2;
   if (vertical_first) {
     AxisWeights hw;
     int c0 = x0, c1 = x1;

@@ -7,8 +7,10 @@
 //   - accumulator starts at 2^21, result >> 22 clipped to 0..255;
 //   - separable: horizontal pass into a uint8 intermediate, then vertical; a pass whose
 //     dimension does not change is skipped; an unchanged size is a copy;
-//   - Image.resize does the vertical pass first when the image is more than 100 times taller
-//     than wide and its height shrinks.
+//   - the order of the passes is Pillow 13.0's: vertical first when the height shrinks by
+//     more than twice as many pixels as the width (in_h - out_h > 2 * (in_w - out_w)),
+//     else horizontal first. (Pillow 12 went horizontal first except for images more than
+//     100 times taller than wide; the uint8 intermediate makes the order visible.)
 // Only a window of the output is computed (what a center crop keeps); every pixel in it
 // equals the pixel of the full resize.
 //
