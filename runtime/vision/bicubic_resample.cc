@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 namespace xrt {
 namespace {
@@ -140,45 +141,42 @@ Plane Vertical(const Plane& in, int row_base, const AxisWeights& w) {
   return out;
 }
 
+// One axis of the resize for output indices [o0, o1): its weights when the axis changes
+// size, and the input indices [lo, hi) those outputs read ([o0, o1) itself when it does not).
+struct AxisPlan {
+  bool resize = false;
+  AxisWeights w;
+  int lo = 0, hi = 0;
+};
+
+AxisPlan PlanAxis(int in_size, int out_size, int o0, int o1) {
+  AxisPlan a;
+  a.resize = in_size != out_size;
+  a.lo = o0;
+  a.hi = o1;
+  if (a.resize) {
+    a.w = ComputeAxis(in_size, out_size, o0, o1);
+    a.lo = a.w.lo;
+    a.hi = a.w.hi;
+  }
+  return a;
+}
+
 }  // namespace
 
 std::vector<uint8_t> BicubicResizeWindow(const uint8_t* src, int in_w, int in_h, int out_w,
                                          int out_h, int x0, int x1, int y0, int y1) {
-  const bool need_h = out_w != in_w;
-  const bool need_v = out_h != in_h;
-  if (!need_h && !need_v) return CopyRect(src, in_w, x0, x1, y0, y1).px;
+  const AxisPlan h = PlanAxis(in_w, out_w, x0, x1);
+  const AxisPlan v = PlanAxis(in_h, out_h, y0, y1);
+  Plane p = CopyRect(src, in_w, h.lo, h.hi, v.lo, v.hi);
   // Pillow 13's ImagingResampleInner: when the height shrinks by more than twice what the
-  // width shrinks, the vertical pass runs first (the intermediate then differs).
+  // width shrinks, the vertical pass runs first (the uint8 intermediate then differs).
   const bool vertical_first =
       (int64_t{in_h} - out_h) > 0 && (int64_t{in_h} - out_h) > (int64_t{in_w} - out_w) * 2;
-  if (vertical_first) {
-    AxisWeights hw;
-    int c0 = x0, c1 = x1;
-    if (need_h) {
-      hw = ComputeAxis(in_w, out_w, x0, x1);
-      c0 = hw.lo;
-      c1 = hw.hi;
-    }
-    AxisWeights vw = ComputeAxis(in_h, out_h, y0, y1);
-    Plane rows = CopyRect(src, in_w, c0, c1, vw.lo, vw.hi);
-    Plane tmp = Vertical(rows, vw.lo, vw);
-    return need_h ? Horizontal(tmp, c0, hw).px : tmp.px;
-  }
-  AxisWeights vw;
-  int r0 = y0, r1 = y1;
-  if (need_v) {
-    vw = ComputeAxis(in_h, out_h, y0, y1);
-    r0 = vw.lo;
-    r1 = vw.hi;
-  }
-  Plane tmp;
-  if (need_h) {
-    AxisWeights hw = ComputeAxis(in_w, out_w, x0, x1);
-    tmp = Horizontal(CopyRect(src, in_w, hw.lo, hw.hi, r0, r1), hw.lo, hw);
-  } else {
-    tmp = CopyRect(src, in_w, x0, x1, r0, r1);
-  }
-  return need_v ? Vertical(tmp, r0, vw).px : tmp.px;
+  if (vertical_first && v.resize) p = Vertical(p, v.lo, v.w);
+  if (h.resize) p = Horizontal(p, h.lo, h.w);
+  if (!vertical_first && v.resize) p = Vertical(p, v.lo, v.w);
+  return std::move(p.px);
 }
 
 }  // namespace xrt
