@@ -12,8 +12,10 @@ PKGS=(
   libflatbuffers-dev flatbuffers-compiler libcli11-dev libfmt-dev nlohmann-json3-dev
   # tokenizer: Unicode regex pre-tokenization (PCRE2) and NFC normalization (utf8proc)
   libpcre2-dev libutf8proc-dev
-  # SHA-256 content hashes for provenance
+  # SHA-256 content hashes for provenance (and of images, for the encoder / prefix caches)
   libssl-dev
+  # image decoding for vision models (runtime/vision): PNG, JPEG (libjpeg-turbo), WebP
+  libpng-dev libjpeg62-turbo-dev libwebp-dev
   libxxhash-dev  # XXH3-128 segment checksums: the runtime verifies an artifact's code before loading it
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -20,6 +20,10 @@ The seeds are small, real inputs of each format:
   artifact_loader/   (with --xcc) a tiny llama GGUF compiled to an artifact with one
                      lm_step and one lm_logits bucket.
   openai_request/    request bodies of /v1/completions and /v1/chat/completions.
+  image/             tiny PNGs of every color type and bit depth (plain and Adam7, with
+                     tRNS), and the first half of some fixture JPEG / WebP files; whole
+                     fixture images (tests/fixtures/images) are seeds too, listed in
+                     CMakeLists.txt.
   chat_template/     short templates using what the fixture templates do not (macros,
                      namespaces, filters, loop controls); the fixture templates in
                      tests/fixtures/chat_templates are seeds too, listed in CMakeLists.txt.
@@ -33,6 +37,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -454,6 +459,53 @@ def chat_seeds():
         write("chat_template", name + ".jinja", text)
 
 
+# ---- images ------------------------------------------------------------------------------
+
+def png(width, height, color_type, bit_depth, rows, interlace=0, chunks=()):
+    """A PNG whose IDAT holds `rows` (already filtered scanlines, all passes)."""
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(
+            ">I", zlib.crc32(tag + data) & 0xffffffff)
+    out = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(
+        ">IIBBBBB", width, height, bit_depth, color_type, 0, 0, interlace))
+    for tag, data in chunks:
+        out += chunk(tag, data)
+    return out + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def image_seeds():
+    reset("image")
+    rng = random.Random(8)
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+    depths = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+    for ct, bds in depths.items():
+        for bd in bds:
+            w, h = 3, 2
+            row_bytes = (w * channels[ct] * bd + 7) // 8
+            rows = b"".join(b"\x00" + bytes(rng.randrange(256) for _ in range(row_bytes))
+                            for _ in range(h))
+            if ct == 3:  # palette indices must stay below the PLTE size
+                rows = bytes(b & (0x11 * ((1 << min(bd, 4)) - 1)) if i % (row_bytes + 1) else 0
+                             for i, b in enumerate(rows))
+            extra = []
+            if ct == 3:
+                extra = [(b"PLTE", bytes(rng.randrange(256) for _ in range(48))),
+                         (b"tRNS", bytes([0, 128, 255]))]
+            elif ct == 0:
+                extra = [(b"tRNS", struct.pack(">H", 1))]
+            elif ct == 2:
+                extra = [(b"tRNS", struct.pack(">HHH", 1, 2, 3))]
+            write("image", f"ct{ct}_bd{bd}.png", png(w, h, ct, bd, rows, 0, extra))
+    # Adam7: a 1x1 RGB image has only the first pass
+    write("image", "adam7_1x1.png", png(1, 1, 2, 8, b"\x00\x10\x20\x30", 1))
+    images = os.path.join(FIXTURES, "images")
+    for name in ("coffee_portrait.jpg", "rocket_progressive.jpg", "chelsea_square_lossy.webp",
+                 "astronaut_lossless_alpha.webp"):
+        with open(os.path.join(images, name), "rb") as f:
+            data = f.read()
+        write("image", "half_" + name, data[: len(data) // 2])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--xcc", help="xcc binary: also (re)writes the artifact_loader seed")
@@ -464,6 +516,7 @@ def main():
     safetensors_seeds()
     openai_seeds()
     chat_seeds()
+    image_seeds()
     if args.xcc:
         artifact_seeds(args.xcc)
 
