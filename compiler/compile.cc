@@ -452,8 +452,22 @@ std::string InputRole(const std::string& path) {
   if (ends(".safetensors")) return "weights";
   if (ends("tokenizer.json") || ends("tokenizer_config.json")) return "tokenizer";
   if (ends("generation_config.json")) return "generation_config";
+  if (ends("preprocessor_config.json") || ends("processor_config.json")) return "image_processor";
+  if (ends("chat_template.jinja") || ends("chat_template.json")) return "chat_template";
   if (ends("config.json") || ends(".index.json")) return "config";
   return "other";
+}
+
+flatbuffers::Offset<xpk::ImagePreprocess> BuildImagePreprocess(
+    flatbuffers::FlatBufferBuilder& fbb, const xrt::ImagePreprocessParams& p) {
+  const bool shortest = p.resize_rule == xrt::ResizeRule::kShortestEdge;
+  return xpk::CreateImagePreprocess(
+      fbb, fbb.CreateString(xrt::ImageProcessorKindName(p.processor)), p.do_convert_rgb,
+      p.do_resize, shortest ? p.shortest_edge : 0, shortest ? 0 : p.resize_height,
+      shortest ? 0 : p.resize_width, p.resample, p.do_center_crop, p.crop_height, p.crop_width,
+      p.do_rescale, p.rescale_factor, p.do_normalize,
+      fbb.CreateVector(p.image_mean.data(), p.image_mean.size()),
+      fbb.CreateVector(p.image_std.data(), p.image_std.size()));
 }
 
 flatbuffers::Offset<xpk::VisionConfig> BuildVisionConfig(flatbuffers::FlatBufferBuilder& fbb,
@@ -465,7 +479,7 @@ flatbuffers::Offset<xpk::VisionConfig> BuildVisionConfig(flatbuffers::FlatBuffer
       fbb.CreateString(v.hidden_act), fbb.CreateVector(v.feature_layers),
       fbb.CreateString(v.select_strategy), fbb.CreateString(v.projector_act), v.projector_bias,
       v.image_token_id, fbb.CreateString(v.image_token), v.tokens_per_image(), encoder_cache_rows,
-      /*preprocess=*/0);
+      BuildImagePreprocess(fbb, v.preprocess));
 }
 
 std::string JoinInts(const std::vector<int64_t>& v) {

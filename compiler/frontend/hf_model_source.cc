@@ -67,6 +67,7 @@ class HfModelSource final : public IndexedModelSource {
 
  private:
   Status LoadWeights();
+  Status LoadImageProcessor();
   Status AddShard(const std::string& path);
 
   std::string dir_;
@@ -103,6 +104,7 @@ Status HfModelSource::Load(const std::string& dir) {
 
   XRT_ASSIGN_OR_RETURN(chat_template_, LoadHfChatTemplate(dir_, &files_));
   if (vision_) {
+    XRT_RETURN_IF_ERROR(LoadImageProcessor());
     // The image placeholder's text, from the tokenizer.
     for (const xrt::AddedToken& t : tokenizer_.added_tokens)
       if (t.id == vision_->image_token_id) vision_->image_token = t.content;
@@ -117,6 +119,71 @@ Status HfModelSource::Load(const std::string& dir) {
   std::sort(files_.begin(), files_.end());
   files_.erase(std::unique(files_.begin(), files_.end()), files_.end());
   return ValidateDecoderTensors(*this, IgnoredByTransformers).WithContext(dir_);
+}
+
+// The image processor of a LLaVA directory: preprocessor_config.json, else the
+// "image_processor" object of processor_config.json. Its output must be the
+// tower's image_size square, and the processor's own count of image tokens
+// (patch_size, num_additional_image_tokens in processor_config.json, when given)
+// must be the tower's: HF would otherwise fail every request with "Image features
+// and image tokens do not match".
+Status HfModelSource::LoadImageProcessor() {
+  const std::string pre = dir_ + "/preprocessor_config.json";
+  const std::string proc = dir_ + "/processor_config.json";
+  json processor;
+  if (IsFile(proc)) {
+    files_.push_back(proc);
+    XRT_ASSIGN_OR_RETURN(std::string text, ReadTextFile(proc));
+    processor = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (processor.is_discarded() || !processor.is_object())
+      return xrt::DataLossError("{}: not a valid JSON object", proc);
+  }
+  std::string source;
+  json image_processor;
+  if (IsFile(pre)) {
+    files_.push_back(pre);
+    source = pre;
+    XRT_ASSIGN_OR_RETURN(std::string text, ReadTextFile(pre));
+    image_processor = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (image_processor.is_discarded() || !image_processor.is_object())
+      return xrt::DataLossError("{}: not a valid JSON object", pre);
+  } else if (processor.is_object() && processor.contains("image_processor")) {
+    source = proc;
+    image_processor = processor;  // ParseImageProcessorConfig reads its "image_processor"
+  } else {
+    return xrt::NotFoundError(
+        "{}: a LLaVA model needs its image processor: neither preprocessor_config.json nor "
+        "processor_config.json with an 'image_processor' found",
+        dir_);
+  }
+  VisionConfig& v = *vision_;
+  XRT_ASSIGN_OR_RETURN(v.preprocess, xrt::ParseImageProcessorConfig(image_processor, source));
+  std::optional<xrt::ImageSize> size = xrt::FixedOutputSize(v.preprocess);
+  if (!size || size->height != v.image_size || size->width != v.image_size)
+    return xrt::InvalidArgumentError(
+        "{}: the image processor makes {} images but the vision tower takes {}x{} "
+        "(vision_config.image_size)",
+        source, size ? fmt::format("{}x{}", size->height, size->width) : "variable-size",
+        v.image_size, v.image_size);
+  if (processor.is_object()) {
+    auto patch = processor.find("patch_size");
+    if (patch != processor.end() && patch->is_number_integer() &&
+        patch->get<int64_t>() != v.patch_size)
+      return xrt::InvalidArgumentError(
+          "{}: field 'patch_size': {} but vision_config.patch_size is {}", proc,
+          patch->get<int64_t>(), v.patch_size);
+    auto extra = processor.find("num_additional_image_tokens");
+    if (extra != processor.end() && extra->is_number_integer()) {
+      const int64_t tokens = v.grid() * v.grid() + extra->get<int64_t>() -
+                             (v.select_strategy == "default" ? 1 : 0);
+      if (tokens != v.tokens_per_image())
+        return xrt::InvalidArgumentError(
+            "{}: field 'num_additional_image_tokens': {} gives {} tokens per image, but the "
+            "tower yields {} feature rows ({} strategy)",
+            proc, extra->get<int64_t>(), tokens, v.tokens_per_image(), v.select_strategy);
+    }
+  }
+  return Status::Ok();
 }
 
 Status HfModelSource::AddShard(const std::string& path) {

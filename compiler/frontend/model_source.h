@@ -21,6 +21,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/tokenizer/tokenizer_spec.h"
+#include "runtime/vision/image_preprocess.h"
 
 namespace xcc {
 
@@ -105,6 +106,8 @@ struct VisionConfig {
   bool projector_bias = true;
   int32_t image_token_id = -1;
   std::string image_token;  // the token's text, e.g. "<image>"
+  // preprocessor_config.json / processor_config.json's image_processor.
+  xrt::ImagePreprocessParams preprocess;
 
   bool has_class_token() const { return tower == "clip"; }
   int64_t grid() const { return image_size / patch_size; }

@@ -61,6 +61,74 @@ std::vector<int32_t> EosTokenIdsOf(const Artifact& artifact) {
   return ModelEosTokenIds(config, m.tokenizer() ? m.tokenizer()->eos_id() : -1);
 }
 
+Expected<std::optional<VisionParams>> VisionParamsOf(const Artifact& artifact) {
+  const xpk::Manifest& m = artifact.manifest();
+  const xpk::VisionConfig* v = m.config()->vision();
+  if (!v) return std::optional<VisionParams>();
+  auto bad = [&](const std::string& what) {
+    return DataLossError("{}: vision config: {}", artifact.path(), what);
+  };
+  VisionParams out;
+  out.image_token_id = v->image_token_id();
+  out.image_token = v->image_token() ? v->image_token()->str() : "";
+  out.tokens_per_image = v->tokens_per_image();
+  out.num_channels = v->num_channels();
+  out.image_size = v->image_size();
+  out.max_images_per_prompt = m.limits()->max_images();
+  out.encoder_cache_rows = v->encoder_cache_rows();
+  for (const xpk::Executable* e : *m.executables())
+    if (e->kind() == xpk::ExecutableKind::vision_encode) out.image_buckets.push_back(e->num_images());
+  std::sort(out.image_buckets.begin(), out.image_buckets.end());
+  if (out.image_token.empty() || out.image_token_id < 0 ||
+      out.image_token_id >= m.config()->vocab_size())
+    return bad(fmt::format("image token {} '{}' is not in the vocabulary", out.image_token_id,
+                           out.image_token));
+  if (out.tokens_per_image < 1 || out.num_channels != 3 || out.image_size < 1)
+    return bad(fmt::format("tokens_per_image {}, num_channels {}, image_size {}",
+                           out.tokens_per_image, out.num_channels, out.image_size));
+  if (out.max_images_per_prompt < 1 || out.encoder_cache_rows < out.tokens_per_image ||
+      out.image_buckets.empty())
+    return bad(fmt::format("max_images {}, encoder_cache_rows {}, {} vision_encode buckets",
+                           out.max_images_per_prompt, out.encoder_cache_rows,
+                           out.image_buckets.size()));
+  const xpk::ImagePreprocess* p = v->preprocess();
+  if (!p) return bad("no image preprocessing parameters");
+  ImagePreprocessParams& q = out.preprocess;
+  const std::string cls = p->processor_class() ? p->processor_class()->str() : "";
+  if (cls == ImageProcessorKindName(ImageProcessorKind::kClip)) {
+    q.processor = ImageProcessorKind::kClip;
+  } else if (cls == ImageProcessorKindName(ImageProcessorKind::kSiglip)) {
+    q.processor = ImageProcessorKind::kSiglip;
+  } else {
+    return bad(fmt::format("unknown image processor '{}'", cls));
+  }
+  q.do_convert_rgb = p->do_convert_rgb();
+  q.do_resize = p->do_resize();
+  q.resize_rule = p->shortest_edge() > 0 ? ResizeRule::kShortestEdge : ResizeRule::kExact;
+  q.shortest_edge = static_cast<int>(p->shortest_edge());
+  q.resize_height = static_cast<int>(p->resize_height());
+  q.resize_width = static_cast<int>(p->resize_width());
+  q.resample = p->resample();
+  q.do_center_crop = p->do_center_crop();
+  q.crop_height = static_cast<int>(p->crop_height());
+  q.crop_width = static_cast<int>(p->crop_width());
+  q.do_rescale = p->do_rescale();
+  q.rescale_factor = p->rescale_factor();
+  q.do_normalize = p->do_normalize();
+  if (!p->image_mean() || !p->image_std() || p->image_mean()->size() != 3 ||
+      p->image_std()->size() != 3)
+    return bad("image_mean and image_std must have 3 values");
+  for (int c = 0; c < 3; ++c) {
+    q.image_mean[c] = p->image_mean()->Get(c);
+    q.image_std[c] = p->image_std()->Get(c);
+  }
+  std::optional<ImageSize> size = FixedOutputSize(q);
+  if (!size || size->height != out.image_size || size->width != out.image_size)
+    return bad(fmt::format("the image preprocessing does not produce {}x{} images",
+                           out.image_size, out.image_size));
+  return std::optional<VisionParams>(std::move(out));
+}
+
 Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact) {
   EngineCoreParams p;
   p.compiled = CompiledLimitsOf(artifact);

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/base/status.h"
@@ -14,6 +16,7 @@
 #include "runtime/engine/serving_limits.h"
 #include "runtime/kv_cache/kv_cache_storage.h"
 #include "runtime/sampler/sampling_params.h"
+#include "runtime/vision/image_preprocess.h"
 
 namespace xrt {
 
@@ -39,6 +42,24 @@ SamplingDefaults SamplingDefaultsOf(const Artifact& artifact);
 // Every EOS id of the model: generation_config's and the tokenizer's
 // (ModelEosTokenIds).
 std::vector<int32_t> EosTokenIdsOf(const Artifact& artifact);
+
+// What the request path and the engine need to know of a LLaVA-style model's
+// vision side (ModelConfig.vision).
+struct VisionParams {
+  int32_t image_token_id = -1;
+  std::string image_token;        // its text, e.g. "<image>"
+  int64_t tokens_per_image = 0;   // placeholder tokens (= feature rows) per image
+  int64_t num_channels = 0;       // the tower's input: [num_channels, image_size, image_size]
+  int64_t image_size = 0;
+  int64_t max_images_per_prompt = 0;  // as compiled (ServingLimits.max_images)
+  int64_t encoder_cache_rows = 0;
+  std::vector<int64_t> image_buckets;  // vision_encode num_images buckets, ascending
+  ImagePreprocessParams preprocess;
+  int64_t pixel_floats() const { return num_channels * image_size * image_size; }
+};
+// std::nullopt for a text-only model; DataLoss when the vision tables are
+// inconsistent (a preprocessing output that is not the tower's input size, ...).
+Expected<std::optional<VisionParams>> VisionParamsOf(const Artifact& artifact);
 
 // EngineCoreParams for serving `artifact` as xrt run does by default: its
 // compiled limits and buckets, vocabulary, EOS ids, and the KV pool xrt run

@@ -1,5 +1,7 @@
 #include "runtime/loader/manifest_printer.h"
 
+#include <fmt/ranges.h>
+
 #include <map>
 
 #include "runtime/loader/segment_checksum.h"
@@ -117,6 +119,54 @@ json TensorSpecJson(const xpk::TensorSpec& t) {
               {"size", t.size()}};
 }
 
+std::vector<int64_t> Ints(const flatbuffers::Vector<int64_t>* v) {
+  return v ? std::vector<int64_t>(v->begin(), v->end()) : std::vector<int64_t>();
+}
+std::vector<float> Floats(const flatbuffers::Vector<float>* v) {
+  return v ? std::vector<float>(v->begin(), v->end()) : std::vector<float>();
+}
+
+json PreprocessJson(const xpk::ImagePreprocess& p) {
+  return json{{"processor_class", Str(p.processor_class())},
+              {"do_convert_rgb", p.do_convert_rgb()},
+              {"do_resize", p.do_resize()},
+              {"shortest_edge", p.shortest_edge()},
+              {"resize_height", p.resize_height()},
+              {"resize_width", p.resize_width()},
+              {"resample", p.resample()},
+              {"do_center_crop", p.do_center_crop()},
+              {"crop_height", p.crop_height()},
+              {"crop_width", p.crop_width()},
+              {"do_rescale", p.do_rescale()},
+              {"rescale_factor", p.rescale_factor()},
+              {"do_normalize", p.do_normalize()},
+              {"image_mean", Floats(p.image_mean())},
+              {"image_std", Floats(p.image_std())}};
+}
+
+json VisionJson(const xpk::VisionConfig& v) {
+  json j{{"tower", Str(v.tower())},
+         {"hidden_size", v.hidden_size()},
+         {"intermediate_size", v.intermediate_size()},
+         {"num_layers", v.num_layers()},
+         {"num_attention_heads", v.num_attention_heads()},
+         {"image_size", v.image_size()},
+         {"patch_size", v.patch_size()},
+         {"num_channels", v.num_channels()},
+         {"layer_norm_eps", v.layer_norm_eps()},
+         {"hidden_act", Str(v.hidden_act())},
+         {"feature_layers", Ints(v.feature_layers())},
+         {"select_strategy", Str(v.select_strategy())},
+         {"projector_act", Str(v.projector_act())},
+         {"projector_bias", v.projector_bias()},
+         {"image_token_id", v.image_token_id()},
+         {"image_token", Str(v.image_token())},
+         {"tokens_per_image", v.tokens_per_image()},
+         {"encoder_cache_rows", v.encoder_cache_rows()}};
+  if (v.preprocess()) j["preprocess"] = PreprocessJson(*v.preprocess());
+  return j;
+}
+
 json ConfigJson(const xpk::ModelConfig& c) {
   json j{{"architecture", Str(c.architecture())},
          {"vocab_size", c.vocab_size()},
@@ -147,6 +197,7 @@ json ConfigJson(const xpk::ModelConfig& c) {
              {"high_freq_factor", r->high_freq_factor()},
              {"original_max_position_embeddings", r->original_max_position_embeddings()}};
   }
+  if (c.vision()) j["vision"] = VisionJson(*c.vision());
   return j;
 }
 
@@ -374,6 +425,36 @@ std::string ManifestToText(const Artifact& artifact) {
                    c.chat_template() && c.chat_template()->size() > 0
                        ? fmt::format("{} chars", c.chat_template()->size())
                        : "none"));
+  if (const xpk::VisionConfig* v = c.vision()) {
+    line(fmt::format("vision: {} tower, {} of its layers run, hidden {}, intermediate {}, heads {}",
+                     Str(v->tower()), v->num_layers(), v->hidden_size(), v->intermediate_size(),
+                     v->num_attention_heads()));
+    line(fmt::format("  image {}x{}x{}, patch {}, {} {}, layer_norm_eps {}", v->num_channels(),
+                     v->image_size(), v->image_size(), v->patch_size(), "act",
+                     Str(v->hidden_act()), v->layer_norm_eps()));
+    line(fmt::format("  feature layers [{}] ({}), projector {}{}", fmt::join(Ints(v->feature_layers()), ","),
+                     Str(v->select_strategy()), Str(v->projector_act()),
+                     v->projector_bias() ? " with bias" : " without bias"));
+    line(fmt::format("  image token {} '{}', {} tokens per image, encoder cache {} rows",
+                     v->image_token_id(), Str(v->image_token()), v->tokens_per_image(),
+                     v->encoder_cache_rows()));
+    if (const xpk::ImagePreprocess* p = v->preprocess()) {
+      std::string resize =
+          !p->do_resize()            ? "no resize"
+          : p->shortest_edge() > 0   ? fmt::format("shortest_edge {}", p->shortest_edge())
+                                     : fmt::format("resize {}x{}", p->resize_height(),
+                                                   p->resize_width());
+      line(fmt::format("  preprocess {}: convert_rgb {}, {} (resample {}), center_crop {}, "
+                       "rescale {}, normalize {} mean [{}] std [{}]",
+                       Str(p->processor_class()), p->do_convert_rgb(), resize, p->resample(),
+                       p->do_center_crop()
+                           ? fmt::format("{}x{}", p->crop_height(), p->crop_width())
+                           : "off",
+                       p->do_rescale() ? fmt::format("{}", p->rescale_factor()) : "off",
+                       p->do_normalize(), fmt::join(Floats(p->image_mean()), ", "),
+                       fmt::join(Floats(p->image_std()), ", ")));
+    }
+  }
 
   const xpk::ServingLimits& l = *m.limits();
   line("limits:");
