@@ -7,12 +7,26 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "runtime/sampler/sampler.h"  // SamplingParams, TokenLogprob
+#include "runtime/kv_cache/block_hash.h"  // MultimodalSpan
+#include "runtime/sampler/sampler.h"      // SamplingParams, TokenLogprob
 
 namespace xrt {
+
+// One image of a request, decoded and preprocessed (RequestProcessor): where its
+// placeholder tokens sit in the prompt, its content hash (decoded pixels +
+// preprocessing parameters: the key of the encoder cache and of the KV prefix
+// blocks it overlaps) and the vision tower's input.
+struct ImageInput {
+  MultimodalSpan span;  // placeholder tokens [offset, offset + length), content_hash
+  // [num_channels * image_size * image_size] f32, CHW; shared by requests that
+  // carry the same image. May be null only for an executor that runs no kernels
+  // (the trace replay).
+  std::shared_ptr<const std::vector<float>> pixel_values;
+};
 
 struct EngineRequest {
   std::string request_id;               // unique among live requests
@@ -26,6 +40,9 @@ struct EngineRequest {
   // The first output carries the logits of the prompt's last position (the
   // ones the first token is sampled from), for numerics tests.
   bool return_prompt_logits = false;
+  // Images, in prompt order (non-overlapping spans inside the prompt, each span
+  // exactly tokens_per_image image-token ids).
+  std::vector<ImageInput> images;
 };
 
 struct GeneratedToken {
