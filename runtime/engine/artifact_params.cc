@@ -133,9 +133,15 @@ Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact) {
   EngineCoreParams p;
   p.compiled = CompiledLimitsOf(artifact);
   const CompiledBuckets b = CompiledBucketsOf(artifact);
-  Expected<BucketTable> buckets = BucketTable::Create(b.tokens, b.reqs);
+  XRT_ASSIGN_OR_RETURN(std::optional<VisionParams> vision, VisionParamsOf(artifact));
+  Expected<BucketTable> buckets = BucketTable::Create(
+      b.tokens, b.reqs, vision ? vision->image_buckets : std::vector<int64_t>());
   if (!buckets.ok()) return buckets.status().WithContext(artifact.path());
   p.buckets = std::move(*buckets);
+  if (vision) {
+    p.encoder_cache_rows = vision->encoder_cache_rows;
+    p.tokens_per_image = vision->tokens_per_image;
+  }
   p.num_kv_blocks = DefaultNumKvBlocks(KvCacheParamsOf(artifact), p.compiled.max_num_seqs,
                                        p.compiled.max_blocks_per_req);
   p.vocab_size = artifact.manifest().config()->vocab_size();

@@ -49,10 +49,16 @@ std::string_view Trim(std::string_view s) {
 }  // namespace
 
 Expected<BucketTable> BucketTable::Create(std::vector<int64_t> token_buckets,
-                                          std::vector<int64_t> req_buckets) {
+                                          std::vector<int64_t> req_buckets,
+                                          std::vector<int64_t> image_buckets) {
   XRT_RETURN_IF_ERROR(CheckBucketList(token_buckets, "token"));
   XRT_RETURN_IF_ERROR(CheckBucketList(req_buckets, "req"));
-  return BucketTable(std::move(token_buckets), std::move(req_buckets));
+  if (!image_buckets.empty()) XRT_RETURN_IF_ERROR(CheckBucketList(image_buckets, "image"));
+  return BucketTable(std::move(token_buckets), std::move(req_buckets), std::move(image_buckets));
+}
+
+Expected<int64_t> BucketTable::ImageBucketFor(int64_t num_images) const {
+  return SmallestCovering(image_buckets_, num_images, "num_images");
 }
 
 Expected<int64_t> BucketTable::TokenBucketFor(int64_t num_tokens) const {

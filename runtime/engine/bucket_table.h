@@ -2,7 +2,8 @@
 // the bucket a step runs in (docs/DESIGN.md §2).
 //
 //   token buckets: the num_tokens sizes of the lm_step executables;
-//   req buckets:   the num_reqs sizes of the lm_logits executables.
+//   req buckets:   the num_reqs sizes of the lm_logits executables;
+//   image buckets: the num_images sizes of the vision_encode executables.
 //
 // A batch runs in the smallest bucket that holds it; the rows beyond the
 // batch are padding (input_builder.h states the padding conventions).
@@ -32,8 +33,10 @@ class BucketTable {
 
   // Both lists must be non-empty, positive and strictly increasing
   // (InvalidArgument naming the list, the index and the value otherwise).
+  // image_buckets (vision_encode num_images) may be empty: a text-only model.
   static Expected<BucketTable> Create(std::vector<int64_t> token_buckets,
-                                      std::vector<int64_t> req_buckets);
+                                      std::vector<int64_t> req_buckets,
+                                      std::vector<int64_t> image_buckets = {});
 
   // The smallest token bucket >= num_tokens. InvalidArgument when
   // num_tokens < 1; OutOfRange (naming num_tokens and the largest bucket)
@@ -42,19 +45,28 @@ class BucketTable {
   // The smallest req bucket >= num_reqs; same errors as TokenBucketFor.
   Expected<int64_t> ReqBucketFor(int64_t num_reqs) const;
 
+  // The smallest image bucket >= num_images; same errors as TokenBucketFor.
+  Expected<int64_t> ImageBucketFor(int64_t num_images) const;
+
   // The largest buckets (0 for an empty table).
   int64_t max_tokens() const { return token_buckets_.empty() ? 0 : token_buckets_.back(); }
   int64_t max_reqs() const { return req_buckets_.empty() ? 0 : req_buckets_.back(); }
+  int64_t max_images() const { return image_buckets_.empty() ? 0 : image_buckets_.back(); }
 
   const std::vector<int64_t>& token_buckets() const { return token_buckets_; }
   const std::vector<int64_t>& req_buckets() const { return req_buckets_; }
+  const std::vector<int64_t>& image_buckets() const { return image_buckets_; }
 
  private:
-  BucketTable(std::vector<int64_t> token_buckets, std::vector<int64_t> req_buckets)
-      : token_buckets_(std::move(token_buckets)), req_buckets_(std::move(req_buckets)) {}
+  BucketTable(std::vector<int64_t> token_buckets, std::vector<int64_t> req_buckets,
+              std::vector<int64_t> image_buckets)
+      : token_buckets_(std::move(token_buckets)),
+        req_buckets_(std::move(req_buckets)),
+        image_buckets_(std::move(image_buckets)) {}
 
   std::vector<int64_t> token_buckets_;
   std::vector<int64_t> req_buckets_;
+  std::vector<int64_t> image_buckets_;
 };
 
 // The smallest (and first) default token bucket.

@@ -50,6 +50,16 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::Create(const EngineCoreParams&
   sp.strict_buckets = params.check_recompilation;
   sp.num_kv_blocks = params.num_kv_blocks;
   sp.enable_prefix_caching = params.enable_prefix_caching;
+  if (params.tokens_per_image > 0) {
+    const int64_t tpi = params.tokens_per_image;
+    if (params.buckets.max_images() < 1)
+      return InvalidArgumentError("engine core: a model with images needs vision_encode buckets");
+    const int64_t images =
+        std::min(std::max(limits.max_num_batched_tokens, tpi) / tpi, params.buckets.max_images());
+    sp.encoder_cache_rows = params.encoder_cache_rows;
+    sp.encoder_item_rows = tpi;
+    sp.encoder_budget_rows = images * tpi;
+  }
   XRT_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(std::move(sp)));
   return std::unique_ptr<EngineCore>(new EngineCore(
       params, limits, std::move(builder), std::make_unique<Scheduler>(std::move(scheduler))));
@@ -77,7 +87,10 @@ Status EngineCore::AddRequest(EngineRequest request) {
   c.max_tokens = request.max_tokens;
   c.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   c.max_model_len = limits_.max_model_len;
-  XRT_RETURN_IF_ERROR(scheduler_->AddRequest(live->id, request.prompt, request.max_tokens));
+  PrefixKeys keys;
+  for (const ImageInput& image : request.images) keys.images.push_back(image.span);
+  XRT_RETURN_IF_ERROR(
+      scheduler_->AddRequest(live->id, request.prompt, request.max_tokens, std::move(keys)));
   ++next_id_;
   live->stop.emplace(std::move(c), params_.tokenizer, request.skip_special_tokens);
   live->sampling.emplace(std::move(state));
@@ -197,9 +210,35 @@ EngineCoreOutputs EngineCore::Step() {
     step_ids.push_back(so.request_ids[i]);
   }
 
+  // Images to encode: those still pending after strict mode's drops, with the
+  // pixels of a live request of the step that carries each.
+  std::vector<const std::vector<float>*> image_pixels;
+  std::vector<int64_t> image_rows;
+  if (const EncoderCache* cache = scheduler_->encoder_cache()) {
+    const std::vector<BlockHash> pending = cache->Pending();
+    for (const SchedulerOutput::EncodeItem& item : so.encode) {
+      if (std::find(pending.begin(), pending.end(), item.hash) == pending.end()) continue;
+      const std::vector<float>* pixels = nullptr;
+      for (uint64_t id : step_ids) {
+        for (const ImageInput& image : live_.at(id)->req.images)
+          if (image.span.content_hash == item.hash) pixels = image.pixel_values.get();
+        if (pixels) break;
+      }
+      image_pixels.push_back(pixels);
+      image_rows.push_back(item.cache_row);
+    }
+    st.encoder_cache_hits = cache->hits() - cache_hits_;
+    st.encoder_cache_misses = cache->misses() - cache_misses_;
+    st.encoder_cache_evictions = cache->evictions() - cache_evictions_;
+    cache_hits_ = cache->hits();
+    cache_misses_ = cache->misses();
+    cache_evictions_ = cache->evictions();
+  }
+
   const float* logits = nullptr;
   if (!step.empty()) {
     Status run = builder_.Build(step, &inputs_);
+    if (run.ok()) run = builder_.BuildImages(image_pixels, image_rows, &inputs_);
     if (run.ok()) {
       Expected<const float*> executed = params_.executor->Execute(inputs_);
       if (executed.ok()) {
@@ -223,6 +262,12 @@ EngineCoreOutputs EngineCore::Step() {
     }
     ++num_steps_;
     st.ran = true;
+    if (inputs_.image_bucket > 0) {
+      st.images_encoded = static_cast<int64_t>(inputs_.image_pixels.size());
+      st.vision_encode =
+          xpk::abi::ExecutableName(xpk::ExecutableKind::vision_encode, inputs_.image_bucket);
+      st.vision_encode_padding = inputs_.image_bucket - st.images_encoded;
+    }
     st.lm_step = xpk::abi::ExecutableName(xpk::ExecutableKind::lm_step, inputs_.token_bucket);
     st.lm_step_padding = inputs_.token_bucket - inputs_.num_tokens;
     if (inputs_.num_logits > 0) {

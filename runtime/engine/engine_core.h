@@ -11,8 +11,10 @@
 //   2. strict mode (check_recompilation): a step beyond the largest compiled
 //      token bucket fails its largest chunks (StepStats::unbucketed) and runs
 //      the rest; otherwise the scheduler's budget never exceeds that bucket;
-//   3. InputBuilder::Build pads the step into the compiled shapes;
-//   4. StepExecutor::Execute runs lm_step and lm_logits;
+//   3. InputBuilder::Build pads the step into the compiled shapes (and
+//      BuildImages lists the images the scheduler chose to encode);
+//   4. StepExecutor::Execute runs vision_encode (when images are to be
+//      encoded), lm_step and lm_logits;
 //   5. one token is sampled per request that reached its last known token
 //      (an executor without logits gets a fixed token: replay);
 //   6. Scheduler::UpdateAfterStep commits the KV and appends the tokens;
@@ -62,7 +64,9 @@ class Tokenizer;
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
-  // Runs lm_step for `in.token_bucket` and, when in.num_logits > 0, lm_logits
+  // Runs vision_encode for in.image_bucket (when > 0: the images' features go
+  // to their encoder-cache rows), lm_step for `in.token_bucket` and, when
+  // in.num_logits > 0, lm_logits
   // for `in.req_bucket`. Returns logits [in.num_logits][vocab_size], valid
   // until the next Execute; nullptr when in.num_logits == 0 or when the
   // executor computes no logits (the core then samples a fixed token).
@@ -83,6 +87,12 @@ struct EngineCoreParams {
   bool enable_prefix_caching = true;
   // Strict mode (xrt run --check-recompilation): see the file comment.
   bool check_recompilation = false;
+  // A LLaVA-style model (0: text-only): the encoder-output cache in rows and the
+  // rows (placeholder tokens) of one image. The encoder budget per step is as
+  // many whole images as max(max_num_batched_tokens, tokens_per_image) rows hold
+  // (vLLM's compute_encoder_budget), at most the largest vision_encode bucket.
+  int64_t encoder_cache_rows = 0;
+  int64_t tokens_per_image = 0;
 };
 
 // What one Step() did, for metrics and replay reports.
@@ -103,6 +113,15 @@ struct StepStats {
   int64_t generation_tokens = 0;  // tokens sampled
   int64_t prefix_queries = 0;     // prompt tokens of requests scheduled for the first time
   int64_t prefix_hits = 0;        // of which the prefix cache held
+  // Images: encoded by this step's vision_encode (its name and padding: bucket
+  // minus images, "" / 0 when none ran), and the encoder cache's hits, misses
+  // (= entries allocated for encoding) and evictions while forming the step.
+  int64_t images_encoded = 0;
+  std::string vision_encode;
+  int64_t vision_encode_padding = 0;
+  int64_t encoder_cache_hits = 0;
+  int64_t encoder_cache_misses = 0;
+  int64_t encoder_cache_evictions = 0;
   // Strict mode: the step had no compiled bucket; the message its failed
   // requests got (names the shape and the fix). "" otherwise.
   std::string unbucketed;
@@ -178,6 +197,8 @@ class EngineCore {
   std::map<uint64_t, std::unique_ptr<Live>> live_;  // by internal id (= admission order)
   std::map<std::string, uint64_t> by_name_;
   int64_t num_steps_ = 0;
+  // The encoder cache's counters at the end of the previous step.
+  int64_t cache_hits_ = 0, cache_misses_ = 0, cache_evictions_ = 0;
 };
 
 // Drives `core` until no request is left, passing every output to `on_output`

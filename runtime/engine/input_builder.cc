@@ -146,6 +146,10 @@ Status InputBuilder::Build(const std::vector<ScheduledRequest>& step, StepInputs
   out->token_bucket = *token_bucket;
   out->req_bucket = req_bucket;
   out->num_tokens = total;
+  // A new step encodes no image until BuildImages says so.
+  out->image_bucket = 0;
+  out->image_pixels.clear();
+  out->image_cache_rows.clear();
   out->num_reqs = static_cast<int64_t>(step.size());
   out->num_logits = num_logits;
   out->token_ids.assign(tb, 0);
@@ -192,6 +196,22 @@ void InputBuilder::Reserve(StepInputs* out) const {
   out->seq_lens.reserve(max_reqs);
   out->query_start_loc.reserve(max_reqs + 1);
   out->logits_indices.reserve(static_cast<size_t>(params_.buckets.max_reqs()));
+}
+
+Status InputBuilder::BuildImages(const std::vector<const std::vector<float>*>& pixels,
+                                 const std::vector<int64_t>& cache_rows, StepInputs* out) const {
+  if (pixels.size() != cache_rows.size())
+    return InvalidArgumentError("{} images to encode with {} cache rows", pixels.size(),
+                                cache_rows.size());
+  int64_t bucket = 0;
+  if (!pixels.empty()) {
+    XRT_ASSIGN_OR_RETURN(bucket,
+                         params_.buckets.ImageBucketFor(static_cast<int64_t>(pixels.size())));
+  }
+  out->image_bucket = bucket;
+  out->image_pixels = pixels;
+  out->image_cache_rows = cache_rows;
+  return Status::Ok();
 }
 
 }  // namespace xrt

@@ -96,6 +96,13 @@ struct StepInputs {
   std::vector<int32_t> embed_source;     // [token_bucket]
   std::vector<int32_t> lora_slot;        // [token_bucket]
   std::vector<int32_t> logits_indices;   // [req_bucket]
+
+  // Images to encode before lm_step (vision_encode; BuildImages), in order:
+  // each one's pixels (the tower's input, owned by its request) and the first
+  // encoder-cache row its features go to. image_bucket 0: none this step.
+  int64_t image_bucket = 0;
+  std::vector<const std::vector<float>*> image_pixels;
+  std::vector<int64_t> image_cache_rows;
 };
 
 class InputBuilder {
@@ -108,8 +115,15 @@ class InputBuilder {
   static Expected<InputBuilder> ForCompiled(const ServingLimits& compiled, BucketTable buckets,
                                             int64_t vocab_size = 0);
 
-  // Fills *out for `step` (see the file comment).
+  // Fills *out for `step` (see the file comment); clears its images.
   Status Build(const std::vector<ScheduledRequest>& step, StepInputs* out) const;
+
+  // Sets the images of *out to encode (clears them when `pixels` is empty) and
+  // picks the smallest vision_encode bucket that holds them. InvalidArgument
+  // when the lists differ in length, OutOfRange when no image bucket holds
+  // them; *out is unchanged on error.
+  Status BuildImages(const std::vector<const std::vector<float>*>& pixels,
+                     const std::vector<int64_t>& cache_rows, StepInputs* out) const;
 
   // Gives *out the capacity of the largest buckets, so that Build never
   // allocates.

@@ -59,7 +59,19 @@ Expected<Scheduler> Scheduler::Create(SchedulerParams params) {
         "{}, largest token bucket {})) must hold max_model_len = {}",
         budget, lim.max_num_batched_tokens, params.buckets.max_tokens(), lim.max_model_len);
   }
-  return Scheduler(std::move(params), std::move(kv), budget);
+  std::optional<EncoderCache> encoder_cache;
+  if (params.encoder_cache_rows > 0 || params.encoder_item_rows > 0) {
+    XRT_ASSIGN_OR_RETURN(EncoderCache c, EncoderCache::Create({params.encoder_cache_rows,
+                                                              params.encoder_item_rows}));
+    if (params.encoder_budget_rows < params.encoder_item_rows)
+      return InvalidArgumentError(
+          "scheduler: the encoder budget of {} rows cannot encode one image of {} rows",
+          params.encoder_budget_rows, params.encoder_item_rows);
+    encoder_cache.emplace(std::move(c));
+  }
+  Scheduler s(std::move(params), std::move(kv), budget);
+  s.encoder_cache_ = std::move(encoder_cache);
+  return s;
 }
 
 Expected<Scheduler::Request*> Scheduler::Find(RequestId id) {
@@ -98,6 +110,17 @@ Status Scheduler::AddRequest(RequestId id, std::vector<int32_t> prompt, int64_t 
   }
   XRT_RETURN_IF_ERROR(
       ValidatePrefixKeys(keys).WithContext(fmt::format("scheduler: request {}", id)));
+  if (!keys.images.empty() && !encoder_cache_)
+    return InvalidArgumentError("scheduler: request {} has images but the model has no encoder",
+                                id);
+  for (size_t i = 0; i < keys.images.size(); ++i) {
+    const MultimodalSpan& m = keys.images[i];
+    if (m.length != params_.encoder_item_rows || m.offset + m.length > n)
+      return InvalidArgumentError(
+          "scheduler: request {}: image {} spans tokens [{}, {}) but images are {} tokens "
+          "inside the {}-token prompt",
+          id, i, m.offset, m.offset + m.length, params_.encoder_item_rows, n);
+  }
   // The last sampled token is never fed back, so its KV is never written.
   const int64_t need = BlocksFor(n + max_tokens - 1);
   if (need > params_.num_kv_blocks) {
@@ -127,6 +150,7 @@ Status Scheduler::Preempt(Request* r, std::vector<Entry>* entries, int64_t* budg
   }
   Status s = kv_.FreeRequest(r->id);
   if (!s.ok()) return InternalError("scheduler: preempting request {}: {}", r->id, s.message());
+  if (encoder_cache_) encoder_cache_->ReleaseRequest(r->id);
   running_.erase(std::find(running_.begin(), running_.end(), r));
   r->state = RequestState::kWaiting;
   r->num_computed = 0;
@@ -162,7 +186,40 @@ Status Scheduler::ScheduleRunning(Request* r, int64_t num_tokens, std::vector<En
   }
 }
 
-Status Scheduler::AdmitFront(std::vector<Entry>* entries, int64_t* budget, bool* admitted) {
+Status Scheduler::FitImages(Request* r, int64_t computed, int64_t* n, int64_t* encoder_budget) {
+  if (!encoder_cache_) return Status::Ok();
+  EncoderCache& cache = *encoder_cache_;
+  for (const MultimodalSpan& m : r->keys.images) {
+    if (m.offset >= computed + *n) break;          // beyond this chunk
+    if (m.offset + m.length <= computed) continue;  // all in the KV cache already
+    if (cache.Contains(m.content_hash)) {
+      Status s = cache.Reference(m.content_hash, r->id);
+      if (!s.ok()) return InternalError("scheduler: request {}: {}", r->id, s.message());
+      continue;
+    }
+    if (*encoder_budget >= m.length && cache.num_available_slots() > 0) {
+      Expected<int64_t> row = cache.Allocate(m.content_hash, r->id);
+      if (!row.ok()) return InternalError("scheduler: request {}: {}", r->id, row.status().message());
+      *encoder_budget -= m.length;
+      continue;
+    }
+    // Cannot be encoded in this step: stop before the image.
+    *n = m.offset > computed ? m.offset - computed : 0;
+    break;
+  }
+  return Status::Ok();
+}
+
+void Scheduler::ReleaseComputedImages(const Request& r) {
+  if (!encoder_cache_) return;
+  for (const MultimodalSpan& m : r.keys.images) {
+    if (m.offset + m.length > r.num_computed) break;
+    encoder_cache_->Release(m.content_hash, r.id);
+  }
+}
+
+Status Scheduler::AdmitFront(std::vector<Entry>* entries, int64_t* budget,
+                             int64_t* encoder_budget, bool* admitted) {
   *admitted = false;
   Request* r = waiting_.front();
   const int64_t total = static_cast<int64_t>(r->tokens.size());
@@ -176,14 +233,21 @@ Status Scheduler::AdmitFront(std::vector<Entry>* entries, int64_t* budget, bool*
     return InternalError("scheduler: admitting request {}: {}", r->id, hit.status().message());
   }
   const int64_t computed = *hit;
-  const int64_t n = std::min(total - computed, *budget);
-  if (!params_.enable_chunked_prefill && n < total - computed) {  // cache changed under us
-    XRT_RETURN_IF_ERROR(kv_.FreeRequest(r->id));
+  int64_t n = std::min(total - computed, *budget);
+  XRT_RETURN_IF_ERROR(FitImages(r, computed, &n, encoder_budget));
+  auto undo_admission = [&]() -> Status {
+    if (encoder_cache_) encoder_cache_->ReleaseRequest(r->id);
+    return kv_.FreeRequest(r->id);
+  };
+  // Images cut the chunk to nothing, or (without chunked prefill) the cache
+  // changed under us: the request waits.
+  if (n == 0 || (!params_.enable_chunked_prefill && n < total - computed)) {
+    XRT_RETURN_IF_ERROR(undo_admission());
     return Status::Ok();
   }
   Status s = kv_.AllocateSlots(r->id, n);
   if (!s.ok()) {
-    Status undo = kv_.FreeRequest(r->id);
+    Status undo = undo_admission();
     if (!undo.ok()) return InternalError("scheduler: request {}: {}", r->id, undo.message());
     if (s.code() != StatusCode::kResourceExhausted) {
       return InternalError("scheduler: request {}: {}", r->id, s.message());
@@ -208,6 +272,7 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
   }
   ++step_;
   int64_t budget = token_budget_;
+  int64_t encoder_budget = params_.encoder_budget_rows;
   std::vector<Entry> entries;
   std::vector<RequestId> preempted;
 
@@ -223,7 +288,9 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
         return InternalError("scheduler: request {} ({}) has {} tokens to compute", r->id,
                              RequestStateName(r->state), uncomputed);
       }
-      const int64_t n = std::min(uncomputed, budget);
+      int64_t n = std::min(uncomputed, budget);
+      XRT_RETURN_IF_ERROR(FitImages(r, r->num_computed, &n, &encoder_budget));
+      if (n == 0) continue;  // waits for the encoder budget or cache
       if (!params_.enable_chunked_prefill && n < uncomputed) continue;
       bool scheduled = false;
       XRT_RETURN_IF_ERROR(ScheduleRunning(r, n, &entries, &budget, &preempted, &scheduled));
@@ -238,7 +305,7 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
       Request* front = waiting_.front();
       if (front->num_generated() >= front->max_tokens) break;  // awaiting FinishRequest
       bool admitted = false;
-      XRT_RETURN_IF_ERROR(AdmitFront(&entries, &budget, &admitted));
+      XRT_RETURN_IF_ERROR(AdmitFront(&entries, &budget, &encoder_budget, &admitted));
       if (!admitted) break;
     }
   }
@@ -273,6 +340,8 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
     sr.num_computed_tokens = r->num_computed;
     sr.block_table = table;
     sr.needs_logits = r->num_computed + e.num_tokens == static_cast<int64_t>(r->tokens.size());
+    FillEmbedSource(r, e.num_tokens);
+    if (!r->embed_source.empty()) sr.embed_source = r->embed_source.data();
     r->last_step = step_;
     out.request_ids.push_back(r->id);
     out.requests.push_back(sr);
@@ -280,8 +349,44 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
     out.num_tokens += e.num_tokens;
     out.num_sampling += sr.needs_logits ? 1 : 0;
   }
+  if (encoder_cache_) {
+    // Pending entries are those allocated for this step's requests (entries of
+    // requests preempted meanwhile were dropped with them).
+    for (const BlockHash& h : encoder_cache_->Pending()) {
+      SchedulerOutput::EncodeItem item;
+      item.hash = h;
+      item.cache_row = encoder_cache_->Row(h);
+      bool found = false;
+      for (size_t i = 0; i < out.request_ids.size() && !found; ++i) {
+        const Request& r = requests_.at(out.request_ids[i]);
+        for (size_t k = 0; k < r.keys.images.size() && !found; ++k) {
+          if (r.keys.images[k].content_hash == h) {
+            item.request = r.id;
+            item.image = k;
+            found = true;
+          }
+        }
+      }
+      if (!found) return InternalError("scheduler: an image to encode belongs to no request of the step");
+      out.encode.push_back(item);
+    }
+  }
   step_applied_ = out.empty();
   return out;
+}
+
+void Scheduler::FillEmbedSource(Request* r, int64_t num_tokens) {
+  r->embed_source.clear();
+  if (!encoder_cache_) return;
+  const int64_t begin = r->num_computed, end = begin + num_tokens;
+  for (const MultimodalSpan& m : r->keys.images) {
+    if (m.offset >= end) break;
+    if (m.offset + m.length <= begin) continue;
+    if (r->embed_source.empty()) r->embed_source.assign(num_tokens, -1);
+    const int64_t row = encoder_cache_->Row(m.content_hash);
+    for (int64_t p = std::max(begin, m.offset); p < std::min(end, m.offset + m.length); ++p)
+      r->embed_source[p - begin] = static_cast<int32_t>(row + (p - m.offset));
+  }
 }
 
 Status Scheduler::UpdateAfterStep(const SchedulerOutput& out, const std::vector<int32_t>& sampled) {
@@ -295,6 +400,9 @@ Status Scheduler::UpdateAfterStep(const SchedulerOutput& out, const std::vector<
     return InvalidArgumentError("scheduler: step {}: {} sampled tokens for {} sampling requests",
                                 out.step, sampled.size(), out.num_sampling);
   }
+  // The step ran: what it encoded is in the cache now (entries of requests that
+  // failed with it were dropped when they finished).
+  if (encoder_cache_) encoder_cache_->MarkEncoded();
   size_t k = 0;
   for (size_t i = 0; i < out.requests.size(); ++i) {
     const ScheduledRequest& sr = out.requests[i];
@@ -313,6 +421,7 @@ Status Scheduler::UpdateAfterStep(const SchedulerOutput& out, const std::vector<
     Status s = kv_.CommitComputed(id, sr.num_tokens);
     if (!s.ok()) return InternalError("scheduler: step {}: {}", out.step, s.message());
     r.num_computed += sr.num_tokens;
+    ReleaseComputedImages(r);
     if (token != nullptr) {
       r.tokens.push_back(*token);  // invalidates this step's token_ids of r: done with them
       s = kv_.AppendTokens(id, token, 1);
@@ -326,6 +435,7 @@ Status Scheduler::UpdateAfterStep(const SchedulerOutput& out, const std::vector<
 
 Status Scheduler::FinishRequest(RequestId id) {
   XRT_ASSIGN_OR_RETURN(Request * r, Find(id));
+  if (encoder_cache_) encoder_cache_->ReleaseRequest(id);
   if (r->state == RequestState::kWaiting) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
   } else {

@@ -31,6 +31,23 @@
 //      no later request jumps ahead). No request is admitted in a step that
 //      preempted one while others still run (memory is tight).
 //
+// Images (vLLM V1's encoder scheduling, with whole images only): a request's
+// PrefixKeys::images are the placeholder spans of its images. Whenever a
+// request's chunk [c, c + n) overlaps an image whose tokens are not all
+// computed, that image's encoder output must be in the encoder cache for the
+// step: it already is (a hit, possibly from another request or an earlier
+// step), or it is encoded in this step (the whole image, within the step's
+// encoder budget and a free or evictable cache slot). When neither is
+// possible the chunk is cut back to the image's start (n = offset - c; a chunk
+// that would start inside it is not scheduled this step), so a chunk never
+// covers image tokens whose rows are not in the cache, but it may end inside
+// an image whose rows are (the rest reads them in later steps). A request
+// holds its entries until all of an image's tokens are computed (then the
+// entry becomes freeable), or until it is preempted or finished.
+// SchedulerOutput::encode lists this step's images to encode (each once, even
+// when several requests of the step share it); ScheduledRequest::embed_source
+// gives every scheduled image token its cache row.
+//
 // Preemption by recompute: when a running request's AllocateSlots fails for
 // lack of blocks, the most recently admitted running request is preempted
 // (its blocks freed, removed from this step if it was already in it, its
@@ -73,10 +90,12 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "runtime/base/status.h"
 #include "runtime/engine/bucket_table.h"
+#include "runtime/engine/encoder_cache.h"
 #include "runtime/engine/input_builder.h"
 #include "runtime/engine/serving_limits.h"
 #include "runtime/kv_cache/block_hash.h"
@@ -104,6 +123,13 @@ struct SchedulerParams {
   // geometry of `limits`).
   int64_t num_kv_blocks = 0;
   bool enable_prefix_caching = false;
+  // Images (a LLaVA-style model; all 0 for a text-only one): the encoder-output
+  // cache the scheduler owns (EncoderCache of encoder_cache_rows rows, items of
+  // encoder_item_rows = tokens_per_image rows) and the encoder's budget per step
+  // in rows (whole images only: budget / item rows images per step).
+  int64_t encoder_cache_rows = 0;
+  int64_t encoder_item_rows = 0;
+  int64_t encoder_budget_rows = 0;
 };
 
 enum class RequestState {
@@ -130,6 +156,16 @@ struct SchedulerOutput {
   std::vector<RequestId> preempted;
   int64_t num_tokens = 0;    // sum of requests[i].num_tokens
   int64_t num_sampling = 0;  // requests with needs_logits
+  // Images to encode before this step runs, in allocation order: the first
+  // encoder-cache row of each and one request (with the image's index among its
+  // PrefixKeys::images) that carries it.
+  struct EncodeItem {
+    BlockHash hash;
+    int64_t cache_row = 0;
+    RequestId request = 0;
+    size_t image = 0;
+  };
+  std::vector<EncodeItem> encode;
 
   bool empty() const { return requests.empty(); }
   size_t size() const { return requests.size(); }
@@ -189,6 +225,10 @@ class Scheduler {
   Expected<int64_t> NumPreemptions(RequestId id) const;
 
   const KvCacheManager& kv() const { return kv_; }
+  // The encoder-output cache; nullptr without images.
+  const EncoderCache* encoder_cache() const {
+    return encoder_cache_ ? &*encoder_cache_ : nullptr;
+  }
   const SchedulerParams& params() const { return params_; }
   int64_t token_budget() const { return token_budget_; }
 
@@ -204,6 +244,7 @@ class Scheduler {
     int64_t num_cached_tokens = -1;  // at first admission; -1: never admitted
     int64_t num_preemptions = 0;
     uint64_t last_step = 0;  // the step that last scheduled it
+    std::vector<int32_t> embed_source;  // this step's, when it overlaps an image
 
     int64_t num_generated() const {
       return static_cast<int64_t>(tokens.size()) - num_prompt_tokens;
@@ -232,12 +273,25 @@ class Scheduler {
   // Preempts running request `r` (see the file comment).
   Status Preempt(Request* r, std::vector<Entry>* entries, int64_t* budget,
                  std::vector<RequestId>* preempted);
+  // Makes sure every image overlapping request `r`'s chunk of *n tokens from
+  // `computed` is in the encoder cache for this step (referenced or allocated,
+  // spending *encoder_budget), cutting *n back to the first image that cannot
+  // be (see the file comment).
+  Status FitImages(Request* r, int64_t computed, int64_t* n, int64_t* encoder_budget);
+  // Fills r->embed_source for this step's chunk of `num_tokens` (empty when it
+  // overlaps no image).
+  void FillEmbedSource(Request* r, int64_t num_tokens);
+  // Releases the entries of `r`'s images whose tokens are all computed.
+  void ReleaseComputedImages(const Request& r);
+
   // Tries to admit the first waiting request. *admitted false: it stays
   // waiting (and admission stops for this step).
-  Status AdmitFront(std::vector<Entry>* entries, int64_t* budget, bool* admitted);
+  Status AdmitFront(std::vector<Entry>* entries, int64_t* budget, int64_t* encoder_budget,
+                    bool* admitted);
 
   SchedulerParams params_;
   KvCacheManager kv_;
+  std::optional<EncoderCache> encoder_cache_;
   int64_t token_budget_ = 0;
   // Node-based: Request addresses (and their token vectors) are stable.
   std::map<RequestId, Request> requests_;

@@ -36,6 +36,7 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   }
   if (const xpk::VisionConfig* v = cfg.vision()) {
     r->tokens_per_image_ = v->tokens_per_image();
+    r->pixel_floats_ = v->num_channels() * v->image_size() * v->image_size();
     r->encoder_cache_.assign(v->encoder_cache_rows() * cfg.hidden_size(), 0.0f);
   }
   XRT_ASSIGN_OR_RETURN(InputBuilder builder,
@@ -98,11 +99,12 @@ std::vector<int64_t> ModelRunner::image_buckets() const {
   return out;
 }
 
-Status ModelRunner::EncodeImages(const float* pixel_values, int64_t num_images,
+Status ModelRunner::EncodeImages(const std::vector<const float*>& pixels,
                                  const std::vector<int64_t>& cache_rows) {
   if (vision_by_bucket_.empty())
     return FailedPreconditionError("{}: the model has no vision encoder", artifact_->path());
-  if (num_images < 1 || static_cast<int64_t>(cache_rows.size()) != num_images)
+  const int64_t num_images = static_cast<int64_t>(pixels.size());
+  if (num_images < 1 || cache_rows.size() != pixels.size())
     return InvalidArgumentError("EncodeImages: {} images with {} destinations", num_images,
                                 cache_rows.size());
   auto it = vision_by_bucket_.lower_bound(num_images);
@@ -116,10 +118,16 @@ Status ModelRunner::EncodeImages(const float* pixel_values, int64_t num_images,
       return OutOfRangeError("encoder cache rows [{}, {}) are outside the cache's {} rows", row,
                              row + tokens_per_image_, cache_rows_total);
   XRT_ASSIGN_OR_RETURN(uint8_t* px, executor_->Tensor(e, "pixel_values"));
-  const xpk::TensorSpec* spec = e.inputs()->Get(0);
-  const uint64_t per_image = spec->size() / static_cast<uint64_t>(it->first);
-  std::memcpy(px, pixel_values, num_images * per_image);
-  std::memset(px + num_images * per_image, 0, (it->first - num_images) * per_image);
+  const size_t image_bytes = static_cast<size_t>(pixel_floats_) * sizeof(float);
+  if (e.inputs()->Get(0)->size() != image_bytes * static_cast<uint64_t>(it->first))
+    return DataLossError("{}: pixel_values holds {} bytes, expected {} images of {}",
+                         e.name()->str(), e.inputs()->Get(0)->size(), it->first, image_bytes);
+  for (int64_t i = 0; i < num_images; ++i) {
+    if (pixels[i] == nullptr)
+      return InvalidArgumentError("image {} to encode has no pixels", i);
+    std::memcpy(px + i * image_bytes, pixels[i], image_bytes);
+  }
+  std::memset(px + num_images * image_bytes, 0, (it->first - num_images) * image_bytes);
   XRT_RETURN_IF_ERROR(executor_->Run(e));
   XRT_ASSIGN_OR_RETURN(uint8_t* out, executor_->Tensor(e, "image_features"));
   const float* features = reinterpret_cast<const float*>(out);
@@ -135,6 +143,16 @@ Expected<const float*> ModelRunner::Execute(const StepInputs& in) {
   if (step == step_by_bucket_.end())
     return OutOfRangeError("no lm_step executable for {} tokens", in.token_bucket);
   const xpk::Executable& s = *step->second;
+  if (in.image_bucket > 0) {
+    std::vector<const float*> pixels;
+    for (const std::vector<float>* p : in.image_pixels) {
+      if (p != nullptr && static_cast<int64_t>(p->size()) != pixel_floats_)
+        return InvalidArgumentError("an image to encode has {} floats, the tower takes {}",
+                                    p->size(), pixel_floats_);
+      pixels.push_back(p ? p->data() : nullptr);
+    }
+    XRT_RETURN_IF_ERROR(EncodeImages(pixels, in.image_cache_rows));
+  }
   XRT_RETURN_IF_ERROR(CopyInput(s, "token_ids", in.token_ids));
   XRT_RETURN_IF_ERROR(CopyInput(s, "positions", in.positions));
   XRT_RETURN_IF_ERROR(CopyInput(s, "slot_mapping", in.slot_mapping));

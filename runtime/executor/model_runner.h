@@ -49,13 +49,15 @@ class ModelRunner : public StepExecutor {
   // next Execute (nullptr when num_logits == 0).
   Expected<const float*> Execute(const StepInputs& in) override;
 
-  // Vision (a LLaVA-style artifact): runs vision_encode over `num_images` images
-  // (pixel_values, each [C * S * S] f32 as the image preprocessing produces them),
-  // padded to the smallest compiled num_images bucket that holds them, and copies
-  // image i's tokens_per_image feature rows into the encoder cache from row
-  // cache_rows[i] on. FailedPrecondition for a model without vision; OutOfRange
-  // when no bucket holds num_images or a destination is outside the cache.
-  Status EncodeImages(const float* pixel_values, int64_t num_images,
+  // Vision (a LLaVA-style artifact): runs vision_encode over the images
+  // (pixels[i]: [C * S * S] f32 as the image preprocessing produces them), padded
+  // to the smallest compiled num_images bucket that holds them, and copies image
+  // i's tokens_per_image feature rows into the encoder cache from row
+  // cache_rows[i] on. Execute calls it for a step's StepInputs images.
+  // FailedPrecondition for a model without vision; InvalidArgument for a null or
+  // wrongly sized image; OutOfRange when no bucket holds them or a destination is
+  // outside the cache.
+  Status EncodeImages(const std::vector<const float*>& pixels,
                       const std::vector<int64_t>& cache_rows);
   // The encoder cache, [encoder_cache_rows][hidden_size] (empty without vision).
   const std::vector<float>& encoder_cache() const { return encoder_cache_; }
@@ -101,6 +103,7 @@ class ModelRunner : public StepExecutor {
       vision_by_bucket_;
   std::vector<float> encoder_cache_;
   int64_t tokens_per_image_ = 0;
+  int64_t pixel_floats_ = 0;  // one image's vision_encode input
 };
 
 }  // namespace xrt

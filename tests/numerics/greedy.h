@@ -18,11 +18,12 @@ struct GreedyResult {
 
 // Generates `max_tokens` tokens past every EOS, greedily.
 inline GreedyResult Greedy(xrt::EngineCore& core, const std::vector<int32_t>& prompt,
-                           int64_t max_tokens) {
+                           int64_t max_tokens, std::vector<xrt::ImageInput> images = {}) {
   GreedyResult r;
   xrt::EngineRequest req;
   req.request_id = "greedy";
   req.prompt = prompt;
+  req.images = std::move(images);
   req.max_tokens = max_tokens;
   req.ignore_eos = true;
   req.sampling.temperature = 0.0f;

@@ -21,6 +21,7 @@
 
 #include "compiler/compile.h"
 #include "runtime/executor/model_runner.h"
+#include "tests/numerics/greedy.h"
 
 namespace {
 
@@ -148,8 +149,12 @@ TEST_P(LlavaNumerics, MatchesTransformers) {
         for (int64_t i = 0; i < num_images;) {
           const int64_t n = std::min<int64_t>(buckets.back(), num_images - i);
           std::vector<int64_t> rows;
-          for (int64_t j = 0; j < n; ++j) rows.push_back((i + j) * tpi);
-          Status s = (*runner)->EncodeImages(px.data() + i * per_image, n, rows);
+          std::vector<const float*> images;
+          for (int64_t j = 0; j < n; ++j) {
+            rows.push_back((i + j) * tpi);
+            images.push_back(px.data() + (i + j) * per_image);
+          }
+          Status s = (*runner)->EncodeImages(images, rows);
           ASSERT_TRUE(s.ok()) << s.ToString();
           i += n;
         }
@@ -167,6 +172,90 @@ TEST_P(LlavaNumerics, MatchesTransformers) {
       EXPECT_LE(MaxAbsDiff(r.logits.data(), expected.data(), expected.size()), 1e-4f)
           << "last-position logits differ from HF";
       EXPECT_EQ(r.tokens, c["greedy_ids"].get<std::vector<int32_t>>())
+          << "greedy continuation differs from HF";
+    }
+  }
+}
+
+// A content hash of an image's pixels for the test (the server hashes the
+// decoded image with its preprocessing parameters instead).
+xrt::BlockHash PixelHash(const float* p, size_t n) {
+  uint64_t a = 1469598103934665603ULL, b = 0x9e3779b97f4a7c15ULL;
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n * sizeof(float); ++i) {
+    a = (a ^ bytes[i]) * 1099511628211ULL;
+    b = (b + bytes[i]) * 0xff51afd7ed558ccdULL;
+  }
+  return xrt::BlockHash{a, b};
+}
+
+// The fixture case's images as an EngineRequest carries them: one span per run of
+// tokens_per_image image tokens, in order, with HF's pixel values.
+std::vector<xrt::ImageInput> CaseImages(const std::string& name, const json& c, int64_t tpi,
+                                        int32_t image_token) {
+  std::vector<xrt::ImageInput> out;
+  const int64_t n = static_cast<int64_t>(c["images"].size());
+  if (n == 0) return out;
+  std::vector<float> px = ReadF32(ModelDir(name) / c["pixel_values"]["file"].get<std::string>());
+  const std::vector<int32_t> ids = c["input_ids"].get<std::vector<int32_t>>();
+  const size_t per_image = px.size() / static_cast<size_t>(n);
+  int64_t t = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    while (ids[t] != image_token) ++t;
+    xrt::ImageInput image;
+    image.span.offset = t;
+    image.span.length = tpi;
+    image.span.content_hash = PixelHash(px.data() + i * per_image, per_image);
+    image.pixel_values = std::make_shared<std::vector<float>>(px.begin() + i * per_image,
+                                                              px.begin() + (i + 1) * per_image);
+    out.push_back(std::move(image));
+    t += tpi;
+  }
+  return out;
+}
+
+// The same references through the engine core, as the server runs requests: the
+// scheduler places image rows in the encoder cache and fills embed_source, with
+// a wide artifact and with one whose 16-token steps cut prompts (and images) into
+// chunks while encoding one image per step.
+TEST_P(LlavaNumerics, EngineMatchesTransformers) {
+  const std::string name = GetParam();
+  const json ref = ReadJson(ModelDir(name) / "reference.json");
+  const json& facts = ref["loader_facts"];
+  const int64_t tpi = facts["tokens_per_image"].get<int64_t>();
+  const int32_t image_token = facts["image_token_id"].get<int32_t>();
+  fs::path dir = fs::temp_directory_path() / ("xcc_llava_engine_" + name);
+  fs::create_directories(dir);
+  for (bool chunked : {false, true}) {
+    xcc::CompileOptions o;
+    o.model_path = ModelDir(name).string();
+    o.output_path = (dir / (chunked ? "chunked.xpk" : "wide.xpk")).string();
+    o.quiet = true;
+    o.limits.max_num_seqs = 2;
+    o.limits.max_model_len = 256;
+    o.limits.max_num_batched_tokens = chunked ? 16 : 128;
+    if (chunked) o.token_buckets = {16};
+    auto compiled = xcc::Compile(o);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+    xrt::ModelRunnerParams rp;
+    rp.artifact_path = o.output_path;
+    rp.num_threads = 2;
+    auto runner = xrt::ModelRunner::Create(rp);
+    ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+    xrt::EngineCoreParams cp = (*runner)->engine_core_params();
+    cp.enable_prefix_caching = false;
+    auto core = xrt::EngineCore::Create(cp);
+    ASSERT_TRUE(core.ok()) << core.status().ToString();
+    for (const json& c : ref["cases"]) {
+      SCOPED_TRACE(name + " " + c["name"].get<std::string>() + " via " + o.output_path);
+      auto result = xcc::testing::Greedy(**core, c["input_ids"].get<std::vector<int32_t>>(), 32,
+                                         CaseImages(name, c, tpi, image_token));
+      ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+      const std::vector<float> expected = c["last_logits"].get<std::vector<float>>();
+      ASSERT_EQ(result.prompt_logits.size(), expected.size());
+      EXPECT_LE(MaxAbsDiff(result.prompt_logits.data(), expected.data(), expected.size()), 1e-4f)
+          << "last-position logits differ from HF";
+      EXPECT_EQ(result.tokens, c["greedy_ids"].get<std::vector<int32_t>>())
           << "greedy continuation differs from HF";
     }
   }
