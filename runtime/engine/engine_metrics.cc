@@ -80,6 +80,16 @@ std::string EngineMetrics::Render() const {
           prefix_queries.load());
   counter("xrt_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           prefix_hits.load());
+  counter("xrt_images_encoded_total", "Images run through vision_encode.", images_encoded.load());
+  counter("xrt_padding_images_total", "Padded minus real images over vision_encode runs.",
+          padded_images.load());
+  counter("xrt_encoder_cache_hits_total",
+          "Images whose encoder output was already in the encoder cache.",
+          encoder_cache_hits.load());
+  counter("xrt_encoder_cache_misses_total", "Images the encoder had to run for.",
+          encoder_cache_misses.load());
+  counter("xrt_encoder_cache_evictions_total", "Encoder cache entries evicted to make room.",
+          encoder_cache_evictions.load());
   gauge("xrt_kv_cache_blocks_used", "KV cache blocks in use.", kv_blocks_used.load());
   gauge("xrt_kv_cache_blocks_total", "KV cache blocks.", kv_blocks_total.load());
   {

@@ -90,12 +90,20 @@ void LLMEngine::CountStep(const StepStats& st) {
   metrics_.generation_tokens += st.generation_tokens;
   metrics_.prefix_queries += st.prefix_queries;
   metrics_.prefix_hits += st.prefix_hits;
+  metrics_.encoder_cache_hits += st.encoder_cache_hits;
+  metrics_.encoder_cache_misses += st.encoder_cache_misses;
+  metrics_.encoder_cache_evictions += st.encoder_cache_evictions;
   if (!st.unbucketed.empty()) {
     metrics_.steps_without_bucket++;
     std::fprintf(stderr, "xrt: strict mode: %s\n", st.unbucketed.c_str());
   }
   if (!st.ran) return;
   metrics_.steps++;
+  if (!st.vision_encode.empty()) {
+    metrics_.CountBucket(st.vision_encode);
+    metrics_.images_encoded += st.images_encoded;
+    metrics_.padded_images += st.vision_encode_padding;
+  }
   metrics_.CountBucket(st.lm_step);
   metrics_.padded_tokens += st.lm_step_padding;
   if (!st.lm_logits.empty()) {

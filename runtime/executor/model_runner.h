@@ -64,7 +64,8 @@ class ModelRunner : public StepExecutor {
   // The compiled vision_encode buckets, ascending (empty without vision).
   std::vector<int64_t> image_buckets() const;
 
-  // Parameters of an EngineCore running this model: the artifact's
+  // Parameters of an EngineCore running this model (one core per runner: the
+  // runner's KV cache and encoder cache memory are that core's): the artifact's
   // (EngineCoreParamsFor) with this runner as executor, its tokenizer and its
   // KV pool. The caller sets the requested limits and switches.
   EngineCoreParams engine_core_params();

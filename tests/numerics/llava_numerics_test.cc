@@ -261,6 +261,117 @@ TEST_P(LlavaNumerics, EngineMatchesTransformers) {
   }
 }
 
+// Prefix caching with images (block size 4): the same text with another image
+// shares only the blocks before the image; the same prompt again reuses its KV
+// prefix through the image; the same image after other text is not in the KV
+// cache but its encoder output is (an encoder cache hit, nothing encoded).
+// Every output equals the same request run alone on a fresh engine.
+TEST(LlavaPrefixCaching, ImagesKeyTheBlocksAndTheEncoderCache) {
+  const std::string name = "llava_clip_llama";
+  const json ref = ReadJson(ModelDir(name) / "reference.json");
+  const json& facts = ref["loader_facts"];
+  const int64_t tpi = facts["tokens_per_image"].get<int64_t>();
+  const int32_t image_token = facts["image_token_id"].get<int32_t>();
+  const json* one = nullptr;
+  const json* two = nullptr;
+  for (const json& c : ref["cases"]) {
+    if (c["images"].size() == 1 && !one) one = &c;
+    if (c["images"].size() == 2 && !two) two = &c;
+  }
+  ASSERT_TRUE(one && two);
+  fs::path dir = fs::temp_directory_path() / "xcc_llava_prefix";
+  fs::create_directories(dir);
+  xcc::CompileOptions o;
+  o.model_path = ModelDir(name).string();
+  o.output_path = (dir / "b4.xpk").string();
+  o.quiet = true;
+  o.limits.max_num_seqs = 2;
+  o.limits.max_model_len = 256;
+  o.limits.max_num_batched_tokens = 64;
+  o.limits.block_size = 4;
+  ASSERT_TRUE(xcc::Compile(o).ok());
+  xrt::ModelRunnerParams rp;
+  rp.artifact_path = o.output_path;
+  rp.num_threads = 2;
+  auto runner = xrt::ModelRunner::Create(rp);
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+
+  struct Run {
+    std::vector<int32_t> tokens;
+    int64_t cached = 0, encoded = 0, hits = 0;
+  };
+  auto run = [&](xrt::EngineCore& core, const std::vector<int32_t>& prompt,
+                 std::vector<xrt::ImageInput> images) {
+    Run r;
+    xrt::EngineRequest req;
+    req.request_id = "r";
+    req.prompt = prompt;
+    req.max_tokens = 8;
+    req.ignore_eos = true;
+    req.sampling.temperature = 0.0f;
+    req.images = std::move(images);
+    EXPECT_TRUE(core.AddRequest(std::move(req)).ok());
+    while (core.HasUnfinished()) {
+      xrt::EngineCoreOutputs out = core.Step();
+      EXPECT_TRUE(out.stats.error.ok()) << out.stats.error.ToString();
+      r.encoded += out.stats.images_encoded;
+      r.hits += out.stats.encoder_cache_hits;
+      for (const xrt::RequestOutput& ro : out.outputs) {
+        for (const xrt::GeneratedToken& t : ro.tokens) r.tokens.push_back(t.token);
+        r.cached = ro.cached_tokens;
+      }
+    }
+    return r;
+  };
+  // The reference runs use a runner of their own: a runner's KV and encoder
+  // cache memory belong to one engine core.
+  auto alone_runner = xrt::ModelRunner::Create(rp);
+  ASSERT_TRUE(alone_runner.ok());
+  auto alone = [&](const std::vector<int32_t>& prompt, std::vector<xrt::ImageInput> images) {
+    xrt::EngineCoreParams cp = (*alone_runner)->engine_core_params();
+    cp.enable_prefix_caching = false;
+    auto fresh = xrt::EngineCore::Create(cp);
+    EXPECT_TRUE(fresh.ok());
+    return run(**fresh, prompt, std::move(images)).tokens;
+  };
+
+  xrt::EngineCoreParams cp = (*runner)->engine_core_params();
+  cp.enable_prefix_caching = true;
+  auto core = xrt::EngineCore::Create(cp);
+  ASSERT_TRUE(core.ok());
+  const std::vector<int32_t> ids = (*one)["input_ids"].get<std::vector<int32_t>>();
+  std::vector<xrt::ImageInput> image_a = CaseImages(name, *one, tpi, image_token);
+  std::vector<xrt::ImageInput> image_b = CaseImages(name, *two, tpi, image_token);
+  ASSERT_EQ(image_a.size(), 1u);
+  const int64_t offset = image_a[0].span.offset;
+  // Another image at the same place: B's first image, moved to A's span.
+  std::vector<xrt::ImageInput> other = {image_b[0]};
+  other[0].span = image_a[0].span;
+  other[0].span.content_hash = image_b[0].span.content_hash;
+
+  Run a = run(**core, ids, image_a);
+  EXPECT_EQ(a.cached, 0);
+  EXPECT_EQ(a.encoded, 1);
+  Run b = run(**core, ids, other);
+  EXPECT_EQ(b.cached, offset / 4 * 4) << "only the blocks before the image are shared";
+  EXPECT_EQ(b.encoded, 1);
+  EXPECT_EQ(b.tokens, alone(ids, other));
+  EXPECT_NE(b.tokens, a.tokens) << "the image must matter";
+  Run a2 = run(**core, ids, image_a);
+  EXPECT_GE(a2.cached, offset + tpi) << "the same prompt and image reuse the KV through the image";
+  EXPECT_EQ(a2.encoded, 0);
+  EXPECT_EQ(a2.tokens, a.tokens);
+  // The same image after different leading text: no KV prefix covers it, the
+  // encoder cache does.
+  std::vector<int32_t> shifted = ids;
+  shifted[1] = shifted[1] == 5 ? 6 : 5;
+  Run d = run(**core, shifted, image_a);
+  EXPECT_LT(d.cached, offset);
+  EXPECT_EQ(d.encoded, 0);
+  EXPECT_EQ(d.hits, 1);
+  EXPECT_EQ(d.tokens, alone(shifted, image_a));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlavaNumerics,
                          ::testing::Values("llava_clip_llama", "llava_clip_qwen2_full", "llava_siglip"));
 
