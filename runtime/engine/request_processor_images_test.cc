@@ -229,6 +229,16 @@ class RequestImagesTest : public ::testing::Test {
   std::unique_ptr<LlavaModel> model_;
 };
 
+// `r` failed with InvalidArgument, a message containing `message`, and
+// `where` naming `param`.
+void ExpectInvalid(const Expected<EngineRequest>& r, const RequestError& where,
+                   const std::string& message, const std::string& param) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr(message));
+  EXPECT_EQ(where.param, param);
+}
+
 TEST_F(RequestImagesTest, ImageTokensMustMatchTheImages) {
   RequestProcessor p(model_->Params());
   RequestError where;
@@ -287,11 +297,8 @@ TEST_F(RequestImagesTest, AnUndecodableImageIsNamed) {
   g.images[1].name = "--image broken.png";
   g.images[1].bytes = "not an image at all";
   RequestError where;
-  auto r = p.Process(g, &where);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("--image broken.png: cannot decode the image"));
-  EXPECT_EQ(where.param, "--image broken.png");
+  ExpectInvalid(p.Process(g, &where), where, "--image broken.png: cannot decode the image",
+                "--image broken.png");
 
   // A truncated file is reported too (DataLoss from the decoder becomes a 400).
   g.images[1] = Image("camera_gray.png");
@@ -307,11 +314,8 @@ TEST_F(RequestImagesTest, PixelLimitIsAParam) {
   params.image_decode_limits.max_pixels = 64 * 48 - 1;  // chelsea_rgb.jpg is 64 x 48
   RequestProcessor p(params);
   RequestError where;
-  auto r = p.Process(Text("<image>", {"chelsea_rgb.jpg"}), &where);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("chelsea_rgb.jpg: cannot decode the image"));
-  EXPECT_EQ(where.param, "chelsea_rgb.jpg");
+  ExpectInvalid(p.Process(Text("<image>", {"chelsea_rgb.jpg"}), &where), where,
+                "chelsea_rgb.jpg: cannot decode the image", "chelsea_rgb.jpg");
   params.image_decode_limits.max_pixels = 64 * 48;
   EXPECT_TRUE(RequestProcessor(params).Process(Text("<image>", {"chelsea_rgb.jpg"})).ok());
 }
@@ -321,11 +325,8 @@ TEST_F(RequestImagesTest, ATextModelRefusesImages) {
   params.vision = nullptr;
   RequestProcessor p(params);
   RequestError where;
-  auto r = p.Process(Text("<image>", {"chelsea_rgb.jpg"}), &where);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("chelsea_rgb.jpg: the model does not accept images"));
-  EXPECT_EQ(where.param, "chelsea_rgb.jpg");
+  ExpectInvalid(p.Process(Text("<image>", {"chelsea_rgb.jpg"}), &where), where,
+                "chelsea_rgb.jpg: the model does not accept images", "chelsea_rgb.jpg");
   // Without images a text model takes "<image>" as text (no image token to it).
   auto text = p.Process(Text("<image>", {}));
   ASSERT_TRUE(text.ok()) << text.status().ToString();
