@@ -5,8 +5,9 @@
 //           [--shutdown-timeout SECONDS] [--allowed-local-media-path DIR]
 //           [--limit-mm-per-prompt N] [--media-fetch-timeout SECONDS]
 //           [--max-image-bytes BYTES] [--media-max-redirects N]
-//   xrt generate ARTIFACT --prompt TEXT [--chat] [--max-tokens N] [--temperature T]
-//                [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S] [--threads N]
+//   xrt generate ARTIFACT --prompt TEXT [--image FILE]... [--chat] [--max-tokens N]
+//                [--temperature T] [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S]
+//                [--threads N] [--show-ids] [--dry-run]
 //   both: [--verify-weights] (recompute the weights' checksums before running)
 //
 // Both are clients of the one engine core (runtime/engine/engine_core.h):
@@ -18,11 +19,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "runtime/engine/artifact_params.h"
 #include "runtime/engine/engine_core.h"
 #include "runtime/engine/llm_engine.h"
 #include "runtime/engine/request_processor.h"
@@ -38,13 +45,63 @@ int Fail(const xrt::Status& s) {
 }
 
 // The request path of this model for an engine core with `core` params
-// (limits, KV pool, tokenizer): adds the chat template and the model's
-// generation_config defaults.
-xrt::RequestProcessor MakeProcessor(const xrt::ModelRunner& runner,
-                                    xrt::RequestProcessorParams core) {
+// (limits, KV pool, tokenizer): adds the chat template, the model's
+// generation_config defaults and its vision params (kept in *vision, which
+// must outlive the processor; nullopt for a text-only model).
+xrt::Expected<xrt::RequestProcessor> MakeProcessor(const xrt::ModelRunner& runner,
+                                                   xrt::RequestProcessorParams core,
+                                                   std::optional<xrt::VisionParams>* vision) {
+  XRT_ASSIGN_OR_RETURN(*vision, xrt::VisionParamsOf(runner.artifact()));
   core.chat_template = runner.chat_template();
   core.sampling_defaults = runner.sampling_defaults();
+  core.vision = vision->has_value() ? &**vision : nullptr;
   return xrt::RequestProcessor(std::move(core));
+}
+
+// xrt generate's request: a raw prompt (the image token text marks where each
+// --image goes) or, with --chat, a user turn (and a system one). A vision
+// model's template gets the content as a list of parts, the images before the
+// text as in llava-hf's examples; a text model's gets strings.
+xrt::Expected<xrt::GenerationRequest> GenerateRequest(const std::string& prompt, bool chat,
+                                                      const std::string& system,
+                                                      const std::vector<std::string>& images,
+                                                      bool vision) {
+  xrt::GenerationRequest g;
+  g.request_id = "generate";
+  for (const std::string& path : images) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return xrt::InvalidArgumentError("--image {}: cannot open the file", path);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) return xrt::InvalidArgumentError("--image {}: cannot read the file", path);
+    g.images.push_back(xrt::RequestImage{"--image " + path, std::move(bytes)});
+  }
+  if (!chat) {
+    g.prompt = prompt;
+    return g;
+  }
+  g.kind = xrt::PromptKind::kChat;
+  using Json = nlohmann::ordered_json;
+  auto content = [&](const std::string& text, size_t num_images) -> Json {
+    if (!vision) return text;
+    Json parts = Json::array();
+    for (size_t i = 0; i < num_images; ++i) parts.push_back({{"type", "image"}});
+    parts.push_back({{"type", "text"}, {"text", text}});
+    return parts;
+  };
+  if (!system.empty()) g.messages.push_back({{"role", "system"}, {"content", content(system, 0)}});
+  g.messages.push_back({{"role", "user"}, {"content", content(prompt, images.size())}});
+  return g;
+}
+
+// --show-ids / --dry-run: the prompt ids and where the images sit.
+nlohmann::json PromptJson(const xrt::EngineRequest& r) {
+  nlohmann::json images = nlohmann::json::array();
+  for (const xrt::ImageInput& image : r.images)
+    images.push_back({{"offset", image.span.offset},
+                      {"length", image.span.length},
+                      {"content_hash", fmt::format("{:016x}{:016x}", image.span.content_hash.hi,
+                                                   image.span.content_hash.lo)}});
+  return {{"prompt_ids", r.prompt}, {"images", std::move(images)}};
 }
 
 // --verify-weights: recomputes the checksum of every segment but the code (which the
@@ -132,7 +189,10 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
   auto engine = xrt::LLMEngine::Create(cp);
   if (!engine.ok()) return Fail(engine.status());
   const xrt::ServingLimits& lim = (*engine)->limits();
-  const xrt::RequestProcessor processor = MakeProcessor(r, (*engine)->request_processor_params());
+  std::optional<xrt::VisionParams> vision;
+  auto made = MakeProcessor(r, (*engine)->request_processor_params(), &vision);
+  if (!made.ok()) return Fail(made.status());
+  const xrt::RequestProcessor& processor = *made;
   if (sp.http_threads <= 0)
     sp.http_threads = static_cast<int>(std::max<int64_t>(64, 4 * lim.max_num_seqs));
   if (sp.served_model_name.empty()) {
@@ -189,7 +249,8 @@ int main(int argc, char** argv) {
 
   xrt::ModelRunnerParams rp;
   std::string prompt, system;
-  bool chat = false, ignoreEos = false, show_ids = false, verify_weights = false;
+  bool chat = false, ignoreEos = false, show_ids = false, verify_weights = false, dry_run = false;
+  std::vector<std::string> images;
   const char* verify_weights_help =
       "Recompute the checksum of every weights segment before running (reads the whole "
       "artifact); fail on a mismatch. The code is always verified";
@@ -217,7 +278,16 @@ int main(int argc, char** argv) {
   gen->add_option("--threads", rp.num_threads, "Worker threads (default: all cores)");
   gen->add_option("--num-kv-blocks", rp.num_kv_blocks, "KV cache blocks (default: from limits)");
   gen->add_flag("--ignore-eos", ignoreEos, "Keep generating past end-of-sequence tokens");
-  gen->add_flag("--show-ids", show_ids, "Also print prompt and output token ids (JSON, stderr)");
+  gen->add_option("--image", images,
+                  "An image file (PNG, JPEG, WebP), repeatable: in a raw prompt the model's image "
+                  "token (e.g. <image>) marks where each goes, in order; with --chat they go in "
+                  "the user turn, before the text");
+  gen->add_flag("--show-ids", show_ids,
+                "Also print prompt and output token ids and the images' placeholder spans (JSON, "
+                "stderr)");
+  gen->add_flag("--dry-run", dry_run,
+                "Only make the request (tokenize, place the images) and print its prompt ids and "
+                "image spans (JSON, stdout); generate nothing");
   gen->add_flag("--verify-weights", verify_weights, verify_weights_help);
 
   xrt::ModelRunnerParams run_rp;
@@ -298,17 +368,14 @@ int main(int argc, char** argv) {
   xrt::ModelRunner& r = **runner;
   auto core = xrt::EngineCore::Create(r.engine_core_params());
   if (!core.ok()) return Fail(core.status());
-  const xrt::RequestProcessor processor = MakeProcessor(r, (*core)->request_processor_params());
+  std::optional<xrt::VisionParams> vision;
+  auto made = MakeProcessor(r, (*core)->request_processor_params(), &vision);
+  if (!made.ok()) return Fail(made.status());
+  const xrt::RequestProcessor& processor = *made;
 
-  xrt::GenerationRequest g;
-  g.request_id = "generate";
-  if (chat) {
-    g.kind = xrt::PromptKind::kChat;
-    if (!system.empty()) g.messages.push_back({{"role", "system"}, {"content", system}});
-    g.messages.push_back({{"role", "user"}, {"content", prompt}});
-  } else {
-    g.prompt = prompt;
-  }
+  auto generation = GenerateRequest(prompt, chat, system, images, vision.has_value());
+  if (!generation.ok()) return Fail(generation.status());
+  xrt::GenerationRequest& g = *generation;
   g.max_tokens = maxTokens;
   g.ignore_eos = ignoreEos;
   if (seed >= 0) {
@@ -323,6 +390,11 @@ int main(int argc, char** argv) {
   g.sampling_set.repetition_penalty = rep_pen_opt->count() > 0;
   auto request = processor.Process(g);
   if (!request.ok()) return Fail(request.status());
+  if (dry_run) {
+    std::printf("%s\n", PromptJson(*request).dump().c_str());
+    return 0;
+  }
+  const nlohmann::json prompt_json = PromptJson(*request);
   const std::vector<int32_t> ids = request->prompt;
   const int64_t prompt_tokens = static_cast<int64_t>(ids.size());
   if (xrt::Status s = (*core)->AddRequest(std::move(*request)); !s.ok()) return Fail(s);
@@ -363,7 +435,8 @@ int main(int argc, char** argv) {
                static_cast<long long>(prefill_steps), outputIds.size(), decode_tps,
                finishReason.c_str());
   if (show_ids) {
-    nlohmann::json j = {{"prompt_ids", ids}, {"output_ids", outputIds}};
+    nlohmann::json j = prompt_json;
+    j["output_ids"] = outputIds;
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   }
   return 0;

@@ -10,13 +10,28 @@
 //      max_model_len (chat);
 //   3. sampling: every field SamplingDefaults covers that the request did not
 //      set takes the model's generation_config default (as vLLM does);
-//   4. validation against the limits served at (Validate).
+//   4. images (a model with vision, RequestProcessorParams::vision): each
+//      image is decoded, preprocessed into the vision tower's input and
+//      hashed (decoded pixels + preprocessing parameters); the prompt must
+//      hold one image token (VisionParams::image_token, e.g. "<image>") per
+//      image, in order, and each is expanded into tokens_per_image copies of
+//      its id -- what HF's LlavaProcessor does to the text before tokenizing
+//      (the image token is an added token, so expanding ids gives the same
+//      ids); the spans go into EngineRequest::images. A text or chat prompt
+//      whose image tokens do not match the images (e.g. one with image tokens
+//      and no images) is an error, as in HF. Token-id prompts cannot carry
+//      images (as vLLM's OpenAI server: there is no way to tell where they
+//      go); their ids are taken as given, an image token id included;
+//   5. validation against the limits served at (Validate), on the expanded
+//      prompt.
 //
 // Errors are InvalidArgument with OpenAI's wording where clients depend on it
 // (the context length message); `error`, when given, names the request field
 // at fault (OpenAI's error.param) and an error code (error.code).
 //
-// Ownership: borrows the tokenizer and chat template (must outlive it).
+// Ownership: borrows the tokenizer, chat template and vision params (must
+// outlive it). An EngineRequest's pixel buffers are shared (images equal in
+// content within one request share one buffer).
 // Thread-safety: immutable; Process and Validate may run on any thread.
 #pragma once
 
@@ -30,16 +45,26 @@
 #include "runtime/engine/engine_request.h"
 #include "runtime/engine/serving_limits.h"
 #include "runtime/sampler/sampling_params.h"
+#include "runtime/vision/image_decode.h"
 
 namespace xrt {
 
 class ChatTemplate;
 class Tokenizer;
+struct VisionParams;  // artifact_params.h
 
 enum class PromptKind {
   kText,    // GenerationRequest::prompt
   kChat,    // GenerationRequest::messages (+ tools)
   kTokens,  // GenerationRequest::prompt_token_ids
+};
+
+// An image of a request as the client sent it: encoded bytes (PNG, JPEG or
+// WebP) and, for error messages and RequestError::param, the caller's name
+// for it ("messages[1].content[2]", "--image cat.png").
+struct RequestImage {
+  std::string name;
+  std::string bytes;
 };
 
 // A request as a client states it, before tokenization and defaults.
@@ -58,6 +83,10 @@ struct GenerationRequest {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   bool return_prompt_logits = false;
+  // In prompt order: the k-th image goes where the k-th image token is. A chat
+  // request's messages then carry content as a list of parts with
+  // {"type": "image"} where the images were (OpenAiRequest::message_parts).
+  std::vector<RequestImage> images;
 };
 
 // Where a request went wrong (OpenAI's error.param and error.code; "" when
@@ -74,20 +103,32 @@ struct RequestProcessorParams {
   ServingLimits limits;                         // as served: max_model_len, block_size
   int64_t num_kv_blocks = 0;                    // the KV pool; 0: not checked
   int64_t vocab_size = 0;                       // prompt token ids must be below it; 0: not checked
+  // The model's vision side (borrowed, must outlive the processor); null: a
+  // text-only model, which refuses requests with images.
+  const VisionParams* vision = nullptr;
+  // Images with more pixels than limits.max_pixels are refused before decoding.
+  DecodeLimits image_decode_limits;
 };
 
 class RequestProcessor {
  public:
   explicit RequestProcessor(RequestProcessorParams params) : params_(std::move(params)) {}
 
-  // Steps 1-4 of the file comment.
+  // Steps 1-5 of the file comment. Errors about one image name it (message
+  // prefix and RequestError::param = RequestImage::name): an image that does
+  // not decode (or has too many pixels), one image over the model's
+  // max_images_per_prompt. Images sent to a text-only model, or with a
+  // token-id prompt, are an error naming the first image.
   Expected<EngineRequest> Process(const GenerationRequest& request,
                                   RequestError* error = nullptr) const;
 
-  // Step 4 alone, for a request already made: sampling params, an empty
+  // Step 5 alone, for a request already made: sampling params, an empty
   // prompt, max_tokens < 1, prompt + max_tokens > max_model_len (OpenAI's
   // context length message, code "context_length_exceeded"), more KV blocks
-  // than the pool, prompt token ids outside the vocabulary.
+  // than the pool, prompt token ids outside the vocabulary, image spans that
+  // are empty, unsorted, overlapping or outside the prompt; with
+  // params().vision also more images than max_images_per_prompt, a span that
+  // is not tokens_per_image image-token ids, pixel_values of the wrong size.
   Status Validate(const EngineRequest& request, RequestError* error = nullptr) const;
 
   const RequestProcessorParams& params() const { return params_; }
@@ -97,6 +138,9 @@ class RequestProcessor {
                RequestError* error) const;
   Expected<std::vector<int32_t>> Tokenize(const GenerationRequest& request,
                                           RequestError* error) const;
+  Status CheckImages(const EngineRequest& request, const char* prompt_param,
+                     RequestError* error) const;
+  Status AddImages(const GenerationRequest& request, EngineRequest* r, RequestError* error) const;
 
   RequestProcessorParams params_;
 };

@@ -383,7 +383,8 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
                      fmt::format("The model '{}' does not exist; this server serves '{}'",
                                  request.model, params_.served_model_name),
                      "model", "model_not_found");
-  if (!request.images.empty()) {
+  const bool vision = processor_->params().vision != nullptr;
+  if (!request.images.empty() && !vision) {
     const std::string field = request.images.front().Field();
     return SendError(
         res, 400, "invalid_request_error",
@@ -391,11 +392,24 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
         field);
   }
 
-  // The engine request: tokenized, the model's defaults applied, validated.
+  // The engine request: tokenized, the model's defaults applied, images
+  // fetched, decoded and placed, validated. Every failure names its field
+  // (an image's: "messages[1].content[2]").
   GenerationRequest g;
   g.kind = chat ? PromptKind::kChat : PromptKind::kText;
   g.prompt = request.prompt;
-  g.messages = request.messages;
+  // A vision model's template gets every content as a list of parts, with
+  // {"type": "image"} where the images were (llava-hf templates loop over
+  // message['content']), as vLLM does; a text model's gets strings.
+  g.messages = vision ? request.message_parts : request.messages;
+  if (!request.images.empty()) {
+    std::string field;
+    Expected<std::vector<FetchedMedia>> fetched =
+        FetchRequestImages(request, *media_fetcher_, &field);
+    if (!fetched.ok()) return SendApiError(res, ApiErrorFromStatus(fetched.status(), field));
+    for (size_t i = 0; i < fetched->size(); ++i)
+      g.images.push_back(RequestImage{request.images[i].Field(), std::move((*fetched)[i].bytes)});
+  }
   g.tools = request.tools;
   g.max_tokens = request.max_tokens;
   g.sampling = request.sampling;

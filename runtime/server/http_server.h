@@ -66,9 +66,13 @@ struct ServerParams {
   int http_threads = 64;
   size_t max_body_bytes = 32 << 20;  // larger bodies get 413
   // How image content parts are fetched (--allowed-local-media-path,
-  // --limit-mm-per-prompt, ...); checked by Start. The models served today
-  // have no vision encoder, so a request with image parts is a 400 naming the
-  // first one ("messages[0].content[1]: this model does not accept images").
+  // --limit-mm-per-prompt, ...); checked by Start. With a vision model (the
+  // processor's params().vision) a chat request's images are fetched, then
+  // decoded and placed by the RequestProcessor; a fetch or decode failure, or
+  // too many images, is a 400 naming the part ("messages[0].content[1]: ...").
+  // A model without vision answers any request with image parts with a 400
+  // naming the first one ("...: this model does not accept images"), fetching
+  // nothing.
   MediaFetchParams media;
 };
 

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -18,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/chat/chat_template.h"
+#include "runtime/engine/artifact_params.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_import.h"
 
@@ -868,6 +871,143 @@ TEST_F(HttpServerTest, ModelSamplingDefaultsFillWhatTheRequestLeavesUnset) {
   EXPECT_FLOAT_EQ(sub[0].sampling.temperature, 0.0f);          // the request's
   server.Stop();
   server.Wait();
+}
+
+// A vision model's server (the tokenizer, chat template and vision params of
+// tests/fixtures/llava/llava_clip_llama): image parts are fetched, decoded and
+// placed; every bad image is a 400 naming its part, and the server goes on.
+class HttpServerVisionTest : public HttpServerTest {
+ protected:
+  void SetUp() override {
+    const std::string dir = std::string(XCC_SOURCE_DIR) + "/tests/fixtures/llava/";
+    model_dir_ = dir + "llava_clip_llama/";
+    images_dir_ = dir + "images";
+    auto spec =
+        LoadTokenizerJson(model_dir_ + "tokenizer.json", model_dir_ + "tokenizer_config.json");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto tok = Tokenizer::Create(std::move(spec).value());
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    llava_tokenizer_.emplace(std::move(tok).value());
+    std::ifstream tmpl_file(model_dir_ + "chat_template.json");  // llava-hf's template
+    auto tmpl = ChatTemplate::Parse(Json::parse(tmpl_file)["chat_template"]);
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+    llava_template_.emplace(std::move(tmpl).value());
+    std::ifstream pre(model_dir_ + "preprocessor_config.json");
+    auto params = ParseImageProcessorConfig(nlohmann::json::parse(pre), "preprocessor_config.json");
+    ASSERT_TRUE(params.ok()) << params.status().ToString();
+    vision_.image_token = "<image>";
+    vision_.image_token_id = 510;
+    vision_.tokens_per_image = 16;
+    vision_.num_channels = 3;
+    vision_.image_size = 32;
+    vision_.max_images_per_prompt = 2;
+    vision_.preprocess = *params;
+
+    engine_ = std::make_unique<FakeEngine>(&*llava_tokenizer_, 512, std::chrono::milliseconds(1));
+    RequestProcessorParams pp;
+    pp.tokenizer = &*llava_tokenizer_;
+    pp.chat_template = &*llava_template_;
+    pp.limits.max_model_len = 512;
+    pp.vision = &vision_;
+    processor_ = std::make_unique<RequestProcessor>(pp);
+    ServerParams p;
+    p.host = "127.0.0.1";
+    p.port = 0;
+    p.served_model_name = "tiny";
+    p.http_threads = 4;
+    p.media.allowed_local_media_path = images_dir_;
+    p.media.limit_images_per_prompt = 3;
+    server_ = std::make_unique<HttpServer>(p, engine_.get(), processor_.get());
+    Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    client_->set_read_timeout(10, 0);
+  }
+
+  // A chat body with one user message of `parts` (JSON text).
+  static std::string Chat(const std::string& parts) {
+    return R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":[)" + parts +
+           "]}]}";
+  }
+  std::string ImagePart(const std::string& file) {
+    return R"({"type":"image_url","image_url":{"url":"file://)" + images_dir_ + "/" + file +
+           R"("}})";
+  }
+  void ExpectBadImage(const std::string& body, const std::string& param,
+                      const std::string& message) {
+    Json e = ExpectError(Post("/v1/chat/completions", body), 400, "invalid_request_error");
+    EXPECT_EQ(e["param"], param);
+    EXPECT_NE(e["message"].get<std::string>().find(message), std::string::npos) << e.dump();
+    auto ok = Post("/v1/chat/completions",
+                   Chat(ImagePart("camera_gray.png") + R"(,{"type":"text","text":"and?"})"));
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+  }
+
+  std::string model_dir_, images_dir_;
+  std::optional<Tokenizer> llava_tokenizer_;
+  std::optional<ChatTemplate> llava_template_;
+  VisionParams vision_;
+};
+
+TEST_F(HttpServerVisionTest, ImagePartsBecomeImagesOfTheEngineRequest) {
+  // HF's chat_1 case of the fixture: the same messages give its input_ids.
+  std::ifstream ref(model_dir_ + "reference.json");
+  const Json reference = Json::parse(ref);
+  const Json* chat_case = nullptr;
+  for (const Json& c : reference["cases"])
+    if (c["name"] == "chat_1") chat_case = &c;
+  ASSERT_NE(chat_case, nullptr);
+  ASSERT_EQ((*chat_case)["images"][0], "rocket_tiny.png");
+  auto res = Post("/v1/chat/completions",
+                  Chat(ImagePart("rocket_tiny.png") +
+                       R"(,{"type":"text","text":"What is shown in this image?"})"));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_EQ(sub[0].prompt, (*chat_case)["input_ids"].get<std::vector<int32_t>>());
+  ASSERT_EQ(sub[0].images.size(), 1u);
+  EXPECT_EQ(sub[0].images[0].span.offset, (*chat_case)["image_token_positions"][0].get<int64_t>());
+  EXPECT_EQ(sub[0].images[0].span.length, 16);
+  ASSERT_NE(sub[0].images[0].pixel_values, nullptr);
+  EXPECT_EQ(sub[0].images[0].pixel_values->size(), 3u * 32 * 32);
+  EXPECT_EQ(Json::parse(res->body)["usage"]["prompt_tokens"], sub[0].prompt.size());
+
+  // A text-only chat on a vision model goes to the template as parts too.
+  auto text =
+      Post("/v1/chat/completions",
+           R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"Hi"}]})");
+  ASSERT_TRUE(text);
+  ASSERT_EQ(text->status, 200) << text->body;
+  sub = engine_->submitted();
+  ASSERT_EQ(sub.size(), 2u);
+  EXPECT_EQ(sub[1].prompt, llava_tokenizer_->Encode("USER: Hi ASSISTANT:", true));
+  EXPECT_TRUE(sub[1].images.empty());
+}
+
+TEST_F(HttpServerVisionTest, EveryBadImageIsA400NamingThePart) {
+  const std::string text = R"({"type":"text","text":"hi"})";
+  // Not an image.
+  ExpectBadImage(
+      Chat(text + R"(,{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}})"),
+      "messages[0].content[1]", "messages[0].content[1]: cannot decode the image");
+  // Outside --allowed-local-media-path.
+  ExpectBadImage(Chat(R"({"type":"image_url","image_url":{"url":"file:///etc/passwd"}})"),
+                 "messages[0].content[0]", "messages[0].content[0]");
+  // More than the model takes (2), within the server's fetch limit (3).
+  ExpectBadImage(Chat(ImagePart("camera_gray.png") + "," + ImagePart("chelsea_rgb.jpg") + "," +
+                      ImagePart("rocket_tiny.png")),
+                 "messages[0].content[2]", "messages[0].content[2]: at most 2 images per request");
+  // More than the server fetches (3).
+  ExpectBadImage(Chat(ImagePart("camera_gray.png") + "," + ImagePart("camera_gray.png") + "," +
+                      ImagePart("camera_gray.png") + "," + ImagePart("camera_gray.png")),
+                 "messages[0].content[3]", "messages[0].content[3]");
+  // An image token typed in the text besides the image part.
+  ExpectBadImage(Chat(ImagePart("camera_gray.png") + R"(,{"type":"text","text":"<image>"})"),
+                 "messages",
+                 "the prompt has 2 image tokens ('<image>') but the request has 1 image");
+  EXPECT_EQ(engine_->submitted().size(), 5u);  // only the good requests
 }
 
 }  // namespace
