@@ -232,7 +232,8 @@ bool IsModelInput(const fs::path& p) {
   };
   return ends(".safetensors") || ends(".gguf") || name == "config.json" ||
          name == "generation_config.json" || ends(".index.json") || name == "tokenizer.json" ||
-         name == "tokenizer_config.json" || name.rfind("chat_template", 0) == 0;
+         name == "tokenizer_config.json" || name.rfind("chat_template", 0) == 0 ||
+         name == "preprocessor_config.json" || name == "processor_config.json";
 }
 
 Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& inputs,

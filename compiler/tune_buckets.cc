@@ -152,7 +152,7 @@ std::string TuneReport::ToText() const {
       image_buckets.empty()
           ? ""
           : fmt::format(
-                "  vision_encode [{}] (kept: every image count 1..{} one step can encode)\n",
+                "  vision_encode [{}] (a bucket for every image count 1..{} one step can encode)\n",
                 join(image_buckets), images_per_step);
   return fmt::format(
       "{} steps, {} real tokens, token budget {}\n"
