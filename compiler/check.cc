@@ -2,7 +2,8 @@
 //
 // Coverage is proven with the runtime's own InputBuilder: for every step size
 // the serving limits allow (every num_tokens up to the token budget, every
-// num_reqs up to max_num_seqs) a step is built exactly as the server would and
+// num_reqs up to max_num_seqs, and for a vision artifact every number of
+// images one step can encode) a step is built exactly as the server would and
 // must land in a compiled executable. Staleness re-hashes the inputs and
 // compares them (and the compiler version) with the artifact's provenance.
 // Integrity: the loader verified every code segment's checksum at open; a
@@ -17,6 +18,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+
+#include <fmt/ranges.h>
 
 #include "compiler/artifact/sha256.h"
 #include "compiler/compile.h"
@@ -54,21 +58,98 @@ void ForEachFailingRun(int64_t n, F fails, R report) {
   }
 }
 
-void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, CheckReport* r) {
+// Every number of images one step can encode must have a vision_encode bucket.
+// The count is the engine's encoder budget (EngineCore::Create: whole images in
+// max(max_num_batched_tokens, tokens_per_image) rows) WITHOUT its cap at the
+// largest bucket, which is what would hide a missing bucket, and at most what
+// the encoder cache holds and the running requests can carry (max_num_seqs x
+// limit_mm_per_prompt), the other bounds on a step's images.
+void CheckImageCoverage(const xrt::Artifact& a, const ServingConfig& config,
+                        const xrt::InputBuilder& builder, CheckReport* r) {
+  const xrt::ServingLimits& serving = config.limits;
+  const xpk::VisionConfig* v = a.manifest().config()->vision();
+  const int64_t compiled_images = a.manifest().limits()->max_images();
+  if (!v) {
+    if (config.limit_mm_per_prompt > 0)
+      r->findings.push_back(
+          {"coverage", fmt::format("limit_mm_per_prompt {}: the artifact has no vision encoder "
+                                   "(a text-only model serves no images)",
+                                   config.limit_mm_per_prompt)});
+    return;
+  }
+  if (config.limit_mm_per_prompt > compiled_images)
+    r->findings.push_back(
+        {"coverage",
+         fmt::format("limit_mm_per_prompt {} exceeds the {} images per prompt the "
+                     "artifact was compiled for: recompile with "
+                     "--limit-mm-per-prompt {}",
+                     config.limit_mm_per_prompt, compiled_images, config.limit_mm_per_prompt)});
+  const int64_t tpi = v->tokens_per_image(), cache_rows = v->encoder_cache_rows();
+  if (tpi >= 1 && cache_rows < tpi) {
+    r->findings.push_back(
+        {"coverage", fmt::format("the encoder cache of {} rows is smaller than one image ({} "
+                                 "tokens per image): no image can be encoded; recompile with "
+                                 "--encoder-cache-size {} or more (0: automatic)",
+                                 cache_rows, tpi, tpi)});
+    return;
+  }
+  Expected<std::optional<xrt::VisionParams>> vision = xrt::VisionParamsOf(a);
+  if (!vision.ok()) {
+    r->findings.push_back({"integrity", vision.status().message()});
+    return;
+  }
+  const std::vector<int64_t>& buckets = (*vision)->image_buckets;
+  r->vision_encode_buckets = buckets;
+  const int64_t budget = std::max(serving.max_num_batched_tokens, tpi) / tpi;
+  const int64_t cache_images = cache_rows / tpi;
+  const int64_t carried = std::min(serving.max_num_seqs, xrt::CompiledLimitsOf(a).max_num_seqs) *
+                          config.limit_mm_per_prompt;
+  const int64_t max_images = std::min({budget, cache_images, carried});
+  std::string bound = fmt::format(
+      "encoder budget max(max_num_batched_tokens = {}, {}) / {} tokens "
+      "per image = {} images",
+      serving.max_num_batched_tokens, tpi, tpi, budget);
+  if (cache_images < budget)
+    bound += fmt::format(", encoder cache {} rows = {} images", cache_rows, cache_images);
+  if (carried < budget)
+    bound += fmt::format(", max_num_seqs x limit_mm_per_prompt = {} images", carried);
+  r->images_per_step = max_images;
+  r->notes.push_back(
+      fmt::format("vision_encode buckets [{}]; a step encodes at most {} images ({})",
+                  fmt::join(buckets, ","), max_images, bound));
+  xrt::StepInputs in;
+  std::vector<const std::vector<float>*> pixels;
+  std::vector<int64_t> rows;
+  auto image_step_fails = [&](int64_t n) {
+    pixels.assign(static_cast<size_t>(n), nullptr);
+    rows.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) rows[i] = i * tpi;
+    return !builder.BuildImages(pixels, rows, &in).ok();
+  };
+  ForEachFailingRun(max_images, image_step_fails, [&](int64_t lo, int64_t hi) {
+    r->findings.push_back(
+        {"coverage",
+         fmt::format("num_images {}: no vision_encode bucket holds these steps (largest compiled "
+                     "bucket {}; {}): recompile with --image-buckets {} (any list up to {}) or "
+                     "a lower --max-num-batched-tokens",
+                     Range(lo, hi), buckets.back(), bound,
+                     fmt::join(xrt::DefaultImageBuckets(max_images), ","), max_images)});
+  });
+  if (max_images > 0)
+    r->notes.push_back(fmt::format("checked num_images 1..{} through InputBuilder", max_images));
+}
+
+void CheckCoverage(const xrt::Artifact& a, const ServingConfig& config, CheckReport* r) {
+  const xrt::ServingLimits& serving = config.limits;
   const xrt::ServingLimits compiled = xrt::CompiledLimitsOf(a);
   const xrt::CompiledBuckets compiled_buckets = xrt::CompiledBucketsOf(a);
   const std::vector<int64_t>& token_buckets = compiled_buckets.tokens;
   const std::vector<int64_t>& req_buckets = compiled_buckets.reqs;
-  auto join = [](const std::vector<int64_t>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-    return s;
-  };
   r->notes.push_back(fmt::format(
       "serving limits: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}; compiled "
       "lm_step buckets [{}], lm_logits buckets [{}]",
       serving.max_num_seqs, serving.max_num_batched_tokens, serving.max_model_len,
-      join(token_buckets), join(req_buckets)));
+      fmt::join(token_buckets, ","), fmt::join(req_buckets, ",")));
   if (token_buckets.empty() || req_buckets.empty()) {
     r->findings.push_back({"coverage", "the artifact has no lm_step or no lm_logits executable"});
     return;
@@ -80,7 +161,7 @@ void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, Ch
   for (const xrt::LimitExcess& e : xrt::LimitsBeyondCompiled(compiled, serving))
     if (e.field != "max_num_batched_tokens") r->findings.push_back({"coverage", e.message});
 
-  auto buckets = xrt::BucketTable::Create(token_buckets, req_buckets);
+  auto buckets = xrt::BucketTable::Create(token_buckets, req_buckets, compiled_buckets.images);
   if (!buckets.ok()) {
     r->findings.push_back({"coverage", buckets.status().message()});
     return;
@@ -139,6 +220,7 @@ void CheckCoverage(const xrt::Artifact& a, const xrt::ServingLimits& serving, Ch
                                  Range(lo, hi), req_buckets.back(), serving.max_num_seqs)});
   });
   r->notes.push_back(fmt::format("checked num_reqs 1..{} through InputBuilder", max_reqs));
+  CheckImageCoverage(a, config, *builder, r);
 }
 
 bool IsModelInput(const fs::path& p) {
@@ -150,7 +232,8 @@ bool IsModelInput(const fs::path& p) {
   };
   return ends(".safetensors") || ends(".gguf") || name == "config.json" ||
          name == "generation_config.json" || ends(".index.json") || name == "tokenizer.json" ||
-         name == "tokenizer_config.json" || name.rfind("chat_template", 0) == 0;
+         name == "tokenizer_config.json" || name.rfind("chat_template", 0) == 0 ||
+         name == "preprocessor_config.json" || name == "processor_config.json";
 }
 
 Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& inputs,
@@ -253,13 +336,20 @@ void CheckIntegrity(const xrt::Artifact& a, bool verifyWeights, CheckReport* r) 
   }
 }
 
-Status CheckTrace(const xrt::Artifact& a, const xrt::ServingLimits& serving,
-                  const std::string& path, CheckReport* r) {
+Status CheckTrace(const xrt::Artifact& a, const ServingConfig& config, const std::string& path,
+                  CheckReport* r) {
   XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(a, path));
+  for (size_t i = 0; i < trace.size(); ++i)
+    if (static_cast<int64_t>(trace[i].images.size()) > config.limit_mm_per_prompt)
+      r->findings.push_back(
+          {"coverage", fmt::format("replay: trace request {} has {} images, more than "
+                                   "limit_mm_per_prompt {}: the server rejects it",
+                                   i + 1, trace[i].images.size(), config.limit_mm_per_prompt)});
   const xrt::CompiledBuckets compiled = xrt::CompiledBucketsOf(a);
   XRT_ASSIGN_OR_RETURN(xrt::BucketTable buckets,
-                       xrt::BucketTable::Create(compiled.tokens, compiled.reqs));
-  XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p, ReplayParamsFor(a, serving, std::move(buckets)));
+                       xrt::BucketTable::Create(compiled.tokens, compiled.reqs, compiled.images));
+  XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p,
+                       ReplayParamsFor(a, config.limits, std::move(buckets)));
   XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
   std::string hist;
   for (const auto& [exe, n] : rep.bucket_hits)
@@ -269,6 +359,16 @@ Status CheckTrace(const xrt::Artifact& a, const xrt::ServingLimits& serving,
       fmt::format("replayed {} requests of {} in {} steps, {} preemptions; bucket "
                   "histogram: {}",
                   trace.size(), path, rep.steps, rep.preemptions, hist));
+  if (!compiled.images.empty()) {
+    r->notes.push_back(
+        fmt::format("replay images: {} encoded; encoder cache {} hits, {} misses, {} evictions",
+                    rep.images_encoded, rep.encoder_cache_hits, rep.encoder_cache_misses,
+                    rep.encoder_cache_evictions));
+    r->replay_images_encoded = rep.images_encoded;
+    r->replay_encoder_cache_hits = rep.encoder_cache_hits;
+    r->replay_encoder_cache_misses = rep.encoder_cache_misses;
+    r->replay_encoder_cache_evictions = rep.encoder_cache_evictions;
+  }
   for (const std::string& u : rep.unbucketed) r->findings.push_back({"coverage", "replay: " + u});
   r->replay_bucket_hits = rep.bucket_hits;
   r->replay_padding = rep.padding;
@@ -280,8 +380,7 @@ Status CheckTrace(const xrt::Artifact& a, const xrt::ServingLimits& serving,
 Expected<CheckReport> RunCheck(const CheckOptions& o) {
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> artifact,
                        xrt::Artifact::Open(o.artifact_path));
-  XRT_ASSIGN_OR_RETURN(xrt::ServingLimits serving,
-                       LoadServingConfig(*artifact, o.serving_config_path));
+  XRT_ASSIGN_OR_RETURN(ServingConfig serving, LoadServingConfig(*artifact, o.serving_config_path));
   CheckReport report;
   CheckCoverage(*artifact, serving, &report);
   CheckIntegrity(*artifact, o.verify_weights, &report);
@@ -298,9 +397,19 @@ ordered_json CheckReport::ToJson() const {
   for (const CheckFinding& f : findings)
     j["findings"].push_back({{"kind", f.kind}, {"message", f.message}});
   j["notes"] = notes;
+  if (!vision_encode_buckets.empty()) {
+    j["vision_encode"]["buckets"] = vision_encode_buckets;
+    j["vision_encode"]["images_per_step"] = images_per_step;
+  }
   if (!replay_bucket_hits.empty()) {
     j["replay"]["bucket_hits"] = replay_bucket_hits;
     j["replay"]["padding"] = replay_padding;
+    if (!vision_encode_buckets.empty()) {
+      j["replay"]["images_encoded"] = replay_images_encoded;
+      j["replay"]["encoder_cache"] = {{"hits", replay_encoder_cache_hits},
+                                      {"misses", replay_encoder_cache_misses},
+                                      {"evictions", replay_encoder_cache_evictions}};
+    }
   }
   return j;
 }

@@ -16,8 +16,8 @@ namespace xcc {
 struct CheckOptions {
   std::string artifact_path;
   // JSON object with the keys of `xrt run`'s flags (max-num-seqs or
-  // max_num_seqs, max-num-batched-tokens, max-model-len); empty: the
-  // artifact's own limits.
+  // max_num_seqs, max-num-batched-tokens, max-model-len, limit-mm-per-prompt;
+  // see LoadServingConfig); empty: the artifact's own limits.
   std::string serving_config_path;
   // Model paths (directory or .gguf) to re-hash against the provenance.
   std::vector<std::string> inputs;
@@ -37,8 +37,18 @@ struct CheckFinding {
 struct CheckReport {
   std::vector<CheckFinding> findings;
   std::vector<std::string> notes;  // what was checked, for the human report
-  // With a trace: runs per compiled executable and their padding (rows).
+  // A LLaVA-style artifact: its vision_encode num_images buckets and the most
+  // images one step can encode under the serving limits (every count
+  // 1..images_per_step was checked).
+  std::vector<int64_t> vision_encode_buckets;
+  int64_t images_per_step = 0;
+  // With a trace: runs per compiled executable and their padding (rows; images
+  // for vision_encode), and the images encoded and encoder-cache traffic.
   std::map<std::string, int64_t> replay_bucket_hits, replay_padding;
+  int64_t replay_images_encoded = 0;
+  int64_t replay_encoder_cache_hits = 0;
+  int64_t replay_encoder_cache_misses = 0;
+  int64_t replay_encoder_cache_evictions = 0;
   nlohmann::ordered_json ToJson() const;
   std::string ToText() const;
 };

@@ -9,6 +9,8 @@
 
 #include "compiler/artifact/artifact_patch_for_tests.h"
 #include "compiler/compile.h"
+#include "compiler/serving_model.h"
+#include "runtime/engine/artifact_params.h"
 #include "runtime/loader/artifact.h"
 #include "runtime/loader/segment_checksum.h"
 
@@ -73,6 +75,23 @@ class CheckTest : public ::testing::Test {
     o.token_buckets = std::move(buckets);
     o.limits.max_num_batched_tokens = budget;
     o.limits.max_num_seqs = seqs;
+    o.limits.max_model_len = 256;
+    auto s = xcc::Compile(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return o.output_path;
+  }
+
+  // The tiny LLaVA fixture (16 tokens per image) compiled for a token budget of
+  // `budget` (64: four images per step) with these vision_encode buckets.
+  std::string CompileLlava(const std::string& name, std::vector<int64_t> image_buckets,
+                           int64_t budget = 64) {
+    CompileOptions o;
+    o.model_path = (fs::path(XCC_SOURCE_DIR) / "tests/fixtures/llava/llava_clip_llama").string();
+    o.output_path = (dir_ / name).string();
+    o.quiet = true;
+    o.image_buckets = std::move(image_buckets);
+    o.limits.max_num_batched_tokens = budget;
+    o.limits.max_num_seqs = 4;
     o.limits.max_model_len = 256;
     auto s = xcc::Compile(o);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -228,6 +247,153 @@ TEST_F(CheckTest, BadServingConfigCannotRun) {
   EXPECT_THAT(r.status().message(), HasSubstr("unknown key 'max-num-seq'"));
   o.serving_config_path = (dir_ / "missing.json").string();
   EXPECT_FALSE(RunCheck(o).ok());
+}
+
+TEST_F(CheckTest, EveryImageCountAStepCanEncodeHasAVisionEncodeBucket) {
+  CheckOptions o;
+  o.artifact_path = CompileLlava("default.xpk", {});  // buckets 1, 2, 4
+  auto r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->findings.empty()) << r->ToText();
+  EXPECT_EQ(r->vision_encode_buckets, (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(r->images_per_step, 4);
+  EXPECT_THAT(r->ToText(), HasSubstr("checked num_images 1..4 through InputBuilder"));
+  EXPECT_EQ(r->ToJson()["vision_encode"].dump(), R"({"buckets":[1,2,4],"images_per_step":4})");
+}
+
+TEST_F(CheckTest, AMissingVisionEncodeBucketIsAFinding) {
+  // The engine caps a step's images at the largest bucket (1), which hides the gap.
+  CheckOptions o;
+  o.artifact_path = CompileLlava("one.xpk", {1});
+  ExpectOneFinding(
+      RunCheck(o), "coverage",
+      "num_images 2..4: no vision_encode bucket holds these steps (largest compiled bucket 1; "
+      "encoder budget max(max_num_batched_tokens = 64, 16) / 16 tokens per image = 4 images): "
+      "recompile with --image-buckets 1,2,4 (any list up to 4) or a lower "
+      "--max-num-batched-tokens");
+  // Served at a budget of 32 tokens a step encodes at most 2 images.
+  o.serving_config_path = WriteConfig(R"({"max-num-batched-tokens": 32})");
+  auto r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->findings.size(), 1u) << r->ToText();
+  EXPECT_THAT(r->findings[0].message, HasSubstr("num_images 2: no vision_encode bucket"));
+  // One request of one image at a time: one image per step, which bucket 1 holds.
+  o.serving_config_path =
+      WriteConfig(R"({"max_num_seqs": 1, "limit_mm_per_prompt": {"image": 1}})");
+  r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->findings.empty()) << r->ToText();
+  EXPECT_THAT(r->ToText(), HasSubstr("max_num_seqs x limit_mm_per_prompt = 1 images"));
+}
+
+TEST_F(CheckTest, MoreImagesPerPromptThanCompiledIsAFinding) {
+  CheckOptions o;
+  o.artifact_path = CompileLlava("a.xpk", {});  // --limit-mm-per-prompt 4
+  o.serving_config_path = WriteConfig(R"({"limit-mm-per-prompt": 6})");
+  ExpectOneFinding(RunCheck(o), "coverage",
+                   "limit_mm_per_prompt 6 exceeds the 4 images per prompt the artifact was "
+                   "compiled for: recompile with --limit-mm-per-prompt 6");
+  o.serving_config_path = WriteConfig(R"({"limit-mm-per-prompt": {"video": 1}})");
+  auto bad = RunCheck(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("modality 'video' is not supported"));
+  // A text-only model serves no images.
+  o.artifact_path = Compile("text.xpk", {}, 64, 4);
+  o.serving_config_path = WriteConfig(R"({"limit_mm_per_prompt": 2})");
+  ExpectOneFinding(RunCheck(o), "coverage",
+                   "limit_mm_per_prompt 2: the artifact has no vision encoder (a text-only "
+                   "model serves no images)");
+}
+
+TEST_F(CheckTest, AnEncoderCacheSmallerThanOneImageIsAFinding) {
+  CheckOptions o;
+  o.artifact_path = CompileLlava("a.xpk", {});
+  std::vector<uint8_t> bytes = ReadBytes(o.artifact_path);
+  const xpk::VisionConfig* vision = ManifestOf(bytes)->config()->vision();
+  Poke<int64_t>(FieldAddr(vision, xpk::VisionConfig::VT_ENCODER_CACHE_ROWS), 15);
+  std::ofstream(o.artifact_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  ExpectOneFinding(RunCheck(o), "coverage",
+                   "the encoder cache of 15 rows is smaller than one image (16 tokens per "
+                   "image): no image can be encoded; recompile with --encoder-cache-size 16 or "
+                   "more (0: automatic)");
+}
+
+// tests/fixtures/traces/images.jsonl: 9 distinct images in 7 requests (see the
+// file); the encoder cache holds 5 (80 rows).
+TEST_F(CheckTest, ReplayOfATraceWithImagesReportsEncoderWork) {
+  const std::string trace =
+      (fs::path(XCC_SOURCE_DIR) / "tests/fixtures/traces/images.jsonl").string();
+  CheckOptions o;
+  o.artifact_path = CompileLlava("a.xpk", {});
+  o.trace_path = trace;
+  auto r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->findings.empty()) << r->ToText();
+  // "cat" is encoded once for the two requests of the first step (a pending
+  // entry shared, not a hit); "f" is still cached when the fifth request comes
+  // (a hit); 9 images in 5 slots evict 4.
+  EXPECT_EQ(r->replay_images_encoded, 9);
+  EXPECT_EQ(r->replay_encoder_cache_hits, 1);
+  EXPECT_EQ(r->replay_encoder_cache_misses, 9);
+  EXPECT_EQ(r->replay_encoder_cache_evictions, 4);
+  EXPECT_THAT(r->ToText(),
+              HasSubstr("replay images: 9 encoded; encoder cache 1 hits, 9 misses, 4 evictions"));
+  const nlohmann::ordered_json j = r->ToJson()["replay"];
+  EXPECT_EQ(j["images_encoded"], 9);
+  EXPECT_EQ(j["encoder_cache"].dump(), R"({"hits":1,"misses":9,"evictions":4})");
+  int64_t encoded = 0;
+  for (const auto& [exe, n] : r->replay_bucket_hits)
+    if (exe.rfind("vision_encode_i", 0) == 0)
+      encoded += n * std::stoll(exe.substr(15)) - r->replay_padding.at(exe);
+  EXPECT_EQ(encoded, 9);
+
+  // The six images of requests 3 and 4 (arriving together) exceed one step's
+  // budget of four: they are spread over steps, none encoding more than four.
+  auto artifact = xrt::Artifact::Open(o.artifact_path);
+  ASSERT_TRUE(artifact.ok());
+  auto serving = LoadServingConfig(**artifact, "");
+  auto requests = ReadTraceFor(**artifact, trace);
+  ASSERT_TRUE(serving.ok() && requests.ok()) << requests.status().ToString();
+  const xrt::CompiledBuckets b = xrt::CompiledBucketsOf(**artifact);
+  auto table = xrt::BucketTable::Create(b.tokens, b.reqs, b.images);
+  ASSERT_TRUE(table.ok());
+  auto params = ReplayParamsFor(**artifact, serving->limits, std::move(*table));
+  ASSERT_TRUE(params.ok()) << params.status().ToString();
+  auto rep = xrt::Replay(*params, *requests);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  int64_t steps_with_images = 0, total = 0;
+  for (int64_t n : rep->step_images) {
+    EXPECT_LE(n, 4);
+    steps_with_images += n > 0;
+    total += n;
+  }
+  EXPECT_EQ(total, 9);
+  EXPECT_GE(steps_with_images, 3);
+  EXPECT_EQ(rep->step_images[0], 2);  // cat (once) and "a"; the step's tokens end there
+}
+
+TEST_F(CheckTest, TraceImagesOfTheWrongLengthCannotRun) {
+  CheckOptions o;
+  o.artifact_path = CompileLlava("a.xpk", {});
+  o.trace_path = (dir_ / "t.jsonl").string();
+  std::ofstream(o.trace_path)
+      << R"({"prompt_len": 4, "max_tokens": 1})"
+         "\n"
+      << R"({"prompt_len": 4, "max_tokens": 1, "images": [{"tokens": 576}]})"
+         "\n";
+  auto r = RunCheck(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), o.trace_path +
+                                      ":2: 'images[0].tokens' is 576, but the artifact's images "
+                                      "have 16 tokens (tokens_per_image)");
+  // A text-only artifact takes no images.
+  o.artifact_path = Compile("text.xpk", {}, 64, 4);
+  r = RunCheck(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            o.trace_path + ":2: 'images': the artifact has no vision encoder");
 }
 
 }  // namespace

@@ -12,10 +12,14 @@
 
 namespace xcc {
 
-xrt::Expected<xrt::ServingLimits> LoadServingConfig(const xrt::Artifact& artifact,
-                                                    const std::string& path) {
-  xrt::ServingLimits c = xrt::CompiledLimitsOf(artifact);
-  if (path.empty()) return c;
+xrt::Expected<ServingConfig> LoadServingConfig(const xrt::Artifact& artifact,
+                                               const std::string& path) {
+  ServingConfig config;
+  xrt::ServingLimits& c = config.limits;
+  c = xrt::CompiledLimitsOf(artifact);
+  if (artifact.manifest().config()->vision())
+    config.limit_mm_per_prompt = artifact.manifest().limits()->max_images();
+  if (path.empty()) return config;
   std::ifstream in(path);
   if (!in) return xrt::NotFoundError("{}: cannot open", path);
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -24,19 +28,36 @@ xrt::Expected<xrt::ServingLimits> LoadServingConfig(const xrt::Artifact& artifac
   for (auto& [key, value] : j.items()) {
     std::string k = key;
     std::replace(k.begin(), k.end(), '-', '_');
+    if (k == "limit_mm_per_prompt") {
+      // A count, or vLLM's per-modality object (only images exist here).
+      const bool object = value.is_object();
+      if (object)
+        for (const auto& [modality, count] : value.items())
+          if (modality != "image")
+            return xrt::InvalidArgumentError(
+                "{}: '{}': modality '{}' is not supported (only image)", path, key, modality);
+      const nlohmann::ordered_json& n =
+          object ? value.value("image", nlohmann::ordered_json()) : value;
+      if (!n.is_number_integer() || n.get<int64_t>() < 0)
+        return xrt::InvalidArgumentError(
+            "{}: '{}' must be a non-negative integer or {{\"image\": N}}", path, key);
+      config.limit_mm_per_prompt = n.get<int64_t>();
+      continue;
+    }
     int64_t* field = k == "max_num_seqs"             ? &c.max_num_seqs
                      : k == "max_num_batched_tokens" ? &c.max_num_batched_tokens
                      : k == "max_model_len"          ? &c.max_model_len
                                                      : nullptr;
     if (!field)
       return xrt::InvalidArgumentError(
-          "{}: unknown key '{}' (known: max-num-seqs, max-num-batched-tokens, max-model-len)", path,
-          key);
+          "{}: unknown key '{}' (known: max-num-seqs, max-num-batched-tokens, max-model-len, "
+          "limit-mm-per-prompt)",
+          path, key);
     if (!value.is_number_integer() || value.get<int64_t>() < 1)
       return xrt::InvalidArgumentError("{}: '{}' must be a positive integer", path, key);
     *field = value.get<int64_t>();
   }
-  return c;
+  return config;
 }
 
 xrt::Expected<xrt::ReplayParams> ReplayParamsFor(const xrt::Artifact& artifact,
@@ -59,9 +80,15 @@ xrt::Expected<std::vector<xrt::TraceRequest>> ReadTraceFor(const xrt::Artifact& 
                                                            const std::string& path) {
   XRT_ASSIGN_OR_RETURN(xrt::TokenizerSpec spec, artifact.tokenizer_spec());
   XRT_ASSIGN_OR_RETURN(xrt::Tokenizer tok, xrt::Tokenizer::Create(std::move(spec)));
+  XRT_ASSIGN_OR_RETURN(std::optional<xrt::VisionParams> vision, xrt::VisionParamsOf(artifact));
+  xrt::TraceImageParams images;
+  if (vision) {
+    images.image_token_id = vision->image_token_id;
+    images.tokens_per_image = vision->tokens_per_image;
+  }
   return xrt::ReadTrace(
       path, [&](const std::string& text) { return tok.Encode(text, true); },
-      static_cast<int32_t>(artifact.manifest().config()->vocab_size()));
+      static_cast<int32_t>(artifact.manifest().config()->vocab_size()), images);
 }
 
 }  // namespace xcc

@@ -20,12 +20,21 @@ class Artifact;
 
 namespace xcc {
 
+// How an artifact is served: xrt run's limits, and the images one request may
+// carry (xrt run --limit-mm-per-prompt).
+struct ServingConfig {
+  xrt::ServingLimits limits;
+  // 0 for a text-only artifact; the compiled max_images unless the config says.
+  int64_t limit_mm_per_prompt = 0;
+};
+
 // The artifact's limits, overridden by a serving config file if `path` is
 // non-empty: a JSON object whose keys are xrt run's flags (dashes or
-// underscores): max-num-seqs, max-num-batched-tokens, max-model-len. Unknown
-// keys are errors: a typo must not pass a CI gate.
-xrt::Expected<xrt::ServingLimits> LoadServingConfig(const xrt::Artifact& artifact,
-                                                    const std::string& path);
+// underscores): max-num-seqs, max-num-batched-tokens, max-model-len (positive
+// integers) and limit-mm-per-prompt (a non-negative integer, or vLLM's
+// {"image": N}). Unknown keys are errors: a typo must not pass a CI gate.
+xrt::Expected<ServingConfig> LoadServingConfig(const xrt::Artifact& artifact,
+                                               const std::string& path);
 
 // Replay parameters for serving `artifact` under `serving` with `buckets`:
 // the engine xrt run builds by default (KV pool, prefix caching on), on an
@@ -36,7 +45,8 @@ xrt::Expected<xrt::ReplayParams> ReplayParamsFor(const xrt::Artifact& artifact,
                                                  const xrt::ServingLimits& serving,
                                                  xrt::BucketTable buckets);
 
-// Reads a JSONL trace, encoding text prompts with the artifact's tokenizer.
+// Reads a JSONL trace, encoding text prompts with the artifact's tokenizer;
+// its images take the artifact's image token and tokens_per_image.
 xrt::Expected<std::vector<xrt::TraceRequest>> ReadTraceFor(const xrt::Artifact& artifact,
                                                            const std::string& path);
 

@@ -13,6 +13,9 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
+
+#include <fmt/ranges.h>
 
 #include "compiler/serving_model.h"
 #include "runtime/engine/artifact_params.h"
@@ -91,15 +94,31 @@ Expected<std::vector<int64_t>> OptimalBuckets(const std::vector<int64_t>& steps,
 
 Expected<TuneReport> TuneBuckets(const TuneOptions& o) {
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::Artifact> a, xrt::Artifact::Open(o.artifact_path));
-  XRT_ASSIGN_OR_RETURN(xrt::ServingLimits serving, LoadServingConfig(*a, o.serving_config_path));
+  XRT_ASSIGN_OR_RETURN(ServingConfig config, LoadServingConfig(*a, o.serving_config_path));
+  const xrt::ServingLimits& serving = config.limits;
   const int64_t budget = serving.max_num_batched_tokens;
   TuneReport r;
   r.budget = budget;
   const xrt::CompiledBuckets compiled = xrt::CompiledBucketsOf(*a);
   r.current = compiled.tokens;
+  XRT_ASSIGN_OR_RETURN(std::optional<xrt::VisionParams> vision, xrt::VisionParamsOf(*a));
+  if (vision) {
+    XRT_ASSIGN_OR_RETURN(
+        xrt::EncoderBudget encoder,
+        xrt::ComputeEncoderBudget(budget, vision->tokens_per_image, serving.max_num_seqs,
+                                  vision->max_images_per_prompt, vision->encoder_cache_rows));
+    r.images_per_step = encoder.images_per_step;
+    r.image_buckets = compiled.images.back() == r.images_per_step
+                          ? compiled.images
+                          : xrt::DefaultImageBuckets(r.images_per_step);
+  }
   XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(*a, o.trace_path));
-  // Step sizes with every size covered: one bucket at the budget.
-  XRT_ASSIGN_OR_RETURN(xrt::BucketTable full, xrt::BucketTable::Create({budget}, compiled.reqs));
+  // Step sizes with every size covered: one bucket at the budget (and one
+  // vision_encode bucket for every image count).
+  std::vector<int64_t> all_images;
+  if (vision) all_images = {r.images_per_step};
+  XRT_ASSIGN_OR_RETURN(xrt::BucketTable full,
+                       xrt::BucketTable::Create({budget}, compiled.reqs, all_images));
   XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p, ReplayParamsFor(*a, serving, std::move(full)));
   XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
   r.steps = static_cast<int64_t>(rep.step_tokens.size());
@@ -116,6 +135,7 @@ Expected<TuneReport> TuneBuckets(const TuneOptions& o) {
   for (size_t i = 0; i < r.proposed.size(); ++i)
     list += (i ? "," : "") + std::to_string(r.proposed[i]);
   r.flags = fmt::format("--token-buckets {} --max-num-batched-tokens {}", list, budget);
+  if (vision) r.flags += fmt::format(" --image-buckets {}", fmt::join(r.image_buckets, ","));
   return r;
 }
 
@@ -128,15 +148,21 @@ std::string TuneReport::ToText() const {
   auto pct = [&](int64_t pad) {
     return real_tokens + pad > 0 ? 100.0 * pad / static_cast<double>(real_tokens + pad) : 0.0;
   };
+  const std::string images =
+      image_buckets.empty()
+          ? ""
+          : fmt::format(
+                "  vision_encode [{}] (a bucket for every image count 1..{} one step can encode)\n",
+                join(image_buckets), images_per_step);
   return fmt::format(
       "{} steps, {} real tokens, token budget {}\n"
       "  current   [{}] ({} executables): {} padded tokens ({:.1f}% of computed)\n"
       "  default   [{}] ({} executables): {} padded tokens ({:.1f}%)\n"
       "  proposed  [{}] ({} executables): {} padded tokens ({:.1f}%)\n"
-      "xcc compile flags: {}\n",
+      "{}xcc compile flags: {}\n",
       steps, real_tokens, budget, join(current), current.size(), current_padding,
       pct(current_padding), join(defaults), defaults.size(), default_padding, pct(default_padding),
-      join(proposed), proposed.size(), proposed_padding, pct(proposed_padding), flags);
+      join(proposed), proposed.size(), proposed_padding, pct(proposed_padding), images, flags);
 }
 
 }  // namespace xcc

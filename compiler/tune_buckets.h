@@ -1,5 +1,8 @@
 // `xcc tune-buckets`: choose the lm_step token buckets that minimize padding on
-// recorded traffic, under a cap on the number of executables.
+// recorded traffic, under a cap on the number of executables. For a vision
+// artifact the vision_encode buckets are not tuned: the proposal keeps the
+// compiled ones when they cover every image count one step can encode under
+// the token budget, and the default set (1, 2, 4, ..., that count) otherwise.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,11 @@ struct TuneReport {
   std::vector<int64_t> current, defaults, proposed;
   int64_t current_padding = 0, default_padding = 0, proposed_padding = 0;
   int64_t real_tokens = 0;
+  // A vision artifact: the images one step can encode under `budget` (as xcc
+  // compile computes it) and the vision_encode buckets proposed; 0 / empty for
+  // a text-only one.
+  int64_t images_per_step = 0;
+  std::vector<int64_t> image_buckets;
   std::string flags;  // to pass to xcc compile
   std::string ToText() const;
 };

@@ -53,26 +53,58 @@ TEST(OptimalBuckets, RejectsStepsBeyondTheBudget) {
   EXPECT_FALSE(OptimalBuckets({5}, 64, 0).ok());
 }
 
-TEST(TuneBuckets, BeatsTheDefaultSetOnTheCommittedTrace) {
-  const fs::path dir = fs::temp_directory_path() / "xcc_tune_test";
+// Options compiling the fixture `model` into `dir`/m.xpk with a token budget of 64.
+CompileOptions FixtureOptions(const std::string& model, const fs::path& dir, int64_t seqs) {
   fs::create_directories(dir);
   CompileOptions o;
-  o.model_path = (fs::path(XCC_SOURCE_DIR) / "tests/fixtures/models/llama_gqa").string();
+  o.model_path = (fs::path(XCC_SOURCE_DIR) / "tests/fixtures" / model).string();
   o.output_path = (dir / "m.xpk").string();
   o.quiet = true;
-  o.limits.max_num_seqs = 8;
+  o.limits.max_num_seqs = seqs;
   o.limits.max_num_batched_tokens = 64;
   o.limits.max_model_len = 256;
-  ASSERT_TRUE(Compile(o).ok());
+  return o;
+}
+
+TuneOptions TraceOptions(const CompileOptions& o, const std::string& trace) {
   TuneOptions t;
   t.artifact_path = o.output_path;
-  t.trace_path = (fs::path(XCC_SOURCE_DIR) / "tests/fixtures/traces/mixed.jsonl").string();
+  t.trace_path = (fs::path(XCC_SOURCE_DIR) / "tests/fixtures/traces" / trace).string();
+  return t;
+}
+
+TEST(TuneBuckets, BeatsTheDefaultSetOnTheCommittedTrace) {
+  const fs::path dir = fs::temp_directory_path() / "xcc_tune_test";
+  CompileOptions o = FixtureOptions("models/llama_gqa", dir, 8);
+  ASSERT_TRUE(Compile(o).ok());
+  TuneOptions t = TraceOptions(o, "mixed.jsonl");
   auto r = TuneBuckets(t);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->proposed.size(), r->defaults.size());
   EXPECT_EQ(r->proposed.back(), 64);
   EXPECT_LT(r->proposed_padding, r->default_padding) << r->ToText();
   EXPECT_NE(r->flags.find("--token-buckets"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(TuneBuckets, KeepsAVisionEncodeBucketForEveryImageCount) {
+  const fs::path dir = fs::temp_directory_path() / "xcc_tune_vision_test";
+  // 16 tokens per image: 4 images per step.
+  CompileOptions o = FixtureOptions("llava/llava_clip_llama", dir, 4);
+  o.image_buckets = {1};
+  ASSERT_TRUE(Compile(o).ok());
+  TuneOptions t = TraceOptions(o, "images.jsonl");
+  auto r = TuneBuckets(t);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->images_per_step, 4);
+  EXPECT_EQ(r->image_buckets, (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_NE(r->flags.find("--image-buckets 1,2,4"), std::string::npos) << r->flags;
+  // Compiled with a bucket for every count: those are kept.
+  o.image_buckets = {3, 4};
+  ASSERT_TRUE(Compile(o).ok());
+  r = TuneBuckets(t);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->image_buckets, (std::vector<int64_t>{3, 4}));
   fs::remove_all(dir);
 }
 

@@ -22,12 +22,14 @@ ServingLimits CompiledLimitsOf(const Artifact& artifact) {
 CompiledBuckets CompiledBucketsOf(const Artifact& artifact) {
   CompiledBuckets b;
   for (const xpk::Executable* e : *artifact.manifest().executables()) {
+    if (e->kind() == xpk::ExecutableKind::vision_encode) b.images.push_back(e->num_images());
     if (e->lora_mode() != xpk::LoraMode::none) continue;
     if (e->kind() == xpk::ExecutableKind::lm_step) b.tokens.push_back(e->num_tokens());
     if (e->kind() == xpk::ExecutableKind::lm_logits) b.reqs.push_back(e->num_reqs());
   }
   std::sort(b.tokens.begin(), b.tokens.end());
   std::sort(b.reqs.begin(), b.reqs.end());
+  std::sort(b.images.begin(), b.images.end());
   return b;
 }
 
@@ -76,9 +78,7 @@ Expected<std::optional<VisionParams>> VisionParamsOf(const Artifact& artifact) {
   out.image_size = v->image_size();
   out.max_images_per_prompt = m.limits()->max_images();
   out.encoder_cache_rows = v->encoder_cache_rows();
-  for (const xpk::Executable* e : *m.executables())
-    if (e->kind() == xpk::ExecutableKind::vision_encode) out.image_buckets.push_back(e->num_images());
-  std::sort(out.image_buckets.begin(), out.image_buckets.end());
+  out.image_buckets = CompiledBucketsOf(artifact).images;
   if (out.image_token.empty() || out.image_token_id < 0 ||
       out.image_token_id >= m.config()->vocab_size())
     return bad(fmt::format("image token {} '{}' is not in the vocabulary", out.image_token_id,
@@ -124,8 +124,8 @@ Expected<std::optional<VisionParams>> VisionParamsOf(const Artifact& artifact) {
   }
   std::optional<ImageSize> size = FixedOutputSize(q);
   if (!size || size->height != out.image_size || size->width != out.image_size)
-    return bad(fmt::format("the image preprocessing does not produce {}x{} images",
-                           out.image_size, out.image_size));
+    return bad(fmt::format("the image preprocessing does not produce {}x{} images", out.image_size,
+                           out.image_size));
   return std::optional<VisionParams>(std::move(out));
 }
 
@@ -134,8 +134,7 @@ Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact) {
   p.compiled = CompiledLimitsOf(artifact);
   const CompiledBuckets b = CompiledBucketsOf(artifact);
   XRT_ASSIGN_OR_RETURN(std::optional<VisionParams> vision, VisionParamsOf(artifact));
-  Expected<BucketTable> buckets = BucketTable::Create(
-      b.tokens, b.reqs, vision ? vision->image_buckets : std::vector<int64_t>());
+  Expected<BucketTable> buckets = BucketTable::Create(b.tokens, b.reqs, b.images);
   if (!buckets.ok()) return buckets.status().WithContext(artifact.path());
   p.buckets = std::move(*buckets);
   if (vision) {

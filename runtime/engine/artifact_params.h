@@ -26,9 +26,10 @@ class Artifact;
 ServingLimits CompiledLimitsOf(const Artifact& artifact);
 
 // Sorted num_tokens buckets of lm_step and num_reqs buckets of lm_logits
-// (executables without LoRA); either may be empty in a broken artifact.
+// (executables without LoRA; either may be empty in a broken artifact), and
+// num_images buckets of vision_encode (empty for a text-only model).
 struct CompiledBuckets {
-  std::vector<int64_t> tokens, reqs;
+  std::vector<int64_t> tokens, reqs, images;
 };
 CompiledBuckets CompiledBucketsOf(const Artifact& artifact);
 
@@ -47,9 +48,9 @@ std::vector<int32_t> EosTokenIdsOf(const Artifact& artifact);
 // vision side (ModelConfig.vision).
 struct VisionParams {
   int32_t image_token_id = -1;
-  std::string image_token;        // its text, e.g. "<image>"
-  int64_t tokens_per_image = 0;   // placeholder tokens (= feature rows) per image
-  int64_t num_channels = 0;       // the tower's input: [num_channels, image_size, image_size]
+  std::string image_token;       // its text, e.g. "<image>"
+  int64_t tokens_per_image = 0;  // placeholder tokens (= feature rows) per image
+  int64_t num_channels = 0;      // the tower's input: [num_channels, image_size, image_size]
   int64_t image_size = 0;
   int64_t max_images_per_prompt = 0;  // as compiled (ServingLimits.max_images)
   int64_t encoder_cache_rows = 0;

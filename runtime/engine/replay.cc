@@ -2,16 +2,104 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 namespace xrt {
 
+namespace {
+
+// One image of a trace line before its placeholder run is inserted.
+struct TraceImage {
+  int64_t offset = 0;  // before this text token
+  uint64_t content = 0;
+};
+
+// Reads the images of trace line `j` (ReadTrace's format) into *out; `contents`
+// numbers the content ids seen so far.
+Status ReadTraceImages(const nlohmann::json& j, const TraceImageParams& p, const std::string& where,
+                       std::map<std::string, uint64_t>* contents, uint64_t* next_content,
+                       std::vector<TraceImage>* out) {
+  const bool listed = j.contains("images"), counted = j.contains("num_images");
+  if (!listed && !counted) {
+    if (j.contains("image_tokens"))
+      return InvalidArgumentError("{}: 'image_tokens' needs 'num_images'", where);
+    return Status::Ok();
+  }
+  if (listed && counted)
+    return InvalidArgumentError("{}: give either 'images' or 'num_images', not both", where);
+  auto check_tokens = [&](const nlohmann::json& v, const std::string& field) -> Status {
+    if (!v.is_number_integer())
+      return InvalidArgumentError("{}: '{}' must be an integer", where, field);
+    if (v.get<int64_t>() != p.tokens_per_image)
+      return InvalidArgumentError(
+          "{}: '{}' is {}, but the artifact's images have {} tokens (tokens_per_image)", where,
+          field, v.get<int64_t>(), p.tokens_per_image);
+    return Status::Ok();
+  };
+  auto no_vision = [&](const char* field) {
+    return InvalidArgumentError("{}: '{}': the artifact has no vision encoder", where, field);
+  };
+  if (counted) {
+    const nlohmann::json& n = j["num_images"];
+    if (!n.is_number_integer() || n.get<int64_t>() < 0)
+      return InvalidArgumentError("{}: 'num_images' must be a non-negative integer", where);
+    if (n.get<int64_t>() > 0 && p.tokens_per_image < 1) return no_vision("num_images");
+    if (j.contains("image_tokens"))
+      XRT_RETURN_IF_ERROR(check_tokens(j["image_tokens"], "image_tokens"));
+    for (int64_t i = 0; i < n.get<int64_t>(); ++i) out->push_back({0, (*next_content)++});
+    return Status::Ok();
+  }
+  if (j.contains("image_tokens"))
+    return InvalidArgumentError(
+        "{}: 'image_tokens' needs 'num_images' (with 'images', give "
+        "each image's 'tokens')",
+        where);
+  const nlohmann::json& images = j["images"];
+  if (!images.is_array()) return InvalidArgumentError("{}: 'images' must be an array", where);
+  if (!images.empty() && p.tokens_per_image < 1) return no_vision("images");
+  for (size_t i = 0; i < images.size(); ++i) {
+    const std::string at = fmt::format("{}: images[{}]", where, i);
+    const nlohmann::json& image = images[i];
+    if (!image.is_object()) return InvalidArgumentError("{}: not a JSON object", at);
+    for (const auto& [key, value] : image.items())
+      if (key != "id" && key != "tokens" && key != "offset")
+        return InvalidArgumentError("{}: unknown key '{}' (known: id, tokens, offset)", at, key);
+    if (image.contains("tokens"))
+      XRT_RETURN_IF_ERROR(check_tokens(image["tokens"], fmt::format("images[{}].tokens", i)));
+    TraceImage t;
+    if (image.contains("offset")) {
+      if (!image["offset"].is_number_integer() || image["offset"].get<int64_t>() < 0)
+        return InvalidArgumentError("{}: 'offset' must be a non-negative integer", at);
+      t.offset = image["offset"].get<int64_t>();
+    }
+    if (!out->empty() && t.offset < out->back().offset)
+      return InvalidArgumentError(
+          "{}: 'offset' {} is before the previous image's {} (list images in prompt order)", at,
+          t.offset, out->back().offset);
+    if (image.contains("id")) {
+      if (!image["id"].is_string()) return InvalidArgumentError("{}: 'id' must be a string", at);
+      auto [it, added] = contents->emplace(image["id"].get<std::string>(), *next_content);
+      if (added) ++*next_content;
+      t.content = it->second;
+    } else {
+      t.content = (*next_content)++;
+    }
+    out->push_back(t);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const EncodeFn& encode,
-                                              int32_t vocab_size) {
+                                              int32_t vocab_size, const TraceImageParams& ip) {
   std::ifstream in(path);
   if (!in) return NotFoundError("{}: cannot open", path);
   std::vector<TraceRequest> out;
+  std::map<std::string, uint64_t> contents;  // content id -> k
+  uint64_t next_content = 1;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -40,6 +128,26 @@ Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const Enc
         r.prompt[i] = static_cast<int32_t>((line_no * 7919 + i * 31) % std::max(vocab_size, 1));
     } else {
       return InvalidArgumentError("{}:{}: needs 'prompt' or 'prompt_len'", path, line_no);
+    }
+    std::vector<TraceImage> images;
+    XRT_RETURN_IF_ERROR(ReadTraceImages(j, ip, fmt::format("{}:{}", path, line_no), &contents,
+                                        &next_content, &images));
+    if (!images.empty()) {
+      if (images.back().offset > static_cast<int64_t>(r.prompt.size()))
+        return InvalidArgumentError("{}:{}: image offset {} is past the {} text tokens", path,
+                                    line_no, images.back().offset, r.prompt.size());
+      std::vector<int32_t> text = std::move(r.prompt);
+      r.prompt.clear();
+      int64_t copied = 0;
+      for (const TraceImage& image : images) {
+        r.prompt.insert(r.prompt.end(), text.begin() + copied, text.begin() + image.offset);
+        copied = image.offset;
+        r.images.push_back({static_cast<int64_t>(r.prompt.size()), ip.tokens_per_image,
+                            BlockHash{image.content, kTraceImageHashTag}});
+        r.prompt.insert(r.prompt.end(), static_cast<size_t>(ip.tokens_per_image),
+                        ip.image_token_id);
+      }
+      r.prompt.insert(r.prompt.end(), text.begin() + copied, text.end());
     }
     if (r.prompt.empty()) return InvalidArgumentError("{}:{}: the prompt is empty", path, line_no);
     if (!j.contains("max_tokens") || !j["max_tokens"].is_number_integer() ||
@@ -86,6 +194,9 @@ Expected<ReplayReport> Replay(const ReplayParams& p, const std::vector<TraceRequ
       g.sampling.temperature = 0;
       g.sampling_set.temperature = true;
       Expected<EngineRequest> request = processor.Process(g);
+      if (request.ok())
+        for (const MultimodalSpan& span : trace[next].images)
+          request->images.push_back({span, /*pixel_values=*/nullptr});
       Status s = request.ok() ? core->AddRequest(std::move(*request)) : request.status();
       if (!s.ok()) return s.WithContext(fmt::format("trace request {}", next + 1));
     }
@@ -114,8 +225,17 @@ Expected<ReplayReport> Replay(const ReplayParams& p, const std::vector<TraceRequ
       report.bucket_hits[st.lm_logits]++;
       report.padding[st.lm_logits] += st.lm_logits_padding;
     }
+    if (!st.vision_encode.empty()) {
+      report.bucket_hits[st.vision_encode]++;
+      report.padding[st.vision_encode] += st.vision_encode_padding;
+    }
+    report.images_encoded += st.images_encoded;
+    report.encoder_cache_hits += st.encoder_cache_hits;
+    report.encoder_cache_misses += st.encoder_cache_misses;
+    report.encoder_cache_evictions += st.encoder_cache_evictions;
     report.step_tokens.push_back(st.num_tokens);
     report.step_reqs.push_back(st.num_sampling);
+    report.step_images.push_back(st.images_encoded);
   }
   return report;
 }

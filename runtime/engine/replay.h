@@ -9,6 +9,12 @@
 // the core samples a fixed token and models no EOS: each request generates
 // exactly max_tokens tokens, so the schedule depends only on lengths, arrival
 // order and prefix-cache hits of the prompts.
+//
+// Images (a LLaVA-style artifact): a trace request may carry images; each is a
+// run of tokens_per_image image-token ids in the prompt with a content hash
+// (requests naming the same content id share it: encoder-cache and prefix-cache
+// hits), and no pixels (the executor encodes nothing). The scheduler and the
+// encoder cache treat them exactly as the server's images.
 #pragma once
 
 #include <cstdint>
@@ -24,16 +30,44 @@ namespace xrt {
 
 struct TraceRequest {
   double arrival = 0;           // seconds from the start of the trace
-  std::vector<int32_t> prompt;  // token ids
+  std::vector<int32_t> prompt;  // token ids, image placeholder runs included
   int64_t max_tokens = 1;
+  // The images' placeholder spans in `prompt`, in prompt order; content_hash
+  // {k, kTraceImageHashTag} for the k-th distinct content (1-based, in order of
+  // first appearance in the trace).
+  std::vector<MultimodalSpan> images;
 };
 
-// Parses JSONL: one object per line with "arrival" (seconds, default 0),
-// either "prompt" (text, encoded with `encode`) or "prompt_len" (synthetic
-// ids), and "max_tokens". Errors name the line and field.
+// The "hi" half of every trace image's content hash.
+inline constexpr uint64_t kTraceImageHashTag = 0x7472616365696d67ULL;  // "traceimg"
+
+// What a trace's images need to know of the artifact (VisionParams); the
+// defaults mean a text-only model, for which a request with images is an error.
+struct TraceImageParams {
+  int32_t image_token_id = -1;
+  int64_t tokens_per_image = 0;
+};
+
+// Parses JSONL: one object per line with
+//   "arrival"     seconds, default 0;
+//   "prompt"      text, encoded with `encode`, or "prompt_len": that many
+//                 synthetic text ids (distinct per line);
+//   "max_tokens"  a positive integer;
+// and optionally the request's images, either
+//   "images": [{"id": "cat", "tokens": 576, "offset": 3}, ...]  or
+//   "num_images": 2 (with an optional "image_tokens": 576),
+// where each image's placeholder run (tokens_per_image ids of the image token)
+// is inserted before the text token at "offset" (0..number of text tokens;
+// default 0: the start of the prompt); images are listed in prompt order
+// (non-decreasing offsets; equal offsets go in list order). "tokens" /
+// "image_tokens", when given, must equal the artifact's tokens_per_image. Images
+// with the same "id" anywhere in the trace have the same content (an
+// encoder-cache hit when still cached); an image without "id" (and every one
+// of "num_images") is distinct from every other. Errors name the line and field.
 using EncodeFn = std::function<std::vector<int32_t>(const std::string&)>;
 Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const EncodeFn& encode,
-                                              int32_t vocab_size);
+                                              int32_t vocab_size,
+                                              const TraceImageParams& images = {});
 
 struct ReplayParams {
   // The engine to replay: limits, buckets, KV pool, prefix caching. Its
@@ -51,6 +85,13 @@ struct ReplayReport {
   std::map<std::string, int64_t> padding;      // executable -> padded minus real rows
   std::vector<int64_t> step_tokens;            // real tokens of every step, in order
   std::vector<int64_t> step_reqs;              // sampling requests of every step
+  // Images: encoded (bucket_hits / padding count the vision_encode runs, in
+  // images), per step, and the encoder cache's hits, misses and evictions.
+  int64_t images_encoded = 0;
+  std::vector<int64_t> step_images;
+  int64_t encoder_cache_hits = 0;
+  int64_t encoder_cache_misses = 0;
+  int64_t encoder_cache_evictions = 0;
 };
 
 Expected<ReplayReport> Replay(const ReplayParams& params, const std::vector<TraceRequest>& trace);
