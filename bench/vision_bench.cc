@@ -37,6 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_json.h"
 #include "runtime/engine/engine_core.h"
 #include "runtime/executor/model_runner.h"
 #include "runtime/kernels/cpu_isa.h"
@@ -407,14 +408,6 @@ int main(int argc, char** argv) {
                            {"min_ms", *std::min_element(ttft.begin(), ttft.end()) * 1e3},
                            {"runs", ttft.size()}};
 
-  std::string text = out.dump(2);
-  std::printf("%s\n", text.c_str());
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
-    if (f) {
-      std::fputs(text.c_str(), f);
-      std::fclose(f);
-    }
-  }
+  if (!xcc::bench::EmitJson(out, json_path)) return 1;
   return 0;
 }
