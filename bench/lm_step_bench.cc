@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_json.h"
 #include "runtime/executor/model_runner.h"
 #include "runtime/kv_cache/kv_cache_manager.h"
 #include "schemas/artifact_generated.h"
@@ -203,14 +204,6 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::string text = out.dump(2);
-  std::printf("%s\n", text.c_str());
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
-    if (f) {
-      std::fputs(text.c_str(), f);
-      std::fclose(f);
-    }
-  }
+  if (!xcc::bench::EmitJson(out, json_path)) return 1;
   return 0;
 }
