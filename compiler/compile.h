@@ -25,7 +25,7 @@ struct CompileOptions {
   // automatic, see xrt::ComputeEncoderBudget) and the most images one request may carry.
   std::vector<int64_t> image_buckets;
   int64_t encoder_cache_rows = 0;
-  int64_t max_images_per_prompt = 4;
+  int64_t max_images_per_prompt = 8;
   std::string target = "host";
   std::vector<std::string> dump_ir_after;
   bool quiet = false;  // no progress / summary on stderr

@@ -34,7 +34,8 @@ bool IgnoredByTransformers(const std::string& name) {
 // as a plain *ForCausalLM names them, the tower and projector as transformers
 // < 4.52 saved them. Both checkpoint layouts occur in the wild:
 //   >= 4.52: model.language_model.*, lm_head.*, model.vision_tower.*, model.multi_modal_projector.*
-//   <  4.52: language_model.model.*, language_model.lm_head.*, vision_tower.*, multi_modal_projector.*
+//   <  4.52: language_model.model.*, language_model.lm_head.*, vision_tower.*,
+//   multi_modal_projector.*
 // (transformers 5's save_pretrained also writes the tower without its `vision_model.` level).
 std::string NormalizeLlavaTensorName(const std::string& name) {
   static const std::pair<const char*, const char*> kRenames[] = {
@@ -99,7 +100,11 @@ Status HfModelSource::Load(const std::string& dir) {
   if (!IsFile(tok_path)) return xrt::NotFoundError("{}: missing", tok_path);
   files_.push_back(tok_path);
   std::string tok_config_path = dir_ + "/tokenizer_config.json";
-  if (!IsFile(tok_config_path)) tok_config_path.clear();
+  if (IsFile(tok_config_path)) {
+    files_.push_back(tok_config_path);  // read by the tokenizer import (bos/eos, add_bos)
+  } else {
+    tok_config_path.clear();
+  }
   XRT_ASSIGN_OR_RETURN(tokenizer_, xrt::LoadTokenizerJson(tok_path, tok_config_path));
 
   XRT_ASSIGN_OR_RETURN(chat_template_, LoadHfChatTemplate(dir_, &files_));
@@ -174,8 +179,8 @@ Status HfModelSource::LoadImageProcessor() {
           patch->get<int64_t>(), v.patch_size);
     auto extra = processor.find("num_additional_image_tokens");
     if (extra != processor.end() && extra->is_number_integer()) {
-      const int64_t tokens = v.grid() * v.grid() + extra->get<int64_t>() -
-                             (v.select_strategy == "default" ? 1 : 0);
+      const int64_t tokens =
+          v.grid() * v.grid() + extra->get<int64_t>() - (v.select_strategy == "default" ? 1 : 0);
       if (tokens != v.tokens_per_image())
         return xrt::InvalidArgumentError(
             "{}: field 'num_additional_image_tokens': {} gives {} tokens per image, but the "

@@ -12,6 +12,18 @@ namespace {
 // which models no EOS: each request generates exactly max_tokens).
 constexpr int32_t kFixedToken = 1;
 
+// The validator checks limits, KV pool and vocabulary; the request path (with the
+// model's VisionParams) has already checked images against the model.
+RequestProcessorParams ValidatorParams(const EngineCoreParams& params,
+                                       const ServingLimits& limits) {
+  RequestProcessorParams p;
+  p.tokenizer = params.tokenizer;
+  p.limits = limits;
+  p.num_kv_blocks = params.num_kv_blocks;
+  p.vocab_size = params.vocab_size;
+  return p;
+}
+
 }  // namespace
 
 struct EngineCore::Live {
@@ -28,8 +40,7 @@ EngineCore::EngineCore(const EngineCoreParams& params, const ServingLimits& limi
                        InputBuilder builder, std::unique_ptr<Scheduler> scheduler)
     : params_(params),
       limits_(limits),
-      validator_(RequestProcessorParams{
-          params.tokenizer, nullptr, {}, limits, params.num_kv_blocks, params.vocab_size}),
+      validator_(ValidatorParams(params, limits)),
       builder_(std::move(builder)),
       scheduler_(std::move(scheduler)) {
   builder_.Reserve(&inputs_);
