@@ -461,13 +461,13 @@ std::string InputRole(const std::string& path) {
 flatbuffers::Offset<xpk::ImagePreprocess> BuildImagePreprocess(
     flatbuffers::FlatBufferBuilder& fbb, const xrt::ImagePreprocessParams& p) {
   const bool shortest = p.resize_rule == xrt::ResizeRule::kShortestEdge;
-  return xpk::CreateImagePreprocess(
-      fbb, fbb.CreateString(xrt::ImageProcessorKindName(p.processor)), p.do_convert_rgb,
-      p.do_resize, shortest ? p.shortest_edge : 0, shortest ? 0 : p.resize_height,
-      shortest ? 0 : p.resize_width, p.resample, p.do_center_crop, p.crop_height, p.crop_width,
-      p.do_rescale, p.rescale_factor, p.do_normalize,
-      fbb.CreateVector(p.image_mean.data(), p.image_mean.size()),
-      fbb.CreateVector(p.image_std.data(), p.image_std.size()));
+  return xpk::CreateImagePreprocess(fbb, fbb.CreateString(xrt::ImageProcessorKindName(p.processor)),
+                                    p.do_convert_rgb, p.do_resize, shortest ? p.shortest_edge : 0,
+                                    shortest ? 0 : p.resize_height, shortest ? 0 : p.resize_width,
+                                    p.resample, p.do_center_crop, p.crop_height, p.crop_width,
+                                    p.do_rescale, p.rescale_factor, p.do_normalize,
+                                    fbb.CreateVector(p.image_mean.data(), p.image_mean.size()),
+                                    fbb.CreateVector(p.image_std.data(), p.image_std.size()));
 }
 
 flatbuffers::Offset<xpk::VisionConfig> BuildVisionConfig(flatbuffers::FlatBufferBuilder& fbb,
@@ -541,10 +541,10 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   std::vector<int64_t> imageBuckets;
   xrt::EncoderBudget encoderBudget;
   if (vision) {
-    XRT_ASSIGN_OR_RETURN(encoderBudget,
-                         xrt::ComputeEncoderBudget(
-                             o.limits.max_num_batched_tokens, vision->tokens_per_image(),
-                             o.limits.max_num_seqs, o.max_images_per_prompt, o.encoder_cache_rows));
+    XRT_ASSIGN_OR_RETURN(
+        encoderBudget, xrt::ComputeEncoderBudget(o.limits.max_num_batched_tokens,
+                                                 vision->tokens_per_image(), o.limits.max_num_seqs,
+                                                 o.max_images_per_prompt, o.encoder_cache_rows));
     imageBuckets = o.image_buckets.empty() ? xrt::DefaultImageBuckets(encoderBudget.images_per_step)
                                            : o.image_buckets;
     for (size_t i = 0; i < imageBuckets.size(); ++i)
@@ -660,10 +660,9 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
         fbb.CreateVector(eos), gen.temperature, gen.top_p, gen.top_k, gen.repetition_penalty,
         vision ? BuildVisionConfig(fbb, *vision, encoderBudget.cache_rows) : 0);
     auto tokenizer = BuildTokenizer(fbb, tok);
-    auto limits =
-        xpk::CreateServingLimits(fbb, o.limits.max_num_seqs, o.limits.max_num_batched_tokens,
-                                 maxModelLen, o.limits.block_size, maxBlocksPerReq,
-                                 vision ? o.max_images_per_prompt : 0, 0, 0);
+    auto limits = xpk::CreateServingLimits(
+        fbb, o.limits.max_num_seqs, o.limits.max_num_batched_tokens, maxModelLen,
+        o.limits.block_size, maxBlocksPerReq, vision ? o.max_images_per_prompt : 0, 0, 0);
     std::vector<flatbuffers::Offset<xpk::Weight>> weights;
     for (const WeightDesc& w : emitter.weights())
       weights.push_back(xpk::CreateWeight(
@@ -696,10 +695,9 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
             fbb, c.kind, c.function, c.ukernel, c.workgroups, fbb.CreateVectorOfStructs(c.bindings),
             c.iparams.empty() ? 0 : fbb.CreateVector(c.iparams),
             c.fparams.empty() ? 0 : fbb.CreateVector(c.fparams), fbb.CreateString(c.label)));
-      exes.push_back(xpk::CreateExecutable(fbb, fbb.CreateString(e.name), e.kind, e.num_tokens,
-                                           e.num_reqs, e.num_images, xpk::LoraMode::none, inputs,
-                                           outputs,
-                                           e.io_size, e.arena_size, fbb.CreateVector(cmds)));
+      exes.push_back(xpk::CreateExecutable(
+          fbb, fbb.CreateString(e.name), e.kind, e.num_tokens, e.num_reqs, e.num_images,
+          xpk::LoraMode::none, inputs, outputs, e.io_size, e.arena_size, fbb.CreateVector(cmds)));
     }
     auto provenance = BuildProvenance(fbb, prov);
     return xpk::CreateManifest(fbb, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor, config, tokenizer,

@@ -166,17 +166,17 @@ class DecoderBuilder {
   // The vision tower (CLIP / SigLIP) up to the deepest selected hidden state,
   // the feature selection and the projector, over num_images images.
   void BuildVisionEncode(const VisionConfig& v) {
-    const int64_t D = v.hidden_size, F = v.intermediate_size, C = v.num_channels,
-                  S = v.image_size, p = v.patch_size, L = v.seq_len(), H = v.num_attention_heads,
-                  hd = D / H, Dt = c_.hidden_size;
-    func::FuncOp fn = Entry(xpk::ExecutableKind::vision_encode, "num_images",
-                            {{"pixel_values", {kDyn, C * S * S}, f32(), "num_images"}},
-                            "image_features");
+    const int64_t D = v.hidden_size, F = v.intermediate_size, C = v.num_channels, S = v.image_size,
+                  p = v.patch_size, L = v.seq_len(), H = v.num_attention_heads, hd = D / H,
+                  Dt = c_.hidden_size;
+    func::FuncOp fn =
+        Entry(xpk::ExecutableKind::vision_encode, "num_images",
+              {{"pixel_values", {kDyn, C * S * S}, f32(), "num_images"}}, "image_features");
     const std::string tower = "vision_tower.vision_model.";
     const std::string emb = tower + "embeddings.";
-    Value patches = b_.create<xg::PatchifyOp>(NameLoc("patchify"), fn.getArgument(0),
-                                              b_.getI64IntegerAttr(C), b_.getI64IntegerAttr(S),
-                                              b_.getI64IntegerAttr(p));
+    Value patches =
+        b_.create<xg::PatchifyOp>(NameLoc("patchify"), fn.getArgument(0), b_.getI64IntegerAttr(C),
+                                  b_.getI64IntegerAttr(S), b_.getI64IntegerAttr(p));
     // The patch convolution [D, C, p, p] as a linear over flattened patches.
     Value x = Linear(patches, emb + "patch_embedding", D, C * p * p, !v.has_class_token());
     Value cls = v.has_class_token() ? Weight(emb + "class_embedding", {D}) : Value();
@@ -191,9 +191,9 @@ class DecoderBuilder {
       Value q = Linear(h, pre + "self_attn.q_proj", D, D, true);
       Value k = Linear(h, pre + "self_attn.k_proj", D, D, true);
       Value val = Linear(h, pre + "self_attn.v_proj", D, D, true);
-      Value o = b_.create<xg::AttentionOp>(
-          NameLoc(pre + "self_attn"), q, k, val, b_.getI64IntegerAttr(L), b_.getI64IntegerAttr(H),
-          b_.getI64IntegerAttr(hd), b_.getF32FloatAttr(scale));
+      Value o = b_.create<xg::AttentionOp>(NameLoc(pre + "self_attn"), q, k, val,
+                                           b_.getI64IntegerAttr(L), b_.getI64IntegerAttr(H),
+                                           b_.getI64IntegerAttr(hd), b_.getF32FloatAttr(scale));
       x = b_.create<xg::AddOp>(NameLoc(pre + "residual_attn"), x,
                                Linear(o, pre + "self_attn.out_proj", D, D, true));
       h = LayerNorm(x, pre + "layer_norm2", D, v.layer_norm_eps);
@@ -204,14 +204,13 @@ class DecoderBuilder {
     }
     SmallVector<Value> selected;
     for (int64_t index : v.feature_layers) selected.push_back(hidden[index]);
-    Value feats = selected.size() == 1
-                      ? selected.front()
-                      : b_.create<xg::ConcatOp>(NameLoc("vision_features"), selected,
-                                                b_.getI64IntegerAttr(1))
-                            .getResult();
+    Value feats = selected.size() == 1 ? selected.front()
+                                       : b_.create<xg::ConcatOp>(NameLoc("vision_features"),
+                                                                 selected, b_.getI64IntegerAttr(1))
+                                             .getResult();
     if (v.select_strategy == "default")
-      feats = b_.create<xg::SkipRowsOp>(NameLoc("drop_class_rows"), feats,
-                                        b_.getI64IntegerAttr(L), b_.getI64IntegerAttr(1));
+      feats = b_.create<xg::SkipRowsOp>(NameLoc("drop_class_rows"), feats, b_.getI64IntegerAttr(L),
+                                        b_.getI64IntegerAttr(1));
     const int64_t in = D * static_cast<int64_t>(v.feature_layers.size());
     Value y = Linear(feats, "multi_modal_projector.linear_1", Dt, in, v.projector_bias);
     y = Gelu(y, "multi_modal_projector.act", v.projector_act);

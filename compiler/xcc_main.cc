@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
 #include "compiler/check.h"
 #include "compiler/compile.h"
@@ -67,11 +67,13 @@ int main(int argc, char** argv) {
   compile->add_option("--image-buckets", imageBuckets,
                       "Explicit vision_encode num_images buckets, e.g. 1,2,4 (default: doubling "
                       "from 1 up to the images one step's encoder budget holds)");
-  compile->add_option("--encoder-cache-size", co.encoder_cache_rows,
-                      "Encoder-output cache in rows (image tokens); 0: automatic")
+  compile
+      ->add_option("--encoder-cache-size", co.encoder_cache_rows,
+                   "Encoder-output cache in rows (image tokens); 0: automatic")
       ->capture_default_str();
-  compile->add_option("--limit-mm-per-prompt", co.max_images_per_prompt,
-                      "Most images one request may carry")
+  compile
+      ->add_option("--limit-mm-per-prompt", co.max_images_per_prompt,
+                   "Most images one request may carry")
       ->capture_default_str();
   compile->add_option("--target", co.target, "host, x86-64-v3, x86-64-v4 or an LLVM CPU name")
       ->capture_default_str();

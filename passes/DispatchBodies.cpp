@@ -248,8 +248,8 @@ Value idxRem(Emitter &e, Value a, int64_t c) {
   return e.builder().create<arith::RemUIOp>(e.loc(), a, e.index(c));
 }
 
-// Row r of the result is patch (py, px) of image n, r = (n * grid + py) * grid + px;
-// column (c * p + ky) * p + kx is pixel (c, py * p + ky, px * p + kx).
+// Row r of the result is patch (py, px) of image n, r = (n * grid + py) * grid
+// + px; column (c * p + ky) * p + kx is pixel (c, py * p + ky, px * p + kx).
 LogicalResult buildPatchify(Emitter &e, xg::PatchifyOp op, ArrayRef<Value> v,
                             Value lo, Value hi) {
   Value px = v[0], out = v[1];
@@ -262,7 +262,8 @@ LogicalResult buildPatchify(Emitter &e, xg::PatchifyOp op, ArrayRef<Value> v,
     Value x0 = idxMul(e, idxRem(e, inImage, grid), p);
     e.loop(0, channels, [&](Value c) {
       e.loop(0, p, [&](Value ky) {
-        // Source column of (c, y0 + ky, x0) and destination column of (c, ky, 0).
+        // Source column of (c, y0 + ky, x0) and destination column of (c, ky,
+        // 0).
         Value srcRow = idxAdd(e, idxMul(e, c, size * size),
                               idxMul(e, idxAdd(e, y0, ky), size));
         Value src0 = idxAdd(e, srcRow, x0);
@@ -288,13 +289,12 @@ LogicalResult buildVisionEmbed(Emitter &e, xg::VisionEmbedOp op,
     Value n = idxDiv(e, r, seq), s = idxRem(e, r, seq);
     auto addPatch = [&](Value s) {
       // Patch row of position s (s >= 1 with a class row).
-      Value patchRow = idxAdd(e, idxMul(e, n, perImage),
-                              cls ? e.builder().create<arith::SubIOp>(
-                                        e.loc(), s, e.index(1))
-                                  : s);
+      Value patchRow = idxAdd(
+          e, idxMul(e, n, perImage),
+          cls ? e.builder().create<arith::SubIOp>(e.loc(), s, e.index(1)) : s);
       e.loop(0, cols, [&](Value c) {
-        e.store(e.add(e.load(patches, {patchRow, c}), e.load(pos, {s, c})),
-                out, {r, c});
+        e.store(e.add(e.load(patches, {patchRow, c}), e.load(pos, {s, c})), out,
+                {r, c});
       });
     };
     if (!cls) {
@@ -358,8 +358,8 @@ LogicalResult buildGelu(Emitter &e, xg::GeluOp op, ArrayRef<Value> v, Value lo,
       } else if (approx == "tanh") {
         // x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
         Value x3 = e.mul(e.mul(x, x), x);
-        Value inner =
-            e.mul(e.f32(0.7978845608028654f), e.add(x, e.mul(e.f32(0.044715f), x3)));
+        Value inner = e.mul(e.f32(0.7978845608028654f),
+                            e.add(x, e.mul(e.f32(0.044715f), x3)));
         Value t = b.create<math::TanhOp>(e.loc(), inner);
         y = e.mul(e.mul(e.f32(0.5f), x), e.add(e.f32(1.0f), t));
       } else {

@@ -104,7 +104,8 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
     Operation *terminator = block.getTerminator();
     for (auto [i, v] : llvm::enumerate(terminator->getOperands())) {
       Operation *def = v.getDefiningOp();
-      if (!def || isa<SplitOp, WeightOp, EncoderCacheOp>(def) || buffers.count(v)) {
+      if (!def || isa<SplitOp, WeightOp, EncoderCacheOp>(def) ||
+          buffers.count(v)) {
         func.emitError()
             << "result " << i
             << " must be computed by an op of its own (not an argument, a "

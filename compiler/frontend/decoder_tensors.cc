@@ -40,8 +40,7 @@ std::vector<DecoderTensorSpec> DecoderTensorSpecs(const DecoderConfig& c) {
 }
 
 std::vector<DecoderTensorSpec> VisionTensorSpecs(const VisionConfig& v, int64_t text_hidden) {
-  const int64_t D = v.hidden_size, F = v.intermediate_size, C = v.num_channels,
-                p = v.patch_size;
+  const int64_t D = v.hidden_size, F = v.intermediate_size, C = v.num_channels, p = v.patch_size;
   const std::string e = "vision_tower.vision_model.embeddings.";
   std::vector<DecoderTensorSpec> out;
   if (v.has_class_token()) out.push_back({e + "class_embedding", {D}});

@@ -267,8 +267,9 @@ Expected<HfConfig> ParseDecoderObject(const json& j, const std::string& file,
   }
   XRT_ASSIGN_OR_RETURN(c.hidden_act, f.StringOr("hidden_act", "silu"));
   if (c.hidden_act != "silu") {
-    return xrt::UnimplementedError("{}: field '{}hidden_act': unsupported value '{}' (supported: silu)",
-                                   file, prefix, c.hidden_act);
+    return xrt::UnimplementedError(
+        "{}: field '{}hidden_act': unsupported value '{}' (supported: silu)", file, prefix,
+        c.hidden_act);
   }
   bool use_sliding = true;
   if (qwen2) {
@@ -286,33 +287,52 @@ Expected<HfConfig> ParseDecoderObject(const json& j, const std::string& file,
 // saved as differences from (configuration_*.py, transformers 4.4x-5.x).
 json DecoderDefaults(const std::string& model_type) {
   if (model_type == "qwen2")
-    return {{"architectures", {"Qwen2ForCausalLM"}}, {"vocab_size", 151936},
-            {"hidden_size", 4096}, {"intermediate_size", 22016}, {"num_hidden_layers", 32},
-            {"num_attention_heads", 32}, {"num_key_value_heads", 32},
-            {"max_position_embeddings", 32768}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}};
+    return {{"architectures", {"Qwen2ForCausalLM"}},
+            {"vocab_size", 151936},
+            {"hidden_size", 4096},
+            {"intermediate_size", 22016},
+            {"num_hidden_layers", 32},
+            {"num_attention_heads", 32},
+            {"num_key_value_heads", 32},
+            {"max_position_embeddings", 32768},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0}};
   if (model_type == "mistral")
-    return {{"architectures", {"MistralForCausalLM"}}, {"vocab_size", 32000},
-            {"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
-            {"num_attention_heads", 32}, {"num_key_value_heads", 8},
-            {"max_position_embeddings", 4096 * 32}, {"rms_norm_eps", 1e-6},
-            {"rope_theta", 10000.0}, {"sliding_window", 4096}};
+    return {{"architectures", {"MistralForCausalLM"}},
+            {"vocab_size", 32000},
+            {"hidden_size", 4096},
+            {"intermediate_size", 14336},
+            {"num_hidden_layers", 32},
+            {"num_attention_heads", 32},
+            {"num_key_value_heads", 8},
+            {"max_position_embeddings", 4096 * 32},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0},
+            {"sliding_window", 4096}};
   if (model_type == "llama")
-    return {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 32000},
-            {"hidden_size", 4096}, {"intermediate_size", 11008}, {"num_hidden_layers", 32},
-            {"num_attention_heads", 32}, {"max_position_embeddings", 2048},
-            {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}};
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"vocab_size", 32000},
+            {"hidden_size", 4096},
+            {"intermediate_size", 11008},
+            {"num_hidden_layers", 32},
+            {"num_attention_heads", 32},
+            {"max_position_embeddings", 2048},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0}};
   return nullptr;
 }
 
 json VisionDefaults(const std::string& model_type) {
   if (model_type == "clip_vision_model")
-    return {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-            {"num_attention_heads", 12}, {"num_channels", 3}, {"image_size", 224},
-            {"patch_size", 32}, {"hidden_act", "quick_gelu"}, {"layer_norm_eps", 1e-5}};
+    return {{"hidden_size", 768},        {"intermediate_size", 3072},  {"num_hidden_layers", 12},
+            {"num_attention_heads", 12}, {"num_channels", 3},          {"image_size", 224},
+            {"patch_size", 32},          {"hidden_act", "quick_gelu"}, {"layer_norm_eps", 1e-5}};
   if (model_type == "siglip_vision_model")
-    return {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-            {"num_attention_heads", 12}, {"num_channels", 3}, {"image_size", 224},
-            {"patch_size", 16}, {"hidden_act", "gelu_pytorch_tanh"}, {"layer_norm_eps", 1e-6}};
+    return {{"hidden_size", 768},      {"intermediate_size", 3072},
+            {"num_hidden_layers", 12}, {"num_attention_heads", 12},
+            {"num_channels", 3},       {"image_size", 224},
+            {"patch_size", 16},        {"hidden_act", "gelu_pytorch_tanh"},
+            {"layer_norm_eps", 1e-6}};
   return nullptr;
 }
 
@@ -351,19 +371,22 @@ Expected<HfConfig> ParseLlava(const json& j, const std::string& file) {
         "mistral, qwen2)",
         file, text_type);
   // The top-level vocab_size some LLaVA configs carry wins over the class default.
-  if (!f.Absent("vocab_size") && tf.Absent("vocab_size")) text_defaults["vocab_size"] = j["vocab_size"];
+  if (!f.Absent("vocab_size") && tf.Absent("vocab_size"))
+    text_defaults["vocab_size"] = j["vocab_size"];
   XRT_ASSIGN_OR_RETURN(HfConfig out,
                        ParseDecoderObject(WithDefaults(text, text_defaults), file, "text_config."));
   if (out.eos_token_ids.empty()) {
     XRT_ASSIGN_OR_RETURN(out.eos_token_ids, f.IdList("eos_token_id"));
   }
 
-  XRT_ASSIGN_OR_RETURN(
-      json vision_obj,
-      sub("vision_config",
-          json{{"model_type", "clip_vision_model"}, {"hidden_size", 1024},
-               {"intermediate_size", 4096}, {"num_hidden_layers", 24},
-               {"num_attention_heads", 16}, {"image_size", 336}, {"patch_size", 14}}));
+  XRT_ASSIGN_OR_RETURN(json vision_obj,
+                       sub("vision_config", json{{"model_type", "clip_vision_model"},
+                                                 {"hidden_size", 1024},
+                                                 {"intermediate_size", 4096},
+                                                 {"num_hidden_layers", 24},
+                                                 {"num_attention_heads", 16},
+                                                 {"image_size", 336},
+                                                 {"patch_size", 14}}));
   Fields vt(vision_obj, file, "vision_config.");
   XRT_ASSIGN_OR_RETURN(std::string vision_type, vt.StringOr("model_type", "clip_vision_model"));
   json vision_defaults = VisionDefaults(vision_type);
@@ -387,12 +410,11 @@ Expected<HfConfig> ParseLlava(const json& j, const std::string& file) {
   XRT_ASSIGN_OR_RETURN(v.hidden_act, vf.StringOr("hidden_act", ""));
   if (!(v.layer_norm_eps > 0)) return vf.Invalid("layer_norm_eps", "must be positive");
   if (v.image_size % v.patch_size != 0)
-    return vf.Invalid("patch_size", fmt::format("{} does not divide image_size {}", v.patch_size,
-                                                v.image_size));
+    return vf.Invalid("patch_size",
+                      fmt::format("{} does not divide image_size {}", v.patch_size, v.image_size));
   if (v.hidden_size % v.num_attention_heads != 0)
-    return vf.Invalid("num_attention_heads",
-                      fmt::format("{} does not divide hidden_size {}", v.num_attention_heads,
-                                  v.hidden_size));
+    return vf.Invalid("num_attention_heads", fmt::format("{} does not divide hidden_size {}",
+                                                         v.num_attention_heads, v.hidden_size));
   if (GeluApproximation(v.hidden_act).empty())
     return xrt::UnimplementedError(
         "{}: field 'vision_config.hidden_act': unsupported value '{}' (supported: quick_gelu, "
@@ -424,9 +446,9 @@ Expected<HfConfig> ParseLlava(const json& j, const std::string& file) {
       layers.push_back(e.get<int64_t>());
     }
   } else {
-    return f.Invalid("vision_feature_layer",
-                     fmt::format("expected an int or a non-empty list of ints, got {}",
-                                 layer->dump()));
+    return f.Invalid(
+        "vision_feature_layer",
+        fmt::format("expected an int or a non-empty list of ints, got {}", layer->dump()));
   }
   for (int64_t l : layers) {
     // hidden_states has num_hidden_layers + 1 entries; python indexing.

@@ -48,8 +48,8 @@ Expected<int64_t> EncoderCache::Allocate(const BlockHash& hash, RequestId reques
   auto free_slot = std::find(slot_used_.begin(), slot_used_.end(), false);
   if (free_slot == slot_used_.end()) {
     if (freeable_.empty())
-      return ResourceExhaustedError(
-          "encoder cache: all {} slots are in use by running requests", slot_used_.size());
+      return ResourceExhaustedError("encoder cache: all {} slots are in use by running requests",
+                                    slot_used_.size());
     Drop(freeable_.front());  // pops it from freeable_
     ++evictions_;
     free_slot = std::find(slot_used_.begin(), slot_used_.end(), false);

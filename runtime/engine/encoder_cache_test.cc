@@ -35,7 +35,7 @@ TEST(EncoderCacheTest, AllocatesReferencesAndCountsHits) {
   EXPECT_EQ(*c.Allocate(H(2), 7), 16);
   EXPECT_EQ(c.Row(H(2)), 16);
   EXPECT_EQ(c.Row(H(3)), -1);
-  EXPECT_FALSE(c.Allocate(H(2), 8).ok());  // exists
+  EXPECT_FALSE(c.Allocate(H(2), 8).ok());   // exists
   EXPECT_FALSE(c.Reference(H(3), 8).ok());  // absent
 }
 

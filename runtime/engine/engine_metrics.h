@@ -42,10 +42,10 @@ struct EngineMetrics {
   std::atomic<int64_t> steps_without_bucket{0};  // strict mode: steps no executable holds
   std::atomic<int64_t> prefix_queries{0};        // prompt tokens looked up in the prefix cache
   std::atomic<int64_t> prefix_hits{0};           // of which were found
-  std::atomic<int64_t> images_encoded{0};         // images run through vision_encode
-  std::atomic<int64_t> padded_images{0};          // sum of (bucket - images) over vision_encode runs
-  std::atomic<int64_t> encoder_cache_hits{0};     // image lookups the encoder cache served
-  std::atomic<int64_t> encoder_cache_misses{0};   // images that had to be encoded
+  std::atomic<int64_t> images_encoded{0};        // images run through vision_encode
+  std::atomic<int64_t> padded_images{0};         // sum of (bucket - images) over vision_encode runs
+  std::atomic<int64_t> encoder_cache_hits{0};    // image lookups the encoder cache served
+  std::atomic<int64_t> encoder_cache_misses{0};  // images that had to be encoded
   std::atomic<int64_t> encoder_cache_evictions{0};
   std::atomic<int64_t> kv_blocks_used{0};
   std::atomic<int64_t> kv_blocks_total{0};

@@ -62,7 +62,7 @@ Expected<Scheduler> Scheduler::Create(SchedulerParams params) {
   std::optional<EncoderCache> encoder_cache;
   if (params.encoder_cache_rows > 0 || params.encoder_item_rows > 0) {
     XRT_ASSIGN_OR_RETURN(EncoderCache c, EncoderCache::Create({params.encoder_cache_rows,
-                                                              params.encoder_item_rows}));
+                                                               params.encoder_item_rows}));
     if (params.encoder_budget_rows < params.encoder_item_rows)
       return InvalidArgumentError(
           "scheduler: the encoder budget of {} rows cannot encode one image of {} rows",
@@ -190,7 +190,7 @@ Status Scheduler::FitImages(Request* r, int64_t computed, int64_t* n, int64_t* e
   if (!encoder_cache_) return Status::Ok();
   EncoderCache& cache = *encoder_cache_;
   for (const MultimodalSpan& m : r->keys.images) {
-    if (m.offset >= computed + *n) break;          // beyond this chunk
+    if (m.offset >= computed + *n) break;           // beyond this chunk
     if (m.offset + m.length <= computed) continue;  // all in the KV cache already
     if (cache.Contains(m.content_hash)) {
       Status s = cache.Reference(m.content_hash, r->id);
@@ -199,7 +199,8 @@ Status Scheduler::FitImages(Request* r, int64_t computed, int64_t* n, int64_t* e
     }
     if (*encoder_budget >= m.length && cache.num_available_slots() > 0) {
       Expected<int64_t> row = cache.Allocate(m.content_hash, r->id);
-      if (!row.ok()) return InternalError("scheduler: request {}: {}", r->id, row.status().message());
+      if (!row.ok())
+        return InternalError("scheduler: request {}: {}", r->id, row.status().message());
       *encoder_budget -= m.length;
       continue;
     }
@@ -218,8 +219,8 @@ void Scheduler::ReleaseComputedImages(const Request& r) {
   }
 }
 
-Status Scheduler::AdmitFront(std::vector<Entry>* entries, int64_t* budget,
-                             int64_t* encoder_budget, bool* admitted) {
+Status Scheduler::AdmitFront(std::vector<Entry>* entries, int64_t* budget, int64_t* encoder_budget,
+                             bool* admitted) {
   *admitted = false;
   Request* r = waiting_.front();
   const int64_t total = static_cast<int64_t>(r->tokens.size());
@@ -367,7 +368,8 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
           }
         }
       }
-      if (!found) return InternalError("scheduler: an image to encode belongs to no request of the step");
+      if (!found)
+        return InternalError("scheduler: an image to encode belongs to no request of the step");
       out.encode.push_back(item);
     }
   }

@@ -226,9 +226,7 @@ class Scheduler {
 
   const KvCacheManager& kv() const { return kv_; }
   // The encoder-output cache; nullptr without images.
-  const EncoderCache* encoder_cache() const {
-    return encoder_cache_ ? &*encoder_cache_ : nullptr;
-  }
+  const EncoderCache* encoder_cache() const { return encoder_cache_ ? &*encoder_cache_ : nullptr; }
   const SchedulerParams& params() const { return params_; }
   int64_t token_budget() const { return token_budget_; }
 
@@ -243,7 +241,7 @@ class Scheduler {
     int64_t num_computed = 0;
     int64_t num_cached_tokens = -1;  // at first admission; -1: never admitted
     int64_t num_preemptions = 0;
-    uint64_t last_step = 0;  // the step that last scheduled it
+    uint64_t last_step = 0;             // the step that last scheduled it
     std::vector<int32_t> embed_source;  // this step's, when it overlaps an image
 
     int64_t num_generated() const {

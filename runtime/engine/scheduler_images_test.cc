@@ -163,8 +163,8 @@ TEST(SchedulerImagesTest, ARequestWaitsWhileEveryCacheSlotIsInUse) {
   for (int step = 0; step < 4; ++step) {
     out = s.Schedule();
     ASSERT_TRUE(out.ok());
-    bool has2 = std::find(out->request_ids.begin(), out->request_ids.end(), 2u) !=
-                out->request_ids.end();
+    bool has2 =
+        std::find(out->request_ids.begin(), out->request_ids.end(), 2u) != out->request_ids.end();
     Apply(s, *out);
     if (has2) {
       EXPECT_EQ(s.encoder_cache()->evictions(), 1);  // image 1's freeable entry made room

@@ -130,9 +130,10 @@ Status Executor::Prepare() {
             break;
           case xpk::BindingKind::encoder_cache:
             if (!p_.encoder_cache)
-              return InvalidArgumentError("{}: executable '{}' reads the encoder cache, but none "
-                                          "was given",
-                                          a.path(), e->name()->str());
+              return InvalidArgumentError(
+                  "{}: executable '{}' reads the encoder cache, but none "
+                  "was given",
+                  a.path(), e->name()->str());
             ptr = p_.encoder_cache;
             break;
           default:

@@ -123,8 +123,7 @@ Status ModelRunner::EncodeImages(const std::vector<const float*>& pixels,
     return DataLossError("{}: pixel_values holds {} bytes, expected {} images of {}",
                          e.name()->str(), e.inputs()->Get(0)->size(), it->first, image_bytes);
   for (int64_t i = 0; i < num_images; ++i) {
-    if (pixels[i] == nullptr)
-      return InvalidArgumentError("image {} to encode has no pixels", i);
+    if (pixels[i] == nullptr) return InvalidArgumentError("image {} to encode has no pixels", i);
     std::memcpy(px + i * image_bytes, pixels[i], image_bytes);
   }
   std::memset(px + num_images * image_bytes, 0, (it->first - num_images) * image_bytes);

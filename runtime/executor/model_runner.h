@@ -100,8 +100,7 @@ class ModelRunner : public StepExecutor {
   EngineCoreParams core_params_;  // the artifact's; executor etc. set by engine_core_params()
   SamplingDefaults sampling_defaults_;
   int64_t hidden_size_ = 0;
-  std::map<int64_t, const xpk::Executable*> step_by_bucket_, logits_by_bucket_,
-      vision_by_bucket_;
+  std::map<int64_t, const xpk::Executable*> step_by_bucket_, logits_by_bucket_, vision_by_bucket_;
   std::vector<float> encoder_cache_;
   int64_t tokens_per_image_ = 0;
   int64_t pixel_floats_ = 0;  // one image's vision_encode input

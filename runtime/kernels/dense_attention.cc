@@ -76,8 +76,7 @@ Status DenseAttention(const DenseAttentionArgs& a, ThreadPool* pool) {
         cached = sh;
       }
       const int64_t r0 = block * kRowsPerItem;
-      AttendRows(a, base, h, kt.data(), r0, std::min(a.seq_len, r0 + kRowsPerItem),
-                 scores.data());
+      AttendRows(a, base, h, kt.data(), r0, std::min(a.seq_len, r0 + kRowsPerItem), scores.data());
     }
   };
   if (pool) {

@@ -30,7 +30,8 @@ std::vector<double> Reference(const std::vector<float>& q, const std::vector<flo
         for (double& x : p) sum += (x = std::exp(x - mx));
         for (int64_t d = 0; d < hd; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j < seq; ++j) acc += p[j] / sum * v[(n * seq + j) * stride + h * hd + d];
+          for (int64_t j = 0; j < seq; ++j)
+            acc += p[j] / sum * v[(n * seq + j) * stride + h * hd + d];
           out[(ti * heads + h) * hd + d] = acc;
         }
       }
@@ -45,8 +46,8 @@ TEST(DenseAttentionTest, MatchesReferenceWithStridesAndThreads) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.5f);
   ThreadPool pool(2);
-  for (Case c : {Case{1, 1, 1, 4, 0}, Case{2, 17, 2, 16, 3}, Case{3, 50, 3, 8, 5},
-                 Case{1, 577, 1, 64, 0}}) {
+  for (Case c :
+       {Case{1, 1, 1, 4, 0}, Case{2, 17, 2, 16, 3}, Case{3, 50, 3, 8, 5}, Case{1, 577, 1, 64, 0}}) {
     const int64_t tokens = c.seqs * c.seq, width = c.heads * c.hd, stride = width + c.pad;
     std::vector<float> q(tokens * stride), k(q.size()), v(q.size());
     for (auto* t : {&q, &k, &v})
@@ -87,8 +88,8 @@ TEST(DenseAttentionTest, SequencesDoNotSeeEachOther) {
     for (float& x : *t) x = nd(rng);
   auto run = [&](int64_t tokens) {
     std::vector<float> out(tokens * width);
-    DenseAttentionArgs a{q.data(), k.data(), v.data(), out.data(), width, width, width, width,
-                         tokens,   seq,      heads,    hd,         0.3f};
+    DenseAttentionArgs a{q.data(), k.data(), v.data(), out.data(), width, width, width,
+                         width,    tokens,   seq,      heads,      hd,    0.3f};
     EXPECT_TRUE(DenseAttention(a, nullptr).ok());
     return out;
   };

@@ -430,29 +430,27 @@ std::string ManifestToText(const Artifact& artifact) {
                      Str(v->tower()), v->num_layers(), v->hidden_size(), v->intermediate_size(),
                      v->num_attention_heads()));
     line(fmt::format("  image {}x{}x{}, patch {}, {} {}, layer_norm_eps {}", v->num_channels(),
-                     v->image_size(), v->image_size(), v->patch_size(), "act",
-                     Str(v->hidden_act()), v->layer_norm_eps()));
-    line(fmt::format("  feature layers [{}] ({}), projector {}{}", fmt::join(Ints(v->feature_layers()), ","),
-                     Str(v->select_strategy()), Str(v->projector_act()),
+                     v->image_size(), v->image_size(), v->patch_size(), "act", Str(v->hidden_act()),
+                     v->layer_norm_eps()));
+    line(fmt::format("  feature layers [{}] ({}), projector {}{}",
+                     fmt::join(Ints(v->feature_layers()), ","), Str(v->select_strategy()),
+                     Str(v->projector_act()),
                      v->projector_bias() ? " with bias" : " without bias"));
     line(fmt::format("  image token {} '{}', {} tokens per image, encoder cache {} rows",
                      v->image_token_id(), Str(v->image_token()), v->tokens_per_image(),
                      v->encoder_cache_rows()));
     if (const xpk::ImagePreprocess* p = v->preprocess()) {
-      std::string resize =
-          !p->do_resize()            ? "no resize"
-          : p->shortest_edge() > 0   ? fmt::format("shortest_edge {}", p->shortest_edge())
-                                     : fmt::format("resize {}x{}", p->resize_height(),
-                                                   p->resize_width());
-      line(fmt::format("  preprocess {}: convert_rgb {}, {} (resample {}), center_crop {}, "
-                       "rescale {}, normalize {} mean [{}] std [{}]",
-                       Str(p->processor_class()), p->do_convert_rgb(), resize, p->resample(),
-                       p->do_center_crop()
-                           ? fmt::format("{}x{}", p->crop_height(), p->crop_width())
-                           : "off",
-                       p->do_rescale() ? fmt::format("{}", p->rescale_factor()) : "off",
-                       p->do_normalize(), fmt::join(Floats(p->image_mean()), ", "),
-                       fmt::join(Floats(p->image_std()), ", ")));
+      std::string resize = !p->do_resize() ? "no resize"
+                           : p->shortest_edge() > 0
+                               ? fmt::format("shortest_edge {}", p->shortest_edge())
+                               : fmt::format("resize {}x{}", p->resize_height(), p->resize_width());
+      line(fmt::format(
+          "  preprocess {}: convert_rgb {}, {} (resample {}), center_crop {}, "
+          "rescale {}, normalize {} mean [{}] std [{}]",
+          Str(p->processor_class()), p->do_convert_rgb(), resize, p->resample(),
+          p->do_center_crop() ? fmt::format("{}x{}", p->crop_height(), p->crop_width()) : "off",
+          p->do_rescale() ? fmt::format("{}", p->rescale_factor()) : "off", p->do_normalize(),
+          fmt::join(Floats(p->image_mean()), ", "), fmt::join(Floats(p->image_std()), ", ")));
     }
   }
 

@@ -407,9 +407,9 @@ LogicalResult PatchifyOp::inferReturnTypes(MLIRContext *,
   if (failed(expectDim(loc, px[1], c * size * size, "pixels columns")))
     return failure();
   int64_t grid = size / p;
-  inferred.push_back(tensorOf({mulDyn(px[0], grid * grid), c * p * p},
-                              cast<RankedTensorType>(adaptor.getPixels().getType())
-                                  .getElementType()));
+  inferred.push_back(tensorOf(
+      {mulDyn(px[0], grid * grid), c * p * p},
+      cast<RankedTensorType>(adaptor.getPixels().getType()).getElementType()));
   return success();
 }
 
