@@ -10,6 +10,10 @@
 //
 // Batch invariance: a row's result depends only on its own sequence; the
 // reductions run in a fixed order whatever the number of sequences or threads.
+// The code is compiled once per ISA (scalar, AVX2, AVX-512; the one for
+// BestCpuIsa() is used, fixed per process), works on blocks of 4 query rows so
+// each key and value load feeds 4 multiply-adds, and uses a polynomial exp
+// (about 1 ulp) that vectorizes, instead of libm's.
 //
 // Threading: work items (sequence, head, block of query rows) are spread over
 // `pool` (nullptr: run on the caller). Thread-compatible: concurrent calls must
@@ -33,8 +37,8 @@ struct DenseAttentionArgs {
   float scale = 1.0f;
 };
 
-// InvalidArgument when a size is not positive, num_tokens is not a multiple of
-// seq_len, or a row stride is shorter than num_heads * head_dim.
+// InvalidArgument when a size is not positive, head_dim > 256, num_tokens is not
+// a multiple of seq_len, or a row stride is shorter than num_heads * head_dim.
 Status DenseAttention(const DenseAttentionArgs& args, ThreadPool* pool);
 
 }  // namespace xrt
