@@ -150,6 +150,11 @@ AttendRowsFn AttendRowsFor(CpuIsa isa) {
 }  // namespace
 
 Status DenseAttention(const DenseAttentionArgs& a, ThreadPool* pool) {
+  static const CpuIsa isa = BestCpuIsa();
+  return DenseAttentionWithIsa(a, pool, isa);
+}
+
+Status DenseAttentionWithIsa(const DenseAttentionArgs& a, ThreadPool* pool, CpuIsa isa) {
   if (a.num_tokens <= 0 || a.seq_len <= 0 || a.num_heads <= 0 || a.head_dim <= 0)
     return InvalidArgumentError(
         "attention: num_tokens {}, seq_len {}, num_heads {}, head_dim {} must be positive",
@@ -167,7 +172,7 @@ Status DenseAttention(const DenseAttentionArgs& a, ThreadPool* pool) {
   const int64_t num_seqs = a.num_tokens / a.seq_len;
   const int64_t blocks = (a.seq_len + kRowsPerItem - 1) / kRowsPerItem;
   const int64_t items = num_seqs * a.num_heads * blocks;
-  static const AttendRowsFn attend = AttendRowsFor(BestCpuIsa());
+  const AttendRowsFn attend = AttendRowsFor(isa);
   auto run = [&](int64_t begin, int64_t end) {
     std::vector<float> kt(a.head_dim * a.seq_len), scores(kRowBlock * a.seq_len);
     int64_t cached = -1;  // (sequence, head) whose keys are in kt

@@ -24,6 +24,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/base/thread_pool.h"
+#include "runtime/kernels/cpu_isa.h"
 
 namespace xrt {
 
@@ -40,5 +41,7 @@ struct DenseAttentionArgs {
 // InvalidArgument when a size is not positive, head_dim > 256, num_tokens is not
 // a multiple of seq_len, or a row stride is shorter than num_heads * head_dim.
 Status DenseAttention(const DenseAttentionArgs& args, ThreadPool* pool);
+// The same with the code of `isa` (which must be supported), for tests.
+Status DenseAttentionWithIsa(const DenseAttentionArgs& args, ThreadPool* pool, CpuIsa isa);
 
 }  // namespace xrt

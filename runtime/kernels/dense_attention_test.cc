@@ -54,27 +54,30 @@ TEST(DenseAttentionTest, MatchesReferenceWithStridesAndThreads) {
       for (float& x : *t) x = nd(rng);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
     std::vector<double> want = Reference(q, k, v, stride, tokens, c.seq, c.heads, c.hd, scale);
-    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      std::vector<float> out(tokens * stride, 123.0f);
-      DenseAttentionArgs a;
-      a.q = q.data();
-      a.k = k.data();
-      a.v = v.data();
-      a.out = out.data();
-      a.q_stride = a.k_stride = a.v_stride = a.out_stride = stride;
-      a.num_tokens = tokens;
-      a.seq_len = c.seq;
-      a.num_heads = c.heads;
-      a.head_dim = c.hd;
-      a.scale = scale;
-      ASSERT_TRUE(DenseAttention(a, p).ok());
-      for (int64_t t = 0; t < tokens; ++t) {
-        for (int64_t j = 0; j < width; ++j)
-          ASSERT_NEAR(out[t * stride + j], want[t * width + j], 2e-5)
-              << "seq_len " << c.seq << " token " << t << " col " << j;
-        for (int64_t j = width; j < stride; ++j) ASSERT_EQ(out[t * stride + j], 123.0f);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool})
+      for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        if (!CpuIsaSupported(isa)) continue;
+        SCOPED_TRACE(CpuIsaName(isa));
+        std::vector<float> out(tokens * stride, 123.0f);
+        DenseAttentionArgs a;
+        a.q = q.data();
+        a.k = k.data();
+        a.v = v.data();
+        a.out = out.data();
+        a.q_stride = a.k_stride = a.v_stride = a.out_stride = stride;
+        a.num_tokens = tokens;
+        a.seq_len = c.seq;
+        a.num_heads = c.heads;
+        a.head_dim = c.hd;
+        a.scale = scale;
+        ASSERT_TRUE(DenseAttentionWithIsa(a, p, isa).ok());
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t j = 0; j < width; ++j)
+            ASSERT_NEAR(out[t * stride + j], want[t * width + j], 2e-5)
+                << "seq_len " << c.seq << " token " << t << " col " << j;
+          for (int64_t j = width; j < stride; ++j) ASSERT_EQ(out[t * stride + j], 123.0f);
+        }
       }
-    }
   }
 }
 
