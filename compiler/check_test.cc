@@ -288,11 +288,11 @@ TEST_F(CheckTest, AMissingVisionEncodeBucketIsAFinding) {
 
 TEST_F(CheckTest, MoreImagesPerPromptThanCompiledIsAFinding) {
   CheckOptions o;
-  o.artifact_path = CompileLlava("a.xpk", {});  // --limit-mm-per-prompt 4
-  o.serving_config_path = WriteConfig(R"({"limit-mm-per-prompt": 6})");
+  o.artifact_path = CompileLlava("a.xpk", {});  // --limit-mm-per-prompt 8 (the default)
+  o.serving_config_path = WriteConfig(R"({"limit-mm-per-prompt": 10})");
   ExpectOneFinding(RunCheck(o), "coverage",
-                   "limit_mm_per_prompt 6 exceeds the 4 images per prompt the artifact was "
-                   "compiled for: recompile with --limit-mm-per-prompt 6");
+                   "limit_mm_per_prompt 10 exceeds the 8 images per prompt the artifact was "
+                   "compiled for: recompile with --limit-mm-per-prompt 10");
   o.serving_config_path = WriteConfig(R"({"limit-mm-per-prompt": {"video": 1}})");
   auto bad = RunCheck(o);
   ASSERT_FALSE(bad.ok());
