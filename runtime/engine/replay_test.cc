@@ -2,7 +2,9 @@
 // with one content hash per content id; bad image fields name the line.
 #include "runtime/engine/replay.h"
 
+#include <unistd.h>
 #include <cstdio>
+
 #include <fstream>
 
 #include <gmock/gmock.h>
@@ -16,7 +18,10 @@ const TraceImageParams kVision{kImage, 3};
 
 class ReadTraceTest : public ::testing::Test {
  protected:
-  std::string path_ = ::testing::TempDir() + "read_trace_test.jsonl";
+  // One file per test and process: ctest runs the tests of this binary in parallel.
+  std::string path_ = ::testing::TempDir() + "read_trace_test_" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                      std::to_string(::getpid()) + ".jsonl";
   void TearDown() override { std::remove(path_.c_str()); }
   Expected<std::vector<TraceRequest>> Read(const std::string& text,
                                            const TraceImageParams& images = kVision) {
