@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "compiler/frontend/hf_config.h"
 #include "dialects/XG/IR/XGOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -159,8 +160,7 @@ class DecoderBuilder {
                                       Weight(prefix + ".bias", {n}), b_.getF64FloatAttr(eps));
   }
   Value Gelu(Value x, const std::string& name, const std::string& act) {
-    std::string approx = act == "quick_gelu" ? "quick" : act == "gelu" ? "none" : "tanh";
-    return b_.create<xg::GeluOp>(NameLoc(name), x, b_.getStringAttr(approx));
+    return b_.create<xg::GeluOp>(NameLoc(name), x, b_.getStringAttr(GeluApproximation(act)));
   }
 
   // The vision tower (CLIP / SigLIP) up to the deepest selected hidden state,

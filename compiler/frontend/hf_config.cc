@@ -344,14 +344,6 @@ json WithDefaults(const json& obj, const json& defaults) {
   return out;
 }
 
-// transformers' activation name -> xg.gelu's `approximate`, or "" if unsupported.
-std::string GeluApproximation(const std::string& act) {
-  if (act == "gelu") return "none";
-  if (act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu_fast") return "tanh";
-  if (act == "quick_gelu") return "quick";
-  return "";
-}
-
 Expected<HfConfig> ParseLlava(const json& j, const std::string& file) {
   Fields f(j, file);
   // A sub-config: absent means the LlavaConfig default (Llama / CLIP-L/14-336).
@@ -564,6 +556,14 @@ Expected<std::string> LoadHfChatTemplate(const std::string& dir,
     return from_object(j, tc, /*required=*/false);
   }
   return std::string();
+}
+
+// transformers' activation name -> xg.gelu's `approximate`, or "" if unsupported.
+std::string GeluApproximation(const std::string& act) {
+  if (act == "gelu") return "none";
+  if (act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu_fast") return "tanh";
+  if (act == "quick_gelu") return "quick";
+  return "";
 }
 
 }  // namespace xcc

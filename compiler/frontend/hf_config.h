@@ -35,6 +35,10 @@ Expected<HfConfig> LoadHfConfig(const std::string& path);
 // Same, from JSON text; `file` is used in error messages.
 Expected<HfConfig> ParseHfConfig(const std::string& json_text, const std::string& file);
 
+// transformers' activation name (ACT2FN key) -> xg.gelu's `approximate` ("none",
+// "tanh", "quick"), or "" for an activation the vision graph does not support.
+std::string GeluApproximation(const std::string& act);
+
 // Parses generation_config.json: eos_token_id, temperature, top_p, top_k,
 // repetition_penalty (all optional).
 Expected<GenerationDefaults> LoadGenerationConfig(const std::string& path);
