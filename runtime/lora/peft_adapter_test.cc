@@ -52,6 +52,8 @@ uint16_t ToBf16(float f) {
   return static_cast<uint16_t>(b >> 16);  // exact for the values used
 }
 
+using Pair = std::pair<std::vector<float>, std::vector<float>>;  // lora_A, lora_B
+
 // One adapter directory under construction.
 struct AdapterDir {
   Json config = {{"peft_type", "LORA"},
@@ -71,10 +73,8 @@ struct AdapterDir {
 
   // lora_A [r, in] and lora_B [out, r] of `module` (a path without "base_model.model."),
   // stored as `dtype` ("F32", "F16", "BF16"); returns {A, B} as floats.
-  std::pair<std::vector<float>, std::vector<float>> AddPair(const std::string& module, int64_t r,
-                                                            int64_t in, int64_t out,
-                                                            const std::string& dtype = "F32",
-                                                            float base = 0.25f) {
+  Pair AddPair(const std::string& module, int64_t r, int64_t in, int64_t out,
+               const std::string& dtype = "F32", float base = 0.25f) {
     std::vector<float> a = Ramp(r * in, base), b = Ramp(out * r, base + 0.5f);
     Add("base_model.model." + module + ".lora_A.weight", {r, in}, a, dtype);
     Add("base_model.model." + module + ".lora_B.weight", {out, r}, b, dtype);
@@ -122,6 +122,18 @@ std::vector<float> PaddedBt(const std::vector<float>& b, float scaling, int64_t 
   return out;
 }
 
+// Expects the slot of target `module` to hold `pair` (lora_A, lora_B of rank r): A padded
+// to R rows, (scaling * B)ᵀ padded to R rows.
+void ExpectSlot(const PackedLora& p, const LoraSpec& spec, const std::string& module,
+                const Pair& pair, float scaling, int64_t r) {
+  int64_t t = TargetOf(spec, module);
+  ASSERT_GE(t, 0);
+  const LoraTarget& target = spec.targets[t];
+  EXPECT_EQ(p.a[t], PaddedA(pair.first, spec.max_lora_rank, target.in_features)) << module;
+  EXPECT_EQ(p.bt[t], PaddedBt(pair.second, scaling, r, target.out_features, spec.max_lora_rank))
+      << module;
+}
+
 std::string ErrorOf(const Expected<PackedLora>& r) {
   EXPECT_FALSE(r.ok());
   if (r.ok()) return "";
@@ -129,31 +141,33 @@ std::string ErrorOf(const Expected<PackedLora>& r) {
   return r.status().message();
 }
 
+// "name INxOUT" per target.
+std::vector<std::string> Describe(const LoraSpec& spec) {
+  std::vector<std::string> out;
+  for (const LoraTarget& t : spec.targets) {
+    out.push_back(t.name + " " + std::to_string(t.in_features) + "x" +
+                  std::to_string(t.out_features));
+  }
+  return out;
+}
+
 TEST(LoraSpecTest, TargetsInLayerThenModuleOrderWithHfShapes) {
   LoraSpec spec = TinySpec({"down_proj", "q_proj", "k_proj"}, 8);
   EXPECT_EQ(spec.max_lora_rank, 8);
   EXPECT_EQ(spec.target_modules, (std::vector<std::string>{"q_proj", "k_proj", "down_proj"}));
-  std::vector<std::string> got;
-  for (const LoraTarget& t : spec.targets) {
-    got.push_back(t.name + " " + std::to_string(t.in_features) + "x" +
-                  std::to_string(t.out_features));
-  }
-  EXPECT_EQ(got, (std::vector<std::string>{
-                     "model.layers.0.self_attn.q_proj 4x4", "model.layers.0.self_attn.k_proj 4x2",
-                     "model.layers.0.mlp.down_proj 6x4", "model.layers.1.self_attn.q_proj 4x4",
-                     "model.layers.1.self_attn.k_proj 4x2", "model.layers.1.mlp.down_proj 6x4"}));
+  EXPECT_EQ(Describe(spec),
+            (std::vector<std::string>{
+                "model.layers.0.self_attn.q_proj 4x4", "model.layers.0.self_attn.k_proj 4x2",
+                "model.layers.0.mlp.down_proj 6x4", "model.layers.1.self_attn.q_proj 4x4",
+                "model.layers.1.self_attn.k_proj 4x2", "model.layers.1.mlp.down_proj 6x4"}));
 
   LoraSpec all = MakeLoraSpec(1, 8, 20, 4, 2, 3, 4, AllLoraTargetModules());
-  got.clear();
-  for (const LoraTarget& t : all.targets) {
-    got.push_back(t.name + " " + std::to_string(t.in_features) + "x" +
-                  std::to_string(t.out_features));
-  }
-  EXPECT_EQ(got, (std::vector<std::string>{
-                     "model.layers.0.self_attn.q_proj 8x12", "model.layers.0.self_attn.k_proj 8x6",
-                     "model.layers.0.self_attn.v_proj 8x6", "model.layers.0.self_attn.o_proj 12x8",
-                     "model.layers.0.mlp.gate_proj 8x20", "model.layers.0.mlp.up_proj 8x20",
-                     "model.layers.0.mlp.down_proj 20x8"}));
+  EXPECT_EQ(Describe(all),
+            (std::vector<std::string>{
+                "model.layers.0.self_attn.q_proj 8x12", "model.layers.0.self_attn.k_proj 8x6",
+                "model.layers.0.self_attn.v_proj 8x6", "model.layers.0.self_attn.o_proj 12x8",
+                "model.layers.0.mlp.gate_proj 8x20", "model.layers.0.mlp.up_proj 8x20",
+                "model.layers.0.mlp.down_proj 20x8"}));
 }
 
 TEST(LoraSpecTest, ValidateTargetModules) {
@@ -184,12 +198,11 @@ TEST(PeftAdapterTest, PacksPaddedATransposedScaledBAndLeavesOthersEmpty) {
   ASSERT_EQ(r->a.size(), spec.targets.size());
   ASSERT_EQ(r->bt.size(), spec.targets.size());
   int64_t tq = TargetOf(spec, Attn(0, "q_proj")), tv = TargetOf(spec, Attn(1, "v_proj"));
-  EXPECT_EQ(r->a[tq], PaddedA(q0.first, 4, 4));
-  EXPECT_EQ(r->bt[tq], PaddedBt(q0.second, 2.0f, 2, 4, 4));
-  EXPECT_EQ(r->a[tv], PaddedA(v1.first, 4, 4));
-  EXPECT_EQ(r->bt[tv], PaddedBt(v1.second, 2.0f, 2, 2, 4));
-  // One element by hand: Bᵀ[1][0] = 2 * B[0][1].
-  EXPECT_EQ(r->bt[tq][1 * 4 + 0], 2.0f * q0.second[0 * 2 + 1]);
+  ExpectSlot(*r, spec, Attn(0, "q_proj"), q0, 2.0f, 2);
+  ExpectSlot(*r, spec, Attn(1, "v_proj"), v1, 2.0f, 2);
+  // By hand: A[0][1] = 0.25 + 1/8 - 1; Bᵀ[1][0] = 2 * B[0][1] = 2 * (0.75 + 1/8 - 1).
+  EXPECT_EQ(r->a[tq][0 * 4 + 1], -0.625f);
+  EXPECT_EQ(r->bt[tq][1 * 4 + 0], -0.25f);
   for (size_t t = 0; t < spec.targets.size(); ++t) {
     if (static_cast<int64_t>(t) == tq || static_cast<int64_t>(t) == tv) continue;
     EXPECT_TRUE(r->a[t].empty()) << spec.targets[t].name;
@@ -207,9 +220,8 @@ TEST(PeftAdapterTest, RsLoraScalesByAlphaOverSqrtR) {
   LoraSpec spec = TinySpec();
   Expected<PackedLora> r = LoadPeftAdapter("rs", d.Write(tmp), spec);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  int64_t t = TargetOf(spec, Mlp(1, "down_proj"));
-  EXPECT_EQ(r->a[t], down.first);  // r == R: no padding
-  EXPECT_EQ(r->bt[t], PaddedBt(down.second, 4.0f, 4, 4, 4));
+  EXPECT_EQ(r->a[TargetOf(spec, Mlp(1, "down_proj"))], down.first);  // r == R: no padding
+  ExpectSlot(*r, spec, Mlp(1, "down_proj"), down, 4.0f, 4);
   EXPECT_EQ(r->rank, 4);
   EXPECT_EQ(r->modules, (std::vector<std::string>{"down_proj"}));
 }
@@ -232,16 +244,10 @@ TEST(PeftAdapterTest, RankAndAlphaPatternsMatchLikePeft) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->rank, 3);
   EXPECT_EQ(r->modules, (std::vector<std::string>{"q_proj", "k_proj", "up_proj"}));
-  int64_t t = TargetOf(spec, Attn(1, "q_proj"));
-  EXPECT_EQ(r->a[t], PaddedA(q1.first, 4, 4));
-  EXPECT_EQ(r->bt[t], PaddedBt(q1.second, 2.0f, 3, 4, 4));
-  t = TargetOf(spec, Attn(0, "q_proj"));
-  EXPECT_EQ(r->a[t], PaddedA(q0.first, 4, 4));
-  EXPECT_EQ(r->bt[t], PaddedBt(q0.second, 4.0f, 1, 4, 4));
-  t = TargetOf(spec, Attn(0, "k_proj"));
-  EXPECT_EQ(r->bt[t], PaddedBt(k0.second, 2.0f, 2, 2, 4));
-  t = TargetOf(spec, Mlp(1, "up_proj"));
-  EXPECT_EQ(r->bt[t], PaddedBt(up1.second, 0.5f, 2, 6, 4));
+  ExpectSlot(*r, spec, Attn(1, "q_proj"), q1, 2.0f, 3);
+  ExpectSlot(*r, spec, Attn(0, "q_proj"), q0, 4.0f, 1);
+  ExpectSlot(*r, spec, Attn(0, "k_proj"), k0, 2.0f, 2);
+  ExpectSlot(*r, spec, Mlp(1, "up_proj"), up1, 0.5f, 2);
 }
 
 TEST(PeftAdapterTest, InexactScalingIsAlphaOverRInFloat) {
@@ -270,12 +276,8 @@ TEST(PeftAdapterTest, HalfAndBFloat16ConvertExactly) {
   LoraSpec spec = TinySpec();
   Expected<PackedLora> r = LoadPeftAdapter("half", d.Write(tmp), spec);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  int64_t t = TargetOf(spec, Mlp(0, "gate_proj"));
-  EXPECT_EQ(r->a[t], PaddedA(g.first, 4, 4));
-  EXPECT_EQ(r->bt[t], PaddedBt(g.second, 2.0f, 2, 6, 4));
-  t = TargetOf(spec, Attn(1, "v_proj"));
-  EXPECT_EQ(r->a[t], PaddedA(v.first, 4, 4));
-  EXPECT_EQ(r->bt[t], PaddedBt(v.second, 2.0f, 2, 2, 4));
+  ExpectSlot(*r, spec, Mlp(0, "gate_proj"), g, 2.0f, 2);
+  ExpectSlot(*r, spec, Attn(1, "v_proj"), v, 2.0f, 2);
 }
 
 TEST(PeftAdapterTest, LlavaLayoutsAndUnprefixedNamesMapToTheDecoderTargets) {
@@ -291,19 +293,18 @@ TEST(PeftAdapterTest, LlavaLayoutsAndUnprefixedNamesMapToTheDecoderTargets) {
     auto up = d.AddPair(prefix + ".mlp.up_proj", 2, 4, 6);
     Expected<PackedLora> r = LoadPeftAdapter("llava", d.Write(tmp), spec);
     ASSERT_TRUE(r.ok()) << prefix << ": " << r.status().ToString();
-    EXPECT_EQ(r->a[TargetOf(spec, Attn(1, "q_proj"))], PaddedA(q.first, 4, 4)) << prefix;
-    EXPECT_EQ(r->bt[TargetOf(spec, Attn(1, "q_proj"))], PaddedBt(q.second, 4.0f, 1, 4, 4));
-    EXPECT_EQ(r->bt[TargetOf(spec, Mlp(1, "up_proj"))], PaddedBt(up.second, 2.0f, 2, 6, 4));
+    ExpectSlot(*r, spec, Attn(1, "q_proj"), q, 4.0f, 1);
+    ExpectSlot(*r, spec, Mlp(1, "up_proj"), up, 2.0f, 2);
   }
   // Without the "base_model.model." prefix (vLLM accepts these too).
   TempDir tmp;
   AdapterDir d;
-  std::vector<float> a = Ramp(2 * 4, 0.0f), b = Ramp(4 * 2, 1.0f);
-  d.Add(Attn(0, "q_proj") + ".lora_A.weight", {2, 4}, a);
-  d.Add(Attn(0, "q_proj") + ".lora_B.weight", {4, 2}, b);
+  Pair q = {Ramp(2 * 4, 0.0f), Ramp(4 * 2, 1.0f)};
+  d.Add(Attn(0, "q_proj") + ".lora_A.weight", {2, 4}, q.first);
+  d.Add(Attn(0, "q_proj") + ".lora_B.weight", {4, 2}, q.second);
   Expected<PackedLora> r = LoadPeftAdapter("bare", d.Write(tmp), spec);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->bt[TargetOf(spec, Attn(0, "q_proj"))], PaddedBt(b, 2.0f, 2, 4, 4));
+  ExpectSlot(*r, spec, Attn(0, "q_proj"), q, 2.0f, 2);
 }
 
 TEST(PeftAdapterTest, PackedLayoutRoundTripsThroughTheView) {
