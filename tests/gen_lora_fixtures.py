@@ -326,16 +326,21 @@ def result_entry(d, adapter, pname, ids, gen, margins, agree, logits, tok, base_
     return ent
 
 
-def make_causal(base_name, out):
-    import torch
-    from peft import PeftModel
-    from transformers import AutoTokenizer
+def start_base(base_name, out):
+    """(the base model's directory, a fresh empty lora/<base>/)."""
     print(f"== {base_name}")
-    bdir = os.path.join(FIXTURES, BASES[base_name]["dir"])
     d = os.path.join(out, base_name)
     if os.path.isdir(d):
         shutil.rmtree(d)
     os.makedirs(d)
+    return os.path.join(FIXTURES, BASES[base_name]["dir"]), d
+
+
+def make_causal(base_name, out):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+    bdir, d = start_base(base_name, out)
     tok = AutoTokenizer.from_pretrained(bdir)
     base_ref = gl.read_json(os.path.join(bdir, "reference.json"))
     # --- base (a plain transformers model, no PEFT involved); the random prompt's
@@ -408,17 +413,7 @@ def make_causal(base_name, out):
                      "about": "the base model alone (no adapter): plain transformers, no PEFT",
                      "max_rank": 0, "results": base_results})
 
-    ref = {
-        "format": "xcc-lora-reference/1",
-        "base_model": base_name,
-        "base_model_dir": rel(bdir),
-        "generator": "tests/gen_lora_fixtures.py",
-        "versions": versions(),
-        "compute": compute_prose(),
-        "max_lora_rank": MAX_LORA_RANK,
-        "vocab_size": int(inner.config.vocab_size),
-        "decode_logit_steps": DECODE_LOGIT_STEPS,
-        "init_std": INIT_STD,
+    ref = ref_header(base_name, bdir, inner.config.vocab_size, compute_prose()) | {
         "prompt_seed": prompt_seed,
         "prompts": [{"name": p, "ids": [int(x) for x in ids], "text": tok.decode(ids),
                      "description": desc} for p, ids, desc in prompts],
@@ -526,6 +521,22 @@ def mixed_batch(model, prompts, assignment, d):
     }
 
 
+def ref_header(base_name, bdir, vocab_size, compute):
+    """The first fields of a reference.json."""
+    return {
+        "format": "xcc-lora-reference/1",
+        "base_model": base_name,
+        "base_model_dir": rel(bdir),
+        "generator": "tests/gen_lora_fixtures.py",
+        "versions": versions(),
+        "compute": compute,
+        "max_lora_rank": MAX_LORA_RANK,
+        "vocab_size": int(vocab_size),
+        "decode_logit_steps": DECODE_LOGIT_STEPS,
+        "init_std": INIT_STD,
+    }
+
+
 def compute_prose():
     return {
         "dtype": "float32", "attn_implementation": "eager", "torch_num_threads": 1,
@@ -548,12 +559,7 @@ def compute_prose():
 def make_llava(base_name, out):
     import torch
     from peft import PeftModel
-    print(f"== {base_name}")
-    bdir = os.path.join(FIXTURES, BASES[base_name]["dir"])
-    d = os.path.join(out, base_name)
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
+    bdir, d = start_base(base_name, out)
     lspec = gl.MODELS[base_name]
     base_ref = gl.read_json(os.path.join(bdir, "reference.json"))
     base_cases = {c["name"]: c for c in base_ref["cases"]}
@@ -596,23 +602,13 @@ def make_llava(base_name, out):
         results.append(ent)
         print(f"  {spec['name']:15s} {cname:10s} min_margin={min(margins):.4f} "
               f"distinct={len(set(gen)):2d} greedy={gen[:8]}... base={bgen[:8]}...")
-    ref = {
-        "format": "xcc-lora-reference/1",
-        "base_model": base_name,
-        "base_model_dir": rel(bdir),
-        "generator": "tests/gen_lora_fixtures.py",
-        "versions": versions(),
-        "compute": compute_prose() | {
-            "inputs": ("the cases of the same name in the base model's reference.json (same "
-                       "processor output: input_ids, pixel_values file); the base model's "
-                       "logits / greedy ids are there (cases[].last_logits, greedy_ids)"),
-            "logits": ("no-cache forward of input_ids + greedy_ids[:decode_logit_steps] with "
-                       "the case's pixel_values; rows as for the text models"),
-        },
-        "max_lora_rank": MAX_LORA_RANK,
-        "vocab_size": int(inner.config.text_config.vocab_size),
-        "decode_logit_steps": DECODE_LOGIT_STEPS,
-        "init_std": INIT_STD,
+    ref = ref_header(base_name, bdir, inner.config.text_config.vocab_size, compute_prose() | {
+        "inputs": ("the cases of the same name in the base model's reference.json (same "
+                   "processor output: input_ids, pixel_values file); the base model's "
+                   "logits / greedy ids are there (cases[].last_logits, greedy_ids)"),
+        "logits": ("no-cache forward of input_ids + greedy_ids[:decode_logit_steps] with "
+                   "the case's pixel_values; rows as for the text models"),
+    }) | {
         "prompts": [{"name": c, "input_ids": enc["input_ids"][0].tolist(),
                      "base_reference": rel(os.path.join(bdir, "reference.json")) + "#cases/" + c}
                     for c, enc in encs],
@@ -675,15 +671,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(FIXTURES, "lora"))
     args = ap.parse_args()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    import torch
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
-    from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    gl.setup_torch()
     import warnings
     warnings.filterwarnings("ignore")
     os.makedirs(args.out, exist_ok=True)
