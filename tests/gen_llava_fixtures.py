@@ -966,14 +966,8 @@ def check(out, names):
 
 # ----------------------------------------------------------------------------
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.join(HERE, "fixtures", "llava"))
-    ap.add_argument("--models", nargs="*", default=None,
-                    help=f"subset of models (default: all of {sorted(MODELS)})")
-    ap.add_argument("--check", action="store_true", help="only verify the existing files")
-    args = ap.parse_args()
+def setup_torch():
+    """One thread, deterministic algorithms, seed 0, quiet transformers (no progress bars)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TQDM_DISABLE", "1")
     import torch
@@ -983,6 +977,17 @@ def main():
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(HERE, "fixtures", "llava"))
+    ap.add_argument("--models", nargs="*", default=None,
+                    help=f"subset of models (default: all of {sorted(MODELS)})")
+    ap.add_argument("--check", action="store_true", help="only verify the existing files")
+    args = ap.parse_args()
+    setup_torch()
     names = args.models or list(MODELS)
     if not args.check:
         os.makedirs(args.out, exist_ok=True)
