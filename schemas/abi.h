@@ -65,6 +65,14 @@ inline std::string ExecutableName(ExecutableKind kind, int64_t bucket) {
          std::to_string(bucket);
 }
 
+// A LoRA variant of lm_step (format 1.3) appends its mode: "lm_step_t64_single",
+// "lm_step_t64_mixed"; LoraMode::none keeps the plain name.
+inline std::string ExecutableName(ExecutableKind kind, int64_t bucket, LoraMode lora) {
+  std::string name = ExecutableName(kind, bucket);
+  if (lora != LoraMode::none) name += std::string("_") + EnumNameLoraMode(lora);
+  return name;
+}
+
 // ---------------------------------------------------------------------------
 // Dispatch commands (CommandKind::dispatch)
 
@@ -149,6 +157,27 @@ enum class AttentionParam : int {
 };
 enum class AttentionFParam : int { kScale, kCount };
 enum class AttentionBinding : int { kQ, kK, kV, kOut, kCount };
+
+// lora_shrink: buf[i][r] = x[i] · a[slot(i)][r] for r < rank; rows whose slot is -1
+// get 0 (runtime/kernels/lora.h).
+//   x      [m][k], row stride ldx
+//   a      BindingKind::lora_a of the target: [num_slots][rank][k]
+//   slots  [m] int32 adapter slot per row (-1: none); with mixed = 0 only slots[0] is
+//          read and holds for every row (the single-adapter executable)
+//   buf    [m][rank] f32, row stride ldbuf
+enum class LoraShrinkParam : int { kM, kK, kRank, kNumSlots, kMixed, kLdx, kLdBuf, kCount };
+enum class LoraShrinkFParam : int { kCount };
+enum class LoraShrinkBinding : int { kX, kA, kSlots, kBuf, kCount };
+
+// lora_expand: y[i][:n] += buf[i] · bt[slot(i)] in place; rows whose slot is -1 are
+// left as they are.
+//   buf    [m][rank], row stride ldbuf (lora_shrink's output)
+//   bt     BindingKind::lora_b of the target: [num_slots][rank][n]
+//   slots  as for lora_shrink
+//   y      [m][n], row stride ldy: read and written
+enum class LoraExpandParam : int { kM, kN, kRank, kNumSlots, kMixed, kLdBuf, kLdy, kCount };
+enum class LoraExpandFParam : int { kCount };
+enum class LoraExpandBinding : int { kBuf, kBt, kSlots, kY, kCount };
 
 template <typename Role>
 constexpr int Index(Role r) {
@@ -266,6 +295,38 @@ inline constexpr BindingRole kAttentionBindings[] = {
     {Index(AttentionBinding::kOut), "out", kAlwaysBound},
 };
 
+inline constexpr ParamRole kLoraShrinkIParams[] = {
+    Param(LoraShrinkParam::kM, "m", ParamRule::kPositive),
+    Param(LoraShrinkParam::kK, "k", ParamRule::kPositive),
+    Param(LoraShrinkParam::kRank, "rank", ParamRule::kPositive),
+    Param(LoraShrinkParam::kNumSlots, "num_slots", ParamRule::kPositive),
+    Param(LoraShrinkParam::kMixed, "mixed", ParamRule::kFlag),
+    Param(LoraShrinkParam::kLdx, "ldx"),
+    Param(LoraShrinkParam::kLdBuf, "ldbuf"),
+};
+inline constexpr BindingRole kLoraShrinkBindings[] = {
+    {Index(LoraShrinkBinding::kX), "x", kAlwaysBound},
+    {Index(LoraShrinkBinding::kA), "a", kAlwaysBound},
+    {Index(LoraShrinkBinding::kSlots), "slots", kAlwaysBound},
+    {Index(LoraShrinkBinding::kBuf), "buf", kAlwaysBound},
+};
+
+inline constexpr ParamRole kLoraExpandIParams[] = {
+    Param(LoraExpandParam::kM, "m", ParamRule::kPositive),
+    Param(LoraExpandParam::kN, "n", ParamRule::kPositive),
+    Param(LoraExpandParam::kRank, "rank", ParamRule::kPositive),
+    Param(LoraExpandParam::kNumSlots, "num_slots", ParamRule::kPositive),
+    Param(LoraExpandParam::kMixed, "mixed", ParamRule::kFlag),
+    Param(LoraExpandParam::kLdBuf, "ldbuf"),
+    Param(LoraExpandParam::kLdy, "ldy"),
+};
+inline constexpr BindingRole kLoraExpandBindings[] = {
+    {Index(LoraExpandBinding::kBuf), "buf", kAlwaysBound},
+    {Index(LoraExpandBinding::kBt), "bt", kAlwaysBound},
+    {Index(LoraExpandBinding::kSlots), "slots", kAlwaysBound},
+    {Index(LoraExpandBinding::kY), "y", kAlwaysBound},
+};
+
 // The role enums and tables of each ukernel.
 template <Ukernel U>
 struct UkernelTraits;
@@ -297,6 +358,24 @@ struct UkernelTraits<Ukernel::attention> {
                                                kAttentionFParams, kAttentionBindings};
 };
 
+template <>
+struct UkernelTraits<Ukernel::lora_shrink> {
+  using IParam = LoraShrinkParam;
+  using FParam = LoraShrinkFParam;
+  using Binding = LoraShrinkBinding;
+  static constexpr UkernelSignature kSignature{
+      Ukernel::lora_shrink, kLoraShrinkIParams, {}, kLoraShrinkBindings};
+};
+
+template <>
+struct UkernelTraits<Ukernel::lora_expand> {
+  using IParam = LoraExpandParam;
+  using FParam = LoraExpandFParam;
+  using Binding = LoraExpandBinding;
+  static constexpr UkernelSignature kSignature{
+      Ukernel::lora_expand, kLoraExpandIParams, {}, kLoraExpandBindings};
+};
+
 // The signature of `u`, or nullptr for Ukernel::none and unknown values.
 inline const UkernelSignature* SignatureOf(Ukernel u) {
   switch (u) {
@@ -306,6 +385,10 @@ inline const UkernelSignature* SignatureOf(Ukernel u) {
       return &UkernelTraits<Ukernel::paged_attention>::kSignature;
     case Ukernel::attention:
       return &UkernelTraits<Ukernel::attention>::kSignature;
+    case Ukernel::lora_shrink:
+      return &UkernelTraits<Ukernel::lora_shrink>::kSignature;
+    case Ukernel::lora_expand:
+      return &UkernelTraits<Ukernel::lora_expand>::kSignature;
     default:
       return nullptr;
   }
@@ -355,6 +438,8 @@ constexpr bool SignatureMatchesEnums() {
 static_assert(SignatureMatchesEnums<Ukernel::matmul>());
 static_assert(SignatureMatchesEnums<Ukernel::paged_attention>());
 static_assert(SignatureMatchesEnums<Ukernel::attention>());
+static_assert(SignatureMatchesEnums<Ukernel::lora_shrink>());
+static_assert(SignatureMatchesEnums<Ukernel::lora_expand>());
 
 // Writes one ukernel command by role (the emitter). `B` is the binding type
 // (xpk::Binding in the compiler). The flag iparam of an optional binding is

@@ -352,6 +352,18 @@ Status ValidateBinding(const xpk::Manifest& m, const xpk::Executable& e, const x
                              b->index());
       return Status::Ok();
     }
+    case xpk::BindingKind::lora_a:
+    case xpk::BindingKind::lora_b: {
+      const xpk::LoraConfig* lora = m.lora();
+      if (!lora || e.lora_mode() == xpk::LoraMode::none)
+        return DataLossError(
+            "{}: binds LoRA adapter slots, but {}", label,
+            lora ? "the executable has no LoRA mode" : "the artifact has no LoRA config");
+      if (b->index() >= Count(lora->targets()))
+        return DataLossError("{}: LoRA target {} out of range ({} targets)", label, b->index(),
+                             Count(lora->targets()));
+      return Status::Ok();
+    }
   }
   return DataLossError("{}: unknown binding kind {}", label, static_cast<int>(b->kind()));
 }
@@ -482,6 +494,10 @@ Status ValidateExecutable(const xpk::Manifest& m, uint32_t i) {
   if (*xpk::EnumNameLoraMode(e->lora_mode()) == '\0') {
     return DataLossError("{}: unknown lora mode {}", label, static_cast<int>(e->lora_mode()));
   }
+  if (e->lora_mode() != xpk::LoraMode::none &&
+      (!m.lora() || e->kind() != xpk::ExecutableKind::lm_step))
+    return DataLossError("{}: lora mode {} needs an lm_step executable and a LoRA config", label,
+                         xpk::EnumNameLoraMode(e->lora_mode()));
   if (ExecutableBucket(*e) < 1) {
     return DataLossError("{}: {} bucket parameter is {} (must be >= 1)", label,
                          xpk::EnumNameExecutableKind(e->kind()), ExecutableBucket(*e));
@@ -506,6 +522,53 @@ Status ValidateExecutable(const xpk::Manifest& m, uint32_t i) {
   return Status::Ok();
 }
 
+// Multi-LoRA (format 1.3): the slot geometry, the targets and the packed adapters, each
+// R*(in+out) floats per target in the adapters segment.
+Status ValidateLora(const xpk::Manifest& m) {
+  const xpk::LoraConfig* lora = m.lora();
+  if (!lora) return Status::Ok();
+  if (lora->max_loras() < 1 || lora->max_lora_rank() < 1)
+    return DataLossError("lora: max_loras {} and max_lora_rank {} must be >= 1", lora->max_loras(),
+                         lora->max_lora_rank());
+  if (Count(lora->targets()) == 0) return DataLossError("lora: no targets");
+  uint64_t floats = 0;
+  std::set<std::string_view> names;
+  for (uint32_t t = 0; t < Count(lora->targets()); ++t) {
+    const xpk::LoraTarget* target = lora->targets()->Get(t);
+    if (!target->name() || target->name()->size() == 0 ||
+        !names.insert(target->name()->string_view()).second)
+      return DataLossError("lora target {}: missing or duplicate name", t);
+    if (target->in_features() < 1 || target->out_features() < 1)
+      return DataLossError("lora target '{}': in_features {} / out_features {} must be >= 1",
+                           target->name()->string_view(), target->in_features(),
+                           target->out_features());
+    floats += static_cast<uint64_t>(lora->max_lora_rank()) *
+              static_cast<uint64_t>(target->in_features() + target->out_features());
+  }
+  if (Count(lora->adapters()) == 0) return Status::Ok();
+  if (lora->adapters_segment() >= Count(m.segments()) ||
+      m.segments()->Get(lora->adapters_segment())->kind() != xpk::SegmentKind::adapters)
+    return DataLossError("lora: adapters segment {} is not a segment of kind adapters",
+                         lora->adapters_segment());
+  const uint64_t segment_size = m.segments()->Get(lora->adapters_segment())->size();
+  std::set<std::string_view> adapter_names;
+  for (uint32_t i = 0; i < Count(lora->adapters()); ++i) {
+    const xpk::LoraAdapter* a = lora->adapters()->Get(i);
+    if (!a->name() || a->name()->size() == 0 ||
+        !adapter_names.insert(a->name()->string_view()).second)
+      return DataLossError("lora adapter {}: missing or duplicate name", i);
+    if (a->size() != floats * sizeof(float) || a->offset() % sizeof(float) != 0 ||
+        !RangeWithin(a->offset(), a->size(), segment_size))
+      return DataLossError(
+          "lora adapter '{}': range {} is not {} floats inside the {}-byte adapters segment",
+          a->name()->string_view(), RangeText(a->offset(), a->size()), floats, segment_size);
+    if (a->rank() < 1 || a->rank() > lora->max_lora_rank())
+      return DataLossError("lora adapter '{}': rank {} outside [1, {}]", a->name()->string_view(),
+                           a->rank(), lora->max_lora_rank());
+  }
+  return Status::Ok();
+}
+
 Status ValidateManifest(const xpk::Manifest& m, const FileHeader& h) {
   if (m.format_major() != h.format_major) {
     return DataLossError("manifest format_major {} does not match the header's {}",
@@ -518,6 +581,7 @@ Status ValidateManifest(const xpk::Manifest& m, const FileHeader& h) {
   XRT_RETURN_IF_ERROR(ValidateSegments(m, h));
   for (uint32_t i = 0; i < Count(m.weights()); ++i) XRT_RETURN_IF_ERROR(ValidateWeight(m, i));
   for (uint32_t i = 0; i < Count(m.code()); ++i) XRT_RETURN_IF_ERROR(ValidateCodeModule(m, i));
+  XRT_RETURN_IF_ERROR(ValidateLora(m));
   std::set<std::tuple<uint8_t, uint8_t, int64_t>> buckets;
   for (uint32_t i = 0; i < Count(m.executables()); ++i) {
     XRT_RETURN_IF_ERROR(ValidateExecutable(m, i));
