@@ -78,14 +78,18 @@ struct FormDispatchesPass
                   return xpk::Ukernel::paged_attention;
                 })
                 .Case([](xg::AttentionOp) { return xpk::Ukernel::attention; })
+                .Case(
+                    [](xg::LoraShrinkOp) { return xpk::Ukernel::lora_shrink; })
+                .Case(
+                    [](xg::LoraExpandOp) { return xpk::Ukernel::lora_expand; })
                 .Default([](Operation *) { return std::nullopt; });
         if (ukernel) {
           op.setAttr(xg::kUkernelAttr,
                      StringAttr::get(ctx, xpk::EnumNameUkernel(*ukernel)));
           continue;
         }
-        if (isa<xg::WeightOp, xg::EncoderCacheOp, xg::SplitOp, func::ReturnOp>(
-                op))
+        if (isa<xg::WeightOp, xg::EncoderCacheOp, xg::LoraSlotsOp, xg::SplitOp,
+                func::ReturnOp>(op))
           continue;
         if (!isGeneratedDispatchOp(&op)) {
           op.emitError() << "no code generation for this op";

@@ -52,6 +52,28 @@ def XGPackWeights : Pass<"xcc-xg-pack-weights", "mlir::ModuleOp"> {
   ];
 }
 
+def XGInjectLora : Pass<"xcc-xg-inject-lora", "mlir::ModuleOp"> {
+  let summary = "Adds the single- and mixed-adapter LoRA variants of every lm_step bucket";
+  let description = [{
+    Runs after weight packing. Every bucketed `lm_step_<b>` entry is cloned twice,
+    as `lm_step_<b>_single` and `lm_step_<b>_mixed` (`xg.lora_mode`); the original
+    stays the no-LoRA executable. In a clone, every linear whose weight is (or
+    stacks, for fused q/k/v and gate/up) a target module's weight gets, per target
+    slice, an `xg.lora_shrink` of the linear's input through that target's
+    `xg.lora_slots` A matrices and an `xg.lora_expand` of the slice through its B
+    matrices, indexed by the `lora_slot` argument (`mixed`: per token; single: one
+    slot for every token). Target modules are the short names `q_proj`, `k_proj`,
+    `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` under
+    `model.layers.<i>.`; a target list naming anything else is an error, and so is
+    a target that matches no linear.
+  }];
+  let options = [
+    Option<"numSlots", "num-slots", "int64_t", /*default=*/"0", "adapter slots (max_loras)">,
+    Option<"rank", "rank", "int64_t", /*default=*/"0", "max_lora_rank">,
+    ListOption<"targetModules", "target-modules", "std::string", "short module names">,
+  ];
+}
+
 def XGPlanMemory : Pass<"xcc-xg-plan-memory", "mlir::func::FuncOp"> {
   let summary = "Assigns every intermediate tensor a static arena range by liveness";
   let description = [{
@@ -77,8 +99,9 @@ def XGPlanMemory : Pass<"xcc-xg-plan-memory", "mlir::func::FuncOp"> {
 def XGFormDispatches : Pass<"xcc-xg-form-dispatches", "mlir::ModuleOp"> {
   let summary = "Splits planned entry functions into ukernel calls and generated dispatch functions";
   let description = [{
-    Runs after memory planning. Matmul-class ops (`xg.linear`, `xg.paged_attention`)
-    become runtime microkernel calls (`xg.ukernel` attribute). Every other op is
+    Runs after memory planning. Matmul-class ops (`xg.linear`, `xg.paged_attention`,
+    `xg.attention`, `xg.lora_shrink`, `xg.lora_expand`) become runtime microkernel
+    calls (`xg.ukernel` attribute). Every other op is
     outlined into a dispatch function on flat, statically shaped memrefs: one
     argument per operand and then per result (a pointer to the first element of
     the tensor, which may be a strided view), then the workgroup range

@@ -120,6 +120,21 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
       }
       buffers[v] = ownBuffer(v, BufferSpace::io, *offset);
       func.setResultAttr(i, kIoAttr, buffers[v]);
+      // lora_expand updates its input in place: the tensor it updates is
+      // computed into the result's io range directly.
+      for (auto expand = v.getDefiningOp<LoraExpandOp>(); expand;
+           expand = expand.getInput().getDefiningOp<LoraExpandOp>()) {
+        Value in = expand.getInput();
+        Operation *producer = in.getDefiningOp();
+        if (!producer || isa<SplitOp, WeightOp, EncoderCacheOp>(producer) ||
+            !in.hasOneUse()) {
+          expand.emitError() << "cannot update a view, an argument or a "
+                                "shared tensor in place as result "
+                             << i;
+          return signalPassFailure();
+        }
+        buffers[in] = buffers[v];
+      }
     }
 
     for (BlockArgument arg : func.getArguments()) {
@@ -149,6 +164,8 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
       if (auto split = dyn_cast<SplitOp>(op))
         for (Value r : split.getResults())
           rootOf[r] = root(split.getInput());
+      if (auto expand = dyn_cast<LoraExpandOp>(op))
+        rootOf[expand.getResult()] = root(expand.getInput());
       for (Value r : op.getResults())
         lastUse[root(r)] = std::max(lastUse[root(r)], index[&op]);
       for (Value in : op.getOperands())
@@ -166,7 +183,7 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
         arena.release(p.second);
         return true;
       });
-      if (isa<WeightOp, EncoderCacheOp>(op) || &op == terminator)
+      if (isa<WeightOp, EncoderCacheOp, LoraSlotsOp>(op) || &op == terminator)
         continue;
       SmallVector<Attribute> attrs;
       if (auto split = dyn_cast<SplitOp>(op)) {
@@ -182,15 +199,33 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
                               base.getSize(), base.getRowStride(), col);
           col += rowLength(r);
         }
+      } else if (auto expand = dyn_cast<LoraExpandOp>(op)) {
+        // In place: the result is its input's storage (a view when the input
+        // is one), so the input may have no other user.
+        Value in = expand.getInput();
+        if (!in.hasOneUse() || !buffers.count(in)) {
+          op.emitError() << "lora_expand updates its input in place, so the "
+                            "input must have a buffer and no other user";
+          return signalPassFailure();
+        }
+        buffers[expand.getResult()] = buffers[in];
       } else {
         // A linear whose accumulator dies here writes its result in place.
+        // The accumulator must own its whole buffer: not a split view (its
+        // siblings share the storage), but possibly a chain of in-place
+        // lora_expand updates of a tensor that does.
         if (auto lin = dyn_cast<LinearOp>(op)) {
           Value acc = lin.getAccumulator();
           Value r = lin.getResult();
-          if (acc && !buffers.count(r) && root(acc) == acc &&
+          auto ownsBuffer = [&](Value v) {
+            while (auto expand = v.getDefiningOp<LoraExpandOp>())
+              v = expand.getInput();
+            return root(v) == v;
+          };
+          if (acc && !buffers.count(r) && ownsBuffer(acc) &&
               buffers.count(acc) &&
               buffers[acc].getSpace() == BufferSpace::arena &&
-              lastUse.lookup(acc) == i && acc.getType() == r.getType()) {
+              lastUse.lookup(root(acc)) == i && acc.getType() == r.getType()) {
             buffers[r] = buffers[acc];
             for (auto &p : pendingFree)
               if (p.second == buffers[acc].getOffset())

@@ -89,6 +89,12 @@ LogicalResult XGDialect::verifyOperationAttribute(Operation *op,
     return expectKind<UnitAttr>(value, "a unit attribute", emit);
   if (name == kBucketParamAttr || name == kUkernelAttr)
     return expectKind<StringAttr>(value, "a string", emit);
+  if (name == kLoraModeAttr) {
+    auto mode = dyn_cast<StringAttr>(value);
+    if (!mode || (mode.getValue() != "single" && mode.getValue() != "mixed"))
+      return emit() << "must be \"single\" or \"mixed\", got " << value;
+    return success();
+  }
   if (name == kBucketAttr || name == kWorkgroupsAttr)
     return expectI64(value, 1, emit);
   if (name == kArenaSizeAttr || name == kIoSizeAttr)

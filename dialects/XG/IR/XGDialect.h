@@ -23,6 +23,8 @@ inline constexpr llvm::StringLiteral kNameAttr =
     XGDialect::NameAttrHelper::getNameStr();
 inline constexpr llvm::StringLiteral kBucketAttr =
     XGDialect::BucketAttrHelper::getNameStr();
+inline constexpr llvm::StringLiteral kLoraModeAttr =
+    XGDialect::LoraModeAttrHelper::getNameStr();
 inline constexpr llvm::StringLiteral kArenaSizeAttr =
     XGDialect::ArenaSizeAttrHelper::getNameStr();
 inline constexpr llvm::StringLiteral kIoSizeAttr =

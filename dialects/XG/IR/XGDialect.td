@@ -38,6 +38,9 @@ def XG_Dialect : Dialect {
     "::mlir::StringAttr":$name,
     // Entry functions after bucket specialization: i64 bucket value.
     "::mlir::IntegerAttr":$bucket,
+    // LoRA variants of lm_step (xcc-xg-inject-lora): "single" | "mixed" (the
+    // name of an xpk::LoraMode); an entry without it is the no-LoRA executable.
+    "::mlir::StringAttr":$lora_mode,
     // After memory planning: entry function i64 sizes of the arena and of the
     // io buffer (bytes), the io placement of each argument and result, and the
     // placement of each result of every op (one #xg.buffer per result).

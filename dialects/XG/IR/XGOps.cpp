@@ -556,6 +556,82 @@ LogicalResult MergeRowsOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Multi-LoRA
+//===----------------------------------------------------------------------===//
+
+LogicalResult LoraSlotsOp::verify() {
+  auto type = getResult().getType();
+  if (!type.hasStaticShape() || type.getRank() != 3)
+    return emitOpError() << "adapter slots must be a static rank-3 tensor "
+                            "[num_slots, rank, features], got "
+                         << type;
+  if (getMatrix() != "a" && getMatrix() != "b")
+    return emitOpError() << "matrix must be \"a\" or \"b\", got \""
+                         << getMatrix() << "\"";
+  if (getTarget().empty())
+    return emitOpError() << "needs a target module";
+  return success();
+}
+
+// The adapter slots `slots` of a LoRA op, when produced by xg.lora_slots.
+static LoraSlotsOp slotsOp(Value v) { return v.getDefiningOp<LoraSlotsOp>(); }
+
+LogicalResult LoraShrinkOp::inferReturnTypes(MLIRContext *ctx,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
+      failed(expectRank(loc, adaptor.getA(), 3, "a")) ||
+      failed(expectRank(loc, adaptor.getSlots(), 1, "slots")))
+    return failure();
+  auto x = shapeOf(adaptor.getInput());
+  auto a = shapeOf(adaptor.getA());
+  if (failed(expectDim(loc, a[2], x[1], "a features")) ||
+      failed(
+          expectDim(loc, shapeOf(adaptor.getSlots())[0], x[0], "slots size")))
+    return failure();
+  inferred.push_back(
+      RankedTensorType::get({x[0], a[1]}, Float32Type::get(ctx)));
+  return success();
+}
+
+LogicalResult LoraShrinkOp::verify() {
+  if (auto a = slotsOp(getA()); a && a.getMatrix() != "a")
+    return emitOpError() << "reads the \"" << a.getMatrix() << "\" slots of '"
+                         << a.getTarget() << "', expected \"a\"";
+  return success();
+}
+
+LogicalResult LoraExpandOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
+      failed(expectRank(loc, adaptor.getShrunk(), 2, "shrunk")) ||
+      failed(expectRank(loc, adaptor.getBt(), 3, "bt")) ||
+      failed(expectRank(loc, adaptor.getSlots(), 1, "slots")))
+    return failure();
+  auto y = shapeOf(adaptor.getInput());
+  auto s = shapeOf(adaptor.getShrunk());
+  auto bt = shapeOf(adaptor.getBt());
+  if (failed(expectDim(loc, s[0], y[0], "shrunk rows")) ||
+      failed(expectDim(loc, bt[1], s[1], "bt rank")) ||
+      failed(expectDim(loc, bt[2], y[1], "bt features")) ||
+      failed(
+          expectDim(loc, shapeOf(adaptor.getSlots())[0], y[0], "slots size")))
+    return failure();
+  inferred.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult LoraExpandOp::verify() {
+  if (auto b = slotsOp(getBt()); b && b.getMatrix() != "b")
+    return emitOpError() << "reads the \"" << b.getMatrix() << "\" slots of '"
+                         << b.getTarget() << "', expected \"b\"";
+  return success();
+}
+
 } // namespace xcc::xg
 
 #define GET_OP_CLASSES

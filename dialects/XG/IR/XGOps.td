@@ -361,4 +361,68 @@ def XG_MergeRowsOp : XG_InferOp<"merge_rows"> {
   let assemblyFormat = "$embeds `,` $source `,` $cache attr-dict `:` type(operands) `->` type($result)";
 }
 
+//===----------------------------------------------------------------------===//
+// Multi-LoRA
+//===----------------------------------------------------------------------===//
+
+def XG_LoraSlotsOp : XG_Op<"lora_slots", [Pure]> {
+  let summary = "the runtime's adapter slots of one LoRA target, as a tensor";
+  let description = [{
+    The `[num_slots, rank, features]` f32 adapter matrices the runtime keeps for the
+    module `target` (a decoder module path): `matrix = "a"` holds each slot's
+    lora_A (`features` = in_features), `matrix = "b"` its `(scaling * lora_B)^T`
+    (`features` = out_features); rows past an adapter's own rank are zero. Like the
+    KV cache it is runtime state: adapters are loaded into slots while serving,
+    without recompiling.
+
+    ```mlir
+    %a = xg.lora_slots {target = "model.layers.0.self_attn.q_proj", matrix = "a"}
+           : tensor<4x8x64xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$target, StrAttr:$matrix);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def XG_LoraShrinkOp : XG_InferOp<"lora_shrink"> {
+  let summary = "x times the A matrix of each row's adapter slot";
+  let description = [{
+    `result[i] = x[i] * a[slot(i)]^T`, `[num_tokens, rank]` f32; rows whose slot is
+    -1 are 0. With `mixed` every row reads its own `slots[i]`; without it every
+    row uses `slots[0]` (the executable for a batch with one adapter).
+
+    ```mlir
+    %s = xg.lora_shrink %x, %a, %slots {mixed}
+           : tensor<16x64xf32>, tensor<4x8x64xf32>, tensor<16xi32> -> tensor<16x8xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, XG_F32Tensor:$a, XG_I32Tensor:$slots,
+                       UnitAttr:$mixed);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $a `,` $slots attr-dict `:` type(operands) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def XG_LoraExpandOp : XG_InferOp<"lora_expand"> {
+  let summary = "adds the shrunk rows times the B matrix of each row's adapter slot";
+  let description = [{
+    `result[i] = y[i] + shrunk[i] * bt[slot(i)]`; rows whose slot is -1 are `y[i]`.
+    Memory planning writes the result in place over `y`, which must have no other
+    user (it may be a column slice of a fused q/k/v or gate/up output).
+
+    ```mlir
+    %y2 = xg.lora_expand %y, %s, %bt, %slots {mixed}
+            : tensor<16x64xf32>, tensor<16x8xf32>, tensor<4x8x64xf32>, tensor<16xi32>
+            -> tensor<16x64xf32>
+    ```
+  }];
+  let arguments = (ins XG_F32Tensor:$input, XG_F32Tensor:$shrunk, XG_F32Tensor:$bt,
+                       XG_I32Tensor:$slots, UnitAttr:$mixed);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $shrunk `,` $bt `,` $slots attr-dict `:` type(operands) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 #endif  // XCC_DIALECTS_XG_IR_XGOPS_TD
