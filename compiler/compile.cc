@@ -33,6 +33,7 @@
 #include "runtime/engine/bucket_table.h"
 #include "runtime/kernels/matmul.h"
 #include "runtime/loader/file_header.h"
+#include "runtime/lora/peft_adapter.h"
 #include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
 
@@ -78,6 +79,7 @@ struct ExecutableDesc {
   std::string name;
   xpk::ExecutableKind kind;
   int64_t num_tokens = 0, num_reqs = 0, num_images = 0;
+  xpk::LoraMode lora_mode = xpk::LoraMode::none;
   std::vector<TensorDesc> inputs, outputs;
   uint64_t io_size = 0, arena_size = 0;
   std::vector<CommandDesc> commands;
@@ -120,8 +122,14 @@ std::string LabelOf(Operation* op) {
 
 class Emitter {
  public:
-  Emitter(const CompileOptions& o, int64_t maxNumSeqs, int64_t maxBlocksPerReq, int64_t blockSize)
-      : o_(o), maxNumSeqs_(maxNumSeqs), maxBlocksPerReq_(maxBlocksPerReq), blockSize_(blockSize) {}
+  // `loraTargets`: the LoRA target modules in Manifest.lora.targets order (the index
+  // lora_a / lora_b bindings carry), with their in/out features.
+  Emitter(const CompileOptions& o, int64_t maxNumSeqs, int64_t maxBlocksPerReq, int64_t blockSize,
+          const std::vector<xrt::LoraTarget>& loraTargets)
+      : o_(o), maxNumSeqs_(maxNumSeqs), maxBlocksPerReq_(maxBlocksPerReq), blockSize_(blockSize) {
+    for (size_t i = 0; i < loraTargets.size(); ++i)
+      loraTargetIndex_[loraTargets[i].name] = {static_cast<uint32_t>(i), &loraTargets[i]};
+  }
 
   Status Run(ModuleOp module) {
     for (auto fn : module.getOps<func::FuncOp>())
@@ -178,6 +186,7 @@ class Emitter {
     auto t = cast<RankedTensorType>(v.getType());
     if (v.getDefiningOp<xg::EncoderCacheOp>())
       return xpk::Binding(xpk::BindingKind::encoder_cache, 0, 0, 0);
+    if (auto slots = v.getDefiningOp<xg::LoraSlotsOp>()) return LoraSlotsBinding(slots);
     if (auto w = v.getDefiningOp<xg::WeightOp>()) {
       XRT_ASSIGN_OR_RETURN(uint32_t index, WeightIndex(w));
       return xpk::Binding(xpk::BindingKind::weight, index, 0, 0);
@@ -193,6 +202,25 @@ class Emitter {
         b.getSpace() == xg::BufferSpace::io ? xpk::BindingKind::io : xpk::BindingKind::arena;
     return xpk::Binding(kind, 0, static_cast<uint64_t>(b.getOffset() + b.getColOffset() * elem),
                         static_cast<uint64_t>(b.getSpannedElements(t) * elem));
+  }
+
+  // The runtime's adapter slots of a LoRA target: its index in Manifest.lora.targets,
+  // checked against the shapes the compiled spec gives it.
+  Expected<xpk::Binding> LoraSlotsBinding(xg::LoraSlotsOp op) {
+    const std::string target = op.getTarget().str();
+    auto it = loraTargetIndex_.find(target);
+    if (it == loraTargetIndex_.end())
+      return xrt::InternalError("LoRA target '{}' is not in the artifact's target list", target);
+    const bool isA = op.getMatrix() == "a";
+    auto shape = op.getType().getShape();
+    const xrt::LoraTarget& t = *it->second.second;
+    const int64_t features = isA ? t.in_features : t.out_features;
+    if (shape[0] != o_.max_loras || shape[1] != o_.max_lora_rank || shape[2] != features)
+      return xrt::InternalError("LoRA slots of '{}' are {}x{}x{}, expected {}x{}x{}", target,
+                                shape[0], shape[1], shape[2], o_.max_loras, o_.max_lora_rank,
+                                features);
+    return xpk::Binding(isA ? xpk::BindingKind::lora_a : xpk::BindingKind::lora_b, it->second.first,
+                        0, 0);
   }
 
   template <xpk::Ukernel U>
@@ -295,6 +323,47 @@ class Emitter {
     return Finish(op, u);
   }
 
+  Expected<CommandDesc> EmitLoraShrink(xg::LoraShrinkOp op) {
+    using P = xpk::abi::LoraShrinkParam;
+    using B = xpk::abi::LoraShrinkBinding;
+    UkernelCommand<xpk::Ukernel::lora_shrink> u;
+    for (auto [role, v] : {std::pair{B::kX, op.getInput()},
+                           {B::kA, op.getA()},
+                           {B::kSlots, op.getSlots()},
+                           {B::kBuf, op.getResult()}})
+      XRT_RETURN_IF_ERROR(Bind(u, role, v));
+    auto a = op.getA().getType().getShape();
+    u.Set(P::kM, op.getInput().getType().getDimSize(0));
+    u.Set(P::kK, a[2]);
+    u.Set(P::kRank, a[1]);
+    u.Set(P::kNumSlots, a[0]);
+    u.Set(P::kMixed, op.getMixed() ? 1 : 0);
+    u.Set(P::kLdx, RowStride(op.getInput()));
+    u.Set(P::kLdBuf, RowStride(op.getResult()));
+    return Finish(op, u);
+  }
+
+  Expected<CommandDesc> EmitLoraExpand(xg::LoraExpandOp op) {
+    using P = xpk::abi::LoraExpandParam;
+    using B = xpk::abi::LoraExpandBinding;
+    UkernelCommand<xpk::Ukernel::lora_expand> u;
+    // In place: the result's placement is the input's (memory planning).
+    for (auto [role, v] : {std::pair{B::kBuf, op.getShrunk()},
+                           {B::kBt, op.getBt()},
+                           {B::kSlots, op.getSlots()},
+                           {B::kY, op.getResult()}})
+      XRT_RETURN_IF_ERROR(Bind(u, role, v));
+    auto bt = op.getBt().getType().getShape();
+    u.Set(P::kM, op.getInput().getType().getDimSize(0));
+    u.Set(P::kN, bt[2]);
+    u.Set(P::kRank, bt[1]);
+    u.Set(P::kNumSlots, bt[0]);
+    u.Set(P::kMixed, op.getMixed() ? 1 : 0);
+    u.Set(P::kLdBuf, RowStride(op.getShrunk()));
+    u.Set(P::kLdy, RowStride(op.getResult()));
+    return Finish(op, u);
+  }
+
   // An op FormDispatches marked `xg.ukernel`: the command of that ukernel.
   Expected<CommandDesc> EmitUkernel(Operation* op, StringAttr name) {
     std::optional<xpk::Ukernel> ukernel = xpk::abi::UkernelNamed(name.getValue());
@@ -312,6 +381,12 @@ class Emitter {
       case xpk::Ukernel::attention:
         if (auto att = dyn_cast<xg::AttentionOp>(op)) return EmitDenseAttention(att);
         return mismatch(xg::AttentionOp::getOperationName());
+      case xpk::Ukernel::lora_shrink:
+        if (auto s = dyn_cast<xg::LoraShrinkOp>(op)) return EmitLoraShrink(s);
+        return mismatch(xg::LoraShrinkOp::getOperationName());
+      case xpk::Ukernel::lora_expand:
+        if (auto x = dyn_cast<xg::LoraExpandOp>(op)) return EmitLoraExpand(x);
+        return mismatch(xg::LoraExpandOp::getOperationName());
       default:
         return xrt::InternalError("'{}': unknown ukernel '{}'", LabelOf(op), name.getValue().str());
     }
@@ -347,8 +422,17 @@ class Emitter {
     if (!bucket || !param)
       return xrt::InternalError("entry '{}' is not specialized", fn.getSymName().str());
     // The model builder names each entry function after its executable kind;
-    // bucket specialization appends "_<bucket>".
-    StringRef base = fn.getSymName().take_front(fn.getSymName().rfind('_'));
+    // bucket specialization appends "_<bucket>", LoRA injection "_<mode>".
+    StringRef sym = fn.getSymName();
+    if (auto mode = fn->getAttrOfType<StringAttr>(xg::kLoraModeAttr)) {
+      std::optional<xpk::LoraMode> m =
+          xpk::abi::EnumNamed(xpk::EnumValuesLoraMode(), xpk::EnumNameLoraMode, mode.getValue());
+      if (!m || !sym.consume_back(("_" + mode.getValue()).str()))
+        return xrt::InternalError("entry '{}' has LoRA mode '{}'", sym.str(),
+                                  mode.getValue().str());
+      e.lora_mode = *m;
+    }
+    StringRef base = sym.take_front(sym.rfind('_'));
     std::optional<xpk::ExecutableKind> kind = xpk::abi::ExecutableKindNamed(base);
     if (kind == xpk::ExecutableKind::lm_step) {
       e.num_tokens = bucket.getInt();
@@ -361,7 +445,7 @@ class Emitter {
       return xrt::InternalError("unknown entry function '{}'", fn.getSymName().str());
     }
     e.kind = *kind;
-    e.name = xpk::abi::ExecutableName(e.kind, bucket.getInt());
+    e.name = xpk::abi::ExecutableName(e.kind, bucket.getInt(), e.lora_mode);
     e.io_size = fn->getAttrOfType<IntegerAttr>(xg::kIoSizeAttr).getInt();
     e.arena_size = fn->getAttrOfType<IntegerAttr>(xg::kArenaSizeAttr).getInt();
     auto tensor = [&](Type type, StringAttr name, xg::BufferAttr io) -> Expected<TensorDesc> {
@@ -396,7 +480,8 @@ class Emitter {
         c = EmitUkernel(&op, ukernel);
       } else if (op.hasAttr(xg::kDispatchAttr)) {
         c = EmitDispatch(&op);
-      } else if (isa<xg::WeightOp, xg::EncoderCacheOp, xg::SplitOp, func::ReturnOp>(op)) {
+      } else if (isa<xg::WeightOp, xg::EncoderCacheOp, xg::LoraSlotsOp, xg::SplitOp,
+                     func::ReturnOp>(op)) {
         continue;
       } else {
         return xrt::InternalError("op '{}' has no command", LabelOf(&op));
@@ -415,6 +500,7 @@ class Emitter {
   std::map<std::string, uint32_t> weightIndex_;
   std::set<std::string> weightNames_;
   std::vector<ExecutableDesc> executables_;
+  std::map<std::string, std::pair<uint32_t, const xrt::LoraTarget*>> loraTargetIndex_;
 };
 
 // ---------------------------------------------------------------------------
@@ -448,6 +534,7 @@ std::string InputRole(const std::string& path) {
     return path.size() >= suffix.size() &&
            path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
+  if (ends("adapter_config.json") || ends("adapter_model.safetensors")) return "adapter";
   if (ends(".gguf")) return "gguf";
   if (ends(".safetensors")) return "weights";
   if (ends("tokenizer.json") || ends("tokenizer_config.json")) return "tokenizer";
@@ -559,6 +646,33 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
           vision->tokens_per_image());
   }
 
+  // Multi-LoRA: the targets the variants have adapter slots for, and the adapters packed
+  // into the artifact (validated against them).
+  xrt::LoraSpec loraSpec;
+  std::vector<xrt::PackedLora> packedLoras;
+  if (o.enable_lora) {
+    if (o.max_loras < 1)
+      return xrt::InvalidArgumentError("--max-loras must be >= 1, got {}", o.max_loras);
+    if (o.max_lora_rank < 1)
+      return xrt::InvalidArgumentError("--max-lora-rank must be >= 1, got {}", o.max_lora_rank);
+    std::vector<std::string> modules = o.lora_target_modules;
+    if (modules.empty()) modules = xrt::AllLoraTargetModules();
+    XRT_RETURN_IF_ERROR(
+        xrt::ValidateLoraTargetModules(modules).WithContext("--lora-target-modules"));
+    loraSpec = xrt::MakeLoraSpec(cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size,
+                                 cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+                                 o.max_lora_rank, modules);
+    std::set<std::string> names;
+    for (const auto& [name, path] : o.lora_modules) {
+      if (!names.insert(name).second)
+        return xrt::InvalidArgumentError("--lora-modules: adapter name '{}' is given twice", name);
+      XRT_ASSIGN_OR_RETURN(xrt::PackedLora lora, xrt::LoadPeftAdapter(name, path, loraSpec));
+      packedLoras.push_back(std::move(lora));
+    }
+  } else if (!o.lora_modules.empty() || !o.lora_target_modules.empty()) {
+    return xrt::InvalidArgumentError("--lora-modules / --lora-target-modules need --enable-lora");
+  }
+
   // Graph.
   MLIRContext ctx;
   LoadPipelineDialects(&ctx);
@@ -577,6 +691,11 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   po.req_buckets = reqBuckets;
   po.image_buckets = imageBuckets;
   po.pack_nr = xrt::kPackNR;
+  if (o.enable_lora) {
+    po.lora_slots = o.max_loras;
+    po.lora_rank = o.max_lora_rank;
+    po.lora_target_modules = loraSpec.target_modules;
+  }
   po.dump_ir_after = o.dump_ir_after;
   progress(fmt::format("specializing {} token buckets ({}) and {} request buckets ({})",
                        tokenBuckets.size(), JoinInts(tokenBuckets), reqBuckets.size(),
@@ -584,7 +703,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   if (failed(RunGraphPipeline(*module, po)))
     return xrt::InternalError("graph pipeline failed:\n{}", diags.text());
 
-  Emitter emitter(o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size);
+  Emitter emitter(o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size, loraSpec.targets);
   XRT_RETURN_IF_ERROR(emitter.Run(*module));
 
   // Code.
@@ -611,6 +730,21 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
       writer.AddSegment(xpk::SegmentKind::code, std::vector<uint8_t>(code.shared_object.begin(),
                                                                      code.shared_object.end())));
 
+  // Packed adapters: one segment, each adapter a contiguous range of it.
+  std::vector<std::pair<uint64_t, uint64_t>> loraRanges;  // (offset, size) bytes
+  uint32_t adapters_segment = 0;
+  if (!packedLoras.empty()) {
+    const int64_t floats = xrt::PackedLoraFloats(loraSpec);
+    std::vector<uint8_t> bytes(packedLoras.size() * floats * sizeof(float));
+    for (size_t i = 0; i < packedLoras.size(); ++i) {
+      xrt::WritePackedLora(packedLoras[i], loraSpec,
+                           reinterpret_cast<float*>(bytes.data()) + i * floats);
+      loraRanges.push_back({i * floats * sizeof(float), floats * sizeof(float)});
+    }
+    XRT_ASSIGN_OR_RETURN(adapters_segment,
+                         writer.AddSegment(xpk::SegmentKind::adapters, std::move(bytes)));
+  }
+
   xrt::ArtifactProvenance prov;
   prov.compiler_version = kXccVersion;
   prov.llvm_version = LLVM_VERSION_STRING;
@@ -630,7 +764,23 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     prov.options.push_back({"encoder_cache_rows", std::to_string(encoderBudget.cache_rows)});
     prov.options.push_back({"max_images_per_prompt", std::to_string(o.max_images_per_prompt)});
   }
-  for (const std::string& path : source->input_files()) {
+  if (o.enable_lora) {
+    prov.options.push_back({"max_loras", std::to_string(o.max_loras)});
+    prov.options.push_back({"max_lora_rank", std::to_string(o.max_lora_rank)});
+    std::string modules;
+    for (const std::string& m : loraSpec.target_modules)
+      modules += (modules.empty() ? "" : ",") + m;
+    prov.options.push_back({"lora_target_modules", modules});
+    std::string adapters;
+    for (const auto& [name, path] : o.lora_modules)
+      adapters += (adapters.empty() ? "" : ",") + name + "=" + path;
+    prov.options.push_back({"lora_modules", adapters});
+  }
+  std::vector<std::string> inputFiles = source->input_files();
+  for (const auto& [name, path] : o.lora_modules)
+    for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
+      inputFiles.push_back(path + "/" + f);
+  for (const std::string& path : inputFiles) {
     XRT_ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
     xrt::ArtifactProvenance::Input in;
     in.path = path;
@@ -662,7 +812,8 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     auto tokenizer = BuildTokenizer(fbb, tok);
     auto limits = xpk::CreateServingLimits(
         fbb, o.limits.max_num_seqs, o.limits.max_num_batched_tokens, maxModelLen,
-        o.limits.block_size, maxBlocksPerReq, vision ? o.max_images_per_prompt : 0, 0, 0);
+        o.limits.block_size, maxBlocksPerReq, vision ? o.max_images_per_prompt : 0,
+        o.enable_lora ? o.max_loras : 0, o.enable_lora ? o.max_lora_rank : 0);
     std::vector<flatbuffers::Offset<xpk::Weight>> weights;
     for (const WeightDesc& w : emitter.weights())
       weights.push_back(xpk::CreateWeight(
@@ -695,15 +846,33 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
             fbb, c.kind, c.function, c.ukernel, c.workgroups, fbb.CreateVectorOfStructs(c.bindings),
             c.iparams.empty() ? 0 : fbb.CreateVector(c.iparams),
             c.fparams.empty() ? 0 : fbb.CreateVector(c.fparams), fbb.CreateString(c.label)));
-      exes.push_back(xpk::CreateExecutable(
-          fbb, fbb.CreateString(e.name), e.kind, e.num_tokens, e.num_reqs, e.num_images,
-          xpk::LoraMode::none, inputs, outputs, e.io_size, e.arena_size, fbb.CreateVector(cmds)));
+      exes.push_back(xpk::CreateExecutable(fbb, fbb.CreateString(e.name), e.kind, e.num_tokens,
+                                           e.num_reqs, e.num_images, e.lora_mode, inputs, outputs,
+                                           e.io_size, e.arena_size, fbb.CreateVector(cmds)));
     }
     auto provenance = BuildProvenance(fbb, prov);
+    flatbuffers::Offset<xpk::LoraConfig> lora = 0;
+    if (o.enable_lora) {
+      std::vector<flatbuffers::Offset<xpk::LoraTarget>> targets;
+      for (const xrt::LoraTarget& t : loraSpec.targets)
+        targets.push_back(
+            xpk::CreateLoraTarget(fbb, fbb.CreateString(t.name), t.in_features, t.out_features));
+      std::vector<flatbuffers::Offset<xpk::LoraAdapter>> adapters;
+      for (size_t i = 0; i < packedLoras.size(); ++i) {
+        const xrt::PackedLora& p = packedLoras[i];
+        adapters.push_back(xpk::CreateLoraAdapter(
+            fbb, fbb.CreateString(p.name), fbb.CreateString(p.path), p.rank,
+            fbb.CreateVectorOfStrings(p.modules), fbb.CreateString(p.base_model_name_or_path),
+            loraRanges[i].first, loraRanges[i].second));
+      }
+      lora = xpk::CreateLoraConfig(
+          fbb, o.max_loras, o.max_lora_rank, fbb.CreateVectorOfStrings(loraSpec.target_modules),
+          fbb.CreateVector(targets), fbb.CreateVector(adapters), adapters_segment);
+    }
     return xpk::CreateManifest(fbb, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor, config, tokenizer,
                                limits, segments, fbb.CreateVector(weights),
                                fbb.CreateVector(std::vector{code_module_fb}),
-                               fbb.CreateVector(exes), provenance);
+                               fbb.CreateVector(exes), provenance, lora);
   };
   progress("writing " + o.output_path);
   XRT_RETURN_IF_ERROR(writer.WriteToFile(o.output_path, build));

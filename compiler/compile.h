@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/base/status.h"
@@ -26,6 +27,15 @@ struct CompileOptions {
   std::vector<int64_t> image_buckets;
   int64_t encoder_cache_rows = 0;
   int64_t max_images_per_prompt = 8;
+  // Multi-LoRA: with enable_lora every lm_step bucket also gets a single-adapter and
+  // a mixed-adapter executable with max_loras adapter slots of rank max_lora_rank on
+  // lora_target_modules (short PEFT names; empty: all seven). lora_modules are
+  // PEFT adapter directories packed into the artifact (name, path).
+  bool enable_lora = false;
+  int64_t max_loras = 1;
+  int64_t max_lora_rank = 16;
+  std::vector<std::string> lora_target_modules;
+  std::vector<std::pair<std::string, std::string>> lora_modules;
   std::string target = "host";
   std::vector<std::string> dump_ir_after;
   bool quiet = false;  // no progress / summary on stderr

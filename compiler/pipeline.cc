@@ -50,6 +50,13 @@ LogicalResult RunGraphPipeline(ModuleOp module, const PipelineOptions& options) 
   pack.packNr = options.pack_nr;
   pm.addPass(createXGPackWeights(pack));
   pm.addPass(createCSEPass());
+  if (options.lora_slots > 0) {
+    XGInjectLoraOptions lora;
+    lora.numSlots = options.lora_slots;
+    lora.rank = options.lora_rank;
+    lora.targetModules = options.lora_target_modules;
+    pm.addPass(createXGInjectLora(lora));
+  }
   pm.addNestedPass<func::FuncOp>(createXGPlanMemory());
   pm.addPass(createXGFormDispatches());
   return pm.run(module);

@@ -15,13 +15,18 @@ struct PipelineOptions {
   std::vector<int64_t> req_buckets;    // lm_logits num_reqs buckets
   std::vector<int64_t> image_buckets;  // vision_encode num_images buckets
   int64_t pack_nr = 16;                // panel width of packed weights
+  // Multi-LoRA (xcc-xg-inject-lora): lora_slots > 0 adds the single- and
+  // mixed-adapter variants of every lm_step bucket.
+  int64_t lora_slots = 0;                        // max_loras
+  int64_t lora_rank = 0;                         // max_lora_rank
+  std::vector<std::string> lora_target_modules;  // short names
   // Print the module after every pass whose argument (e.g. "xcc-xg-fuse") is listed.
   std::vector<std::string> dump_ir_after;
 };
 
-// Graph pipeline: specialize buckets, fuse, pack weights, plan memory, form
-// dispatches. Leaves entry functions (tensor level, annotated with buffers,
-// ukernels and dispatch symbols) and dispatch functions (scf/memref level).
+// Graph pipeline: specialize buckets, fuse, pack weights, inject LoRA (when
+// asked), plan memory, form dispatches. Leaves entry functions (tensor level, annotated with
+// buffers, ukernels and dispatch symbols) and dispatch functions (scf/memref level).
 mlir::LogicalResult RunGraphPipeline(mlir::ModuleOp module, const PipelineOptions& options);
 
 // Codegen pipeline on a copy of the graph pipeline's output: keeps the dispatch

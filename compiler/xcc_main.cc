@@ -18,6 +18,7 @@
 #include "runtime/engine/bucket_table.h"
 #include "runtime/loader/artifact.h"
 #include "runtime/loader/manifest_printer.h"
+#include "runtime/lora/peft_adapter.h"
 
 namespace {
 
@@ -75,6 +76,23 @@ int main(int argc, char** argv) {
       ->add_option("--limit-mm-per-prompt", co.max_images_per_prompt,
                    "Most images one request may carry")
       ->capture_default_str();
+  std::vector<std::string> loraModules;
+  compile->add_flag("--enable-lora", co.enable_lora,
+                    "Also compile the LoRA variants of lm_step (one adapter in the batch, and "
+                    "mixed adapters per token)");
+  compile
+      ->add_option("--max-loras", co.max_loras,
+                   "Adapter slots: most distinct adapters in one batch")
+      ->capture_default_str();
+  compile->add_option("--max-lora-rank", co.max_lora_rank, "Largest adapter rank served")
+      ->capture_default_str();
+  compile
+      ->add_option("--lora-target-modules", co.lora_target_modules,
+                   "Modules with LoRA slots (default: q_proj k_proj v_proj o_proj gate_proj "
+                   "up_proj down_proj)")
+      ->delimiter(',');
+  compile->add_option("--lora-modules", loraModules,
+                      "PEFT adapters packed into the artifact, as name=path (repeatable)");
   compile->add_option("--target", co.target, "host, x86-64-v3, x86-64-v4 or an LLVM CPU name")
       ->capture_default_str();
   compile->add_option("--dump-ir-after", co.dump_ir_after,
@@ -157,6 +175,11 @@ int main(int argc, char** argv) {
       auto parsed = xrt::ParseBucketList(imageBuckets);
       if (!parsed.ok()) return Fail(parsed.status().WithContext("--image-buckets"));
       co.image_buckets = *parsed;
+    }
+    if (!loraModules.empty()) {
+      auto parsed = xrt::ParseLoraModules(loraModules);
+      if (!parsed.ok()) return Fail(parsed.status().WithContext("--lora-modules"));
+      co.lora_modules = *parsed;
     }
     auto summary = xcc::Compile(co);
     if (!summary.ok()) return Fail(summary.status());

@@ -1,6 +1,7 @@
 #include "runtime/engine/scheduler.h"
 
 #include <algorithm>
+#include <set>
 
 namespace xrt {
 
@@ -276,6 +277,16 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
   int64_t encoder_budget = params_.encoder_budget_rows;
   std::vector<Entry> entries;
   std::vector<RequestId> preempted;
+  // LoRA: the distinct adapters of this step, at most max_loras.
+  std::set<int64_t> step_loras;
+  auto lora_fits = [&](const Request* r) {
+    const int64_t id = r->keys.lora_id;
+    return params_.max_loras <= 0 || id < 0 || step_loras.count(id) > 0 ||
+           static_cast<int64_t>(step_loras.size()) < params_.max_loras;
+  };
+  auto add_lora = [&](const Request* r) {
+    if (r->keys.lora_id >= 0) step_loras.insert(r->keys.lora_id);
+  };
 
   // 1. decodes, 2. running prefills; each in admission order.
   for (RequestState phase : {RequestState::kDecode, RequestState::kPrefill}) {
@@ -289,12 +300,14 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
         return InternalError("scheduler: request {} ({}) has {} tokens to compute", r->id,
                              RequestStateName(r->state), uncomputed);
       }
+      if (!lora_fits(r)) continue;  // its adapter waits for a step with a free slot
       int64_t n = std::min(uncomputed, budget);
       XRT_RETURN_IF_ERROR(FitImages(r, r->num_computed, &n, &encoder_budget));
       if (n == 0) continue;  // waits for the encoder budget or cache
       if (!params_.enable_chunked_prefill && n < uncomputed) continue;
       bool scheduled = false;
       XRT_RETURN_IF_ERROR(ScheduleRunning(r, n, &entries, &budget, &preempted, &scheduled));
+      if (scheduled) add_lora(r);
     }
   }
 
@@ -305,9 +318,11 @@ Expected<SchedulerOutput> Scheduler::Schedule() {
            static_cast<int64_t>(running_.size()) < params_.limits.max_num_seqs) {
       Request* front = waiting_.front();
       if (front->num_generated() >= front->max_tokens) break;  // awaiting FinishRequest
+      if (!lora_fits(front)) break;                            // strict FCFS: nobody passes it
       bool admitted = false;
       XRT_RETURN_IF_ERROR(AdmitFront(&entries, &budget, &encoder_budget, &admitted));
       if (!admitted) break;
+      add_lora(front);
     }
   }
 

@@ -31,6 +31,12 @@
 //      no later request jumps ahead). No request is admitted in a step that
 //      preempted one while others still run (memory is tight).
 //
+// LoRA: a step holds at most max_loras distinct adapters (PrefixKeys::lora_id;
+// the compiled adapter slots). A running request whose adapter would be one
+// too many is not scheduled this step (it keeps its blocks); a waiting one
+// stops admission like any request that does not fit (strict FCFS, where vLLM
+// lets later requests pass it).
+//
 // Images (vLLM V1's encoder scheduling, with whole images only): a request's
 // PrefixKeys::images are the placeholder spans of its images. Whenever a
 // request's chunk [c, c + n) overlaps an image whose tokens are not all
@@ -130,6 +136,9 @@ struct SchedulerParams {
   int64_t encoder_cache_rows = 0;
   int64_t encoder_item_rows = 0;
   int64_t encoder_budget_rows = 0;
+  // Multi-LoRA: the most distinct adapters (PrefixKeys::lora_id >= 0) one step
+  // may hold, the artifact's adapter slots; 0: no limit.
+  int64_t max_loras = 0;
 };
 
 enum class RequestState {

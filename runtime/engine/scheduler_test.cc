@@ -32,6 +32,7 @@ struct Config {
   int64_t num_blocks = 64;
   int64_t block_size = 4;
   bool prefix_caching = false;
+  int64_t max_loras = 0;
 };
 
 SchedulerParams MakeParams(const Config& c) {
@@ -51,6 +52,7 @@ SchedulerParams MakeParams(const Config& c) {
   p.limits.block_size = c.block_size;
   p.limits.max_blocks_per_req = (c.max_model_len + c.block_size - 1) / c.block_size;
   p.enable_prefix_caching = c.prefix_caching;
+  p.max_loras = c.max_loras;
   return p;
 }
 
@@ -350,6 +352,46 @@ TEST(Scheduler, BudgetAndMaxNumSeqsNeverExceeded) {
   EXPECT_EQ(max_running, 4);
   h.ExpectOutputsMatchReference();
   EXPECT_EQ(h.outputs().size(), 12u);
+  h.ExpectPoolEmpty();
+}
+
+// A step holds at most max_loras distinct adapters; base-model requests and
+// requests of an adapter already in the step always fit. A waiting request
+// whose adapter would be one too many stops admission (strict FCFS).
+TEST(Scheduler, AtMostMaxLorasDistinctAdaptersPerStep) {
+  Config c;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 64;
+  c.num_blocks = 256;
+  c.max_loras = 2;
+  Harness h(c);
+  // Adapters 10, 11, 12 and the base model (-1), interleaved.
+  const int64_t adapters[] = {10, -1, 11, 10, 12, -1, 11, 12};
+  std::map<RequestId, int64_t> lora_of;
+  for (RequestId id = 1; id <= 8; ++id) {
+    PrefixKeys keys;
+    keys.lora_id = adapters[id - 1];
+    lora_of[id] = keys.lora_id;
+    h.Add(id, Prompt(6, static_cast<int32_t>(id)), 4, keys);
+  }
+  bool first = true;
+  while (h.s().HasUnfinished()) {
+    SchedulerOutput o = h.Step();
+    std::set<int64_t> distinct;
+    for (RequestId id : o.request_ids)
+      if (lora_of[id] >= 0) distinct.insert(lora_of[id]);
+    EXPECT_LE(distinct.size(), 2u) << "step " << o.step;
+    if (first) {
+      // 10, base, 11, 10 are admitted; 12 stops admission, so the base
+      // request behind it waits too.
+      EXPECT_THAT(o.request_ids, ElementsAre(1, 2, 3, 4));
+      first = false;
+    }
+    ASSERT_LT(h.steps(), 1000);
+    if (HasFailure()) return;
+  }
+  h.ExpectOutputsMatchReference();
+  EXPECT_EQ(h.outputs().size(), 8u);
   h.ExpectPoolEmpty();
 }
 
