@@ -706,4 +706,20 @@ Expected<PackedLoraView> PackedLoraView::Make(const float* data, int64_t n_float
   return view;
 }
 
+Expected<std::vector<std::pair<std::string, std::string>>> ParseLoraModules(
+    const std::vector<std::string>& args) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::set<std::string> names;
+  for (const std::string& arg : args) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
+      return InvalidArgumentError("'{}' is not name=path (e.g. sql=/adapters/sql-lora)", arg);
+    std::string name = arg.substr(0, eq);
+    if (!names.insert(name).second)
+      return InvalidArgumentError("adapter name '{}' is given twice", name);
+    out.emplace_back(std::move(name), arg.substr(eq + 1));
+  }
+  return out;
+}
+
 }  // namespace xrt

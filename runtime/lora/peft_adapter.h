@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/base/status.h"
@@ -95,6 +96,12 @@ struct PackedLora {
 // Repeats of one problem across layers are reported once with a count.
 Expected<PackedLora> LoadPeftAdapter(const std::string& name, const std::string& dir,
                                      const LoraSpec& spec);
+
+// Parses `--lora-modules` arguments, each "name=path" (vLLM's form), into (name, path)
+// pairs in order. InvalidArgument naming the argument for a missing '=', an empty name
+// or path, or a name given twice.
+Expected<std::vector<std::pair<std::string, std::string>>> ParseLoraModules(
+    const std::vector<std::string>& args);
 
 // ---- Packed byte layout (the artifact's adapters segment) ----
 //
