@@ -20,9 +20,13 @@ constexpr int kShrinkRanks = 4;
 // Lanes of the shrink dot product (see lora.h): one zmm, two ymm.
 constexpr int kLanes = 16;
 
-// Below this many flops a call runs on the caller: a parallel region costs a
-// few microseconds, about what the kernels do in 2^18 flops.
+// A call runs on the caller unless it has at least this many flops or reads
+// this many bytes of adapter weights: a parallel region costs a few
+// microseconds, about what the kernels do in 2^18 flops, and a decode call
+// (few rows) is bound by reading the slots' matrices from DRAM, which two
+// threads do faster than one once there are more than ~64 KiB of them.
 constexpr int64_t kMinParallelFlops = int64_t{1} << 18;
+constexpr int64_t kMinParallelBytes = int64_t{1} << 16;
 
 // One shrink register tile: `rows` rows x kShrinkRanks ranks over all of K.
 // a[c] are the rank rows of A (a short last chunk repeats its last rank row;
@@ -70,8 +74,10 @@ void ShrinkScalar(const ShrinkTile& t) {
     for (int j = 0; j < kLanes; ++j) {
       const int64_t k = k0 + j;
       const bool real = k < t.k;  // padded terms are 0·0, as in the SIMD paths
+#pragma GCC unroll 8
       for (int c = 0; c < kShrinkRanks; ++c) {
         const float av = real ? t.a[c][k] : 0.0f;
+#pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
           const float xv = real ? t.x[i][k] : 0.0f;
           acc[i][c][j] = std::fma(xv, av, acc[i][c][j]);
@@ -79,6 +85,7 @@ void ShrinkScalar(const ShrinkTile& t) {
       }
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
     for (int c = 0; c < t.ranks; ++c) t.out[i][c] = ReduceLanes(acc[i][c]);
 }
@@ -88,11 +95,13 @@ void ExpandScalar(const ExpandTile& t) {
   float acc[R][kScalarExpandNR] = {};
   for (int64_t r = 0; r < t.rank; ++r) {
     const float* b = t.bt + r * t.ldbt;
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const float bv = t.buf[i][r];
       for (int j = 0; j < t.ncols; ++j) acc[i][j] = std::fma(bv, b[j], acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < t.ncols; ++j) t.y[i][j] = t.y[i][j] + acc[i][j];
 }
@@ -148,33 +157,46 @@ template <int R>
 XRT_LORA_AVX2 void ShrinkAvx2(const ShrinkTile& t) {
   __m256 half[2][R][kShrinkRanks];
   const int64_t k16 = t.k / kLanes * kLanes;
+#pragma GCC unroll 8
   for (int h = 0; h < 2; ++h) {
     __m256 acc[R][kShrinkRanks];
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
       for (int c = 0; c < kShrinkRanks; ++c) acc[i][c] = _mm256_setzero_ps();
     const int64_t off = h * 8;
     for (int64_t k = 0; k < k16; k += kLanes) {
       __m256 av[kShrinkRanks];
+#pragma GCC unroll 8
       for (int c = 0; c < kShrinkRanks; ++c) av[c] = _mm256_loadu_ps(t.a[c] + k + off);
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m256 xv = _mm256_loadu_ps(t.x[i] + k + off);
+#pragma GCC unroll 8
         for (int c = 0; c < kShrinkRanks; ++c) acc[i][c] = _mm256_fmadd_ps(xv, av[c], acc[i][c]);
       }
     }
     if (k16 < t.k) {
       const __m256i m = TailMask8(t.k - k16 - off);
       __m256 av[kShrinkRanks];
+#pragma GCC unroll 8
       for (int c = 0; c < kShrinkRanks; ++c) av[c] = _mm256_maskload_ps(t.a[c] + k16 + off, m);
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m256 xv = _mm256_maskload_ps(t.x[i] + k16 + off, m);
+#pragma GCC unroll 8
         for (int c = 0; c < kShrinkRanks; ++c) acc[i][c] = _mm256_fmadd_ps(xv, av[c], acc[i][c]);
       }
     }
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
       for (int c = 0; c < kShrinkRanks; ++c) half[h][i][c] = acc[i][c];
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
     __m256 s[kShrinkRanks];
+#pragma GCC unroll 8
     for (int c = 0; c < kShrinkRanks; ++c) s[c] = _mm256_add_ps(half[0][i][c], half[1][i][c]);
     StoreRanks(t.out[i], ReduceFour(s[0], s[1], s[2], s[3]), t.ranks);
   }
@@ -183,6 +205,7 @@ XRT_LORA_AVX2 void ShrinkAvx2(const ShrinkTile& t) {
 template <int R>
 XRT_LORA_AVX2 void ExpandAvx2(const ExpandTile& t) {
   __m256 acc0[R], acc1[R];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
   const __m256i m0 = TailMask8(t.ncols), m1 = TailMask8(t.ncols - 8);
   const bool full = t.ncols == kAvx2ExpandNR;
@@ -190,12 +213,14 @@ XRT_LORA_AVX2 void ExpandAvx2(const ExpandTile& t) {
     const float* b = t.bt + r * t.ldbt;
     const __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
     const __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const __m256 bv = _mm256_broadcast_ss(t.buf[i] + r);
       acc0[i] = _mm256_fmadd_ps(bv, b0, acc0[i]);
       acc1[i] = _mm256_fmadd_ps(bv, b1, acc1[i]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
     float* y = t.y[i];
     if (full) {
@@ -226,28 +251,38 @@ XRT_LORA_AVX512 inline __mmask16 TailMask16(int64_t n) {
 template <int R>
 XRT_LORA_AVX512 void ShrinkAvx512(const ShrinkTile& t) {
   __m512 acc[R][kShrinkRanks];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
     for (int c = 0; c < kShrinkRanks; ++c) acc[i][c] = _mm512_setzero_ps();
   const int64_t k16 = t.k / kLanes * kLanes;
   for (int64_t k = 0; k < k16; k += kLanes) {
     __m512 av[kShrinkRanks];
+#pragma GCC unroll 8
     for (int c = 0; c < kShrinkRanks; ++c) av[c] = _mm512_loadu_ps(t.a[c] + k);
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const __m512 xv = _mm512_loadu_ps(t.x[i] + k);
+#pragma GCC unroll 8
       for (int c = 0; c < kShrinkRanks; ++c) acc[i][c] = _mm512_fmadd_ps(xv, av[c], acc[i][c]);
     }
   }
   if (k16 < t.k) {
     const __mmask16 m = TailMask16(t.k - k16);
     __m512 av[kShrinkRanks];
+#pragma GCC unroll 8
     for (int c = 0; c < kShrinkRanks; ++c) av[c] = _mm512_maskz_loadu_ps(m, t.a[c] + k16);
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, t.x[i] + k16);
+#pragma GCC unroll 8
       for (int c = 0; c < kShrinkRanks; ++c) acc[i][c] = _mm512_fmadd_ps(xv, av[c], acc[i][c]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
     __m256 s[kShrinkRanks];
+#pragma GCC unroll 8
     for (int c = 0; c < kShrinkRanks; ++c) {
       // (maskz extracts: GCC 12 warns about the undefined source operand of
       // the plain cast / extract.)
@@ -263,20 +298,28 @@ template <int R>
 XRT_LORA_AVX512 void ExpandAvx512(const ExpandTile& t) {
   constexpr int kVecs = kAvx512ExpandNR / 16;
   __m512 acc[R][kVecs];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) acc[i][v] = _mm512_setzero_ps();
   __mmask16 m[kVecs];
+#pragma GCC unroll 8
   for (int v = 0; v < kVecs; ++v) m[v] = TailMask16(t.ncols - 16 * v);
   for (int64_t r = 0; r < t.rank; ++r) {
     const float* b = t.bt + r * t.ldbt;
     __m512 bv[kVecs];
+#pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], b + 16 * v);
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const __m512 s = _mm512_set1_ps(t.buf[i][r]);
+#pragma GCC unroll 8
       for (int v = 0; v < kVecs; ++v) acc[i][v] = _mm512_fmadd_ps(s, bv[v], acc[i][v]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) {
       float* y = t.y[i] + 16 * v;
       _mm512_mask_storeu_ps(y, m[v], _mm512_add_ps(_mm512_maskz_loadu_ps(m[v], y), acc[i][v]));
@@ -373,6 +416,7 @@ struct RowPlan {
   std::vector<int32_t> rows;       // rows with a slot >= 0, grouped by slot
   std::vector<int32_t> base_rows;  // rows with slot -1
   std::vector<PlanTile> tiles;
+  int64_t groups = 0;         // distinct slots with rows (each read once per call)
   std::vector<int64_t> next;  // counting-sort scratch, [num_slots + 1]
 };
 
@@ -390,6 +434,7 @@ void PlanRows(const int32_t* slots, int64_t m, int64_t num_slots, bool mixed, in
   plan->rows.clear();
   plan->base_rows.clear();
   plan->tiles.clear();
+  plan->groups = 0;
   auto add_tiles = [&](int32_t slot, int64_t first, int64_t count) {
     const int64_t tiles = (count + mr - 1) / mr;
     const int64_t base = count / tiles, extra = count % tiles;
@@ -404,7 +449,10 @@ void PlanRows(const int32_t* slots, int64_t m, int64_t num_slots, bool mixed, in
     std::vector<int32_t>& dst = slots[0] < 0 ? plan->base_rows : plan->rows;
     dst.resize(m);
     for (int64_t i = 0; i < m; ++i) dst[i] = static_cast<int32_t>(i);
-    if (slots[0] >= 0) add_tiles(slots[0], 0, m);
+    if (slots[0] >= 0) {
+      add_tiles(slots[0], 0, m);
+      plan->groups = 1;
+    }
     return;
   }
   // next[s] = where slot s's rows go in `rows` (a stable counting sort).
@@ -424,17 +472,22 @@ void PlanRows(const int32_t* slots, int64_t m, int64_t num_slots, bool mixed, in
   // next[s] is now the end of slot s's rows.
   int64_t begin = 0;
   for (int64_t s = 0; s < num_slots; ++s) {
-    if (next[s] > begin) add_tiles(static_cast<int32_t>(s), begin, next[s] - begin);
+    if (next[s] > begin) {
+      add_tiles(static_cast<int32_t>(s), begin, next[s] - begin);
+      ++plan->groups;
+    }
     begin = next[s];
   }
 }
 
 // Runs units [0, units) of a call on `pool` when it is worth a parallel
-// region (at least kMinParallelFlops and more than one unit), else inline.
+// region (more than one unit, and kMinParallelFlops or kMinParallelBytes),
+// else inline.
 template <typename Fn>
-void RunUnits(int64_t units, int64_t flops, ThreadPool* pool, const Fn& run) {
+void RunUnits(int64_t units, int64_t flops, int64_t weight_bytes, ThreadPool* pool, const Fn& run) {
   const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || units <= 1 || flops < kMinParallelFlops) {
+  if (threads <= 1 || units <= 1 ||
+      (flops < kMinParallelFlops && weight_bytes < kMinParallelBytes)) {
     run(0, units);
     return;
   }
@@ -485,7 +538,7 @@ Status LoraShrinkWithIsa(const LoraShrinkArgs& args, ThreadPool* pool, CpuIsa is
     }
   };
   const int64_t active = static_cast<int64_t>(plan.rows.size());
-  RunUnits(units, 2 * active * args.k * args.rank, pool, run);
+  RunUnits(units, 2 * active * args.k * args.rank, plan.groups * args.rank * args.k * 4, pool, run);
   return Status::Ok();
 }
 
@@ -504,8 +557,10 @@ Status LoraExpandWithIsa(const LoraExpandArgs& args, ThreadPool* pool, CpuIsa is
   PlanRows(args.slots, args.m, args.num_slots, args.mixed, kern.expand_mr, &plan);
   if (plan.tiles.empty()) return Status::Ok();
 
-  // Unit = (column block, tile), tile fastest so a slot's block of Bᵀ
-  // (rank x NR floats) stays in L1 across the tiles of its group.
+  // Unit = (tile, column block), column block fastest: a tile walks each
+  // rank row of its slot's Bᵀ front to back (rank sequential streams, which
+  // the hardware prefetchers follow from DRAM in decode calls); the tiles of
+  // a prefill segment then find the slot's Bᵀ (rank x N floats) in L2.
   const int nr = kern.expand_nr;
   const int64_t col_blocks = (args.n + nr - 1) / nr;
   const int64_t num_tiles = static_cast<int64_t>(plan.tiles.size());
@@ -516,8 +571,8 @@ Status LoraExpandWithIsa(const LoraExpandArgs& args, ThreadPool* pool, CpuIsa is
     t.ldbt = args.n;
     t.rank = args.rank;
     for (int64_t u = u0; u < u1; ++u) {
-      const PlanTile& tile = tiles[u % num_tiles];
-      const int64_t c0 = (u / num_tiles) * nr;
+      const PlanTile& tile = tiles[u / col_blocks];
+      const int64_t c0 = (u % col_blocks) * nr;
       t.ncols = static_cast<int>(std::min<int64_t>(nr, args.n - c0));
       t.bt = args.bt_slots + tile.slot * args.rank * args.n + c0;
       for (int i = 0; i < tile.height; ++i) {
@@ -529,7 +584,8 @@ Status LoraExpandWithIsa(const LoraExpandArgs& args, ThreadPool* pool, CpuIsa is
     }
   };
   const int64_t active = static_cast<int64_t>(plan.rows.size());
-  RunUnits(num_tiles * col_blocks, 2 * active * args.rank * args.n, pool, run);
+  RunUnits(num_tiles * col_blocks, 2 * active * args.rank * args.n,
+           plan.groups * args.rank * args.n * 4, pool, run);
   return Status::Ok();
 }
 

@@ -120,6 +120,15 @@ int32_t SlotOf(const std::vector<int32_t>& slots, int64_t i, bool mixed) {
   return mixed ? slots[i] : slots[0];
 }
 
+// Hands `st` to the caller when it asked for it, else expects success.
+void Expect(const Status& st, Status* status) {
+  if (status) {
+    *status = st;
+  } else {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+}
+
 // Runs LoraShrink on a buffer of m rows of ldbuf floats filled with kSentinel.
 std::vector<float> RunShrink(const Adapters& ad, const float* x, int64_t ldx,
                              const std::vector<int32_t>& slots, int64_t m, bool mixed,
@@ -138,12 +147,7 @@ std::vector<float> RunShrink(const Adapters& ad, const float* x, int64_t ldx,
   args.rank = ad.rank;
   args.num_slots = ad.num_slots;
   args.mixed = mixed;
-  Status st = LoraShrinkWithIsa(args, pool, isa);
-  if (status) {
-    *status = st;
-  } else {
-    EXPECT_TRUE(st.ok()) << st.ToString();
-  }
+  Expect(LoraShrinkWithIsa(args, pool, isa), status);
   return buf;
 }
 
@@ -165,12 +169,7 @@ std::vector<float> RunExpand(const Adapters& ad, const float* buf, int64_t ldbuf
   args.rank = ad.rank;
   args.num_slots = ad.num_slots;
   args.mixed = mixed;
-  Status st = LoraExpandWithIsa(args, pool, isa);
-  if (status) {
-    *status = st;
-  } else {
-    EXPECT_TRUE(st.ok()) << st.ToString();
-  }
+  Expect(LoraExpandWithIsa(args, pool, isa), status);
   return y;
 }
 
