@@ -4,7 +4,8 @@
 //   kernels_bench --benchmark_format=json > kernels.json
 //
 // Counters:
-//   GFLOPS  2*M*N*K per iteration / second / 1e9 (both libraries)
+//   GFLOPS  2*M*N*K per iteration / second / 1e9 (both libraries); LoRA:
+//           2*M*K*rank (shrink), 2*M*rank*N (expand)
 //   GBps    bytes of weights streamed per iteration / second / 1e9 (M <= 16)
 //
 // Decode shapes (M <= 16) rotate over enough copies of the weights to exceed
@@ -17,10 +18,12 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/attention.h"
+#include "runtime/kernels/lora.h"
 #include "runtime/kernels/matmul.h"
 
 #ifdef XRT_BENCH_HAVE_OPENBLAS
@@ -32,6 +35,9 @@ namespace xrt {
 namespace {
 
 constexpr int64_t kColdBytes = int64_t{2} << 30;  // > the 480 MiB LLC reported here
+// LoRA adapters are small (tens of KiB per slot and module): 256 MiB of
+// copies is far beyond L2 and any real LLC and keeps each case's setup short.
+constexpr int64_t kLoraColdBytes = int64_t{256} << 20;
 
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
@@ -57,17 +63,17 @@ ThreadPool* Pool(int threads) {
 }
 
 // Copies of one weight matrix laid end to end: one copy for prefill shapes,
-// enough to exceed kColdBytes for decode shapes.
+// `cold_bytes` of them for decode shapes (0: one copy).
 struct Weights {
   Buffer data;
   int64_t floats_per_copy = 0;
   int64_t copies = 1;
 };
 
-Weights MakeWeights(int64_t floats, bool cold, bool pack, int64_t n, int64_t k) {
+Weights MakeWeights(int64_t floats, int64_t cold_bytes, bool pack, int64_t n, int64_t k) {
   Weights w;
   w.floats_per_copy = (floats + 1023) / 1024 * 1024;  // keep copies 4 KiB aligned
-  w.copies = cold ? std::max<int64_t>(1, kColdBytes / (w.floats_per_copy * 4)) : 1;
+  w.copies = std::max<int64_t>(1, cold_bytes / (w.floats_per_copy * 4));
   w.data = Allocate(w.floats_per_copy * w.copies);
   std::vector<float> raw(n * k);
   FillRandom(raw.data(), n * k, 7);
@@ -97,7 +103,7 @@ void BM_XrtMatmul(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int threads = static_cast<int>(state.range(3));
   const int64_t packed_floats = PackedWeightFloats(n, k);
-  Weights w = MakeWeights(packed_floats, /*cold=*/m <= 16, /*pack=*/true, n, k);
+  Weights w = MakeWeights(packed_floats, m <= 16 ? kColdBytes : 0, /*pack=*/true, n, k);
   Buffer a = Allocate(m * k), c = Allocate(m * n);
   FillRandom(a.get(), m * k, 1);
   std::vector<float> bias(n, 0.25f);
@@ -127,7 +133,7 @@ void BM_XrtMatmul(benchmark::State& state) {
 void BM_OpenBlasSgemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int threads = static_cast<int>(state.range(3));
-  Weights w = MakeWeights(n * k, /*cold=*/m <= 16, /*pack=*/false, n, k);
+  Weights w = MakeWeights(n * k, m <= 16 ? kColdBytes : 0, /*pack=*/false, n, k);
   Buffer a = Allocate(m * k), c = Allocate(m * n);
   FillRandom(a.get(), m * k, 1);
   openblas_set_num_threads(threads);
@@ -159,6 +165,154 @@ BENCHMARK(BM_XrtMatmul)->Apply(MatmulShapes);
 #ifdef XRT_BENCH_HAVE_OPENBLAS
 BENCHMARK(BM_OpenBlasSgemm)->Apply(MatmulShapes);
 #endif
+
+// LoRA shrink / expand (lora.h) at SmolLM2-135M widths (576 hidden, 192 k/v
+// out, 1536 MLP), rank 16. `slots` 0: single mode (one adapter for every
+// row); 4: mixed, row i on slot i % 4 (four adapters, uniform). Decode shapes
+// rotate cold copies of the adapter slots as the matmul benchmarks do. The
+// baseline is the base Matmul of the same shape (BM_LoraShrinkMatmulBaseline:
+// M x rank x K; BM_LoraExpandMatmulBaseline: M x N x rank, accumulating):
+// one adapter run as a packed weight matrix.
+// Args: M, width (K for shrink, N for expand), rank, slots, threads.
+constexpr int64_t kLoraSlots = 4;
+
+void LoraShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "width", "rank", "slots", "threads"});
+  for (int threads : {1, 2})
+    for (int64_t width : {576, 192, 1536})
+      for (int64_t m : {1, 8, 64, 256})
+        for (int64_t slots : {int64_t{0}, kLoraSlots}) b->Args({m, width, 16, slots, threads});
+  b->UseRealTime();
+  b->MinTime(0.1);
+}
+
+void LoraBaselineShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "width", "rank", "threads"});
+  for (int threads : {1, 2})
+    for (int64_t width : {576, 192, 1536})
+      for (int64_t m : {1, 8, 64, 256}) b->Args({m, width, 16, threads});
+  b->UseRealTime();
+  b->MinTime(0.1);
+}
+
+std::vector<int32_t> LoraRowSlots(int64_t m, int64_t slots) {
+  std::vector<int32_t> row_slots(m, 0);
+  for (int64_t i = 0; i < m && slots > 0; ++i) row_slots[i] = static_cast<int32_t>(i % slots);
+  return row_slots;
+}
+
+// Bytes of adapter weights a call reads: `rows` of `width` floats per slot used.
+int64_t LoraWeightBytes(int64_t m, int64_t slots, int64_t rank, int64_t width) {
+  return std::min<int64_t>(m, std::max<int64_t>(slots, 1)) * rank * width * 4;
+}
+
+void BM_XrtLoraShrink(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), rank = state.range(2);
+  const int64_t slots = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  Weights w = MakeWeights(kLoraSlots * rank * k, m <= 16 ? kLoraColdBytes : 0, /*pack=*/false,
+                          kLoraSlots * rank, k);
+  Buffer x = Allocate(m * k), buf = Allocate(m * rank);
+  FillRandom(x.get(), m * k, 1);
+  const std::vector<int32_t> row_slots = LoraRowSlots(m, slots);
+  LoraShrinkArgs args;
+  args.x = x.get();
+  args.ldx = k;
+  args.slots = row_slots.data();
+  args.buf = buf.get();
+  args.ldbuf = rank;
+  args.m = m;
+  args.k = k;
+  args.rank = rank;
+  args.num_slots = kLoraSlots;
+  args.mixed = slots > 0;
+  ThreadPool* pool = Pool(threads);
+  int64_t copy = 0;
+  for (auto _ : state) {
+    args.a_slots = w.data.get() + copy * w.floats_per_copy;
+    if (++copy == w.copies) copy = 0;
+    Status st = LoraShrink(args, pool);
+    if (!st.ok()) state.SkipWithError(st.ToString().c_str());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, m, rank, k, LoraWeightBytes(m, slots, rank, k));
+  state.SetLabel(std::string(CpuIsaName(BestCpuIsa())) + (slots > 0 ? " mixed" : " single"));
+}
+BENCHMARK(BM_XrtLoraShrink)->Apply(LoraShapes);
+
+void BM_XrtLoraExpand(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), rank = state.range(2);
+  const int64_t slots = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  Weights w = MakeWeights(kLoraSlots * rank * n, m <= 16 ? kLoraColdBytes : 0, /*pack=*/false,
+                          kLoraSlots * rank, n);
+  Buffer buf = Allocate(m * rank), y = Allocate(m * n);
+  FillRandom(buf.get(), m * rank, 1);
+  FillRandom(y.get(), m * n, 2);
+  const std::vector<int32_t> row_slots = LoraRowSlots(m, slots);
+  LoraExpandArgs args;
+  args.buf = buf.get();
+  args.ldbuf = rank;
+  args.slots = row_slots.data();
+  args.y = y.get();
+  args.ldy = n;
+  args.m = m;
+  args.n = n;
+  args.rank = rank;
+  args.num_slots = kLoraSlots;
+  args.mixed = slots > 0;
+  ThreadPool* pool = Pool(threads);
+  int64_t copy = 0;
+  for (auto _ : state) {
+    args.bt_slots = w.data.get() + copy * w.floats_per_copy;
+    if (++copy == w.copies) copy = 0;
+    Status st = LoraExpand(args, pool);
+    if (!st.ok()) state.SkipWithError(st.ToString().c_str());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, m, n, rank, LoraWeightBytes(m, slots, rank, n));
+  state.SetLabel(std::string(CpuIsaName(BestCpuIsa())) + (slots > 0 ? " mixed" : " single"));
+}
+BENCHMARK(BM_XrtLoraExpand)->Apply(LoraShapes);
+
+// Matmul of A [m][k] with one packed [n][k] weight; accumulate as expand does.
+void RunLoraBaseline(benchmark::State& state, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  const int threads = static_cast<int>(state.range(3));
+  const int64_t packed_floats = PackedWeightFloats(n, k);
+  Weights w = MakeWeights(packed_floats, m <= 16 ? kLoraColdBytes : 0, /*pack=*/true, n, k);
+  Buffer a = Allocate(m * k), c = Allocate(m * n);
+  FillRandom(a.get(), m * k, 1);
+  FillRandom(c.get(), m * n, 2);
+  MatmulArgs args;
+  args.a = a.get();
+  args.lda = k;
+  args.c = c.get();
+  args.ldc = n;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.accumulate = accumulate;
+  ThreadPool* pool = Pool(threads);
+  int64_t copy = 0;
+  for (auto _ : state) {
+    args.packed_w = w.data.get() + copy * w.floats_per_copy;
+    if (++copy == w.copies) copy = 0;
+    Matmul(args, pool);
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, m, n, k, packed_floats * 4);
+  state.SetLabel(CpuIsaName(BestCpuIsa()));
+}
+
+void BM_LoraShrinkMatmulBaseline(benchmark::State& state) {
+  RunLoraBaseline(state, state.range(0), state.range(2), state.range(1), false);
+}
+BENCHMARK(BM_LoraShrinkMatmulBaseline)->Apply(LoraBaselineShapes);
+
+void BM_LoraExpandMatmulBaseline(benchmark::State& state) {
+  RunLoraBaseline(state, state.range(0), state.range(1), state.range(2), true);
+}
+BENCHMARK(BM_LoraExpandMatmulBaseline)->Apply(LoraBaselineShapes);
 
 // Empty ParallelFor: the per-region overhead a decode step pays ~300 times.
 void BM_ThreadPoolEmptyParallelFor(benchmark::State& state) {
