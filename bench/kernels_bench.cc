@@ -98,34 +98,52 @@ void SetCounters(benchmark::State& state, int64_t m, int64_t n, int64_t k, int64
   }
 }
 
-// Args: M, N, K, threads.
-void BM_XrtMatmul(benchmark::State& state) {
-  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  const int threads = static_cast<int>(state.range(3));
+// Times `call(weights)` on the copies of `w` in turn (the next copy each
+// iteration).
+template <typename Call>
+void TimeRotating(benchmark::State& state, const Weights& w, const Call& call) {
+  int64_t copy = 0;
+  for (auto _ : state) {
+    call(w.data.get() + copy * w.floats_per_copy);
+    if (++copy == w.copies) copy = 0;
+    benchmark::ClobberMemory();
+  }
+}
+
+// xrt Matmul of A [m][k] with a packed [n][k] weight (cold copies of
+// `cold_bytes` in all), with a bias or accumulating into C.
+void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads,
+                  int64_t cold_bytes, bool bias, bool accumulate) {
   const int64_t packed_floats = PackedWeightFloats(n, k);
-  Weights w = MakeWeights(packed_floats, m <= 16 ? kColdBytes : 0, /*pack=*/true, n, k);
+  Weights w = MakeWeights(packed_floats, cold_bytes, /*pack=*/true, n, k);
   Buffer a = Allocate(m * k), c = Allocate(m * n);
   FillRandom(a.get(), m * k, 1);
-  std::vector<float> bias(n, 0.25f);
+  FillRandom(c.get(), m * n, 2);
+  std::vector<float> bias_values(n, 0.25f);
   ThreadPool* pool = Pool(threads);
   MatmulArgs args;
   args.a = a.get();
   args.lda = k;
-  args.bias = bias.data();
+  args.bias = bias ? bias_values.data() : nullptr;
   args.c = c.get();
   args.ldc = n;
   args.m = m;
   args.n = n;
   args.k = k;
-  int64_t copy = 0;
-  for (auto _ : state) {
-    args.packed_w = w.data.get() + copy * w.floats_per_copy;
-    if (++copy == w.copies) copy = 0;
+  args.accumulate = accumulate;
+  TimeRotating(state, w, [&](const float* packed_w) {
+    args.packed_w = packed_w;
     Matmul(args, pool);
-    benchmark::ClobberMemory();
-  }
+  });
   SetCounters(state, m, n, k, packed_floats * 4);
   state.SetLabel(CpuIsaName(BestCpuIsa()));
+}
+
+// Args: M, N, K, threads.
+void BM_XrtMatmul(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  RunXrtMatmul(state, m, state.range(1), state.range(2), static_cast<int>(state.range(3)),
+               m <= 16 ? kColdBytes : 0, /*bias=*/true, /*accumulate=*/false);
 }
 
 #ifdef XRT_BENCH_HAVE_OPENBLAS
@@ -195,122 +213,102 @@ void LoraBaselineShapes(benchmark::internal::Benchmark* b) {
   b->MinTime(0.1);
 }
 
-std::vector<int32_t> LoraRowSlots(int64_t m, int64_t slots) {
-  std::vector<int32_t> row_slots(m, 0);
-  for (int64_t i = 0; i < m && slots > 0; ++i) row_slots[i] = static_cast<int32_t>(i % slots);
-  return row_slots;
+// Setup shared by the LoRA benchmarks: Args as in LoraShapes, and the
+// kLoraSlots adapter slots of `rank` rows of `width` floats (cold copies for
+// decode shapes).
+struct LoraBench {
+  int64_t m, width, rank, slots;
+  ThreadPool* pool;
+  Weights w;
+  std::vector<int32_t> row_slots;  // row i on slot i % slots (0: all on slot 0)
+};
+
+LoraBench MakeLoraBench(benchmark::State& state) {
+  LoraBench b{state.range(0),
+              state.range(1),
+              state.range(2),
+              state.range(3),
+              Pool(static_cast<int>(state.range(4))),
+              Weights(),
+              {}};
+  b.w = MakeWeights(kLoraSlots * b.rank * b.width, b.m <= 16 ? kLoraColdBytes : 0,
+                    /*pack=*/false, kLoraSlots * b.rank, b.width);
+  b.row_slots.assign(b.m, 0);
+  for (int64_t i = 0; i < b.m && b.slots > 0; ++i) {
+    b.row_slots[i] = static_cast<int32_t>(i % b.slots);
+  }
+  return b;
 }
 
-// Bytes of adapter weights a call reads: `rows` of `width` floats per slot used.
-int64_t LoraWeightBytes(int64_t m, int64_t slots, int64_t rank, int64_t width) {
-  return std::min<int64_t>(m, std::max<int64_t>(slots, 1)) * rank * width * 4;
+// Counters and label of a LoRA benchmark of b.m x n x k useful flops; the
+// weight bytes are the slots a call reads.
+void FinishLoraBench(benchmark::State& state, const LoraBench& b, int64_t n, int64_t k) {
+  const int64_t slots_read = std::min<int64_t>(b.m, std::max<int64_t>(b.slots, 1));
+  SetCounters(state, b.m, n, k, slots_read * b.rank * b.width * 4);
+  state.SetLabel(std::string(CpuIsaName(BestCpuIsa())) + (b.slots > 0 ? " mixed" : " single"));
 }
 
 void BM_XrtLoraShrink(benchmark::State& state) {
-  const int64_t m = state.range(0), k = state.range(1), rank = state.range(2);
-  const int64_t slots = state.range(3);
-  const int threads = static_cast<int>(state.range(4));
-  Weights w = MakeWeights(kLoraSlots * rank * k, m <= 16 ? kLoraColdBytes : 0, /*pack=*/false,
-                          kLoraSlots * rank, k);
-  Buffer x = Allocate(m * k), buf = Allocate(m * rank);
-  FillRandom(x.get(), m * k, 1);
-  const std::vector<int32_t> row_slots = LoraRowSlots(m, slots);
+  LoraBench b = MakeLoraBench(state);
+  Buffer x = Allocate(b.m * b.width), buf = Allocate(b.m * b.rank);
+  FillRandom(x.get(), b.m * b.width, 1);
   LoraShrinkArgs args;
   args.x = x.get();
-  args.ldx = k;
-  args.slots = row_slots.data();
+  args.ldx = b.width;
+  args.slots = b.row_slots.data();
   args.buf = buf.get();
-  args.ldbuf = rank;
-  args.m = m;
-  args.k = k;
-  args.rank = rank;
+  args.ldbuf = b.rank;
+  args.m = b.m;
+  args.k = b.width;
+  args.rank = b.rank;
   args.num_slots = kLoraSlots;
-  args.mixed = slots > 0;
-  ThreadPool* pool = Pool(threads);
-  int64_t copy = 0;
-  for (auto _ : state) {
-    args.a_slots = w.data.get() + copy * w.floats_per_copy;
-    if (++copy == w.copies) copy = 0;
-    Status st = LoraShrink(args, pool);
+  args.mixed = b.slots > 0;
+  TimeRotating(state, b.w, [&](const float* a_slots) {
+    args.a_slots = a_slots;
+    Status st = LoraShrink(args, b.pool);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
-    benchmark::ClobberMemory();
-  }
-  SetCounters(state, m, rank, k, LoraWeightBytes(m, slots, rank, k));
-  state.SetLabel(std::string(CpuIsaName(BestCpuIsa())) + (slots > 0 ? " mixed" : " single"));
+  });
+  FinishLoraBench(state, b, b.rank, b.width);
 }
 BENCHMARK(BM_XrtLoraShrink)->Apply(LoraShapes);
 
 void BM_XrtLoraExpand(benchmark::State& state) {
-  const int64_t m = state.range(0), n = state.range(1), rank = state.range(2);
-  const int64_t slots = state.range(3);
-  const int threads = static_cast<int>(state.range(4));
-  Weights w = MakeWeights(kLoraSlots * rank * n, m <= 16 ? kLoraColdBytes : 0, /*pack=*/false,
-                          kLoraSlots * rank, n);
-  Buffer buf = Allocate(m * rank), y = Allocate(m * n);
-  FillRandom(buf.get(), m * rank, 1);
-  FillRandom(y.get(), m * n, 2);
-  const std::vector<int32_t> row_slots = LoraRowSlots(m, slots);
+  LoraBench b = MakeLoraBench(state);
+  Buffer buf = Allocate(b.m * b.rank), y = Allocate(b.m * b.width);
+  FillRandom(buf.get(), b.m * b.rank, 1);
+  FillRandom(y.get(), b.m * b.width, 2);
   LoraExpandArgs args;
   args.buf = buf.get();
-  args.ldbuf = rank;
-  args.slots = row_slots.data();
+  args.ldbuf = b.rank;
+  args.slots = b.row_slots.data();
   args.y = y.get();
-  args.ldy = n;
-  args.m = m;
-  args.n = n;
-  args.rank = rank;
+  args.ldy = b.width;
+  args.m = b.m;
+  args.n = b.width;
+  args.rank = b.rank;
   args.num_slots = kLoraSlots;
-  args.mixed = slots > 0;
-  ThreadPool* pool = Pool(threads);
-  int64_t copy = 0;
-  for (auto _ : state) {
-    args.bt_slots = w.data.get() + copy * w.floats_per_copy;
-    if (++copy == w.copies) copy = 0;
-    Status st = LoraExpand(args, pool);
+  args.mixed = b.slots > 0;
+  TimeRotating(state, b.w, [&](const float* bt_slots) {
+    args.bt_slots = bt_slots;
+    Status st = LoraExpand(args, b.pool);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
-    benchmark::ClobberMemory();
-  }
-  SetCounters(state, m, n, rank, LoraWeightBytes(m, slots, rank, n));
-  state.SetLabel(std::string(CpuIsaName(BestCpuIsa())) + (slots > 0 ? " mixed" : " single"));
+  });
+  FinishLoraBench(state, b, b.width, b.rank);
 }
 BENCHMARK(BM_XrtLoraExpand)->Apply(LoraShapes);
 
-// Matmul of A [m][k] with one packed [n][k] weight; accumulate as expand does.
-void RunLoraBaseline(benchmark::State& state, int64_t m, int64_t n, int64_t k, bool accumulate) {
-  const int threads = static_cast<int>(state.range(3));
-  const int64_t packed_floats = PackedWeightFloats(n, k);
-  Weights w = MakeWeights(packed_floats, m <= 16 ? kLoraColdBytes : 0, /*pack=*/true, n, k);
-  Buffer a = Allocate(m * k), c = Allocate(m * n);
-  FillRandom(a.get(), m * k, 1);
-  FillRandom(c.get(), m * n, 2);
-  MatmulArgs args;
-  args.a = a.get();
-  args.lda = k;
-  args.c = c.get();
-  args.ldc = n;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.accumulate = accumulate;
-  ThreadPool* pool = Pool(threads);
-  int64_t copy = 0;
-  for (auto _ : state) {
-    args.packed_w = w.data.get() + copy * w.floats_per_copy;
-    if (++copy == w.copies) copy = 0;
-    Matmul(args, pool);
-    benchmark::ClobberMemory();
-  }
-  SetCounters(state, m, n, k, packed_floats * 4);
-  state.SetLabel(CpuIsaName(BestCpuIsa()));
-}
-
+// Args: M, width, rank, threads.
 void BM_LoraShrinkMatmulBaseline(benchmark::State& state) {
-  RunLoraBaseline(state, state.range(0), state.range(2), state.range(1), false);
+  const int64_t m = state.range(0);
+  RunXrtMatmul(state, m, state.range(2), state.range(1), static_cast<int>(state.range(3)),
+               m <= 16 ? kLoraColdBytes : 0, /*bias=*/false, /*accumulate=*/false);
 }
 BENCHMARK(BM_LoraShrinkMatmulBaseline)->Apply(LoraBaselineShapes);
 
 void BM_LoraExpandMatmulBaseline(benchmark::State& state) {
-  RunLoraBaseline(state, state.range(0), state.range(1), state.range(2), true);
+  const int64_t m = state.range(0);
+  RunXrtMatmul(state, m, state.range(1), state.range(2), static_cast<int>(state.range(3)),
+               m <= 16 ? kLoraColdBytes : 0, /*bias=*/false, /*accumulate=*/true);
 }
 BENCHMARK(BM_LoraExpandMatmulBaseline)->Apply(LoraBaselineShapes);
 

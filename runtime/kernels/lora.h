@@ -20,7 +20,7 @@
 //
 // Numerics (batch invariance, a hard guarantee):
 //   Shrink: buf[i][r] = dot(x[i][0..K), a[slot(i)][r][0..K)) in f32 as 16
-//     lanes: lane j (0..15) starts at +0.0 and accumulates, in increasing k,
+//     lanes: lane s[j] (j = 0..15) starts at +0.0 and accumulates, in increasing k,
 //     fma(x[k], a[k], lane) over k = j, j+16, j+32, ... < K16, where K16 is
 //     K rounded up to a multiple of 16 and the padded terms are 0·0. The
 //     lanes are then summed in a fixed pairwise tree:
