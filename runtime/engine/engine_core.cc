@@ -61,6 +61,7 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::Create(const EngineCoreParams&
   sp.strict_buckets = params.check_recompilation;
   sp.num_kv_blocks = params.num_kv_blocks;
   sp.enable_prefix_caching = params.enable_prefix_caching;
+  if (params.lora) sp.max_loras = params.lora->geometry().max_loras;
   if (params.tokens_per_image > 0) {
     const int64_t tpi = params.tokens_per_image;
     if (params.buckets.max_images() < 1)
@@ -77,6 +78,11 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::Create(const EngineCoreParams&
 }
 
 Status EngineCore::Validate(const EngineRequest& request) const {
+  if (request.lora && !params_.lora)
+    return InvalidArgumentError(
+        "request '{}' asks for LoRA adapter '{}', but the model was compiled without LoRA "
+        "(xcc compile --enable-lora)",
+        request.request_id, request.lora->name);
   return validator_.Validate(request);
 }
 
@@ -100,6 +106,7 @@ Status EngineCore::AddRequest(EngineRequest request) {
   c.max_model_len = limits_.max_model_len;
   PrefixKeys keys;
   for (const ImageInput& image : request.images) keys.images.push_back(image.span);
+  if (request.lora) keys.lora_id = request.lora->id;
   XRT_RETURN_IF_ERROR(
       scheduler_->AddRequest(live->id, request.prompt, request.max_tokens, std::move(keys)));
   ++next_id_;
@@ -108,6 +115,29 @@ Status EngineCore::AddRequest(EngineRequest request) {
   live->req = std::move(request);
   by_name_[live->req.request_id] = live->id;
   live_[live->id] = std::move(live);
+  return Status::Ok();
+}
+
+Status EngineCore::AssignLoraSlots(const std::vector<uint64_t>& ids,
+                                   std::vector<ScheduledRequest>* step, StepStats* st) {
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+  std::vector<int> index(ids.size(), -1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::shared_ptr<const LoraAdapter>& a = live_.at(ids[i])->req.lora;
+    if (!a) continue;
+    auto it = std::find(adapters.begin(), adapters.end(), a);
+    index[i] = static_cast<int>(it - adapters.begin());
+    if (it == adapters.end()) adapters.push_back(a);
+  }
+  st->lora_adapters = static_cast<int64_t>(adapters.size());
+  if (adapters.empty()) return Status::Ok();
+  if (!params_.lora) return InternalError("a step with LoRA adapters but no LoRA manager");
+  const LoraManagerStats before = params_.lora->stats();
+  XRT_ASSIGN_OR_RETURN(std::vector<int32_t> slots, params_.lora->Activate(adapters));
+  st->lora_loads = params_.lora->stats().loads - before.loads;
+  st->lora_swaps = params_.lora->stats().swaps - before.swaps;
+  for (size_t i = 0; i < ids.size(); ++i)
+    (*step)[i].lora_slot = index[i] < 0 ? -1 : slots[static_cast<size_t>(index[i])];
   return Status::Ok();
 }
 
@@ -248,7 +278,8 @@ EngineCoreOutputs EngineCore::Step() {
 
   const float* logits = nullptr;
   if (!step.empty()) {
-    Status run = builder_.Build(step, &inputs_);
+    Status run = AssignLoraSlots(step_ids, &step, &st);
+    if (run.ok()) run = builder_.Build(step, &inputs_);
     if (run.ok()) run = builder_.BuildImages(image_pixels, image_rows, &inputs_);
     if (run.ok()) {
       Expected<const float*> executed = params_.executor->Execute(inputs_);
@@ -279,7 +310,9 @@ EngineCoreOutputs EngineCore::Step() {
           xpk::abi::ExecutableName(xpk::ExecutableKind::vision_encode, inputs_.image_bucket);
       st.vision_encode_padding = inputs_.image_bucket - st.images_encoded;
     }
-    st.lm_step = xpk::abi::ExecutableName(xpk::ExecutableKind::lm_step, inputs_.token_bucket);
+    st.lora_mode = inputs_.lora_mode;
+    st.lm_step = xpk::abi::ExecutableName(xpk::ExecutableKind::lm_step, inputs_.token_bucket,
+                                          inputs_.lora_mode);
     st.lm_step_padding = inputs_.token_bucket - inputs_.num_tokens;
     if (inputs_.num_logits > 0) {
       st.lm_logits = xpk::abi::ExecutableName(xpk::ExecutableKind::lm_logits, inputs_.req_bucket);

@@ -56,6 +56,7 @@
 
 namespace xrt {
 
+class LoraManager;
 class Scheduler;
 class Tokenizer;
 
@@ -93,6 +94,12 @@ struct EngineCoreParams {
   // (vLLM's compute_encoder_budget), at most the largest vision_encode bucket.
   int64_t encoder_cache_rows = 0;
   int64_t tokens_per_image = 0;
+  // An artifact with LoRA: its adapter slots (owned by the executor's side: the
+  // ModelRunner, or the replay; must outlive the core). A step holds at most
+  // max_loras distinct adapters; before it runs they are put into slots (their
+  // requests' lora_slot) and the step runs the matching lm_step variant. null:
+  // requests with an adapter are refused.
+  LoraManager* lora = nullptr;
 };
 
 // What one Step() did, for metrics and replay reports.
@@ -104,8 +111,14 @@ struct StepStats {
   bool ran = false;          // the executables ran
   // Executables run (xpk::abi::ExecutableName) and their padding: bucket minus
   // real tokens (lm_step) or real sampling rows (lm_logits). "" when not run.
-  std::string lm_step;
+  std::string lm_step;  // incl. its LoRA mode, e.g. "lm_step_t64_mixed"
   int64_t lm_step_padding = 0;
+  // LoRA: the step's lm_step variant, its distinct adapters, and the adapters
+  // copied into a slot for it (loads; swaps: of which replaced another one).
+  xpk::LoraMode lora_mode = xpk::LoraMode::none;
+  int64_t lora_adapters = 0;
+  int64_t lora_loads = 0;
+  int64_t lora_swaps = 0;
   std::string lm_logits;
   int64_t lm_logits_padding = 0;
   int64_t preemptions = 0;        // requests preempted while forming the step
@@ -182,6 +195,9 @@ class EngineCore {
   // Forgets request `id`: frees its KV blocks (scheduler) and drops it from the maps.
   void Forget(uint64_t id);
   RequestOutput OutputOf(const Live& r) const;
+  // Puts the step's adapters into LoRA slots and sets each request's lora_slot.
+  Status AssignLoraSlots(const std::vector<uint64_t>& ids, std::vector<ScheduledRequest>* step,
+                         StepStats* st);
   // Fails every request of `ids` that is still live.
   void FailAll(const std::vector<uint64_t>& ids, const std::string& error,
                std::vector<RequestOutput>* outputs);

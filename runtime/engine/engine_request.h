@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/kv_cache/block_hash.h"  // MultimodalSpan
+#include "runtime/lora/lora_manager.h"    // LoraAdapter
 #include "runtime/sampler/sampler.h"      // SamplingParams, TokenLogprob
 
 namespace xrt {
@@ -43,6 +44,9 @@ struct EngineRequest {
   // Images, in prompt order (non-overlapping spans inside the prompt, each span
   // exactly tokens_per_image image-token ids).
   std::vector<ImageInput> images;
+  // The LoRA adapter the request runs with (the registry's; keeps its data
+  // alive while the request lives); null: the base model.
+  std::shared_ptr<const LoraAdapter> lora;
 };
 
 struct GeneratedToken {

@@ -152,6 +152,14 @@ Status InputBuilder::Build(const std::vector<ScheduledRequest>& step, StepInputs
   out->image_cache_rows.clear();
   out->num_reqs = static_cast<int64_t>(step.size());
   out->num_logits = num_logits;
+  out->lora_mode = xpk::LoraMode::none;
+  for (const ScheduledRequest& q : step) {
+    if (q.lora_slot != step.front().lora_slot) {
+      out->lora_mode = xpk::LoraMode::mixed;
+      break;
+    }
+    if (q.lora_slot >= 0) out->lora_mode = xpk::LoraMode::single;
+  }
   out->token_ids.assign(tb, 0);
   out->positions.assign(tb, 0);
   out->slot_mapping.assign(tb, -1);

@@ -13,6 +13,9 @@
 //     slot_mapping   real: KV slot of position;  padding: -1 (no KV write)
 //     embed_source   real: row in the encoder-output cache, -1 for text;  padding: -1
 //     lora_slot      real: the request's slot (-1: none);                 padding: -1
+//   lora_mode: which lm_step variant runs (docs/DESIGN.md §2): none when no
+//     request has an adapter slot, single when every request has the same one
+//     (the executable reads lora_slot[0] for every row), mixed otherwise.
 //   request tables (max_num_reqs rows, the lm_step executables' fixed size):
 //     block_tables   [max_num_reqs * max_blocks_per_req], row r = request r's
 //                    table, the tail of the row 0; unused rows all 0
@@ -55,6 +58,7 @@
 #include "runtime/base/status.h"
 #include "runtime/engine/bucket_table.h"
 #include "runtime/engine/serving_limits.h"
+#include "schemas/artifact_generated.h"  // xpk::LoraMode
 
 namespace xrt {
 
@@ -81,11 +85,12 @@ struct InputBuilderParams {
 };
 
 struct StepInputs {
-  int64_t token_bucket = 0;  // lm_step bucket
-  int64_t req_bucket = 0;    // lm_logits bucket; 0 when num_logits == 0
-  int64_t num_tokens = 0;    // real tokens (<= token_bucket)
-  int64_t num_reqs = 0;      // real requests (<= max_num_reqs)
-  int64_t num_logits = 0;    // requests with needs_logits (<= req_bucket)
+  int64_t token_bucket = 0;                       // lm_step bucket
+  int64_t req_bucket = 0;                         // lm_logits bucket; 0 when num_logits == 0
+  int64_t num_tokens = 0;                         // real tokens (<= token_bucket)
+  int64_t num_reqs = 0;                           // real requests (<= max_num_reqs)
+  int64_t num_logits = 0;                         // requests with needs_logits (<= req_bucket)
+  xpk::LoraMode lora_mode = xpk::LoraMode::none;  // the lm_step variant
 
   std::vector<int32_t> token_ids;        // [token_bucket]
   std::vector<int32_t> positions;        // [token_bucket]

@@ -6,6 +6,7 @@
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/dense_attention.h"
+#include "runtime/kernels/lora.h"
 #include "runtime/kernels/matmul.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/abi.h"
@@ -136,6 +137,16 @@ Status Executor::Prepare() {
                   a.path(), e->name()->str());
             ptr = p_.encoder_cache;
             break;
+          case xpk::BindingKind::lora_a:
+          case xpk::BindingKind::lora_b: {
+            const auto& slots = b->kind() == xpk::BindingKind::lora_a ? p_.lora_a : p_.lora_b;
+            if (b->index() >= slots.size() || !slots[b->index()])
+              return InvalidArgumentError(
+                  "{}: executable '{}' reads the LoRA slots of target {}, but {} were given",
+                  a.path(), e->name()->str(), b->index(), slots.size());
+            ptr = slots[b->index()];
+            break;
+          }
           default:
             return DataLossError("{}: unknown binding kind {}", a.path(),
                                  static_cast<int>(b->kind()));
@@ -257,6 +268,50 @@ Status Executor::Run(const xpk::Executable& e) {
         if (!s.ok())
           return s.WithContext(fmt::format("{} ({})", e.name()->str(),
                                            c->label() ? c->label()->str() : "attention"));
+        break;
+      }
+      case xpk::Ukernel::lora_shrink: {
+        using P = xpk::abi::LoraShrinkParam;
+        using B = xpk::abi::LoraShrinkBinding;
+        const UkernelCall<xpk::Ukernel::lora_shrink> call(*c, pc.ptrs);
+        LoraShrinkArgs args;
+        args.x = call.Ptr<const float>(B::kX);
+        args.a_slots = call.Ptr<const float>(B::kA);
+        args.slots = call.Ptr<const int32_t>(B::kSlots);
+        args.buf = call.Ptr<float>(B::kBuf);
+        args.m = call[P::kM];
+        args.k = call[P::kK];
+        args.rank = call[P::kRank];
+        args.num_slots = call[P::kNumSlots];
+        args.mixed = call[P::kMixed] != 0;
+        args.ldx = call[P::kLdx];
+        args.ldbuf = call[P::kLdBuf];
+        Status s = LoraShrink(args, pool);
+        if (!s.ok())
+          return s.WithContext(fmt::format("{} ({})", e.name()->str(),
+                                           c->label() ? c->label()->str() : "lora_shrink"));
+        break;
+      }
+      case xpk::Ukernel::lora_expand: {
+        using P = xpk::abi::LoraExpandParam;
+        using B = xpk::abi::LoraExpandBinding;
+        const UkernelCall<xpk::Ukernel::lora_expand> call(*c, pc.ptrs);
+        LoraExpandArgs args;
+        args.buf = call.Ptr<const float>(B::kBuf);
+        args.bt_slots = call.Ptr<const float>(B::kBt);
+        args.slots = call.Ptr<const int32_t>(B::kSlots);
+        args.y = call.Ptr<float>(B::kY);
+        args.m = call[P::kM];
+        args.n = call[P::kN];
+        args.rank = call[P::kRank];
+        args.num_slots = call[P::kNumSlots];
+        args.mixed = call[P::kMixed] != 0;
+        args.ldbuf = call[P::kLdBuf];
+        args.ldy = call[P::kLdy];
+        Status s = LoraExpand(args, pool);
+        if (!s.ok())
+          return s.WithContext(fmt::format("{} ({})", e.name()->str(),
+                                           c->label() ? c->label()->str() : "lora_expand"));
         break;
       }
       default:

@@ -6,7 +6,8 @@
 // (sized for its largest bucket) holding inputs and outputs, and the KV cache is
 // supplied by the caller. Running an executable is then a loop over prepared
 // commands: generated dispatches split over the thread pool by workgroup, and
-// runtime microkernels (matmul, paged attention). Nothing is compiled.
+// runtime microkernels (matmul, paged attention, LoRA shrink/expand). Nothing
+// is compiled.
 //
 // Thread-compatible: one Run at a time. The Artifact, ThreadPool and KV memory
 // must outlive the Executor.
@@ -46,6 +47,10 @@ struct ExecutorParams {
   // A model with vision: the encoder-output cache lm_step reads image rows from,
   // [VisionConfig.encoder_cache_rows][hidden_size] f32.
   float* encoder_cache = nullptr;
+  // An artifact with LoRA: each target's adapter slots (runtime/lora/lora_manager.h),
+  // indexed like Manifest.lora.targets: lora_a[t] [max_loras][R][in_t],
+  // lora_b[t] [max_loras][R][out_t] f32.
+  std::vector<float*> lora_a, lora_b;
 };
 
 class Executor {

@@ -8,6 +8,31 @@
 
 namespace xrt {
 
+namespace {
+
+// The adapters `xcc compile --lora-modules` packed into the artifact, used in place.
+Status RegisterPackedAdapters(const Artifact& a, LoraRegistry* registry) {
+  const xpk::LoraConfig* lora = a.manifest().lora();
+  if (!lora || !lora->adapters() || lora->adapters()->size() == 0) return Status::Ok();
+  XRT_ASSIGN_OR_RETURN(ByteSpan segment, a.segment_data(lora->adapters_segment()));
+  for (const xpk::LoraAdapter* p : *lora->adapters()) {
+    LoraAdapter adapter;
+    adapter.name = p->name()->str();
+    adapter.base_model_name_or_path =
+        p->base_model_name_or_path() ? p->base_model_name_or_path()->str() : "";
+    adapter.rank = p->rank();
+    if (p->modules())
+      for (const flatbuffers::String* m : *p->modules()) adapter.modules.push_back(m->str());
+    adapter.from_artifact = true;
+    // The loader checked the range; the segment is 64-byte aligned.
+    adapter.data = reinterpret_cast<const float*>(segment.data + p->offset());
+    XRT_RETURN_IF_ERROR(registry->AddPacked(std::move(adapter)).status());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerParams& params) {
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   XRT_ASSIGN_OR_RETURN(r->artifact_, Artifact::Open(params.artifact_path));
@@ -29,8 +54,9 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
 
   // Executables by bucket.
   for (const xpk::Executable* e : *m.executables()) {
+    if (e->kind() == xpk::ExecutableKind::lm_step)
+      r->step_by_bucket_[{e->lora_mode(), e->num_tokens()}] = e;
     if (e->lora_mode() != xpk::LoraMode::none) continue;
-    if (e->kind() == xpk::ExecutableKind::lm_step) r->step_by_bucket_[e->num_tokens()] = e;
     if (e->kind() == xpk::ExecutableKind::lm_logits) r->logits_by_bucket_[e->num_reqs()] = e;
     if (e->kind() == xpk::ExecutableKind::vision_encode) r->vision_by_bucket_[e->num_images()] = e;
   }
@@ -68,6 +94,18 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   }
   ep.kv.num_blocks = kv.num_blocks;
   if (!r->encoder_cache_.empty()) ep.encoder_cache = r->encoder_cache_.data();
+  if (const xpk::LoraConfig* lora = m.lora()) {
+    LoraGeometry geometry = LoraGeometryOf(lora);
+    r->lora_manager_ = std::make_unique<LoraManager>(geometry, /*allocate=*/true);
+    ep.lora_a = r->lora_manager_->buffers().a;
+    ep.lora_b = r->lora_manager_->buffers().b;
+    for (float* p : ep.lora_a)
+      if (!p) return ResourceExhaustedError("{}: cannot allocate LoRA slots", params.artifact_path);
+    for (float* p : ep.lora_b)
+      if (!p) return ResourceExhaustedError("{}: cannot allocate LoRA slots", params.artifact_path);
+    r->lora_registry_ = std::make_unique<LoraRegistry>(std::move(geometry));
+    XRT_RETURN_IF_ERROR(RegisterPackedAdapters(a, r->lora_registry_.get()));
+  }
   XRT_ASSIGN_OR_RETURN(r->executor_, Executor::Create(ep));
   return r;
 }
@@ -76,6 +114,7 @@ EngineCoreParams ModelRunner::engine_core_params() {
   EngineCoreParams p = core_params_;
   p.executor = this;
   p.tokenizer = &*tokenizer_;
+  p.lora = lora_manager_.get();
   return p;
 }
 
@@ -138,9 +177,10 @@ Status ModelRunner::EncodeImages(const std::vector<const float*>& pixels,
 }
 
 Expected<const float*> ModelRunner::Execute(const StepInputs& in) {
-  auto step = step_by_bucket_.find(in.token_bucket);
+  auto step = step_by_bucket_.find({in.lora_mode, in.token_bucket});
   if (step == step_by_bucket_.end())
-    return OutOfRangeError("no lm_step executable for {} tokens", in.token_bucket);
+    return OutOfRangeError("no lm_step executable for {} tokens (lora {})", in.token_bucket,
+                           xpk::EnumNameLoraMode(in.lora_mode));
   const xpk::Executable& s = *step->second;
   if (in.image_bucket > 0) {
     std::vector<const float*> pixels;

@@ -27,6 +27,7 @@
 #include "runtime/executor/executor.h"
 #include "runtime/kv_cache/kv_cache_storage.h"
 #include "runtime/loader/artifact.h"
+#include "runtime/lora/lora_manager.h"
 #include "runtime/sampler/sampling_params.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -82,6 +83,12 @@ class ModelRunner : public StepExecutor {
   const InputBuilder& input_builder() const { return *input_builder_; }
   int64_t vocab_size() const { return core_params_.vocab_size; }
   int64_t num_kv_blocks() const { return kv_->params().num_blocks; }
+  // An artifact compiled with LoRA: the adapters known (those packed into the
+  // artifact are registered at creation; thread-safe, so servers load and unload
+  // while steps run) and the slots the executables read (engine thread only).
+  // nullptr without LoRA.
+  LoraRegistry* lora_registry() { return lora_registry_.get(); }
+  LoraManager* lora_manager() { return lora_manager_.get(); }
   // Every EOS id of the model (generation_config's and the tokenizer's).
   const std::vector<int32_t>& eos_token_ids() const { return core_params_.eos_token_ids; }
   ThreadPool& pool() { return *pool_; }
@@ -100,7 +107,11 @@ class ModelRunner : public StepExecutor {
   EngineCoreParams core_params_;  // the artifact's; executor etc. set by engine_core_params()
   SamplingDefaults sampling_defaults_;
   int64_t hidden_size_ = 0;
-  std::map<int64_t, const xpk::Executable*> step_by_bucket_, logits_by_bucket_, vision_by_bucket_;
+  std::map<int64_t, const xpk::Executable*> logits_by_bucket_, vision_by_bucket_;
+  // lm_step by (LoRA mode, bucket).
+  std::map<std::pair<xpk::LoraMode, int64_t>, const xpk::Executable*> step_by_bucket_;
+  std::unique_ptr<LoraRegistry> lora_registry_;
+  std::unique_ptr<LoraManager> lora_manager_;
   std::vector<float> encoder_cache_;
   int64_t tokens_per_image_ = 0;
   int64_t pixel_floats_ = 0;  // one image's vision_encode input
