@@ -17,13 +17,16 @@ struct GreedyResult {
 };
 
 // Generates `max_tokens` tokens past every EOS, greedily.
+// `lora`: the adapter to run with (null: the base model).
 inline GreedyResult Greedy(xrt::EngineCore& core, const std::vector<int32_t>& prompt,
-                           int64_t max_tokens, std::vector<xrt::ImageInput> images = {}) {
+                           int64_t max_tokens, std::vector<xrt::ImageInput> images = {},
+                           std::shared_ptr<const xrt::LoraAdapter> lora = nullptr) {
   GreedyResult r;
   xrt::EngineRequest req;
   req.request_id = "greedy";
   req.prompt = prompt;
   req.images = std::move(images);
+  req.lora = std::move(lora);
   req.max_tokens = max_tokens;
   req.ignore_eos = true;
   req.sampling.temperature = 0.0f;

@@ -262,6 +262,67 @@ TEST_P(LlavaNumerics, EngineMatchesTransformers) {
   }
 }
 
+// A PEFT adapter on the language model of a LLaVA model (tests/fixtures/lora/
+// llava_clip_llama, made by tests/gen_lora_fixtures.py): the vision tower and
+// projector get no LoRA; text and image prompts match PEFT.
+TEST(LlavaLora, LanguageModelAdapterMatchesPeft) {
+  const std::string name = "llava_clip_llama";
+  const json base = ReadJson(ModelDir(name) / "reference.json");
+  const fs::path lora_dir = fs::path(XCC_SOURCE_DIR) / "tests/fixtures/lora" / name;
+  const json ref = ReadJson(lora_dir / "reference.json");
+  const json& facts = base["loader_facts"];
+  const int64_t tpi = facts["tokens_per_image"].get<int64_t>();
+  const int32_t image_token = facts["image_token_id"].get<int32_t>();
+  fs::path dir = fs::temp_directory_path() / "xcc_llava_lora";
+  fs::create_directories(dir);
+  xcc::CompileOptions o;
+  o.model_path = ModelDir(name).string();
+  o.output_path = (dir / "lora.xpk").string();
+  o.quiet = true;
+  o.limits.max_num_seqs = 2;
+  o.limits.max_model_len = 256;
+  o.limits.max_num_batched_tokens = 128;
+  o.enable_lora = true;
+  o.max_loras = 1;
+  o.max_lora_rank = ref["max_lora_rank"].get<int64_t>();
+  ASSERT_TRUE(xcc::Compile(o).ok());
+  xrt::ModelRunnerParams rp;
+  rp.artifact_path = o.output_path;
+  rp.num_threads = 2;
+  auto runner = xrt::ModelRunner::Create(rp);
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  const json& adapter = ref["adapters"][0];
+  auto lora = (*runner)->lora_registry()->Load(
+      adapter["name"].get<std::string>(), (lora_dir / adapter["dir"].get<std::string>()).string());
+  ASSERT_TRUE(lora.ok()) << lora.status().ToString();
+  const int64_t vocab = ref["vocab_size"].get<int64_t>();
+  for (const json& res : adapter["results"]) {
+    const std::string prompt = res["prompt"];
+    SCOPED_TRACE(prompt);
+    const json* c = nullptr;
+    for (const json& bc : base["cases"])
+      if (bc["name"] == prompt) c = &bc;
+    ASSERT_NE(c, nullptr);
+    xrt::EngineCoreParams cp = (*runner)->engine_core_params();
+    cp.enable_prefix_caching = false;
+    auto core = xrt::EngineCore::Create(cp);
+    ASSERT_TRUE(core.ok()) << core.status().ToString();
+    const std::vector<int32_t> ids = (*c)["input_ids"].get<std::vector<int32_t>>();
+    auto result =
+        xcc::testing::Greedy(**core, ids, 32, CaseImages(name, *c, tpi, image_token), *lora);
+    ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+    const std::vector<float> all =
+        ReadF32(lora_dir / "logits" / res["logits"]["file"].get<std::string>());
+    ASSERT_GE(all.size(), ids.size() * vocab);
+    ASSERT_EQ(result.prompt_logits.size(), static_cast<size_t>(vocab));
+    EXPECT_LE(MaxAbsDiff(result.prompt_logits.data(), all.data() + (ids.size() - 1) * vocab, vocab),
+              1e-4f)
+        << "last-position logits differ from PEFT";
+    EXPECT_EQ(result.tokens, res["greedy_ids"].get<std::vector<int32_t>>())
+        << "greedy continuation differs from PEFT";
+  }
+}
+
 // Prefix caching with images (block size 4): the same text with another image
 // shares only the blocks before the image; the same prompt again reuses its KV
 // prefix through the image; the same image after other text is not in the KV
