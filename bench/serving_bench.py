@@ -79,6 +79,7 @@ class Request:
     prompt: str
     prompt_len: int  # intended (approximate) prompt tokens
     output_len: int  # max_tokens
+    model: Optional[str] = None  # a LoRA adapter name (--lora-modules); None: --model
 
 
 @dataclass
@@ -179,7 +180,7 @@ def headers_for(args) -> dict[str, str]:
 
 def request_body(args, req: Request) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": args.model,
+        "model": req.model or args.model,
         "prompt": req.prompt,
         "max_tokens": req.output_len,
         "temperature": args.temperature,
@@ -441,6 +442,12 @@ async def benchmark(args) -> int:
             reqs = sample_random(args, rng, cal)
         else:
             reqs = sample_sharegpt_like(args, rng, cal, max_model_len)
+        if args.lora_modules:
+            # As vLLM's benchmark: every request picks one of the adapters at
+            # random (own seeded stream: the prompts stay those of a run without).
+            lora_rng = random.Random(args.seed + 1)
+            for r in reqs:
+                r.model = lora_rng.choice(args.lora_modules)
         if max_model_len:
             over = sum(1 for r in reqs if r.prompt_len + r.output_len > max_model_len)
             if over:
@@ -585,6 +592,7 @@ def config_dict(args, cal: Calibration) -> dict[str, Any]:
         "base_url": args.base_url,
         "endpoint": args.endpoint,
         "model_id": args.model,
+        "lora_modules": args.lora_modules,
         "dataset": args.dataset,
         "num_prompts": args.num_prompts,
         "request_rate": args.request_rate if args.request_rate != float("inf") else "inf",
@@ -668,6 +676,9 @@ def parse_args(argv=None):
                    help="prompt tokens per random word; 'auto' probes the server's usage.prompt_tokens")
     g.add_argument("--ignore-eos", action="store_true", help="send ignore_eos: true (vLLM extension)")
     g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--lora-modules", nargs="+", default=None, metavar="NAME",
+                   help="LoRA adapter names the server serves: each request uses one, "
+                        "chosen uniformly at random (seeded)")
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--seed-requests", action="store_true", help="also send 'seed' in each request")
