@@ -2,6 +2,7 @@
 // next to this machine's memory bandwidth measured in the same run.
 //
 //   lm_step_bench ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE]
+//                 [--lora single|mixed]
 //
 // Prefill: one request whose step fills a whole token bucket (lm_step + the
 // lm_logits of its last token), tokens/s = bucket / step time.
@@ -10,6 +11,11 @@
 // fraction is (weight bytes a decode step must read / step time) / measured
 // read bandwidth; the bytes are those of every weight the two executables
 // bind, except the embedding table, of which a decode step reads one row.
+//
+// --lora (an artifact compiled with --enable-lora): the steps run the single-
+// adapter executables (every token on slot 0) or the mixed ones (the tokens cut
+// into max_loras consecutive segments, one slot each: prefill chunks of several
+// adapters); the slots hold zeros, which costs the kernels the same.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -70,7 +76,8 @@ struct Runner {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE]\n",
+                 "usage: %s ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE] "
+                 "[--lora single|mixed]\n",
                  argv[0]);
     return 2;
   }
@@ -78,6 +85,7 @@ int main(int argc, char** argv) {
   rp.artifact_path = argv[1];
   int64_t context = 128, iters = 10;
   std::string json_path;
+  std::string lora;  // "", "single" or "mixed"
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--threads")
@@ -88,6 +96,8 @@ int main(int argc, char** argv) {
       iters = std::atoll(argv[i + 1]);
     else if (a == "--json")
       json_path = argv[i + 1];
+    else if (a == "--lora")
+      lora = argv[i + 1];
   }
   auto runner = xrt::ModelRunner::Create(rp);
   if (!runner.ok()) {
@@ -95,6 +105,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   xrt::ModelRunner& r = **runner;
+  if (!lora.empty() && ((lora != "single" && lora != "mixed") || !r.artifact().manifest().lora())) {
+    std::fprintf(stderr, "--lora single|mixed needs an artifact compiled with --enable-lora\n");
+    return 1;
+  }
   const auto& m = r.artifact().manifest();
 
   // Weight bytes a decode step reads.
@@ -138,6 +152,12 @@ int main(int argc, char** argv) {
     sr.block_table = *kv.BlockTable(1);
     sr.needs_logits = true;
     if (!r.input_builder().Build({sr}, &in).ok()) return -1;
+    if (!lora.empty()) {
+      const int64_t slots = r.artifact().manifest().lora()->max_loras();
+      for (int64_t t = 0; t < count; ++t)
+        in.lora_slot[t] = lora == "single" ? 0 : static_cast<int32_t>(t * slots / count);
+      in.lora_mode = lora == "single" ? xpk::LoraMode::single : xpk::LoraMode::mixed;
+    }
     auto t0 = Clock::now();
     auto logits = r.Execute(in);
     double s = Seconds(t0, Clock::now());
@@ -148,6 +168,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json out;
   out["artifact"] = rp.artifact_path;
+  out["lora"] = lora.empty() ? "none" : lora;
   out["threads"] = r.pool().num_threads();
   out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
   out["decode_weight_bytes_per_step"] = weight_bytes;
