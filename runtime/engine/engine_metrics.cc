@@ -54,24 +54,16 @@ std::string PrometheusLabelValue(const std::string& v) {
 EngineMetrics::EngineMetrics()
     : ttft(LatencyBounds()), tpot(LatencyBounds()), e2e(LatencyBounds()) {}
 
-void EngineMetrics::CountFinished(const std::string& reason) {
+void EngineMetrics::Count(std::map<std::string, int64_t>* counts, const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++finished_[reason];
+  ++(*counts)[key];
 }
 
-void EngineMetrics::CountBucket(const std::string& executable) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++buckets_[executable];
-}
-
-void EngineMetrics::CountLoraMode(const std::string& mode) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++lora_modes_[mode];
-}
-
+void EngineMetrics::CountFinished(const std::string& reason) { Count(&finished_, reason); }
+void EngineMetrics::CountBucket(const std::string& executable) { Count(&buckets_, executable); }
+void EngineMetrics::CountLoraMode(const std::string& mode) { Count(&lora_modes_, mode); }
 void EngineMetrics::CountLoraRequest(const std::string& adapter) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++lora_requests_[adapter];
+  Count(&lora_requests_, adapter);
 }
 
 std::map<std::string, int64_t> EngineMetrics::BucketHits() const {

@@ -69,6 +69,9 @@ struct EngineMetrics {
   std::map<std::string, int64_t> BucketHits() const;
 
  private:
+  // ++(*counts)[key] under mu_ (counts: one of the maps below).
+  void Count(std::map<std::string, int64_t>* counts, const std::string& key);
+
   mutable std::mutex mu_;
   std::map<std::string, int64_t> finished_;       // by reason
   std::map<std::string, int64_t> buckets_;        // hits by executable
