@@ -5,7 +5,9 @@
 //           [--shutdown-timeout SECONDS] [--allowed-local-media-path DIR]
 //           [--limit-mm-per-prompt N] [--media-fetch-timeout SECONDS]
 //           [--max-image-bytes BYTES] [--media-max-redirects N]
+//           [--lora-modules NAME=PATH ...] [--allow-runtime-lora-updating]
 //   xrt generate ARTIFACT --prompt TEXT [--image FILE]... [--chat] [--max-tokens N]
+//                [--lora NAME=PATH | NAME]
 //                [--temperature T] [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S]
 //                [--threads N] [--show-ids] [--dry-run]
 //   both: [--verify-weights] (recompute the weights' checksums before running)
@@ -34,6 +36,8 @@
 #include "runtime/engine/llm_engine.h"
 #include "runtime/engine/request_processor.h"
 #include "runtime/executor/model_runner.h"
+#include "runtime/lora/lora_manager.h"
+#include "runtime/lora/peft_adapter.h"
 #include "runtime/server/http_server.h"
 #include "runtime/server/media_fetcher.h"
 
@@ -130,6 +134,43 @@ xrt::Expected<std::unique_ptr<xrt::ModelRunner>> LoadRunner(const xrt::ModelRunn
   return runner;
 }
 
+// Registers the PEFT adapters of `args` ("name=path", vLLM's --lora-modules form)
+// in the artifact's LoRA registry. Every adapter is tried and every failure is
+// reported (each lists all of its problems); any failure is an error, before
+// anything is served. `base_name` (the served model name) cannot name an adapter.
+xrt::Status LoadLoraModules(xrt::ModelRunner& runner, const std::vector<std::string>& args,
+                            const std::string& base_name, const char* flag) {
+  if (args.empty()) return xrt::Status::Ok();
+  xrt::LoraRegistry* registry = runner.lora_registry();
+  if (!registry)
+    return xrt::InvalidArgumentError(
+        "{}: {} was compiled without LoRA; compile it with `xcc compile --enable-lora` (and "
+        "--max-loras N --max-lora-rank R) to serve adapters",
+        flag, runner.artifact().path());
+  auto modules = xrt::ParseLoraModules(args);
+  if (!modules.ok()) return modules.status().WithContext(flag);
+  std::vector<std::string> errors;
+  for (const auto& [name, path] : *modules) {
+    if (name == base_name) {
+      errors.push_back(
+          fmt::format("'{}' is the served model name; choose another adapter name", name));
+      continue;
+    }
+    auto loaded = registry->Load(name, path);
+    if (!loaded.ok()) {
+      errors.push_back(loaded.status().message());
+      continue;
+    }
+    std::fprintf(stderr, "xrt: loaded LoRA adapter '%s' from '%s' (rank %lld)\n", name.c_str(),
+                 path.c_str(), static_cast<long long>((*loaded)->rank));
+  }
+  if (errors.empty()) return xrt::Status::Ok();
+  std::string message =
+      fmt::format("{}: {} of {} adapters failed to load:", flag, errors.size(), modules->size());
+  for (const std::string& e : errors) message += "\n  " + e;
+  return xrt::InvalidArgumentError("{}", message);
+}
+
 // "2GiB", "512MiB", "1000000" -> bytes; errors name `flag`.
 xrt::Expected<int64_t> ParseBytes(const std::string& text, const char* flag = "--kv-cache-memory") {
   size_t pos = 0;
@@ -167,7 +208,8 @@ xrt::Expected<int64_t> ParseBytes(const std::string& text, const char* flag = "-
 // wait), end the rest with finish_reason "abort" (streams get a final chunk
 // and [DONE]), exit 0.
 int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::ServerParams sp,
-          const std::string& kv_memory, double shutdown_timeout, bool verify_weights) {
+          const std::string& kv_memory, double shutdown_timeout, bool verify_weights,
+          const std::vector<std::string>& lora_modules) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -186,6 +228,16 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
   cp.requested = ep.requested;
   cp.enable_prefix_caching = ep.enable_prefix_caching;
   cp.check_recompilation = ep.check_recompilation;
+  if (sp.served_model_name.empty()) {
+    std::string name = rp.artifact_path.substr(rp.artifact_path.find_last_of('/') + 1);
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".xpk") == 0)
+      name.resize(name.size() - 4);
+    sp.served_model_name = name;
+  }
+  if (xrt::Status s = LoadLoraModules(r, lora_modules, sp.served_model_name, "--lora-modules");
+      !s.ok())
+    return Fail(s);
+  sp.lora_registry = r.lora_registry();
   auto engine = xrt::LLMEngine::Create(cp);
   if (!engine.ok()) return Fail(engine.status());
   const xrt::ServingLimits& lim = (*engine)->limits();
@@ -195,12 +247,6 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
   const xrt::RequestProcessor& processor = *made;
   if (sp.http_threads <= 0)
     sp.http_threads = static_cast<int>(std::max<int64_t>(64, 4 * lim.max_num_seqs));
-  if (sp.served_model_name.empty()) {
-    std::string name = rp.artifact_path.substr(rp.artifact_path.find_last_of('/') + 1);
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".xpk") == 0)
-      name.resize(name.size() - 4);
-    sp.served_model_name = name;
-  }
   xrt::server::HttpServer server(sp, engine->get(), &processor);
   xrt::Status s = server.Start();
   if (!s.ok()) return Fail(s);
@@ -289,6 +335,10 @@ int main(int argc, char** argv) {
                 "Only make the request (tokenize, place the images) and print its prompt ids and "
                 "image spans (JSON, stdout); generate nothing");
   gen->add_flag("--verify-weights", verify_weights, verify_weights_help);
+  std::string lora;
+  gen->add_option("--lora", lora,
+                  "Run with a LoRA adapter: NAME=PATH (a PEFT directory) or the NAME of an "
+                  "adapter packed into the artifact (xcc compile --lora-modules)");
 
   xrt::ModelRunnerParams run_rp;
   xrt::EngineCoreParams run_ep;
@@ -340,6 +390,13 @@ int main(int argc, char** argv) {
                   "Most redirects followed when fetching an image URL")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  std::vector<std::string> lora_modules;
+  run->add_option("--lora-modules", lora_modules,
+                  "LoRA adapters to serve, NAME=PATH (a PEFT directory) ...; a request selects "
+                  "one with \"model\": \"NAME\". Needs an artifact compiled with --enable-lora");
+  run->add_flag("--allow-runtime-lora-updating", run_sp.allow_runtime_lora_updating,
+                "Enable POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING)");
   run->add_flag("--check-recompilation", run_ep.check_recompilation,
                 "Strict mode: a step no compiled bucket holds fails its requests (counted in "
                 "/metrics, logged) instead of being split. Neither mode ever compiles");
@@ -360,7 +417,7 @@ int main(int argc, char** argv) {
     // Bad media flags fail before the model is loaded (HttpServer::Start checks them again).
     if (auto media = xrt::server::MediaFetcher::Create(run_sp.media); !media.ok())
       return Fail(media.status());
-    return Serve(run_rp, run_ep, run_sp, kv_memory, shutdown_timeout, verify_weights);
+    return Serve(run_rp, run_ep, run_sp, kv_memory, shutdown_timeout, verify_weights, lora_modules);
   }
 
   auto runner = LoadRunner(rp, verify_weights);
@@ -376,6 +433,26 @@ int main(int argc, char** argv) {
   auto generation = GenerateRequest(prompt, chat, system, images, vision.has_value());
   if (!generation.ok()) return Fail(generation.status());
   xrt::GenerationRequest& g = *generation;
+  if (!lora.empty()) {
+    // NAME=PATH loads a PEFT directory; a bare NAME selects an adapter packed
+    // into the artifact.
+    std::string name = lora.substr(0, lora.find('='));
+    if (lora.find('=') != std::string::npos)
+      if (xrt::Status s = LoadLoraModules(r, {lora}, "", "--lora"); !s.ok()) return Fail(s);
+    if (!r.lora_registry())
+      return Fail(xrt::InvalidArgumentError(
+          "--lora: {} was compiled without LoRA (xcc compile --enable-lora)", rp.artifact_path));
+    g.lora = r.lora_registry()->Find(name);
+    if (!g.lora) {
+      std::string known;
+      for (const auto& a : r.lora_registry()->List())
+        known += (known.empty() ? "" : ", ") + a->name;
+      return Fail(xrt::InvalidArgumentError(
+          "--lora: the artifact has no adapter '{}' ({}); give NAME=PATH to load a PEFT "
+          "directory",
+          name, known.empty() ? "it packs none" : "it packs " + known));
+    }
+  }
   g.max_tokens = maxTokens;
   g.ignore_eos = ignoreEos;
   if (seed >= 0) {

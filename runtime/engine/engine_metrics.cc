@@ -34,19 +34,36 @@ std::vector<double> LatencyBounds() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.25, 0.5,
           0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0};
 }
+
+// A label value in the text exposition format: backslash, double quote and
+// newline escaped.
+std::string PrometheusLabelValue(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
 }  // namespace
 
 EngineMetrics::EngineMetrics()
     : ttft(LatencyBounds()), tpot(LatencyBounds()), e2e(LatencyBounds()) {}
 
-void EngineMetrics::CountFinished(const std::string& reason) {
+void EngineMetrics::Count(std::map<std::string, int64_t>* counts, const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++finished_[reason];
+  ++(*counts)[key];
 }
 
-void EngineMetrics::CountBucket(const std::string& executable) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++buckets_[executable];
+void EngineMetrics::CountFinished(const std::string& reason) { Count(&finished_, reason); }
+void EngineMetrics::CountBucket(const std::string& executable) { Count(&buckets_, executable); }
+void EngineMetrics::CountLoraMode(const std::string& mode) { Count(&lora_modes_, mode); }
+void EngineMetrics::CountLoraRequest(const std::string& adapter) {
+  Count(&lora_requests_, adapter);
 }
 
 std::map<std::string, int64_t> EngineMetrics::BucketHits() const {
@@ -90,6 +107,11 @@ std::string EngineMetrics::Render() const {
           encoder_cache_misses.load());
   counter("xrt_encoder_cache_evictions_total", "Encoder cache entries evicted to make room.",
           encoder_cache_evictions.load());
+  counter("xrt_lora_slot_loads_total",
+          "LoRA adapters copied into a device slot (into an empty one, or replacing another).",
+          lora_slot_loads.load());
+  counter("xrt_lora_slot_swaps_total", "LoRA slot loads that replaced another adapter.",
+          lora_slot_swaps.load());
   gauge("xrt_kv_cache_blocks_used", "KV cache blocks in use.", kv_blocks_used.load());
   gauge("xrt_kv_cache_blocks_total", "KV cache blocks.", kv_blocks_total.load());
   {
@@ -107,6 +129,22 @@ std::string EngineMetrics::Render() const {
         "# TYPE xrt_bucket_hits_total counter\n";
     for (const auto& [exe, n] : buckets_)
       out += fmt::format("xrt_bucket_hits_total{{executable=\"{}\"}} {}\n", exe, n);
+    out +=
+        "# HELP xrt_lora_mode_steps_total Steps run, by the LoRA mode of their lm_step (none: "
+        "the executable without LoRA).\n"
+        "# TYPE xrt_lora_mode_steps_total counter\n";
+    for (const char* mode : {"none", "single", "mixed"}) {
+      auto it = lora_modes_.find(mode);
+      out += fmt::format("xrt_lora_mode_steps_total{{mode=\"{}\"}} {}\n", mode,
+                         it == lora_modes_.end() ? 0 : it->second);
+    }
+    out +=
+        "# HELP xrt_lora_requests_total Requests admitted with a LoRA adapter, by adapter name "
+        "(base-model requests are not counted).\n"
+        "# TYPE xrt_lora_requests_total counter\n";
+    for (const auto& [adapter, n] : lora_requests_)
+      out += fmt::format("xrt_lora_requests_total{{adapter=\"{}\"}} {}\n",
+                         PrometheusLabelValue(adapter), n);
   }
   ttft.Render("xrt_time_to_first_token_seconds", "Time to first token.", &out);
   tpot.Render("xrt_time_per_output_token_seconds", "Time between output tokens.", &out);

@@ -47,11 +47,21 @@ struct EngineMetrics {
   std::atomic<int64_t> encoder_cache_hits{0};    // image lookups the encoder cache served
   std::atomic<int64_t> encoder_cache_misses{0};  // images that had to be encoded
   std::atomic<int64_t> encoder_cache_evictions{0};
+  // Multi-LoRA: adapters copied into a slot (loads) and of those the ones that
+  // replaced another adapter (swaps), from StepStats.
+  std::atomic<int64_t> lora_slot_loads{0};
+  std::atomic<int64_t> lora_slot_swaps{0};
   std::atomic<int64_t> kv_blocks_used{0};
   std::atomic<int64_t> kv_blocks_total{0};
 
   void CountFinished(const std::string& reason);
   void CountBucket(const std::string& executable);
+  // A step that ran, by its lm_step LoRA mode ("none", "single", "mixed": the
+  // suffix of the lm_step bucket it hit; "none" is the plain executable).
+  void CountLoraMode(const std::string& mode);
+  // A request admitted with the LoRA adapter `adapter` (base-model requests
+  // are not counted here).
+  void CountLoraRequest(const std::string& adapter);
 
   Histogram ttft, tpot, e2e;
 
@@ -59,9 +69,14 @@ struct EngineMetrics {
   std::map<std::string, int64_t> BucketHits() const;
 
  private:
+  // ++(*counts)[key] under mu_ (counts: one of the maps below).
+  void Count(std::map<std::string, int64_t>* counts, const std::string& key);
+
   mutable std::mutex mu_;
-  std::map<std::string, int64_t> finished_;  // by reason
-  std::map<std::string, int64_t> buckets_;   // hits by executable
+  std::map<std::string, int64_t> finished_;       // by reason
+  std::map<std::string, int64_t> buckets_;        // hits by executable
+  std::map<std::string, int64_t> lora_modes_;     // steps by LoRA mode
+  std::map<std::string, int64_t> lora_requests_;  // requests by adapter name
 };
 
 }  // namespace xrt

@@ -105,6 +105,9 @@ void LLMEngine::CountStep(const StepStats& st) {
     metrics_.padded_images += st.vision_encode_padding;
   }
   metrics_.CountBucket(st.lm_step);
+  metrics_.CountLoraMode(xpk::EnumNameLoraMode(st.lora_mode));
+  metrics_.lora_slot_loads += st.lora_loads;
+  metrics_.lora_slot_swaps += st.lora_swaps;
   metrics_.padded_tokens += st.lm_step_padding;
   if (!st.lm_logits.empty()) {
     metrics_.CountBucket(st.lm_logits);
@@ -132,6 +135,7 @@ void LLMEngine::Loop() {
       live->submitted = Clock::now();
       const std::string id = req.request_id;
       const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
+      const std::string adapter = req.lora ? req.lora->name : "";
       // The core rejects an id already in flight (its requests are exactly live_'s).
       Status s = core_->AddRequest(std::move(req));
       if (!s.ok()) {
@@ -145,6 +149,7 @@ void LLMEngine::Loop() {
         live->callback(out);
         continue;
       }
+      if (!adapter.empty()) metrics_.CountLoraRequest(adapter);
       live_[id] = std::move(live);
     }
     for (const std::string& name : aborts)

@@ -18,6 +18,7 @@ namespace {
 
 using testing::FakeExecutor;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Collects the outputs of submitted requests; waits for them to finish.
 class Outputs {
@@ -90,6 +91,63 @@ TEST(LLMEngine, RejectsInvalidRequestsAtSubmit) {
   Status s = (*engine)->Submit(testing::SmallRequest("long", 60, 10), out.Callback());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("maximum context length is 64 tokens"));
+}
+
+// LoRA metrics: steps per lm_step LoRA mode (agreeing with the bucket hits and
+// the step count), slot loads and swaps, requests per adapter (label escaped;
+// base requests not counted). One slot, two adapters: x runs first (single),
+// then y with the base request behind it (mixed), y replacing x in the slot.
+TEST(LLMEngine, LoraMetrics) {
+  FakeExecutor ex(32, 5);
+  EngineCoreParams p = testing::SmallCoreParams(&ex);
+  LoraGeometry geometry;
+  geometry.spec.max_lora_rank = 1;
+  geometry.max_loras = 1;
+  LoraManager manager(geometry, /*allocate=*/false);
+  p.lora = &manager;
+  LoraRegistry registry(geometry);
+  auto add = [&](const std::string& name) {
+    LoraAdapter a;
+    a.name = name;
+    a.owned = {0.0f};
+    return registry.AddPacked(std::move(a)).value();
+  };
+  auto engine = LLMEngine::Create(p);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Outputs out;
+  std::vector<std::pair<EngineRequest, OutputCallback>> batch;
+  const std::pair<const char*, std::shared_ptr<const LoraAdapter>> requests[] = {
+      {"x1", add("x")}, {"y1", add("y\"\\")}, {"base", nullptr}};
+  for (const auto& [id, lora] : requests) {
+    EngineRequest r = testing::SmallRequest(id, 3, 4);
+    r.lora = lora;
+    batch.emplace_back(std::move(r), out.Callback());
+  }
+  ASSERT_TRUE((*engine)->SubmitBatch(std::move(batch)).ok());
+  ASSERT_TRUE(out.WaitFor(3));
+  for (const char* id : {"x1", "y1", "base"}) EXPECT_EQ(out.reason(id), "length") << id;
+
+  std::map<std::string, int64_t> by_mode = {{"none", 0}, {"single", 0}, {"mixed", 0}};
+  int64_t lm_steps = 0;
+  for (const auto& [exe, n] : (*engine)->bucket_hits()) {
+    if (exe.rfind("lm_step_", 0) != 0) continue;
+    lm_steps += n;
+    const size_t last = exe.rfind('_');
+    const std::string suffix = exe.substr(last + 1);
+    by_mode[suffix == "single" || suffix == "mixed" ? suffix : "none"] += n;
+  }
+  EXPECT_EQ(lm_steps, (*engine)->num_steps());
+  EXPECT_GT(by_mode["single"], 0);
+  EXPECT_GT(by_mode["mixed"], 0);
+  const std::string metrics = (*engine)->MetricsText();
+  for (const auto& [mode, n] : by_mode)
+    EXPECT_THAT(metrics,
+                HasSubstr(fmt::format("xrt_lora_mode_steps_total{{mode=\"{}\"}} {}\n", mode, n)));
+  EXPECT_THAT(metrics, HasSubstr("\nxrt_lora_slot_loads_total 2\n"));
+  EXPECT_THAT(metrics, HasSubstr("\nxrt_lora_slot_swaps_total 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("\nxrt_lora_requests_total{adapter=\"x\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("\nxrt_lora_requests_total{adapter=\"y\\\"\\\\\"} 1\n"));
+  EXPECT_THAT(metrics, Not(HasSubstr("xrt_lora_requests_total{adapter=\"\"}")));
 }
 
 // The report of `xcc check --trace` is computed from the same core the engine

@@ -192,6 +192,7 @@ Expected<EngineRequest> RequestProcessor::Process(const GenerationRequest& reque
   r.ignore_eos = request.ignore_eos;
   r.skip_special_tokens = request.skip_special_tokens;
   r.return_prompt_logits = request.return_prompt_logits;
+  r.lora = request.lora;
   XRT_RETURN_IF_ERROR(Check(r, request.kind, max_tokens_set, error));
   return r;
 }

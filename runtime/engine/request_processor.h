@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,10 @@ struct GenerationRequest {
   // request's messages then carry content as a list of parts with
   // {"type": "image"} where the images were (OpenAiRequest::message_parts).
   std::vector<RequestImage> images;
+  // The LoRA adapter to run with (LoraRegistry::Find's); null: the base model.
+  // Passed through to EngineRequest::lora (the engine refuses it when the
+  // artifact has no LoRA).
+  std::shared_ptr<const LoraAdapter> lora;
 };
 
 // Where a request went wrong (OpenAI's error.param and error.code; "" when

@@ -81,6 +81,22 @@ TEST_F(RequestProcessorTest, TokenizesTextChatAndTokens) {
   EXPECT_EQ(tokens->prompt, (std::vector<int32_t>{5, 6, 7}));
 }
 
+// The adapter a client selected goes into the engine request as is (the same
+// registry entry, which keeps it alive); none selects the base model.
+TEST_F(RequestProcessorTest, PassesTheLoraAdapterThrough) {
+  RequestProcessor p(Params());
+  auto adapter = std::make_shared<LoraAdapter>();
+  adapter->name = "sql";
+  GenerationRequest g = Text("Hello world");
+  g.lora = adapter;
+  auto made = p.Process(g);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(made->lora, adapter);
+  auto base = p.Process(Text("Hello world"));
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  EXPECT_EQ(base->lora, nullptr);
+}
+
 TEST_F(RequestProcessorTest, ModelDefaultsFillOnlyWhatTheRequestLeavesUnset) {
   RequestProcessorParams params = Params();
   params.sampling_defaults.temperature = 0.7f;

@@ -1,5 +1,6 @@
 #include "runtime/server/http_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include "runtime/lora/lora_manager.h"
 #include "runtime/server/client_connection.h"
 #include "runtime/server/openai_protocol.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -77,8 +79,13 @@ bool IsV1Path(const std::string& path) { return path.rfind("/v1/", 0) == 0; }
 
 // Label value for the request counter: known endpoints, else "other".
 std::string PathLabel(const std::string& path) {
-  static const char* k_known[] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                  "/health", "/metrics"};
+  static const char* k_known[] = {"/v1/completions",
+                                  "/v1/chat/completions",
+                                  "/v1/models",
+                                  "/v1/load_lora_adapter",
+                                  "/v1/unload_lora_adapter",
+                                  "/health",
+                                  "/metrics"};
   for (const char* k : k_known)
     if (path == k) return k;
   return "other";
@@ -325,6 +332,16 @@ void HttpServer::RegisterRoutes() {
   });
   http_->Get("/v1/models",
              [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
+  if (params_.allow_runtime_lora_updating) {
+    http_->Post("/v1/load_lora_adapter",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  HandleLoadLoraAdapter(req, res);
+                });
+    http_->Post("/v1/unload_lora_adapter",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  HandleUnloadLoraAdapter(req, res);
+                });
+  }
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", kJsonType);
   });
@@ -332,19 +349,84 @@ void HttpServer::RegisterRoutes() {
              [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
 }
 
+// Adapters in the order they were registered (vLLM lists them in load order).
+static std::vector<std::shared_ptr<const LoraAdapter>> AdaptersInLoadOrder(
+    const LoraRegistry* registry) {
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+  if (registry) adapters = registry->List();
+  std::sort(adapters.begin(), adapters.end(),
+            [](const auto& a, const auto& b) { return a->id < b->id; });
+  return adapters;
+}
+
 void HttpServer::HandleModels(httplib::Response& res) {
-  Json model;
-  model["id"] = params_.served_model_name;
-  model["object"] = "model";
-  model["created"] = created_;
-  model["owned_by"] = "xrt";
-  model["root"] = params_.served_model_name;
-  model["parent"] = nullptr;
-  model["max_model_len"] = engine_->max_model_len();
-  Json j;
-  j["object"] = "list";
-  j["data"] = Json::array({std::move(model)});
-  res.set_content(DumpJson(j), kJsonType);
+  std::vector<ModelCard> cards;
+  cards.push_back(ModelCard{params_.served_model_name, params_.served_model_name, "", created_,
+                            engine_->max_model_len()});
+  // An adapter packed into the artifact has no directory: its root is its name.
+  for (const auto& a : AdaptersInLoadOrder(params_.lora_registry))
+    cards.push_back(ModelCard{a->name, a->path.empty() ? a->name : a->path,
+                              params_.served_model_name, created_, -1});
+  res.set_content(DumpJson(ModelListJson(cards)), kJsonType);
+}
+
+Expected<std::shared_ptr<const LoraAdapter>> HttpServer::ResolveModel(
+    const std::string& model) const {
+  if (model == params_.served_model_name) return std::shared_ptr<const LoraAdapter>();
+  if (params_.lora_registry)
+    if (auto adapter = params_.lora_registry->Find(model)) return adapter;
+  // An empty served name accepts any model name (for the base model).
+  if (params_.served_model_name.empty()) return std::shared_ptr<const LoraAdapter>();
+  std::string names = fmt::format("'{}'", params_.served_model_name);
+  const auto adapters = AdaptersInLoadOrder(params_.lora_registry);
+  constexpr size_t k_listed = 32;
+  for (size_t i = 0; i < adapters.size() && i < k_listed; ++i)
+    names += fmt::format(", '{}'", adapters[i]->name);
+  if (adapters.size() > k_listed) names += fmt::format(" and {} more", adapters.size() - k_listed);
+  return NotFoundError("The model '{}' does not exist; this server serves {}", model, names);
+}
+
+void HttpServer::HandleLoadLoraAdapter(const httplib::Request& req, httplib::Response& res) {
+  std::string param;
+  Expected<LoraAdapterRequest> parsed = ParseLoadLoraAdapterRequest(req.body, &param);
+  if (!parsed.ok()) return SendApiError(res, ApiErrorFromStatus(parsed.status(), param));
+  const std::string& name = parsed->lora_name;
+  if (!params_.lora_registry)
+    return SendError(res, 400, "invalid_request_error",
+                     fmt::format("cannot load LoRA adapter '{}': the model was compiled without "
+                                 "LoRA (xcc compile --enable-lora)",
+                                 name),
+                     "lora_name");
+  if (name == params_.served_model_name || params_.lora_registry->Find(name))
+    return SendError(
+        res, 400, "invalid_request_error",
+        name == params_.served_model_name
+            ? fmt::format("'{}' is the base model's name; choose another lora_name", name)
+            : fmt::format("The lora adapter '{}' has already been loaded.", name),
+        "lora_name");
+  // Reads, validates and packs the adapter on this HTTP thread; the engine
+  // thread goes on stepping meanwhile and only sees the adapter once a request
+  // selects it.
+  Expected<std::shared_ptr<const LoraAdapter>> loaded =
+      params_.lora_registry->Load(name, parsed->lora_path);
+  if (!loaded.ok()) return SendApiError(res, ApiErrorFromStatus(loaded.status()));
+  std::fprintf(stderr, "xrt: loaded LoRA adapter '%s' from '%s' (rank %lld)\n", name.c_str(),
+               parsed->lora_path.c_str(), static_cast<long long>((*loaded)->rank));
+  res.set_content(fmt::format("Success: LoRA adapter '{}' added successfully.", name),
+                  "text/plain; charset=utf-8");
+}
+
+void HttpServer::HandleUnloadLoraAdapter(const httplib::Request& req, httplib::Response& res) {
+  std::string param;
+  Expected<LoraAdapterRequest> parsed = ParseUnloadLoraAdapterRequest(req.body, &param);
+  if (!parsed.ok()) return SendApiError(res, ApiErrorFromStatus(parsed.status(), param));
+  const std::string& name = parsed->lora_name;
+  if (!params_.lora_registry || !params_.lora_registry->Unload(name).ok())
+    return SendError(res, 404, "not_found_error",
+                     fmt::format("The lora adapter '{}' cannot be found.", name), "lora_name");
+  std::fprintf(stderr, "xrt: unloaded LoRA adapter '%s'\n", name.c_str());
+  res.set_content(fmt::format("Success: LoRA adapter '{}' removed successfully.", name),
+                  "text/plain; charset=utf-8");
 }
 
 void HttpServer::HandleMetrics(httplib::Response& res) {
@@ -358,6 +440,10 @@ void HttpServer::HandleMetrics(httplib::Response& res) {
       text += fmt::format("xrt_http_requests_total{{path=\"{}\",code=\"{}\"}} {}\n", key.first,
                           key.second, count);
   }
+  text += "# HELP xrt_lora_adapters_loaded LoRA adapters registered (selectable by name).\n";
+  text += "# TYPE xrt_lora_adapters_loaded gauge\n";
+  text += fmt::format("xrt_lora_adapters_loaded {}\n",
+                      params_.lora_registry ? params_.lora_registry->List().size() : 0);
   text += "# HELP xrt_http_generation_requests_in_flight Generation requests being served.\n";
   text += "# TYPE xrt_http_generation_requests_in_flight gauge\n";
   text += fmt::format("xrt_http_generation_requests_in_flight {}\n", in_flight_.load());
@@ -378,11 +464,11 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
   state->request = std::move(parsed).value();
   OpenAiRequest& request = state->request;
 
-  if (!params_.served_model_name.empty() && request.model != params_.served_model_name)
-    return SendError(res, 404, "not_found_error",
-                     fmt::format("The model '{}' does not exist; this server serves '{}'",
-                                 request.model, params_.served_model_name),
-                     "model", "model_not_found");
+  // The base model, or the LoRA adapter of that name.
+  Expected<std::shared_ptr<const LoraAdapter>> adapter = ResolveModel(request.model);
+  if (!adapter.ok())
+    return SendError(res, 404, "not_found_error", adapter.status().message(), "model",
+                     "model_not_found");
   const bool vision = processor_->params().vision != nullptr;
   if (!request.images.empty() && !vision) {
     const std::string field = request.images.front().Field();
@@ -418,6 +504,7 @@ void HttpServer::HandleGeneration(const httplib::Request& http_req, httplib::Res
   g.stop_token_ids = request.stop_token_ids;
   g.ignore_eos = request.ignore_eos;
   g.skip_special_tokens = request.skip_special_tokens;
+  g.lora = std::move(adapter).value();
   RequestError where;
   Expected<EngineRequest> made = processor_->Process(g, &where);
   if (!made.ok()) {

@@ -1,9 +1,10 @@
 // HttpServer: the OpenAI-compatible HTTP front end of an AsyncEngine.
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
-// GET /health, GET /metrics. Requests are parsed by openai_protocol.h, made
-// into an EngineRequest by the RequestProcessor (tokenization, chat template,
-// the model's sampling defaults, limits), and fanned out into n ("<id>-0", "<id>-1",
+// GET /health, GET /metrics, and with ServerParams::allow_runtime_lora_updating
+// POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter. Requests are parsed by
+// openai_protocol.h, made into an EngineRequest by the RequestProcessor (tokenization, chat
+// template, the model's sampling defaults, limits), and fanned out into n ("<id>-0", "<id>-1",
 // ...). Each HTTP request owns a queue (mutex + condvar) into which the
 // engine's callbacks push RequestOutputs; the HTTP thread waits on it, so the
 // engine thread never blocks. Streaming responses are SSE. When the client
@@ -52,6 +53,8 @@ struct Response;
 
 namespace xrt {
 
+struct LoraAdapter;
+class LoraRegistry;
 class Tokenizer;
 
 namespace server {
@@ -74,6 +77,23 @@ struct ServerParams {
   // naming the first one ("...: this model does not accept images"), fetching
   // nothing.
   MediaFetchParams media;
+  // Multi-LoRA (an artifact compiled with --enable-lora): the adapters a
+  // request selects with "model": "<adapter name>" (the served_model_name
+  // selects none) and that /v1/models lists after the base model (id: the
+  // name, root: its PEFT directory, parent: served_model_name). Borrowed, must
+  // outlive the server; null: no adapters (then every other model name is a
+  // 404 model_not_found, as any unknown one).
+  LoraRegistry* lora_registry = nullptr;
+  // vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING (xrt run
+  // --allow-runtime-lora-updating): POST /v1/load_lora_adapter {"lora_name",
+  // "lora_path"} and /v1/unload_lora_adapter {"lora_name"} exist (else 404).
+  // Loading reads and validates the PEFT directory on the HTTP thread (the
+  // engine thread never waits for it; nothing is compiled); any problem is a
+  // 400 listing every problem, a name taken (an adapter's or the base model's)
+  // a 400, unloading an unknown name a 404; success is 200 with vLLM's plain
+  // text ("Success: LoRA adapter 'x' added successfully."). Requests running
+  // with an unloaded adapter finish with it; new ones get a 404.
+  bool allow_runtime_lora_updating = false;
 };
 
 class HttpServer {
@@ -114,6 +134,11 @@ class HttpServer {
   void AbortUnfinished(const RequestState& state);
   void SendShuttingDown(httplib::Response& res);
   void HandleModels(httplib::Response& res);
+  void HandleLoadLoraAdapter(const httplib::Request& req, httplib::Response& res);
+  void HandleUnloadLoraAdapter(const httplib::Request& req, httplib::Response& res);
+  // The adapter `model` selects: null for the base model; NotFound
+  // (model_not_found) for a name that is neither.
+  Expected<std::shared_ptr<const LoraAdapter>> ResolveModel(const std::string& model) const;
   void HandleMetrics(httplib::Response& res);
   void SendError(httplib::Response& res, int status, const std::string& type,
                  const std::string& message, const std::string& param = "",

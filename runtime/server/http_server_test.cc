@@ -21,6 +21,7 @@
 
 #include "runtime/chat/chat_template.h"
 #include "runtime/engine/artifact_params.h"
+#include "runtime/lora/lora_manager.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_import.h"
 
@@ -219,6 +220,8 @@ class HttpServerTest : public ::testing::Test {
     p.served_model_name = "tiny";
     p.api_key = std::move(api_key);
     p.http_threads = 4;
+    p.lora_registry = lora_registry_;
+    p.allow_runtime_lora_updating = allow_runtime_lora_updating_;
     server_ = std::make_unique<HttpServer>(p, engine_.get(), processor_.get());
     Status st = server_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
@@ -274,6 +277,9 @@ class HttpServerTest : public ::testing::Test {
 
   static Tokenizer* tokenizer_;
   static ChatTemplate* template_;
+  // ServerParams of StartServer (HttpServerLoraTest sets them).
+  LoraRegistry* lora_registry_ = nullptr;
+  bool allow_runtime_lora_updating_ = false;
   std::unique_ptr<FakeEngine> engine_;
   std::unique_ptr<RequestProcessor> processor_;
   std::unique_ptr<HttpServer> server_;
@@ -1008,6 +1014,207 @@ TEST_F(HttpServerVisionTest, EveryBadImageIsA400NamingThePart) {
                  "messages",
                  "the prompt has 2 image tokens ('<image>') but the request has 1 image");
   EXPECT_EQ(engine_->submitted().size(), 5u);  // only the good requests
+}
+
+// ---------------------------------------------------------------------------
+// Multi-LoRA: adapters from the committed PEFT fixtures (tests/fixtures/lora/llama_gqa),
+// validated against llama_gqa's geometry (what `xcc compile --enable-lora
+// --max-loras 2 --max-lora-rank 8` gives that model).
+
+class HttpServerLoraTest : public HttpServerTest {
+ protected:
+  void SetUp() override {
+    LoraGeometry g;
+    g.spec = MakeLoraSpec(/*num_layers=*/2, /*hidden=*/64, /*intermediate=*/176, /*num_heads=*/4,
+                          /*num_kv_heads=*/2, /*head_dim=*/16, /*max_lora_rank=*/8,
+                          AllLoraTargetModules());
+    g.max_loras = 2;
+    registry_ = std::make_unique<LoraRegistry>(std::move(g));
+    for (const char* name : {"a_all_r8", "b_qv_r4_rslora"}) {
+      auto loaded = registry_->Load(name, Fixture(name));
+      ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    }
+    lora_registry_ = registry_.get();
+    allow_runtime_lora_updating_ = true;
+    StartServer("", std::chrono::milliseconds(5));
+  }
+  static std::string Fixture(const std::string& name) {
+    return std::string(XCC_SOURCE_DIR) + "/tests/fixtures/lora/" +
+           (name.find('/') == std::string::npos ? "llama_gqa/" : "") + name;
+  }
+  httplib::Result Load(const std::string& name, const std::string& path) {
+    return Post("/v1/load_lora_adapter", Json{{"lora_name", name}, {"lora_path", path}}.dump());
+  }
+  httplib::Result Unload(const std::string& name) {
+    return Post("/v1/unload_lora_adapter", Json{{"lora_name", name}}.dump());
+  }
+  // The adapter name of the engine request `i` submitted ("" for the base model).
+  std::string SubmittedLora(size_t i) {
+    auto submitted = engine_->submitted();
+    EXPECT_LT(i, submitted.size());
+    if (i >= submitted.size() || !submitted[i].lora) return "";
+    return submitted[i].lora->name;
+  }
+
+  std::unique_ptr<LoraRegistry> registry_;
+};
+
+TEST_F(HttpServerLoraTest, ModelNameSelectsTheAdapter) {
+  auto res = Post("/v1/completions", R"({"model":"a_all_r8","prompt":"Hello","max_tokens":2})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body)["model"], "a_all_r8");
+  EXPECT_EQ(SubmittedLora(0), "a_all_r8");
+  res = Post(
+      "/v1/chat/completions",
+      R"({"model":"b_qv_r4_rslora","max_tokens":2,"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body)["model"], "b_qv_r4_rslora");
+  EXPECT_EQ(SubmittedLora(1), "b_qv_r4_rslora");
+  EXPECT_EQ(engine_->submitted()[1].lora, registry_->Find("b_qv_r4_rslora"));
+  ExpectServerHealthy();  // the base model's name selects no adapter
+  EXPECT_EQ(SubmittedLora(2), "");
+}
+
+TEST_F(HttpServerLoraTest, ModelsListTheAdaptersWithTheirParent) {
+  auto res = client_->Get("/v1/models");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  Json data = Json::parse(res->body)["data"];
+  ASSERT_EQ(data.size(), 3u) << res->body;
+  EXPECT_EQ(data[0]["id"], "tiny");
+  EXPECT_TRUE(data[0]["parent"].is_null());
+  EXPECT_EQ(data[0]["max_model_len"], 64);
+  EXPECT_EQ(data[1]["id"], "a_all_r8");
+  EXPECT_EQ(data[1]["root"], Fixture("a_all_r8"));
+  EXPECT_EQ(data[1]["parent"], "tiny");
+  EXPECT_TRUE(data[1]["max_model_len"].is_null());
+  EXPECT_EQ(data[2]["id"], "b_qv_r4_rslora");
+  EXPECT_EQ(data[2]["parent"], "tiny");
+}
+
+TEST_F(HttpServerLoraTest, UnknownModelListsTheBaseModelAndTheAdapters) {
+  Json e = ExpectError(Post("/v1/completions", R"({"model":"c_pattern","prompt":"x"})"), 404,
+                       "not_found_error");
+  EXPECT_EQ(e["message"],
+            "The model 'c_pattern' does not exist; this server serves 'tiny', 'a_all_r8', "
+            "'b_qv_r4_rslora'");
+  EXPECT_EQ(e["code"], "model_not_found");
+  EXPECT_EQ(e["param"], "model");
+  EXPECT_TRUE(engine_->submitted().empty());
+}
+
+// Load, use, unload, 404: vLLM's bodies, texts and status codes.
+TEST_F(HttpServerLoraTest, LoadAndUnloadAtRunTime) {
+  auto loaded = Load("c", Fixture("c_pattern"));
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->status, 200);
+  EXPECT_EQ(loaded->body, "Success: LoRA adapter 'c' added successfully.");
+  ASSERT_NE(registry_->Find("c"), nullptr);
+  EXPECT_EQ(registry_->Find("c")->rank, 8);
+  auto res = Post("/v1/completions", R"({"model":"c","prompt":"Hello","max_tokens":2})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(SubmittedLora(0), "c");
+
+  Json e = ExpectError(Load("c", Fixture("d_mlp_f16")), 400, "invalid_request_error");
+  EXPECT_EQ(e["message"], "The lora adapter 'c' has already been loaded.");
+  EXPECT_EQ(e["param"], "lora_name");
+  e = ExpectError(Load("tiny", Fixture("d_mlp_f16")), 400, "invalid_request_error");
+  EXPECT_EQ(e["message"], "'tiny' is the base model's name; choose another lora_name");
+  e = ExpectError(Post("/v1/load_lora_adapter", R"({"lora_name":"d"})"), 400,
+                  "invalid_request_error");
+  EXPECT_EQ(e["message"], "Both 'lora_name' and 'lora_path' must be provided.");
+
+  auto unloaded = Unload("c");
+  ASSERT_TRUE(unloaded);
+  EXPECT_EQ(unloaded->status, 200);
+  EXPECT_EQ(unloaded->body, "Success: LoRA adapter 'c' removed successfully.");
+  e = ExpectError(Unload("c"), 404, "not_found_error");
+  EXPECT_EQ(e["message"], "The lora adapter 'c' cannot be found.");
+  e = ExpectError(Post("/v1/completions", R"({"model":"c","prompt":"x"})"), 404, "not_found_error");
+  EXPECT_EQ(e["code"], "model_not_found");
+  EXPECT_EQ(engine_->submitted().size(), 1u);
+  ExpectServerHealthy();
+}
+
+// Every problem of an invalid adapter is in the 400 (the loader's message,
+// complete); nothing is registered and the server goes on serving.
+TEST_F(HttpServerLoraTest, InvalidAdapterIsA400ListingEveryProblem) {
+  Json e = ExpectError(Load("bad", Fixture("invalid/multi_problem")), 400, "invalid_request_error");
+  const std::string msg = e["message"];
+  EXPECT_NE(msg.find("5 problems"), std::string::npos) << msg;
+  for (const char* problem : {"modules_to_save is", "DoRA is not supported",
+                              "LoRA rank 16 (model.layers.0.self_attn.q_proj) is greater than "
+                              "max_lora_rank 8"})
+    EXPECT_NE(msg.find(problem), std::string::npos) << problem << " in " << msg;
+  e = ExpectError(Load("bad", "/nonexistent/adapter"), 400, "invalid_request_error");
+  EXPECT_NE(e["message"].get<std::string>().find("not a directory"), std::string::npos);
+  EXPECT_EQ(registry_->Find("bad"), nullptr);
+  EXPECT_EQ(registry_->List().size(), 2u);
+  ExpectServerHealthy();
+}
+
+// A request running with an adapter finishes normally when the adapter is
+// unloaded meanwhile (it holds the adapter); new requests cannot select it.
+TEST_F(HttpServerLoraTest, UnloadWhileStreamingLetsTheStreamFinish) {
+  std::optional<httplib::Result> stream;
+  std::thread t([&] {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(10, 0);
+    stream = c.Post("/v1/completions", httplib::Headers{},
+                    R"({"model":"a_all_r8","prompt":"Hello","max_tokens":40,"stream":true})",
+                    "application/json");
+  });
+  for (int i = 0; i < 2000 && engine_->num_live() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(engine_->num_live(), 1u);
+  auto unloaded = Unload("a_all_r8");
+  ASSERT_TRUE(unloaded);
+  EXPECT_EQ(unloaded->status, 200);
+  EXPECT_EQ(engine_->num_live(), 1u);  // 40 steps of 5 ms: still streaming
+  ExpectError(Post("/v1/completions", R"({"model":"a_all_r8","prompt":"x"})"), 404,
+              "not_found_error");
+  t.join();
+  ASSERT_TRUE(stream.has_value() && *stream);
+  SseStream s = ParseSse((*stream)->body);
+  EXPECT_TRUE(s.done && s.well_formed);
+  ASSERT_FALSE(s.events.empty());
+  EXPECT_EQ(s.events.back()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(s.events.back()["model"], "a_all_r8");
+  EXPECT_TRUE(engine_->aborted().empty());
+}
+
+TEST_F(HttpServerLoraTest, MetricsCountTheAdaptersLoaded) {
+  auto text = [&] { return client_->Get("/metrics")->body; };
+  EXPECT_NE(text().find("\nxrt_lora_adapters_loaded 2\n"), std::string::npos) << text();
+  ASSERT_EQ(Unload("b_qv_r4_rslora")->status, 200);
+  EXPECT_NE(text().find("\nxrt_lora_adapters_loaded 1\n"), std::string::npos) << text();
+}
+
+// Without --allow-runtime-lora-updating the routes do not exist (vLLM: 404).
+TEST_F(HttpServerTest, LoraUpdateRoutesNeedTheFlag) {
+  ExpectError(Post("/v1/load_lora_adapter", R"({"lora_name":"a","lora_path":"/a"})"), 404,
+              "not_found_error");
+  ExpectError(Post("/v1/unload_lora_adapter", R"({"lora_name":"a"})"), 404, "not_found_error");
+  ExpectServerHealthy();
+}
+
+// With the flag but an artifact without LoRA, loading names the compile flag.
+TEST_F(HttpServerTest, LoadingIntoAModelWithoutLoraNamesTheCompileFlag) {
+  TearDown();
+  allow_runtime_lora_updating_ = true;
+  StartServer();
+  Json e = ExpectError(Post("/v1/load_lora_adapter", R"({"lora_name":"a","lora_path":"/a"})"), 400,
+                       "invalid_request_error");
+  EXPECT_EQ(e["message"],
+            "cannot load LoRA adapter 'a': the model was compiled without LoRA (xcc compile "
+            "--enable-lora)");
+  ExpectError(Post("/v1/unload_lora_adapter", R"({"lora_name":"a"})"), 404, "not_found_error");
+  Json m =
+      ExpectError(Post("/v1/completions", R"({"model":"a","prompt":"x"})"), 404, "not_found_error");
+  EXPECT_EQ(m["message"], "The model 'a' does not exist; this server serves 'tiny'");
 }
 
 }  // namespace

@@ -438,6 +438,58 @@ Expected<OpenAiRequest> ParseChatRequest(std::string_view body, std::string* out
   return ParseRequest(body, ApiKind::kChat, out_param);
 }
 
+namespace {
+
+// A required, non-empty string field of a LoRA adapter request; `missing` is
+// the message when it is absent, null or "".
+Status LoraNameField(FieldReader& r, const char* name, const std::string& missing,
+                     std::string* out) {
+  XRT_RETURN_IF_ERROR(r.String(name, out));
+  if (out->empty()) return r.Fail(name, InvalidArgumentError("{}", missing));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<LoraAdapterRequest> ParseLoadLoraAdapterRequest(std::string_view body,
+                                                         std::string* out_param) {
+  if (out_param) out_param->clear();
+  XRT_ASSIGN_OR_RETURN(Json j, ParseBody(body));
+  FieldReader r(j, out_param);
+  const std::string missing = "Both 'lora_name' and 'lora_path' must be provided.";
+  LoraAdapterRequest req;
+  XRT_RETURN_IF_ERROR(LoraNameField(r, "lora_name", missing, &req.lora_name));
+  XRT_RETURN_IF_ERROR(LoraNameField(r, "lora_path", missing, &req.lora_path));
+  return req;
+}
+
+Expected<LoraAdapterRequest> ParseUnloadLoraAdapterRequest(std::string_view body,
+                                                           std::string* out_param) {
+  if (out_param) out_param->clear();
+  XRT_ASSIGN_OR_RETURN(Json j, ParseBody(body));
+  FieldReader r(j, out_param);
+  LoraAdapterRequest req;
+  XRT_RETURN_IF_ERROR(
+      LoraNameField(r, "lora_name", "'lora_name' must be provided.", &req.lora_name));
+  return req;
+}
+
+Json ModelListJson(const std::vector<ModelCard>& cards) {
+  Json data = Json::array();
+  for (const ModelCard& c : cards) {
+    Json m;
+    m["id"] = c.id;
+    m["object"] = "model";
+    m["created"] = c.created;
+    m["owned_by"] = "xrt";
+    m["root"] = c.root;
+    m["parent"] = c.parent.empty() ? Json(nullptr) : Json(c.parent);
+    m["max_model_len"] = c.max_model_len < 0 ? Json(nullptr) : Json(c.max_model_len);
+    data.push_back(std::move(m));
+  }
+  return Json{{"object", "list"}, {"data", std::move(data)}};
+}
+
 ApiError ApiErrorFromStatus(const Status& status, std::string param) {
   ApiError e;
   e.message = status.message();

@@ -93,6 +93,37 @@ Expected<OpenAiRequest> ParseCompletionRequest(std::string_view body,
                                                std::string* out_param = nullptr);
 Expected<OpenAiRequest> ParseChatRequest(std::string_view body, std::string* out_param = nullptr);
 
+// POST /v1/load_lora_adapter {"lora_name", "lora_path"} and
+// /v1/unload_lora_adapter {"lora_name"} (vLLM's runtime LoRA API). Other
+// fields are ignored (vLLM's unload also takes "lora_int_id"; adapters here are
+// named, so lora_name is required).
+struct LoraAdapterRequest {
+  std::string lora_name;
+  std::string lora_path;  // load only
+};
+
+// Both fields must be non-empty strings; a missing or empty one is vLLM's
+// "Both 'lora_name' and 'lora_path' must be provided." (param: the field); a
+// field of the wrong type is named ("'lora_path' must be a string, got integer").
+Expected<LoraAdapterRequest> ParseLoadLoraAdapterRequest(std::string_view body,
+                                                         std::string* out_param = nullptr);
+// lora_name must be a non-empty string ("'lora_name' must be provided.").
+Expected<LoraAdapterRequest> ParseUnloadLoraAdapterRequest(std::string_view body,
+                                                           std::string* out_param = nullptr);
+
+// One entry of GET /v1/models (vLLM's ModelCard).
+struct ModelCard {
+  std::string id;
+  std::string root;    // base model: its name; adapter: its PEFT directory
+  std::string parent;  // adapter: the base model's id; "" -> null (the base model)
+  int64_t created = 0;
+  int64_t max_model_len = -1;  // -1 -> null (adapters, as in vLLM)
+};
+
+// {"object": "list", "data": [{id, object: "model", created, owned_by: "xrt",
+// root, parent, max_model_len}, ...]} in the order given.
+nlohmann::ordered_json ModelListJson(const std::vector<ModelCard>& cards);
+
 // An error as the API reports it.
 struct ApiError {
   int http_status = 400;

@@ -395,5 +395,62 @@ TEST_F(ProtocolWithTokenizer, ChatResponseAndChunkShapes) {
       R"({"id":"chatcmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"t","logprobs":null,"finish_reason":"stop"}]})");
 }
 
+// vLLM's runtime LoRA API bodies: both fields required and non-empty, with
+// vLLM's message; wrong types are named; other fields are ignored.
+TEST(OpenAiProtocol, LoadLoraAdapterRequest) {
+  std::string param;
+  auto ok = ParseLoadLoraAdapterRequest(
+      R"({"lora_name":"sql","lora_path":"/adapters/sql","load_inplace":false})", &param);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->lora_name, "sql");
+  EXPECT_EQ(ok->lora_path, "/adapters/sql");
+  EXPECT_EQ(param, "");
+
+  const std::pair<const char*, const char*> missing[] = {
+      {R"({"lora_path":"/a"})", "lora_name"},
+      {R"({"lora_name":"","lora_path":"/a"})", "lora_name"},
+      {R"({"lora_name":"x"})", "lora_path"},
+      {R"({"lora_name":"x","lora_path":null})", "lora_path"},
+  };
+  for (const auto& [body, field] : missing) {
+    auto r = ParseLoadLoraAdapterRequest(body, &param);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().message(), "Both 'lora_name' and 'lora_path' must be provided.");
+    EXPECT_EQ(param, field) << body;
+    EXPECT_EQ(ApiErrorFromStatus(r.status(), param).http_status, 400);
+  }
+  auto typed = ParseLoadLoraAdapterRequest(R"({"lora_name":"x","lora_path":3})", &param);
+  ASSERT_FALSE(typed.ok());
+  EXPECT_EQ(typed.status().message(), "'lora_path' must be a string, got integer");
+  EXPECT_EQ(param, "lora_path");
+  EXPECT_EQ(ParseLoadLoraAdapterRequest("[1]").status().message(),
+            "request body must be a JSON object, got array");
+}
+
+TEST(OpenAiProtocol, UnloadLoraAdapterRequest) {
+  std::string param;
+  auto ok = ParseUnloadLoraAdapterRequest(R"({"lora_name":"sql","lora_int_id":3})", &param);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->lora_name, "sql");
+  auto missing = ParseUnloadLoraAdapterRequest(R"({"lora_int_id":3})", &param);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "'lora_name' must be provided.");
+  EXPECT_EQ(param, "lora_name");
+  EXPECT_EQ(ParseUnloadLoraAdapterRequest("{").status().message(),
+            "request body is not valid JSON");
+}
+
+// /v1/models: the base model (parent null, its max_model_len), then adapters
+// (root: their directory, parent: the base model, max_model_len null).
+TEST(OpenAiProtocol, ModelListJson) {
+  Json j = ModelListJson({{"tiny", "tiny", "", 7, 512}, {"sql", "/adapters/sql", "tiny", 7, -1}});
+  EXPECT_EQ(
+      DumpJson(j),
+      R"({"object":"list","data":[)"
+      R"({"id":"tiny","object":"model","created":7,"owned_by":"xrt","root":"tiny","parent":null,"max_model_len":512},)"
+      R"({"id":"sql","object":"model","created":7,"owned_by":"xrt","root":"/adapters/sql","parent":"tiny","max_model_len":null}]})");
+  EXPECT_EQ(DumpJson(ModelListJson({})), R"({"object":"list","data":[]})");
+}
+
 }  // namespace
 }  // namespace xrt::server
