@@ -354,12 +354,13 @@ TEST_F(CheckTest, ReplayOfATraceWithImagesReportsEncoderWork) {
   auto artifact = xrt::Artifact::Open(o.artifact_path);
   ASSERT_TRUE(artifact.ok());
   auto serving = LoadServingConfig(**artifact, "");
-  auto requests = ReadTraceFor(**artifact, trace);
-  ASSERT_TRUE(serving.ok() && requests.ok()) << requests.status().ToString();
+  ASSERT_TRUE(serving.ok()) << serving.status().ToString();
+  auto requests = ReadTraceFor(**artifact, *serving, trace);
+  ASSERT_TRUE(requests.ok()) << requests.status().ToString();
   const xrt::CompiledBuckets b = xrt::CompiledBucketsOf(**artifact);
   auto table = xrt::BucketTable::Create(b.tokens, b.reqs, b.images);
   ASSERT_TRUE(table.ok());
-  auto params = ReplayParamsFor(**artifact, serving->limits, std::move(*table));
+  auto params = ReplayParamsFor(**artifact, *serving, std::move(*table));
   ASSERT_TRUE(params.ok()) << params.status().ToString();
   auto rep = xrt::Replay(*params, *requests);
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
