@@ -564,8 +564,10 @@ Status CheckTrace(const xrt::Artifact& a, const ServingConfig& config, const std
   }
   if (p.lora.max_loras > 0) {
     std::string modes;
-    for (const auto& [mode, n] : rep.lora_mode_steps)
-      modes += fmt::format("{}{} {}", modes.empty() ? "" : ", ", n, mode);
+    for (const char* mode : {"none", "single", "mixed"})
+      if (rep.lora_mode_steps.count(mode))
+        modes +=
+            fmt::format("{}{} {}", modes.empty() ? "" : ", ", rep.lora_mode_steps.at(mode), mode);
     r->notes.push_back(fmt::format(
         "replay LoRA: steps by lm_step variant: {}; {} adapter loads into a slot, {} "
         "swaps ({} slots)",

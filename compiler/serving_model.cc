@@ -9,6 +9,7 @@
 #include "runtime/engine/artifact_params.h"
 #include "runtime/loader/artifact.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
 
 namespace xcc {
@@ -113,7 +114,8 @@ xrt::Expected<xrt::ReplayParams> ReplayParamsFor(const xrt::Artifact& artifact,
 std::set<std::string> LmStepExecutablesOf(const xrt::Artifact& artifact) {
   std::set<std::string> names;
   for (const xpk::Executable* e : *artifact.manifest().executables())
-    if (e->kind() == xpk::ExecutableKind::lm_step) names.insert(e->name()->str());
+    if (e->kind() == xpk::ExecutableKind::lm_step)
+      names.insert(xpk::abi::ExecutableName(e->kind(), e->num_tokens(), e->lora_mode()));
   return names;
 }
 

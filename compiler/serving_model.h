@@ -58,7 +58,9 @@ xrt::Expected<xrt::ReplayParams> ReplayParamsFor(const xrt::Artifact& artifact,
                                                  const ServingConfig& serving,
                                                  xrt::BucketTable buckets);
 
-// The names of the artifact's lm_step executables, LoRA variants included.
+// The artifact's lm_step executables, LoRA variants included, named from their
+// fields (xpk::abi::ExecutableName(kind, num_tokens, lora_mode)) as the
+// ModelRunner finds them.
 std::set<std::string> LmStepExecutablesOf(const xrt::Artifact& artifact);
 
 // Reads a JSONL trace, encoding text prompts with the artifact's tokenizer;

@@ -289,6 +289,7 @@ Expected<ReplayReport> Replay(const ReplayParams& p, const std::vector<TraceRequ
     report.step_tokens.push_back(st.num_tokens);
     report.step_reqs.push_back(st.num_sampling);
     report.step_images.push_back(st.images_encoded);
+    report.step_lora_adapters.push_back(st.lora_adapters);
   }
   return report;
 }

@@ -126,6 +126,7 @@ struct ReplayReport {
   // modes that occurred), and adapters copied into a slot (swaps: of which
   // replaced another adapter).
   std::map<std::string, int64_t> lora_mode_steps;
+  std::vector<int64_t> step_lora_adapters;  // distinct adapters of every step
   int64_t lora_loads = 0;
   int64_t lora_swaps = 0;
 };
