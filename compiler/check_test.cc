@@ -36,6 +36,12 @@ std::vector<uint8_t> ReadBytes(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
+void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+}
+
 // Index of the first segment of `kind` in the artifact at `path`.
 uint32_t SegmentOfKind(const std::string& path, xpk::SegmentKind kind) {
   std::vector<uint8_t> bytes = ReadBytes(path);
@@ -53,6 +59,41 @@ void ExpectOneFinding(const xrt::Expected<CheckReport>& r, const std::string& ki
   ASSERT_EQ(r->findings.size(), 1u) << r->ToText();
   EXPECT_EQ(r->findings[0].kind, kind);
   EXPECT_EQ(r->findings[0].message, message);
+}
+
+// Replays `trace` on the artifact at `path` served under the config at
+// `serving_config` ("": its own limits) as xcc check does, into *out.
+void ReplayAsChecked(const std::string& path, const std::string& serving_config,
+                     const std::string& trace, xrt::ReplayReport* out) {
+  auto artifact = xrt::Artifact::Open(path);
+  ASSERT_TRUE(artifact.ok()) << artifact.status().ToString();
+  auto serving = LoadServingConfig(**artifact, serving_config);
+  ASSERT_TRUE(serving.ok()) << serving.status().ToString();
+  auto requests = ReadTraceFor(**artifact, *serving, trace);
+  ASSERT_TRUE(requests.ok()) << requests.status().ToString();
+  const xrt::CompiledBuckets b = xrt::CompiledBucketsOf(**artifact);
+  auto table = xrt::BucketTable::Create(b.tokens, b.reqs, b.images);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  auto params = ReplayParamsFor(**artifact, *serving, std::move(*table));
+  ASSERT_TRUE(params.ok()) << params.status().ToString();
+  params->lm_step_executables = LmStepExecutablesOf(**artifact);
+  auto rep = xrt::Replay(*params, *requests);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  *out = std::move(*rep);
+}
+
+// `o` finds nothing; after flipping a byte of `file` it finds exactly that
+// file stale, saying `message`.
+void ExpectStaleAfterFlip(const CheckOptions& o, const fs::path& file, const std::string& message) {
+  auto fresh = RunCheck(o);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_TRUE(fresh->findings.empty()) << fresh->ToText();
+  FlipByte(file, fs::file_size(file) - 7);
+  auto stale = RunCheck(o);
+  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
+  ASSERT_EQ(stale->findings.size(), 1u) << stale->ToText();
+  EXPECT_EQ(stale->findings[0].kind, "stale");
+  EXPECT_THAT(stale->findings[0].message, HasSubstr(message));
 }
 
 class CheckTest : public ::testing::Test {
@@ -164,17 +205,7 @@ TEST_F(CheckTest, OneChangedByteMakesTheArtifactStale) {
   CheckOptions o;
   o.artifact_path = Compile("a.xpk", {}, 64, 4);
   o.inputs = {model_.string()};
-  auto fresh = RunCheck(o);
-  ASSERT_TRUE(fresh.ok());
-  EXPECT_TRUE(fresh->findings.empty()) << fresh->ToText();
-
-  const fs::path weights = model_ / "model.safetensors";
-  FlipByte(weights, fs::file_size(weights) - 7);
-  auto stale = RunCheck(o);
-  ASSERT_TRUE(stale.ok());
-  ASSERT_EQ(stale->findings.size(), 1u) << stale->ToText();
-  EXPECT_EQ(stale->findings[0].kind, "stale");
-  EXPECT_THAT(stale->findings[0].message, HasSubstr("model.safetensors changed"));
+  ExpectStaleAfterFlip(o, model_ / "model.safetensors", "model.safetensors changed");
 }
 
 TEST_F(CheckTest, AddedOrRemovedInputsAreStale) {
@@ -238,9 +269,7 @@ TEST_F(CheckTest, Format10ArtifactWithoutChecksumsIsAFinding) {
   o.artifact_path = Compile("a.xpk", {}, 64, 4);
   std::vector<uint8_t> bytes = ReadBytes(o.artifact_path);
   StripSegmentChecksums(bytes, 0);
-  std::ofstream(o.artifact_path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()),
-             static_cast<std::streamsize>(bytes.size()));
+  WriteBytes(o.artifact_path, bytes);
   const uint32_t code = SegmentOfKind(o.artifact_path, xpk::SegmentKind::code);
   const uint32_t weights = SegmentOfKind(o.artifact_path, xpk::SegmentKind::weights);
   ExpectOneFinding(RunCheck(o), "integrity",
@@ -331,9 +360,7 @@ TEST_F(CheckTest, AnEncoderCacheSmallerThanOneImageIsAFinding) {
   std::vector<uint8_t> bytes = ReadBytes(o.artifact_path);
   const xpk::VisionConfig* vision = ManifestOf(bytes)->config()->vision();
   Poke<int64_t>(FieldAddr(vision, xpk::VisionConfig::VT_ENCODER_CACHE_ROWS), 15);
-  std::ofstream(o.artifact_path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()),
-             static_cast<std::streamsize>(bytes.size()));
+  WriteBytes(o.artifact_path, bytes);
   ExpectOneFinding(RunCheck(o), "coverage",
                    "the encoder cache of 15 rows is smaller than one image (16 tokens per "
                    "image): no image can be encoded; recompile with --encoder-cache-size 16 or "
@@ -371,28 +398,17 @@ TEST_F(CheckTest, ReplayOfATraceWithImagesReportsEncoderWork) {
 
   // The six images of requests 3 and 4 (arriving together) exceed one step's
   // budget of four: they are spread over steps, none encoding more than four.
-  auto artifact = xrt::Artifact::Open(o.artifact_path);
-  ASSERT_TRUE(artifact.ok());
-  auto serving = LoadServingConfig(**artifact, "");
-  ASSERT_TRUE(serving.ok()) << serving.status().ToString();
-  auto requests = ReadTraceFor(**artifact, *serving, trace);
-  ASSERT_TRUE(requests.ok()) << requests.status().ToString();
-  const xrt::CompiledBuckets b = xrt::CompiledBucketsOf(**artifact);
-  auto table = xrt::BucketTable::Create(b.tokens, b.reqs, b.images);
-  ASSERT_TRUE(table.ok());
-  auto params = ReplayParamsFor(**artifact, *serving, std::move(*table));
-  ASSERT_TRUE(params.ok()) << params.status().ToString();
-  auto rep = xrt::Replay(*params, *requests);
-  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  xrt::ReplayReport rep;
+  ASSERT_NO_FATAL_FAILURE(ReplayAsChecked(o.artifact_path, "", trace, &rep));
   int64_t steps_with_images = 0, total = 0;
-  for (int64_t n : rep->step_images) {
+  for (int64_t n : rep.step_images) {
     EXPECT_LE(n, 4);
     steps_with_images += n > 0;
     total += n;
   }
   EXPECT_EQ(total, 9);
   EXPECT_GE(steps_with_images, 3);
-  EXPECT_EQ(rep->step_images[0], 2);  // cat (once) and "a"; the step's tokens end there
+  EXPECT_EQ(rep.step_images[0], 2);  // cat (once) and "a"; the step's tokens end there
 }
 
 TEST_F(CheckTest, TraceImagesOfTheWrongLengthCannotRun) {
@@ -430,9 +446,7 @@ void MoveExecutable(const std::string& path, const std::string& name, int64_t nu
       found = true;
     }
   ASSERT_TRUE(found) << name;
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()),
-             static_cast<std::streamsize>(bytes.size()));
+  WriteBytes(path, bytes);
 }
 
 TEST_F(CheckTest, EveryBucketHasItsLoraVariants) {
@@ -541,20 +555,13 @@ TEST_F(CheckTest, AChangedPackedAdapterIsStale) {
   o.inputs = {model_.string(), "a=" + a.string(), b.string() + "/"};
   auto fresh = RunCheck(o);
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
-  EXPECT_TRUE(fresh->findings.empty()) << fresh->ToText();
   EXPECT_THAT(fresh->ToText(), HasSubstr("re-hashed 9 inputs: 9 unchanged"));
-
   const fs::path weights = b / "adapter_model.safetensors";
-  FlipByte(weights, fs::file_size(weights) - 5);
-  auto stale = RunCheck(o);
-  ASSERT_TRUE(stale.ok());
-  ASSERT_EQ(stale->findings.size(), 1u) << stale->ToText();
-  EXPECT_EQ(stale->findings[0].kind, "stale");
-  EXPECT_THAT(stale->findings[0].message, HasSubstr("input " + weights.string() + " changed: "));
+  ExpectStaleAfterFlip(o, weights, "input " + weights.string() + " changed: ");
 
   // An adapter not given is missing, with how to give it.
   o.inputs = {model_.string(), "a=" + a.string()};
-  stale = RunCheck(o);
+  auto stale = RunCheck(o);
   ASSERT_TRUE(stale.ok());
   ASSERT_EQ(stale->findings.size(), 2u) << stale->ToText();
   EXPECT_EQ(stale->findings[0].message,
@@ -611,26 +618,15 @@ TEST_F(CheckTest, ReplayOfATraceWithAdaptersReportsStepsPerLoraMode) {
 
   // The scheduler holds at most max_loras distinct adapters per step: as
   // compiled (2), or as served (1).
-  auto artifact = xrt::Artifact::Open(o.artifact_path);
-  ASSERT_TRUE(artifact.ok());
   for (int64_t served : {2, 1}) {
-    auto serving =
-        LoadServingConfig(**artifact, WriteConfig(fmt::format(R"({{"max_loras": {}}})", served)));
-    ASSERT_TRUE(serving.ok()) << serving.status().ToString();
-    auto requests = ReadTraceFor(**artifact, *serving, o.trace_path);
-    ASSERT_TRUE(requests.ok()) << requests.status().ToString();
-    const xrt::CompiledBuckets b = xrt::CompiledBucketsOf(**artifact);
-    auto table = xrt::BucketTable::Create(b.tokens, b.reqs, b.images);
-    ASSERT_TRUE(table.ok());
-    auto params = ReplayParamsFor(**artifact, *serving, std::move(*table));
-    ASSERT_TRUE(params.ok()) << params.status().ToString();
-    params->lm_step_executables = LmStepExecutablesOf(**artifact);
-    auto rep = xrt::Replay(*params, *requests);
-    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
-    EXPECT_TRUE(rep->unbucketed.empty());
-    EXPECT_EQ(*std::max_element(rep->step_lora_adapters.begin(), rep->step_lora_adapters.end()),
+    xrt::ReplayReport rep;
+    ASSERT_NO_FATAL_FAILURE(
+        ReplayAsChecked(o.artifact_path, WriteConfig(fmt::format(R"({{"max_loras": {}}})", served)),
+                        o.trace_path, &rep));
+    EXPECT_TRUE(rep.unbucketed.empty());
+    EXPECT_EQ(*std::max_element(rep.step_lora_adapters.begin(), rep.step_lora_adapters.end()),
               served);
-    EXPECT_GT(rep->lora_mode_steps["mixed"], 0);  // an adapter beside the base model
+    EXPECT_GT(rep.lora_mode_steps["mixed"], 0);  // an adapter beside the base model
   }
 }
 
