@@ -6,6 +6,9 @@
 // images one step can encode) a step is built exactly as the server would and
 // must land in a compiled executable. Staleness re-hashes the inputs and
 // compares them (and the compiler version) with the artifact's provenance.
+// With LoRA served, every lm_step bucket a step can land in must have the LoRA
+// variant a step with adapters runs (single, mixed), and the serving config's
+// max_loras / max_lora_rank must fit the compiled ones.
 // Integrity: the loader verified every code segment's checksum at open; a
 // segment without a checksum (format 1.0) is a finding, and --verify-weights
 // recomputes the checksums of the weights too.
@@ -19,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <fmt/ranges.h>
 
@@ -29,6 +33,7 @@
 #include "runtime/engine/artifact_params.h"
 #include "runtime/engine/input_builder.h"
 #include "runtime/loader/artifact.h"
+#include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
 
 namespace xcc {
@@ -139,6 +144,129 @@ void CheckImageCoverage(const xrt::Artifact& a, const ServingConfig& config,
     r->notes.push_back(fmt::format("checked num_images 1..{} through InputBuilder", max_images));
 }
 
+// "xcc compile --enable-lora --max-loras N --max-lora-rank R [--lora-target-modules ...]"
+// for serving `config` (and at least what `lora` was compiled with).
+std::string LoraRecompileFlags(const xpk::LoraConfig* lora, const ServingConfig& config) {
+  std::string flags = fmt::format("xcc compile --enable-lora --max-loras {} --max-lora-rank {}",
+                                  std::max(config.max_loras, lora ? lora->max_loras() : 0),
+                                  std::max(config.max_lora_rank, lora ? lora->max_lora_rank() : 0));
+  if (lora && lora->target_modules() && lora->target_modules()->size() < 7) {
+    std::vector<std::string> modules;
+    for (const flatbuffers::String* m : *lora->target_modules()) modules.push_back(m->str());
+    flags += fmt::format(" --lora-target-modules {}", fmt::join(modules, ","));
+  }
+  return flags;
+}
+
+// The serving config's LoRA against the compiled LoRA config. Returns whether
+// the LoRA variants are to be checked (LoRA compiled in and served).
+bool CheckLoraLimits(const xrt::Artifact& a, const ServingConfig& config, CheckReport* r) {
+  const xpk::LoraConfig* lora = a.manifest().lora();
+  if (!config.enable_lora) {
+    if (lora)
+      r->notes.push_back(
+          "LoRA: compiled in, but the serving config sets enable-lora false: its variants "
+          "are not checked");
+    return false;
+  }
+  if (!lora) {
+    r->findings.push_back(
+        {"coverage",
+         fmt::format("the serving config enables LoRA (max_loras {}, max_lora_rank {}), but the "
+                     "artifact was compiled without LoRA: recompile with {}",
+                     config.max_loras, config.max_lora_rank, LoraRecompileFlags(lora, config))});
+    return false;
+  }
+  if (config.max_loras > lora->max_loras())
+    r->findings.push_back(
+        {"coverage",
+         fmt::format("max_loras {} exceeds the {} adapter slots the artifact was "
+                     "compiled with (the most distinct adapters one batch can hold): "
+                     "recompile with {}",
+                     config.max_loras, lora->max_loras(), LoraRecompileFlags(lora, config))});
+  if (config.max_lora_rank > lora->max_lora_rank())
+    r->findings.push_back(
+        {"coverage",
+         fmt::format("max_lora_rank {} exceeds the rank {} the artifact was compiled for "
+                     "(adapters of a higher rank cannot be loaded): recompile with {}",
+                     config.max_lora_rank, lora->max_lora_rank(),
+                     LoraRecompileFlags(lora, config))});
+  std::vector<std::string> modules;
+  if (lora->target_modules())
+    for (const flatbuffers::String* m : *lora->target_modules()) modules.push_back(m->str());
+  r->notes.push_back(fmt::format(
+      "LoRA: {} slots of rank {} on [{}] ({} targets), {} packed adapters; served at max_loras "
+      "{}, max_lora_rank {}",
+      lora->max_loras(), lora->max_lora_rank(), fmt::join(modules, ","),
+      lora->targets() ? lora->targets()->size() : 0,
+      lora->adapters() ? lora->adapters()->size() : 0, config.max_loras, config.max_lora_rank));
+  return true;
+}
+
+// Every step with adapters runs the single or mixed variant of its lm_step
+// bucket. Built through InputBuilder as the engine builds them, for every
+// num_tokens n: one request of n tokens with an adapter (single), and a decode
+// with an adapter beside n-1 prompt tokens of the base model (mixed; needs n >=
+// 2 and two requests per step). Each missing variant is one finding naming the
+// bucket, the mode and the step sizes it would hold.
+void CheckLoraModeCoverage(const xrt::Artifact& a, const ServingConfig& config,
+                           const xrt::InputBuilder& builder, int64_t max_reqs, CheckReport* r) {
+  const xrt::ServingLimits compiled = xrt::CompiledLimitsOf(a);
+  const int64_t bs = compiled.block_size;
+  const std::set<std::string> lm_steps = LmStepExecutablesOf(a);
+  std::vector<int32_t> tokens(static_cast<size_t>(config.limits.max_num_batched_tokens), 1);
+  std::vector<int32_t> decode_table = {0}, prompt_table;
+  // (bucket, mode) -> the step sizes n it lacks for.
+  std::map<std::pair<int64_t, xpk::LoraMode>, std::pair<int64_t, int64_t>> missing;
+  xrt::StepInputs in;
+  auto try_step = [&](int64_t n, const std::vector<xrt::ScheduledRequest>& step) {
+    if (!builder.Build(step, &in).ok()) return;  // a plain gap: reported as num_tokens
+    const std::string name =
+        xpk::abi::ExecutableName(xpk::ExecutableKind::lm_step, in.token_bucket, in.lora_mode);
+    if (lm_steps.count(name)) return;
+    auto [it, added] = missing.try_emplace({in.token_bucket, in.lora_mode}, n, n);
+    it->second.first = std::min(it->second.first, n);
+    it->second.second = std::max(it->second.second, n);
+  };
+  for (int64_t n = 1; n <= config.limits.max_num_batched_tokens; ++n) {
+    xrt::ScheduledRequest adapter;
+    adapter.token_ids = tokens.data();
+    adapter.needs_logits = true;
+    adapter.lora_slot = 0;
+    prompt_table.assign(static_cast<size_t>((n + bs - 1) / bs), 0);
+    if (static_cast<int64_t>(prompt_table.size()) > compiled.max_blocks_per_req) break;
+    adapter.num_tokens = n;
+    adapter.block_table = &prompt_table;
+    try_step(n, {adapter});
+    if (n < 2 || max_reqs < 2) continue;
+    adapter.num_tokens = 1;
+    adapter.block_table = &decode_table;
+    xrt::ScheduledRequest base = adapter;
+    base.lora_slot = -1;
+    base.num_tokens = n - 1;
+    base.block_table = &prompt_table;
+    try_step(n, {adapter, base});
+  }
+  for (const auto& [key, sizes] : missing) {
+    const auto [bucket, mode] = key;
+    r->findings.push_back(
+        {"coverage",
+         fmt::format("lm_step bucket {} has no {} LoRA variant ({}): steps of {} tokens with {} "
+                     "cannot run; recompile with {}",
+                     bucket, xpk::EnumNameLoraMode(mode),
+                     xpk::abi::ExecutableName(xpk::ExecutableKind::lm_step, bucket, mode),
+                     Range(sizes.first, sizes.second),
+                     mode == xpk::LoraMode::single
+                         ? "one adapter for every token"
+                         : "several adapters, or an adapter and the base model,",
+                     LoraRecompileFlags(a.manifest().lora(), config))});
+  }
+  r->notes.push_back(
+      fmt::format("checked the LoRA variants (single{}) of num_tokens 1..{} through InputBuilder",
+                  max_reqs >= 2 ? ", mixed" : "; one request per step: never mixed",
+                  config.limits.max_num_batched_tokens));
+}
+
 void CheckCoverage(const xrt::Artifact& a, const ServingConfig& config, CheckReport* r) {
   const xrt::ServingLimits& serving = config.limits;
   const xrt::ServingLimits compiled = xrt::CompiledLimitsOf(a);
@@ -220,6 +348,7 @@ void CheckCoverage(const xrt::Artifact& a, const ServingConfig& config, CheckRep
                                  Range(lo, hi), req_buckets.back(), serving.max_num_seqs)});
   });
   r->notes.push_back(fmt::format("checked num_reqs 1..{} through InputBuilder", max_reqs));
+  if (CheckLoraLimits(a, config, r)) CheckLoraModeCoverage(a, config, *builder, max_reqs, r);
   CheckImageCoverage(a, config, *builder, r);
 }
 
@@ -236,6 +365,16 @@ bool IsModelInput(const fs::path& p) {
          name == "preprocessor_config.json" || name == "processor_config.json";
 }
 
+// The files of a PEFT adapter directory that are inputs of an artifact.
+constexpr const char* kAdapterFiles[] = {"adapter_config.json", "adapter_model.safetensors"};
+
+// "a, b" for adapters named a and b, or "none".
+std::string AdapterNames(const std::map<std::string, std::string>& adapters) {
+  std::string names;
+  for (const auto& [name, path] : adapters) names += (names.empty() ? "" : ", ") + name;
+  return names.empty() ? "none" : names;
+}
+
 Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& inputs,
                       CheckReport* r) {
   const xrt::ArtifactProvenance prov = a.provenance();
@@ -248,11 +387,50 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
                               prov.llvm_version, LLVM_VERSION_STRING)});
   if (inputs.empty()) return Status::Ok();
 
-  // The files given now, by name (model directories are flat).
+  // Packed adapters (--lora-modules): their files are keyed "NAME/file" (every
+  // adapter has an adapter_config.json), model files by their name (model
+  // directories are flat).
+  std::map<std::string, std::string> adapter_paths;  // name -> path as compiled
+  if (const xpk::LoraConfig* lora = a.manifest().lora(); lora && lora->adapters())
+    for (const xpk::LoraAdapter* ad : *lora->adapters())
+      adapter_paths[ad->name()->str()] = ad->path() ? ad->path()->str() : "";
+  auto last_component = [](const std::string& path) {
+    fs::path p = fs::path(path).lexically_normal();
+    return (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
+  };
+
+  // The files given now.
   std::map<std::string, fs::path> current;
   for (const std::string& in : inputs) {
     std::error_code ec;
-    if (fs::is_directory(in, ec)) {
+    std::string adapter, dir;
+    if (const size_t eq = in.find('='); eq != std::string::npos && !fs::exists(in, ec)) {
+      adapter = in.substr(0, eq);
+      dir = in.substr(eq + 1);
+      if (!adapter_paths.count(adapter))
+        return xrt::InvalidArgumentError(
+            "--inputs {}: the artifact has no packed adapter '{}' (packed: {})", in, adapter,
+            AdapterNames(adapter_paths));
+    } else if (fs::is_regular_file(fs::path(in) / kAdapterFiles[0], ec)) {
+      std::vector<std::string> names;
+      for (const auto& [name, path] : adapter_paths)
+        if (last_component(path) == last_component(in)) names.push_back(name);
+      if (names.size() != 1)
+        return xrt::InvalidArgumentError(
+            "--inputs {}: a PEFT adapter directory {}; give it as NAME=DIR (packed: {})", in,
+            names.empty() ? "that no packed adapter was compiled from"
+                          : "of several packed adapters",
+            AdapterNames(adapter_paths));
+      adapter = names[0];
+      dir = in;
+    }
+    if (!adapter.empty()) {
+      if (!fs::is_directory(dir, ec))
+        return xrt::NotFoundError("--inputs {}: no such directory {}", in, dir);
+      for (const char* file : kAdapterFiles)
+        if (fs::is_regular_file(fs::path(dir) / file, ec))
+          current[adapter + "/" + file] = fs::path(dir) / file;
+    } else if (fs::is_directory(in, ec)) {
       for (const auto& entry : fs::directory_iterator(in, ec))
         if (entry.is_regular_file() && IsModelInput(entry.path()))
           current[entry.path().filename().string()] = entry.path();
@@ -263,14 +441,29 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
     }
   }
   std::map<std::string, const xrt::ArtifactProvenance::Input*> recorded;
-  for (const auto& in : prov.inputs) recorded[fs::path(in.path).filename().string()] = &in;
+  std::set<const xrt::ArtifactProvenance::Input*> of_adapters;
+  for (const auto& [name, path] : adapter_paths)
+    for (const char* file : kAdapterFiles)
+      for (const auto& in : prov.inputs)
+        if (in.path == path + "/" + file) {
+          recorded[name + "/" + file] = &in;
+          of_adapters.insert(&in);
+        }
+  for (const auto& in : prov.inputs)
+    if (!of_adapters.count(&in)) recorded[fs::path(in.path).filename().string()] = &in;
 
   int64_t same = 0;
   for (const auto& [name, rec] : recorded) {
     auto it = current.find(name);
     if (it == current.end()) {
+      const size_t slash = name.find('/');
       r->findings.push_back(
-          {"stale", fmt::format("input {} ({}) is no longer present", name, rec->role)});
+          {"stale",
+           fmt::format("input {} ({}) is no longer present{}", name, rec->role,
+                       slash == std::string::npos || !adapter_paths.count(name.substr(0, slash))
+                           ? ""
+                           : fmt::format(" (give adapter {0}'s directory as --inputs {0}=DIR)",
+                                         name.substr(0, slash)))});
       continue;
     }
     XRT_ASSIGN_OR_RETURN(std::string sha, Sha256File(it->second.string()));
@@ -338,7 +531,7 @@ void CheckIntegrity(const xrt::Artifact& a, bool verifyWeights, CheckReport* r) 
 
 Status CheckTrace(const xrt::Artifact& a, const ServingConfig& config, const std::string& path,
                   CheckReport* r) {
-  XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(a, path));
+  XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(a, config, path));
   for (size_t i = 0; i < trace.size(); ++i)
     if (static_cast<int64_t>(trace[i].images.size()) > config.limit_mm_per_prompt)
       r->findings.push_back(
@@ -348,8 +541,8 @@ Status CheckTrace(const xrt::Artifact& a, const ServingConfig& config, const std
   const xrt::CompiledBuckets compiled = xrt::CompiledBucketsOf(a);
   XRT_ASSIGN_OR_RETURN(xrt::BucketTable buckets,
                        xrt::BucketTable::Create(compiled.tokens, compiled.reqs, compiled.images));
-  XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p,
-                       ReplayParamsFor(a, config.limits, std::move(buckets)));
+  XRT_ASSIGN_OR_RETURN(xrt::ReplayParams p, ReplayParamsFor(a, config, std::move(buckets)));
+  p.lm_step_executables = LmStepExecutablesOf(a);
   XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
   std::string hist;
   for (const auto& [exe, n] : rep.bucket_hits)
@@ -368,6 +561,21 @@ Status CheckTrace(const xrt::Artifact& a, const ServingConfig& config, const std
     r->replay_encoder_cache_hits = rep.encoder_cache_hits;
     r->replay_encoder_cache_misses = rep.encoder_cache_misses;
     r->replay_encoder_cache_evictions = rep.encoder_cache_evictions;
+  }
+  if (p.lora.max_loras > 0) {
+    std::string modes;
+    for (const char* mode : {"none", "single", "mixed"})
+      if (rep.lora_mode_steps.count(mode))
+        modes +=
+            fmt::format("{}{} {}", modes.empty() ? "" : ", ", rep.lora_mode_steps.at(mode), mode);
+    r->notes.push_back(fmt::format(
+        "replay LoRA: steps by lm_step variant: {}; {} adapter loads into a slot, {} "
+        "swaps ({} slots)",
+        modes.empty() ? "none ran" : modes, rep.lora_loads, rep.lora_swaps, p.lora.max_loras));
+    r->replay_lora_mode_steps = rep.lora_mode_steps;
+    r->replay_lora_loads = rep.lora_loads;
+    r->replay_lora_swaps = rep.lora_swaps;
+    r->replay_lora = true;
   }
   for (const std::string& u : rep.unbucketed) r->findings.push_back({"coverage", "replay: " + u});
   r->replay_bucket_hits = rep.bucket_hits;
@@ -409,6 +617,15 @@ ordered_json CheckReport::ToJson() const {
       j["replay"]["encoder_cache"] = {{"hits", replay_encoder_cache_hits},
                                       {"misses", replay_encoder_cache_misses},
                                       {"evictions", replay_encoder_cache_evictions}};
+    }
+    if (replay_lora) {
+      ordered_json& lora = j["replay"]["lora"];
+      lora["steps_by_mode"] = ordered_json::object();
+      for (const char* mode : {"none", "single", "mixed"})
+        lora["steps_by_mode"][mode] =
+            replay_lora_mode_steps.count(mode) ? replay_lora_mode_steps.at(mode) : 0;
+      lora["loads"] = replay_lora_loads;
+      lora["swaps"] = replay_lora_swaps;
     }
   }
   return j;

@@ -16,10 +16,13 @@ namespace xcc {
 struct CheckOptions {
   std::string artifact_path;
   // JSON object with the keys of `xrt run`'s flags (max-num-seqs or
-  // max_num_seqs, max-num-batched-tokens, max-model-len, limit-mm-per-prompt;
-  // see LoadServingConfig); empty: the artifact's own limits.
+  // max_num_seqs, max-num-batched-tokens, max-model-len, limit-mm-per-prompt,
+  // enable-lora, max-loras, max-lora-rank; see LoadServingConfig); empty: the
+  // artifact's own limits.
   std::string serving_config_path;
-  // Model paths (directory or .gguf) to re-hash against the provenance.
+  // Model paths (directory or .gguf) to re-hash against the provenance, and
+  // the adapters packed with --lora-modules: NAME=DIR, or DIR alone when its
+  // last path component is that of exactly one packed adapter's path.
   std::vector<std::string> inputs;
   // JSONL request trace to replay through the real scheduler (see
   // runtime/engine/replay.h); empty: no replay.
@@ -49,6 +52,12 @@ struct CheckReport {
   int64_t replay_encoder_cache_hits = 0;
   int64_t replay_encoder_cache_misses = 0;
   int64_t replay_encoder_cache_evictions = 0;
+  // With a trace on an artifact served with LoRA: steps that ran per lm_step
+  // variant ("none", "single", "mixed"), and adapter loads into slots / swaps.
+  bool replay_lora = false;
+  std::map<std::string, int64_t> replay_lora_mode_steps;
+  int64_t replay_lora_loads = 0;
+  int64_t replay_lora_swaps = 0;
   nlohmann::ordered_json ToJson() const;
   std::string ToText() const;
 };

@@ -36,6 +36,12 @@ std::vector<uint8_t> ReadBytes(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
+void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+}
+
 // Index of the first segment of `kind` in the artifact at `path`.
 uint32_t SegmentOfKind(const std::string& path, xpk::SegmentKind kind) {
   std::vector<uint8_t> bytes = ReadBytes(path);
@@ -53,6 +59,41 @@ void ExpectOneFinding(const xrt::Expected<CheckReport>& r, const std::string& ki
   ASSERT_EQ(r->findings.size(), 1u) << r->ToText();
   EXPECT_EQ(r->findings[0].kind, kind);
   EXPECT_EQ(r->findings[0].message, message);
+}
+
+// Replays `trace` on the artifact at `path` served under the config at
+// `serving_config` ("": its own limits) as xcc check does, into *out.
+void ReplayAsChecked(const std::string& path, const std::string& serving_config,
+                     const std::string& trace, xrt::ReplayReport* out) {
+  auto artifact = xrt::Artifact::Open(path);
+  ASSERT_TRUE(artifact.ok()) << artifact.status().ToString();
+  auto serving = LoadServingConfig(**artifact, serving_config);
+  ASSERT_TRUE(serving.ok()) << serving.status().ToString();
+  auto requests = ReadTraceFor(**artifact, *serving, trace);
+  ASSERT_TRUE(requests.ok()) << requests.status().ToString();
+  const xrt::CompiledBuckets b = xrt::CompiledBucketsOf(**artifact);
+  auto table = xrt::BucketTable::Create(b.tokens, b.reqs, b.images);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  auto params = ReplayParamsFor(**artifact, *serving, std::move(*table));
+  ASSERT_TRUE(params.ok()) << params.status().ToString();
+  params->lm_step_executables = LmStepExecutablesOf(**artifact);
+  auto rep = xrt::Replay(*params, *requests);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  *out = std::move(*rep);
+}
+
+// `o` finds nothing; after flipping a byte of `file` it finds exactly that
+// file stale, saying `message`.
+void ExpectStaleAfterFlip(const CheckOptions& o, const fs::path& file, const std::string& message) {
+  auto fresh = RunCheck(o);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_TRUE(fresh->findings.empty()) << fresh->ToText();
+  FlipByte(file, fs::file_size(file) - 7);
+  auto stale = RunCheck(o);
+  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
+  ASSERT_EQ(stale->findings.size(), 1u) << stale->ToText();
+  EXPECT_EQ(stale->findings[0].kind, "stale");
+  EXPECT_THAT(stale->findings[0].message, HasSubstr(message));
 }
 
 class CheckTest : public ::testing::Test {
@@ -93,6 +134,26 @@ class CheckTest : public ::testing::Test {
     o.limits.max_num_batched_tokens = budget;
     o.limits.max_num_seqs = 4;
     o.limits.max_model_len = 256;
+    auto s = xcc::Compile(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return o.output_path;
+  }
+
+  // llama_gqa with LoRA: `max_loras` slots of rank 8, buckets 16, 32, 64, and
+  // the adapters `packed` (name=dir) packed into it.
+  std::string CompileLora(const std::string& name, int64_t max_loras,
+                          std::vector<std::pair<std::string, std::string>> packed = {}) {
+    CompileOptions o;
+    o.model_path = model_.string();
+    o.output_path = (dir_ / name).string();
+    o.quiet = true;
+    o.limits.max_num_batched_tokens = 64;
+    o.limits.max_num_seqs = 4;
+    o.limits.max_model_len = 256;
+    o.enable_lora = true;
+    o.max_loras = max_loras;
+    o.max_lora_rank = 8;
+    o.lora_modules = std::move(packed);
     auto s = xcc::Compile(o);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return o.output_path;
@@ -144,17 +205,7 @@ TEST_F(CheckTest, OneChangedByteMakesTheArtifactStale) {
   CheckOptions o;
   o.artifact_path = Compile("a.xpk", {}, 64, 4);
   o.inputs = {model_.string()};
-  auto fresh = RunCheck(o);
-  ASSERT_TRUE(fresh.ok());
-  EXPECT_TRUE(fresh->findings.empty()) << fresh->ToText();
-
-  const fs::path weights = model_ / "model.safetensors";
-  FlipByte(weights, fs::file_size(weights) - 7);
-  auto stale = RunCheck(o);
-  ASSERT_TRUE(stale.ok());
-  ASSERT_EQ(stale->findings.size(), 1u) << stale->ToText();
-  EXPECT_EQ(stale->findings[0].kind, "stale");
-  EXPECT_THAT(stale->findings[0].message, HasSubstr("model.safetensors changed"));
+  ExpectStaleAfterFlip(o, model_ / "model.safetensors", "model.safetensors changed");
 }
 
 TEST_F(CheckTest, AddedOrRemovedInputsAreStale) {
@@ -218,9 +269,7 @@ TEST_F(CheckTest, Format10ArtifactWithoutChecksumsIsAFinding) {
   o.artifact_path = Compile("a.xpk", {}, 64, 4);
   std::vector<uint8_t> bytes = ReadBytes(o.artifact_path);
   StripSegmentChecksums(bytes, 0);
-  std::ofstream(o.artifact_path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()),
-             static_cast<std::streamsize>(bytes.size()));
+  WriteBytes(o.artifact_path, bytes);
   const uint32_t code = SegmentOfKind(o.artifact_path, xpk::SegmentKind::code);
   const uint32_t weights = SegmentOfKind(o.artifact_path, xpk::SegmentKind::weights);
   ExpectOneFinding(RunCheck(o), "integrity",
@@ -311,9 +360,7 @@ TEST_F(CheckTest, AnEncoderCacheSmallerThanOneImageIsAFinding) {
   std::vector<uint8_t> bytes = ReadBytes(o.artifact_path);
   const xpk::VisionConfig* vision = ManifestOf(bytes)->config()->vision();
   Poke<int64_t>(FieldAddr(vision, xpk::VisionConfig::VT_ENCODER_CACHE_ROWS), 15);
-  std::ofstream(o.artifact_path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()),
-             static_cast<std::streamsize>(bytes.size()));
+  WriteBytes(o.artifact_path, bytes);
   ExpectOneFinding(RunCheck(o), "coverage",
                    "the encoder cache of 15 rows is smaller than one image (16 tokens per "
                    "image): no image can be encoded; recompile with --encoder-cache-size 16 or "
@@ -351,27 +398,17 @@ TEST_F(CheckTest, ReplayOfATraceWithImagesReportsEncoderWork) {
 
   // The six images of requests 3 and 4 (arriving together) exceed one step's
   // budget of four: they are spread over steps, none encoding more than four.
-  auto artifact = xrt::Artifact::Open(o.artifact_path);
-  ASSERT_TRUE(artifact.ok());
-  auto serving = LoadServingConfig(**artifact, "");
-  auto requests = ReadTraceFor(**artifact, trace);
-  ASSERT_TRUE(serving.ok() && requests.ok()) << requests.status().ToString();
-  const xrt::CompiledBuckets b = xrt::CompiledBucketsOf(**artifact);
-  auto table = xrt::BucketTable::Create(b.tokens, b.reqs, b.images);
-  ASSERT_TRUE(table.ok());
-  auto params = ReplayParamsFor(**artifact, serving->limits, std::move(*table));
-  ASSERT_TRUE(params.ok()) << params.status().ToString();
-  auto rep = xrt::Replay(*params, *requests);
-  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  xrt::ReplayReport rep;
+  ASSERT_NO_FATAL_FAILURE(ReplayAsChecked(o.artifact_path, "", trace, &rep));
   int64_t steps_with_images = 0, total = 0;
-  for (int64_t n : rep->step_images) {
+  for (int64_t n : rep.step_images) {
     EXPECT_LE(n, 4);
     steps_with_images += n > 0;
     total += n;
   }
   EXPECT_EQ(total, 9);
   EXPECT_GE(steps_with_images, 3);
-  EXPECT_EQ(rep->step_images[0], 2);  // cat (once) and "a"; the step's tokens end there
+  EXPECT_EQ(rep.step_images[0], 2);  // cat (once) and "a"; the step's tokens end there
 }
 
 TEST_F(CheckTest, TraceImagesOfTheWrongLengthCannotRun) {
@@ -394,6 +431,222 @@ TEST_F(CheckTest, TraceImagesOfTheWrongLengthCannotRun) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             o.trace_path + ":2: 'images': the artifact has no vision encoder");
+}
+
+fs::path LoraTrace() { return fs::path(XCC_SOURCE_DIR) / "tests/fixtures/traces/lora.jsonl"; }
+
+// Moves the executable named `name` to bucket `num_tokens` in place: its bucket
+// loses that variant.
+void MoveExecutable(const std::string& path, const std::string& name, int64_t num_tokens) {
+  std::vector<uint8_t> bytes = ReadBytes(path);
+  bool found = false;
+  for (const xpk::Executable* e : *ManifestOf(bytes)->executables())
+    if (e->name()->str() == name) {
+      Poke<int64_t>(FieldAddr(e, xpk::Executable::VT_NUM_TOKENS), num_tokens);
+      found = true;
+    }
+  ASSERT_TRUE(found) << name;
+  WriteBytes(path, bytes);
+}
+
+TEST_F(CheckTest, EveryBucketHasItsLoraVariants) {
+  CheckOptions o;
+  o.artifact_path = CompileLora("l.xpk", 2);
+  auto r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->findings.empty()) << r->ToText();
+  EXPECT_THAT(r->ToText(), HasSubstr("LoRA: 2 slots of rank 8 on [q_proj,k_proj,v_proj,o_proj,"
+                                     "gate_proj,up_proj,down_proj] (14 targets), 0 packed "
+                                     "adapters; served at max_loras 2, max_lora_rank 8"));
+  EXPECT_THAT(r->ToText(),
+              HasSubstr("checked the LoRA variants (single, mixed) of num_tokens 1..64"));
+}
+
+TEST_F(CheckTest, AMissingLoraVariantIsAFindingNamingBucketAndMode) {
+  CheckOptions o;
+  o.artifact_path = CompileLora("l.xpk", 2);
+  MoveExecutable(o.artifact_path, "lm_step_t32_mixed", 4096);
+  ExpectOneFinding(RunCheck(o), "coverage",
+                   "lm_step bucket 32 has no mixed LoRA variant (lm_step_t32_mixed): steps of "
+                   "17..32 tokens with several adapters, or an adapter and the base model, cannot "
+                   "run; recompile with xcc compile --enable-lora --max-loras 2 --max-lora-rank 8");
+  MoveExecutable(o.artifact_path, "lm_step_t16_single", 4097);
+  auto r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->findings.size(), 2u) << r->ToText();
+  EXPECT_THAT(r->findings[0].message,
+              HasSubstr("lm_step bucket 16 has no single LoRA variant (lm_step_t16_single): steps "
+                        "of 1..16 tokens with one adapter for every token cannot run"));
+  // One request per step never mixes: only the single variant is needed.
+  o.serving_config_path = WriteConfig(R"({"max_num_seqs": 1})");
+  r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->findings.size(), 1u) << r->ToText();
+  EXPECT_THAT(r->findings[0].message, HasSubstr("(lm_step_t16_single)"));
+  // Served without LoRA, the variants are not needed.
+  o.serving_config_path = WriteConfig(R"({"enable-lora": false})");
+  r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->findings.empty()) << r->ToText();
+  EXPECT_THAT(r->ToText(), HasSubstr("serving config sets enable-lora false"));
+
+  // A trace step that needs the missing variant fails as on the server.
+  o.serving_config_path.clear();
+  o.trace_path = LoraTrace().string();
+  r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_THAT(r->ToText(), HasSubstr("no lm_step executable lm_step_t16_single (16 tokens, LoRA "
+                                     "mode single)"));
+}
+
+TEST_F(CheckTest, ServingMoreLoraThanCompiledIsAFinding) {
+  CheckOptions o;
+  o.artifact_path = Compile("text.xpk", {}, 64, 4);
+  o.serving_config_path = WriteConfig(R"({"max-loras": 4})");
+  ExpectOneFinding(RunCheck(o), "coverage",
+                   "the serving config enables LoRA (max_loras 4, max_lora_rank 16), but the "
+                   "artifact was compiled without LoRA: recompile with xcc compile --enable-lora "
+                   "--max-loras 4 --max-lora-rank 16");
+  o.serving_config_path = WriteConfig(R"({"enable_lora": true})");
+  ExpectOneFinding(RunCheck(o), "coverage",
+                   "the serving config enables LoRA (max_loras 1, max_lora_rank 16), but the "
+                   "artifact was compiled without LoRA: recompile with xcc compile --enable-lora "
+                   "--max-loras 1 --max-lora-rank 16");
+
+  o.artifact_path = CompileLora("l.xpk", 2);
+  o.serving_config_path = WriteConfig(R"({"max_loras": 3, "max-lora-rank": 16})");
+  auto r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->findings.size(), 2u) << r->ToText();
+  EXPECT_EQ(r->findings[0].message,
+            "max_loras 3 exceeds the 2 adapter slots the artifact was compiled with (the most "
+            "distinct adapters one batch can hold): recompile with xcc compile --enable-lora "
+            "--max-loras 3 --max-lora-rank 16");
+  EXPECT_EQ(r->findings[1].message,
+            "max_lora_rank 16 exceeds the rank 8 the artifact was compiled for (adapters of a "
+            "higher rank cannot be loaded): recompile with xcc compile --enable-lora --max-loras 3 "
+            "--max-lora-rank 16");
+  // Fewer adapters and a lower rank than compiled are fine.
+  o.serving_config_path = WriteConfig(R"({"max_loras": 1, "max_lora_rank": 4})");
+  r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->findings.empty()) << r->ToText();
+
+  for (const auto& [json, error] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"enable-lora": false, "max-loras": 2})",
+            "'max-loras' needs LoRA, but enable-lora is false"},
+           {R"({"enable_lora": 1})", "'enable_lora' must be true or false"},
+           {R"({"max_lora_rank": 0})", "'max_lora_rank' must be a positive integer"}}) {
+    o.serving_config_path = WriteConfig(json);
+    auto bad = RunCheck(o);
+    ASSERT_FALSE(bad.ok()) << json;
+    EXPECT_THAT(bad.status().message(), HasSubstr(error));
+  }
+}
+
+TEST_F(CheckTest, AChangedPackedAdapterIsStale) {
+  const fs::path a = dir_ / "adapters" / "a_all_r8", b = dir_ / "adapters" / "b_qv_r4_rslora";
+  fs::create_directories(dir_ / "adapters");
+  for (const fs::path& p : {a, b})
+    fs::copy(fs::path(XCC_SOURCE_DIR) / "tests/fixtures/lora/llama_gqa" / p.filename(), p);
+  CheckOptions o;
+  o.artifact_path = CompileLora("l.xpk", 2, {{"a", a.string()}, {"b", b.string()}});
+  // By name, or by a directory named as the packed one.
+  o.inputs = {model_.string(), "a=" + a.string(), b.string() + "/"};
+  auto fresh = RunCheck(o);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_THAT(fresh->ToText(), HasSubstr("re-hashed 9 inputs: 9 unchanged"));
+  const fs::path weights = b / "adapter_model.safetensors";
+  ExpectStaleAfterFlip(o, weights, "input " + weights.string() + " changed: ");
+
+  // An adapter not given is missing, with how to give it.
+  o.inputs = {model_.string(), "a=" + a.string()};
+  auto stale = RunCheck(o);
+  ASSERT_TRUE(stale.ok());
+  ASSERT_EQ(stale->findings.size(), 2u) << stale->ToText();
+  EXPECT_EQ(stale->findings[0].message,
+            "input b/adapter_config.json (adapter) is no longer present (give adapter b's "
+            "directory as --inputs b=DIR)");
+  // Names and directories that match no packed adapter cannot be checked.
+  o.inputs = {"c=" + a.string()};
+  auto bad = RunCheck(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "--inputs c=" + a.string() + ": the artifact has no packed adapter 'c' (packed: a, b)");
+  const fs::path other = dir_ / "other";
+  fs::copy(a, other);
+  o.inputs = {other.string()};
+  bad = RunCheck(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("give it as NAME=DIR (packed: a, b)"));
+}
+
+// tests/fixtures/traces/lora.jsonl: the base model and adapters alpha, beta,
+// gamma; four requests at once (three adapters), then alpha alone, the base
+// model alone, and beta and gamma on the same prompt.
+TEST_F(CheckTest, ReplayOfATraceWithAdaptersReportsStepsPerLoraMode) {
+  CheckOptions o;
+  o.artifact_path = CompileLora("l.xpk", 2);
+  o.trace_path = LoraTrace().string();
+  auto r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->findings.empty()) << r->ToText();
+  for (const char* mode : {"none", "single", "mixed"})
+    EXPECT_GT(r->replay_lora_mode_steps[mode], 0) << mode;
+  int64_t lm_steps = 0;
+  std::map<std::string, int64_t> by_suffix;
+  for (const auto& [exe, n] : r->replay_bucket_hits) {
+    if (exe.rfind("lm_step_", 0) != 0) continue;
+    lm_steps += n;
+    by_suffix[exe.find("_single") != std::string::npos  ? "single"
+              : exe.find("_mixed") != std::string::npos ? "mixed"
+                                                        : "none"] += n;
+  }
+  EXPECT_EQ(by_suffix, r->replay_lora_mode_steps);
+  // alpha and beta load into the two slots; gamma waits (strict FCFS) and
+  // replaces one; alpha comes back alone; beta and gamma together: one of
+  // them is still resident.
+  EXPECT_EQ(r->replay_lora_loads, 5);
+  EXPECT_EQ(r->replay_lora_swaps, 3);
+  const nlohmann::ordered_json j = r->ToJson()["replay"]["lora"];
+  EXPECT_EQ(j["steps_by_mode"]["none"].get<int64_t>() +
+                j["steps_by_mode"]["single"].get<int64_t>() +
+                j["steps_by_mode"]["mixed"].get<int64_t>(),
+            lm_steps);
+  EXPECT_EQ(j["loads"], 5);
+  EXPECT_THAT(r->ToText(), HasSubstr("replay LoRA: steps by lm_step variant: "));
+
+  // The scheduler holds at most max_loras distinct adapters per step: as
+  // compiled (2), or as served (1).
+  for (int64_t served : {2, 1}) {
+    xrt::ReplayReport rep;
+    ASSERT_NO_FATAL_FAILURE(
+        ReplayAsChecked(o.artifact_path, WriteConfig(fmt::format(R"({{"max_loras": {}}})", served)),
+                        o.trace_path, &rep));
+    EXPECT_TRUE(rep.unbucketed.empty());
+    EXPECT_EQ(*std::max_element(rep.step_lora_adapters.begin(), rep.step_lora_adapters.end()),
+              served);
+    EXPECT_GT(rep.lora_mode_steps["mixed"], 0);  // an adapter beside the base model
+  }
+}
+
+TEST_F(CheckTest, TraceAdaptersOnAnArtifactWithoutLoraCannotRun) {
+  CheckOptions o;
+  o.artifact_path = Compile("text.xpk", {}, 64, 4);
+  o.trace_path = LoraTrace().string();
+  auto r = RunCheck(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            o.trace_path +
+                ":2: 'lora' names adapter 'alpha', but the artifact was compiled without LoRA "
+                "(xcc compile --enable-lora)");
+  o.artifact_path = CompileLora("l.xpk", 2);
+  o.serving_config_path = WriteConfig(R"({"enable_lora": false})");
+  r = RunCheck(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), o.trace_path +
+                                      ":2: 'lora' names adapter 'alpha', but the serving config "
+                                      "sets enable-lora false");
 }
 
 }  // namespace

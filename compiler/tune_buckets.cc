@@ -112,14 +112,15 @@ Expected<TuneReport> TuneBuckets(const TuneOptions& o) {
                           ? compiled.images
                           : xrt::DefaultImageBuckets(r.images_per_step);
   }
-  XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace, ReadTraceFor(*a, o.trace_path));
+  XRT_ASSIGN_OR_RETURN(std::vector<xrt::TraceRequest> trace,
+                       ReadTraceFor(*a, config, o.trace_path));
   // Step sizes with every size covered: one bucket at the budget (and one
   // vision_encode bucket for every image count).
   std::vector<int64_t> all_images;
   if (vision) all_images = {r.images_per_step};
   XRT_ASSIGN_OR_RETURN(xrt::BucketTable full,
                        xrt::BucketTable::Create({budget}, compiled.reqs, all_images));
-  XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p, ReplayParamsFor(*a, serving, std::move(full)));
+  XRT_ASSIGN_OR_RETURN(const xrt::ReplayParams p, ReplayParamsFor(*a, config, std::move(full)));
   XRT_ASSIGN_OR_RETURN(xrt::ReplayReport rep, xrt::Replay(p, trace));
   r.steps = static_cast<int64_t>(rep.step_tokens.size());
   for (int64_t n : rep.step_tokens) r.real_tokens += n;

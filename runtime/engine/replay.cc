@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schemas/abi.h"
+
 namespace xrt {
 
 namespace {
@@ -94,7 +96,8 @@ Status ReadTraceImages(const nlohmann::json& j, const TraceImageParams& p, const
 }  // namespace
 
 Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const EncodeFn& encode,
-                                              int32_t vocab_size, const TraceImageParams& ip) {
+                                              int32_t vocab_size, const TraceImageParams& ip,
+                                              const TraceLoraParams& lora) {
   std::ifstream in(path);
   if (!in) return NotFoundError("{}: cannot open", path);
   std::vector<TraceRequest> out;
@@ -154,6 +157,15 @@ Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const Enc
         j["max_tokens"].get<int64_t>() < 1)
       return InvalidArgumentError("{}:{}: 'max_tokens' must be a positive integer", path, line_no);
     r.max_tokens = j["max_tokens"].get<int64_t>();
+    if (j.contains("lora")) {
+      if (!j["lora"].is_string() || j["lora"].get<std::string>().empty())
+        return InvalidArgumentError("{}:{}: 'lora' must be a non-empty string (an adapter name)",
+                                    path, line_no);
+      r.lora = j["lora"].get<std::string>();
+      if (!lora.enabled)
+        return InvalidArgumentError("{}:{}: 'lora' names adapter '{}', but {}", path, line_no,
+                                    r.lora, lora.why_not);
+    }
     out.push_back(std::move(r));
   }
   if (out.empty()) return InvalidArgumentError("{}: the trace has no requests", path);
@@ -162,20 +174,56 @@ Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const Enc
 
 namespace {
 
-// Runs no kernels and computes no logits.
+// Runs no kernels and computes no logits; with a list of the compiled lm_step
+// executables, fails a step whose variant is missing as ModelRunner does.
 class NoKernelExecutor : public StepExecutor {
  public:
-  Expected<const float*> Execute(const StepInputs&) override { return nullptr; }
+  explicit NoKernelExecutor(const std::set<std::string>* lm_steps) : lm_steps_(lm_steps) {}
+  Expected<const float*> Execute(const StepInputs& in) override {
+    if (!lm_steps_->empty()) {
+      const std::string name =
+          xpk::abi::ExecutableName(xpk::ExecutableKind::lm_step, in.token_bucket, in.lora_mode);
+      if (!lm_steps_->count(name))
+        return OutOfRangeError("no lm_step executable {} ({} tokens, LoRA mode {})", name,
+                               in.token_bucket, xpk::EnumNameLoraMode(in.lora_mode));
+    }
+    return nullptr;
+  }
+
+ private:
+  const std::set<std::string>* lm_steps_;
 };
 
 }  // namespace
 
 Expected<ReplayReport> Replay(const ReplayParams& p, const std::vector<TraceRequest>& trace) {
-  NoKernelExecutor executor;
+  NoKernelExecutor executor(&p.lm_step_executables);
   EngineCoreParams cp = p.core;
   cp.executor = &executor;
   cp.tokenizer = nullptr;
   cp.eos_token_ids.clear();
+  // LoRA: one data-less adapter per distinct name (ids 1, 2, ... in order of
+  // first appearance: the prefix-cache key), slots as bookkeeping only.
+  std::unique_ptr<LoraManager> lora;
+  std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters;
+  cp.lora = nullptr;
+  if (p.lora.max_loras > 0) {
+    lora = std::make_unique<LoraManager>(p.lora, /*allocate=*/false);
+    cp.lora = lora.get();
+  }
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const std::string& name = trace[i].lora;
+    if (name.empty() || adapters.count(name)) continue;
+    if (!lora)
+      return InvalidArgumentError(
+          "trace request {}: names LoRA adapter '{}', but LoRA is not served", i + 1, name);
+    auto a = std::make_shared<LoraAdapter>();
+    a->name = name;
+    a->id = static_cast<int64_t>(adapters.size()) + 1;
+    a->rank = p.lora.spec.max_lora_rank;
+    a->modules = p.lora.spec.target_modules;
+    adapters[name] = std::move(a);
+  }
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, EngineCore::Create(cp));
   const RequestProcessor processor(core->request_processor_params());
 
@@ -194,9 +242,11 @@ Expected<ReplayReport> Replay(const ReplayParams& p, const std::vector<TraceRequ
       g.sampling.temperature = 0;
       g.sampling_set.temperature = true;
       Expected<EngineRequest> request = processor.Process(g);
-      if (request.ok())
+      if (request.ok()) {
         for (const MultimodalSpan& span : trace[next].images)
           request->images.push_back({span, /*pixel_values=*/nullptr});
+        if (!trace[next].lora.empty()) request->lora = adapters.at(trace[next].lora);
+      }
       Status s = request.ok() ? core->AddRequest(std::move(*request)) : request.status();
       if (!s.ok()) return s.WithContext(fmt::format("trace request {}", next + 1));
     }
@@ -217,6 +267,9 @@ Expected<ReplayReport> Replay(const ReplayParams& p, const std::vector<TraceRequ
       report.unbucketed.push_back(fmt::format("step {} ({} tokens, {} requests): {}", report.steps,
                                               st.num_tokens, st.num_reqs, failure));
     }
+    if (st.ran) report.lora_mode_steps[xpk::EnumNameLoraMode(st.lora_mode)]++;
+    report.lora_loads += st.lora_loads;
+    report.lora_swaps += st.lora_swaps;
     if (!st.lm_step.empty()) {
       report.bucket_hits[st.lm_step]++;
       report.padding[st.lm_step] += st.lm_step_padding;
@@ -236,6 +289,7 @@ Expected<ReplayReport> Replay(const ReplayParams& p, const std::vector<TraceRequ
     report.step_tokens.push_back(st.num_tokens);
     report.step_reqs.push_back(st.num_sampling);
     report.step_images.push_back(st.images_encoded);
+    report.step_lora_adapters.push_back(st.lora_adapters);
   }
   return report;
 }

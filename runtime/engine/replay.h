@@ -15,16 +15,25 @@
 // (requests naming the same content id share it: encoder-cache and prefix-cache
 // hits), and no pixels (the executor encodes nothing). The scheduler and the
 // encoder cache treat them exactly as the server's images.
+//
+// LoRA (an artifact compiled with --enable-lora): a trace request may name an
+// adapter. Every distinct name gets an adapter of its own with no data; a
+// LoraManager that only keeps the slot bookkeeping assigns them to the
+// artifact's slots, so the scheduler admits at most max_loras adapters per step
+// and each step runs the lm_step variant (none / single / mixed) the server
+// would run.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "runtime/base/status.h"
 #include "runtime/engine/engine_core.h"
+#include "runtime/lora/lora_manager.h"
 
 namespace xrt {
 
@@ -36,6 +45,7 @@ struct TraceRequest {
   // {k, kTraceImageHashTag} for the k-th distinct content (1-based, in order of
   // first appearance in the trace).
   std::vector<MultimodalSpan> images;
+  std::string lora;  // the adapter's name; "": the base model
 };
 
 // The "hi" half of every trace image's content hash.
@@ -46,6 +56,13 @@ inline constexpr uint64_t kTraceImageHashTag = 0x7472616365696d67ULL;  // "trace
 struct TraceImageParams {
   int32_t image_token_id = -1;
   int64_t tokens_per_image = 0;
+};
+
+// What a trace's adapters need to know: whether the artifact is served with
+// LoRA, and if not, why (the error of a line that names an adapter).
+struct TraceLoraParams {
+  bool enabled = false;
+  std::string why_not = "the artifact was compiled without LoRA (xcc compile --enable-lora)";
 };
 
 // Parses JSONL: one object per line with
@@ -63,17 +80,30 @@ struct TraceImageParams {
 // "image_tokens", when given, must equal the artifact's tokens_per_image. Images
 // with the same "id" anywhere in the trace have the same content (an
 // encoder-cache hit when still cached); an image without "id" (and every one
-// of "num_images") is distinct from every other. Errors name the line and field.
+// of "num_images") is distinct from every other; and optionally
+//   "lora": "name"  the LoRA adapter the request runs with (a non-empty string;
+//                   lines naming the same adapter share it);
+// an error without `lora.enabled`. Errors name the line and field.
 using EncodeFn = std::function<std::vector<int32_t>(const std::string&)>;
 Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const EncodeFn& encode,
                                               int32_t vocab_size,
-                                              const TraceImageParams& images = {});
+                                              const TraceImageParams& images = {},
+                                              const TraceLoraParams& lora = {});
 
 struct ReplayParams {
   // The engine to replay: limits, buckets, KV pool, prefix caching. Its
   // executor, tokenizer and EOS ids are not used (no kernels, no text, no EOS).
   EngineCoreParams core;
   double step_seconds = 0.05;
+  // LoRA: the artifact's adapter geometry, max_loras slots as served
+  // (max_loras 0: no LoRA; a request naming an adapter is then an error).
+  // core.lora is ignored: the replay keeps its own bookkeeping-only manager.
+  LoraGeometry lora;
+  // The compiled lm_step executables (xpk::abi::ExecutableName, LoRA variants
+  // included). Non-empty: a step whose lm_step is not among them fails as on
+  // the server (ModelRunner::Execute), and is reported in `unbucketed`. Empty:
+  // any bucket of core.buckets runs (xcc tune-buckets' hypothetical buckets).
+  std::set<std::string> lm_step_executables;
 };
 
 struct ReplayReport {
@@ -81,7 +111,7 @@ struct ReplayReport {
   int64_t preemptions = 0;
   int64_t steps_without_bucket = 0;
   std::vector<std::string> unbucketed;         // one message per step that could not run
-  std::map<std::string, int64_t> bucket_hits;  // "lm_step_t16" -> steps
+  std::map<std::string, int64_t> bucket_hits;  // "lm_step_t16", "lm_step_t16_mixed" -> steps
   std::map<std::string, int64_t> padding;      // executable -> padded minus real rows
   std::vector<int64_t> step_tokens;            // real tokens of every step, in order
   std::vector<int64_t> step_reqs;              // sampling requests of every step
@@ -92,6 +122,13 @@ struct ReplayReport {
   int64_t encoder_cache_hits = 0;
   int64_t encoder_cache_misses = 0;
   int64_t encoder_cache_evictions = 0;
+  // LoRA: steps that ran, by lm_step variant ("none", "single", "mixed"; only
+  // modes that occurred), and adapters copied into a slot (swaps: of which
+  // replaced another adapter).
+  std::map<std::string, int64_t> lora_mode_steps;
+  std::vector<int64_t> step_lora_adapters;  // distinct adapters of every step
+  int64_t lora_loads = 0;
+  int64_t lora_swaps = 0;
 };
 
 Expected<ReplayReport> Replay(const ReplayParams& params, const std::vector<TraceRequest>& trace);

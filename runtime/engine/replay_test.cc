@@ -24,7 +24,8 @@ class ReadTraceTest : public ::testing::Test {
                       std::to_string(::getpid()) + ".jsonl";
   void TearDown() override { std::remove(path_.c_str()); }
   Expected<std::vector<TraceRequest>> Read(const std::string& text,
-                                           const TraceImageParams& images = kVision) {
+                                           const TraceImageParams& images = kVision,
+                                           const TraceLoraParams& lora = {}) {
     std::ofstream(path_) << text;
     // "abcd" -> 1 2 3 4 (text ids never equal the image token here).
     auto encode = [](const std::string& s) {
@@ -32,7 +33,7 @@ class ReadTraceTest : public ::testing::Test {
       for (char c : s) ids.push_back(c - 'a' + 1);
       return ids;
     };
-    return ReadTrace(path_, encode, 100, images);
+    return ReadTrace(path_, encode, 100, images, lora);
   }
 };
 
@@ -90,6 +91,45 @@ TEST_F(ReadTraceTest, BadImagesNameTheLineAndField) {
             path_ + ":2: 'num_images': the artifact has no vision encoder");
   EXPECT_EQ(error(R"({"prompt": "ab", "max_tokens": 1, "images": [{"id": 7}]})"),
             path_ + ":2: images[0]: 'id' must be a string");
+}
+
+TEST_F(ReadTraceTest, LoraNamesTheAdapterOfALine) {
+  TraceLoraParams lora;
+  lora.enabled = true;
+  const std::string trace = R"({"prompt": "ab", "max_tokens": 1, "lora": "x"})"
+                            "\n"
+                            R"({"prompt": "ab", "max_tokens": 1})"
+                            "\n";
+  auto t = Read(trace, kVision, lora);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)[0].lora, "x");
+  EXPECT_EQ((*t)[1].lora, "");
+  // Without LoRA the line naming an adapter is an error that says why.
+  lora.enabled = false;
+  lora.why_not = "no LoRA here";
+  t = Read(trace, kVision, lora);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), path_ + ":1: 'lora' names adapter 'x', but no LoRA here");
+  lora.enabled = true;
+  for (const char* bad : {R"({"prompt": "ab", "max_tokens": 1, "lora": ""})",
+                          R"({"prompt": "ab", "max_tokens": 1, "lora": 3})"}) {
+    t = Read(std::string("\n") + bad + "\n", kVision, lora);
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_EQ(t.status().message(),
+              path_ + ":2: 'lora' must be a non-empty string (an adapter name)");
+  }
+}
+
+// Replay of adapters on an engine without LoRA is an error naming the request.
+TEST(Replay, AdaptersNeedLora) {
+  TraceRequest r;
+  r.prompt = {1, 2};
+  r.lora = "x";
+  ReplayParams p;
+  auto rep = Replay(p, {r});
+  ASSERT_FALSE(rep.ok());
+  EXPECT_EQ(rep.status().message(),
+            "trace request 1: names LoRA adapter 'x', but LoRA is not served");
 }
 
 }  // namespace

@@ -316,6 +316,41 @@ json ProvenanceJson(const ArtifactProvenance& p) {
               {"inputs", inputs}};
 }
 
+std::vector<std::string> Strings(
+    const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  for (uint32_t i = 0; i < Count(v); ++i) out.push_back(Str(v->Get(i)));
+  return out;
+}
+
+json LoraJson(const xpk::LoraConfig& l) {
+  json targets = json::array(), adapters = json::array();
+  for (uint32_t i = 0; i < Count(l.targets()); ++i) {
+    const xpk::LoraTarget* t = l.targets()->Get(i);
+    targets.push_back(json{{"name", Str(t->name())},
+                           {"in_features", t->in_features()},
+                           {"out_features", t->out_features()}});
+  }
+  for (uint32_t i = 0; i < Count(l.adapters()); ++i) {
+    const xpk::LoraAdapter* a = l.adapters()->Get(i);
+    adapters.push_back(json{{"name", Str(a->name())},
+                            {"path", Str(a->path())},
+                            {"rank", a->rank()},
+                            {"modules", Strings(a->modules())},
+                            {"base_model_name_or_path", Str(a->base_model_name_or_path())},
+                            {"offset", a->offset()},
+                            {"size", a->size()}});
+  }
+  json j{{"max_loras", l.max_loras()},
+         {"max_lora_rank", l.max_lora_rank()},
+         {"target_modules", Strings(l.target_modules())},
+         {"num_targets", Count(l.targets())},
+         {"targets", targets},
+         {"adapters", adapters}};
+  if (Count(l.adapters()) > 0) j["adapters_segment"] = l.adapters_segment();
+  return j;
+}
+
 }  // namespace
 
 nlohmann::json ManifestToJson(const Artifact& artifact) {
@@ -383,6 +418,7 @@ nlohmann::json ManifestToJson(const Artifact& artifact) {
   for (uint32_t i = 0; i < Count(m.executables()); ++i)
     exes.push_back(ExecutableJson(*m.executables()->Get(i)));
   j["executables"] = exes;
+  if (m.lora()) j["lora"] = LoraJson(*m.lora());
   if (m.provenance()) j["provenance"] = ProvenanceJson(artifact.provenance());
   return j;
 }
@@ -528,6 +564,23 @@ std::string ManifestToText(const Artifact& artifact) {
                          ts->offset(), ts->size()));
       }
     }
+  }
+
+  if (const xpk::LoraConfig* lora = m.lora()) {
+    line(fmt::format("lora: {} slots, rank {}, target modules [{}], {} targets, {} packed adapters",
+                     lora->max_loras(), lora->max_lora_rank(),
+                     fmt::join(Strings(lora->target_modules()), ","), Count(lora->targets()),
+                     Count(lora->adapters())));
+    for (uint32_t i = 0; i < Count(lora->adapters()); ++i) {
+      const xpk::LoraAdapter* a = lora->adapters()->Get(i);
+      line(fmt::format(
+          "  adapter {}: rank {}, modules [{}], {} ({} bytes) at offset {} of segment "
+          "{}, from {}",
+          Str(a->name()), a->rank(), fmt::join(Strings(a->modules()), ","), HumanBytes(a->size()),
+          a->size(), a->offset(), lora->adapters_segment(), Str(a->path())));
+    }
+  } else {
+    line("lora: none");
   }
 
   if (m.provenance()) {
