@@ -133,7 +133,9 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
                              << i;
           return signalPassFailure();
         }
-        buffers[in] = buffers[v];
+        // (Read before inserting: the insertion may rehash `buffers`.)
+        BufferAttr placed = buffers.lookup(v);
+        buffers[in] = placed;
       }
     }
 
@@ -208,7 +210,8 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
                             "input must have a buffer and no other user";
           return signalPassFailure();
         }
-        buffers[expand.getResult()] = buffers[in];
+        BufferAttr placed = buffers.lookup(in);
+        buffers[expand.getResult()] = placed;
       } else {
         // A linear whose accumulator dies here writes its result in place.
         // The accumulator must own its whole buffer: not a split view (its
@@ -226,9 +229,13 @@ struct PlanMemoryPass : public impl::XGPlanMemoryBase<PlanMemoryPass> {
               buffers.count(acc) &&
               buffers[acc].getSpace() == BufferSpace::arena &&
               lastUse.lookup(root(acc)) == i && acc.getType() == r.getType()) {
-            buffers[r] = buffers[acc];
+            // Copied first: `buffers[r] = buffers[acc]` takes a reference to
+            // acc's entry and then inserts r (C++17 evaluates the right side
+            // first); the insertion may rehash and leave it dangling.
+            BufferAttr placed = buffers.lookup(acc);
+            buffers[r] = placed;
             for (auto &p : pendingFree)
-              if (p.second == buffers[acc].getOffset())
+              if (p.second == placed.getOffset())
                 p.first = lastUse.lookup(r);
           }
         }

@@ -11,6 +11,8 @@
 //     logits within 1e-4, and 32 greedy decode steps give HF's greedy tokens.
 // This drives ModelRunner directly: it checks the compiled executables and the
 // merge, not the engine's scheduling of images.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -273,7 +275,7 @@ TEST(LlavaLora, LanguageModelAdapterMatchesPeft) {
   const json& facts = base["loader_facts"];
   const int64_t tpi = facts["tokens_per_image"].get<int64_t>();
   const int32_t image_token = facts["image_token_id"].get<int32_t>();
-  fs::path dir = fs::temp_directory_path() / "xcc_llava_lora";
+  fs::path dir = fs::temp_directory_path() / ("xcc_llava_lora_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   xcc::CompileOptions o;
   o.model_path = ModelDir(name).string();
