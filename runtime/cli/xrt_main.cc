@@ -6,6 +6,7 @@
 //           [--limit-mm-per-prompt N] [--media-fetch-timeout SECONDS]
 //           [--max-image-bytes BYTES] [--media-max-redirects N]
 //           [--lora-modules NAME=PATH ...] [--allow-runtime-lora-updating]
+//           [--max-loras N] [--max-lora-rank R]
 //   xrt generate ARTIFACT --prompt TEXT [--image FILE]... [--chat] [--max-tokens N]
 //                [--lora NAME=PATH | NAME]
 //                [--temperature T] [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S]
@@ -209,7 +210,7 @@ xrt::Expected<int64_t> ParseBytes(const std::string& text, const char* flag = "-
 // and [DONE]), exit 0.
 int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::ServerParams sp,
           const std::string& kv_memory, double shutdown_timeout, bool verify_weights,
-          const std::vector<std::string>& lora_modules) {
+          const std::vector<std::string>& lora_modules, int64_t max_lora_rank) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -228,6 +229,15 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
   cp.requested = ep.requested;
   cp.enable_prefix_caching = ep.enable_prefix_caching;
   cp.check_recompilation = ep.check_recompilation;
+  cp.max_loras = ep.max_loras;
+  if (max_lora_rank > 0) {
+    if (!r.lora_registry())
+      return Fail(xrt::InvalidArgumentError(
+          "--max-lora-rank: {} was compiled without LoRA (xcc compile --enable-lora)",
+          rp.artifact_path));
+    if (xrt::Status s = r.lora_registry()->LimitRank(max_lora_rank); !s.ok())
+      return Fail(s.WithContext("--max-lora-rank"));
+  }
   if (sp.served_model_name.empty()) {
     std::string name = rp.artifact_path.substr(rp.artifact_path.find_last_of('/') + 1);
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".xpk") == 0)
@@ -394,6 +404,13 @@ int main(int argc, char** argv) {
   run->add_option("--lora-modules", lora_modules,
                   "LoRA adapters to serve, NAME=PATH (a PEFT directory) ...; a request selects "
                   "one with \"model\": \"NAME\". Needs an artifact compiled with --enable-lora");
+  int64_t max_lora_rank = 0;
+  run->add_option("--max-loras", run_ep.max_loras,
+                  "Most distinct adapters in one batch (default: the artifact's adapter slots; "
+                  "never more)");
+  run->add_option("--max-lora-rank", max_lora_rank,
+                  "Serve adapters up to this rank only (default: the artifact's max_lora_rank; "
+                  "never more)");
   run->add_flag("--allow-runtime-lora-updating", run_sp.allow_runtime_lora_updating,
                 "Enable POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
                 "VLLM_ALLOW_RUNTIME_LORA_UPDATING)");
@@ -417,7 +434,8 @@ int main(int argc, char** argv) {
     // Bad media flags fail before the model is loaded (HttpServer::Start checks them again).
     if (auto media = xrt::server::MediaFetcher::Create(run_sp.media); !media.ok())
       return Fail(media.status());
-    return Serve(run_rp, run_ep, run_sp, kv_memory, shutdown_timeout, verify_weights, lora_modules);
+    return Serve(run_rp, run_ep, run_sp, kv_memory, shutdown_timeout, verify_weights, lora_modules,
+                 max_lora_rank);
   }
 
   auto runner = LoadRunner(rp, verify_weights);

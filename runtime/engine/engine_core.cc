@@ -61,7 +61,20 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::Create(const EngineCoreParams&
   sp.strict_buckets = params.check_recompilation;
   sp.num_kv_blocks = params.num_kv_blocks;
   sp.enable_prefix_caching = params.enable_prefix_caching;
-  if (params.lora) sp.max_loras = params.lora->geometry().max_loras;
+  if (params.lora) {
+    const int64_t compiled = params.lora->geometry().max_loras;
+    if (params.max_loras > compiled)
+      return InvalidArgumentError(
+          "max_loras {} exceeds the {} adapter slots the artifact was compiled with "
+          "(xcc compile --max-loras)",
+          params.max_loras, compiled);
+    sp.max_loras = params.max_loras > 0 ? params.max_loras : compiled;
+  } else if (params.max_loras > 0) {
+    return InvalidArgumentError(
+        "max_loras {} asks for LoRA, but the artifact was compiled without it (xcc compile "
+        "--enable-lora)",
+        params.max_loras);
+  }
   if (params.tokens_per_image > 0) {
     const int64_t tpi = params.tokens_per_image;
     if (params.buckets.max_images() < 1)

@@ -100,6 +100,9 @@ struct EngineCoreParams {
   // requests' lora_slot) and the step runs the matching lm_step variant. null:
   // requests with an adapter are refused.
   LoraManager* lora = nullptr;
+  // Distinct adapters one step may hold when served below the compiled slot
+  // count (xrt run --max-loras); 0: all of the artifact's max_loras slots.
+  int64_t max_loras = 0;
 };
 
 // What one Step() did, for metrics and replay reports.

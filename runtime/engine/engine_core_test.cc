@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "runtime/engine/engine_test_util.h"
 
 namespace xrt {
@@ -220,6 +222,60 @@ TEST(EngineCore, ValidatesRequestsAndLimits) {
   EXPECT_THAT(over.status().message(), HasSubstr("--max-num-seqs 5"));
   p = SmallCoreParams(nullptr);
   EXPECT_FALSE(EngineCore::Create(p).ok());
+}
+
+// LoRA: steps hold at most max_loras distinct adapters (served below the
+// compiled slots with EngineCoreParams::max_loras), each step runs the lm_step
+// variant of its adapters (none / single / mixed) and reports slot loads.
+TEST(EngineCore, LoraStepsPickTheirVariantAndRespectMaxLoras) {
+  FakeExecutor ex(32, 5);
+  LoraGeometry g;
+  g.max_loras = 2;
+  g.spec.max_lora_rank = 4;
+  g.spec.targets = {{"t", 8, 8}};
+  LoraManager lora(g, /*allocate=*/false);
+  EngineCoreParams p = SmallCoreParams(&ex);
+  p.lora = &lora;
+  p.max_loras = 3;
+  EXPECT_THAT(EngineCore::Create(p).status().message(),
+              HasSubstr("max_loras 3 exceeds the 2 adapter slots"));
+  p.max_loras = 1;
+  auto core = MakeCore(p);
+  ASSERT_NE(core, nullptr);
+  auto adapter = [](int64_t id) {
+    auto a = std::make_shared<LoraAdapter>();
+    a->id = id;
+    a->name = "a" + std::to_string(id);
+    return a;
+  };
+  auto a1 = adapter(1), a2 = adapter(2);
+  EngineRequest r1 = SmallRequest("r1", 3, 2), r2 = SmallRequest("r2", 3, 2),
+                r3 = SmallRequest("r3", 3, 2);
+  r1.lora = a1;
+  r2.lora = a2;
+  ASSERT_TRUE(core->AddRequest(r1).ok());
+  ASSERT_TRUE(core->AddRequest(r2).ok());
+  ASSERT_TRUE(core->AddRequest(r3).ok());
+  Collected c = Drain(*core);
+  std::set<std::string> modes;
+  int64_t loads = 0;
+  for (const StepStats& st : c.steps) {
+    if (!st.ran) continue;
+    EXPECT_LE(st.lora_adapters, 1) << "step " << st.step;
+    modes.insert(xpk::EnumNameLoraMode(st.lora_mode));
+    EXPECT_NE(st.lm_step.find(st.lora_mode == xpk::LoraMode::none ? "lm_step_t" : "_"),
+              std::string::npos);
+    loads += st.lora_loads;
+  }
+  // r1 alone (single), then r2 beside the base request r3 (mixed).
+  EXPECT_EQ(modes, (std::set<std::string>{"single", "mixed"}));
+  EXPECT_EQ(loads, 2);
+  EXPECT_EQ(c.reason["r1"], "length");
+  EXPECT_EQ(c.reason["r3"], "length");
+  // Without LoRA compiled in, a request with an adapter is refused.
+  EngineCoreParams plain = SmallCoreParams(&ex);
+  auto no_lora = MakeCore(plain);
+  EXPECT_THAT(no_lora->AddRequest(r1).message(), HasSubstr("compiled without LoRA"));
 }
 
 TEST(EngineCore, WithoutLogitsEveryRequestGeneratesMaxTokens) {

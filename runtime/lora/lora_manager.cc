@@ -54,9 +54,26 @@ Expected<std::shared_ptr<const LoraAdapter>> LoraRegistry::AddPacked(LoraAdapter
   return Insert(std::move(adapter));
 }
 
+Status LoraRegistry::LimitRank(int64_t rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rank < 1 || rank > geometry_.spec.max_lora_rank)
+    return InvalidArgumentError(
+        "max_lora_rank {} must be in [1, {}] (the artifact's --max-lora-rank)", rank,
+        geometry_.spec.max_lora_rank);
+  for (const auto& [name, a] : by_name_)
+    if (a->rank > rank)
+      return InvalidArgumentError(
+          "LoRA adapter '{}': LoRA rank {} is greater than max_lora_rank {}", name, a->rank, rank);
+  max_rank_ = rank;
+  return Status::Ok();
+}
+
 Expected<std::shared_ptr<const LoraAdapter>> LoraRegistry::Insert(LoraAdapter adapter) {
   std::lock_guard<std::mutex> lock(mu_);
   if (adapter.name.empty()) return InvalidArgumentError("a LoRA adapter needs a name");
+  if (max_rank_ > 0 && adapter.rank > max_rank_)
+    return InvalidArgumentError("LoRA adapter '{}': LoRA rank {} is greater than max_lora_rank {}",
+                                adapter.name, adapter.rank, max_rank_);
   if (by_name_.count(adapter.name))
     return InvalidArgumentError("LoRA adapter '{}' is already loaded", adapter.name);
   adapter.id = next_id_++;

@@ -73,6 +73,11 @@ class LoraRegistry {
   // Registers an adapter already packed (the artifact's); `data` must outlive
   // the registry. InvalidArgument when the name is taken.
   Expected<std::shared_ptr<const LoraAdapter>> AddPacked(LoraAdapter adapter);
+  // Serves adapters of rank <= `rank` only (xrt run --max-lora-rank, at most the
+  // compiled max_lora_rank): Load and AddPacked refuse higher ranks.
+  // InvalidArgument for a rank outside [1, compiled R] or an adapter already
+  // registered above it.
+  Status LimitRank(int64_t rank);
   // Unregisters `name`; NotFound when it is not registered.
   Status Unload(const std::string& name);
   // nullptr when `name` is not registered.
@@ -89,6 +94,7 @@ class LoraRegistry {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const LoraAdapter>> by_name_;
   int64_t next_id_ = 1;
+  int64_t max_rank_ = 0;  // 0: the compiled max_lora_rank
 };
 
 // Slot buffers as the executor binds them: a[t], b[t] per target.

@@ -52,6 +52,25 @@ TEST(LoraRegistry, NamesAreUniqueAndIdsStable) {
   EXPECT_EQ(reg.List().size(), 2u);
 }
 
+// xrt run --max-lora-rank: adapters above the served rank are refused, also
+// those already registered when the limit is set.
+TEST(LoraRegistry, LimitRankRefusesHigherRanks) {
+  LoraRegistry reg(Geometry(2));
+  auto a = Adapter(reg, "a", 1);  // rank 2
+  EXPECT_THAT(reg.LimitRank(1).message(),
+              HasSubstr("'a': LoRA rank 2 is greater than max_lora_rank 1"));
+  EXPECT_THAT(reg.LimitRank(3).message(), HasSubstr("must be in [1, 2]"));
+  ASSERT_TRUE(reg.Unload("a").ok());
+  ASSERT_TRUE(reg.LimitRank(1).ok());
+  LoraAdapter b;
+  b.name = "b";
+  b.rank = 2;
+  b.owned.assign(PackedLoraFloats(reg.geometry().spec), 0.5f);
+  EXPECT_THAT(reg.AddPacked(b).status().message(), HasSubstr("greater than max_lora_rank 1"));
+  b.rank = 1;
+  EXPECT_TRUE(reg.AddPacked(b).ok());
+}
+
 TEST(LoraManager, ResidentAdaptersKeepTheirSlotAndLruIsEvicted) {
   LoraRegistry reg(Geometry(2));
   auto a = Adapter(reg, "a", 1), b = Adapter(reg, "b", 2), c = Adapter(reg, "c", 3);
