@@ -250,7 +250,7 @@ def main():
         kb = os.path.join(args.build, "bench/kernels_bench")
         if os.path.exists(kb):
             out = subprocess.run([kb, "--benchmark_filter=Lora", "--benchmark_format=json",
-                                  "--benchmark_min_time=0.2s"], check=True,
+                                  "--benchmark_min_time=0.2"], check=True,
                                  capture_output=True, text=True).stdout
             kernels = [{"name": b["name"], "real_time_us": b["real_time"] / 1000.0,
                         "gflops": b.get("GFLOPS")}
