@@ -161,11 +161,7 @@ class Emitter {
     if (w.getPackNr() && weightNames_.count(d.name))
       d.name += ".packed" + std::to_string(*w.getPackNr());
     weightNames_.insert(d.name);
-    if (auto sources = w.getSources()) {
-      for (Attribute a : *sources) d.sources.push_back(cast<StringAttr>(a).str());
-    } else {
-      d.sources.push_back(w.getName().str());
-    }
+    for (StringRef source : w.getSourceNames()) d.sources.push_back(source.str());
     auto shape = w.getType().getShape();
     d.shape.assign(shape.begin(), shape.end());
     d.pack_nr = w.getPackNr().value_or(0);

@@ -31,17 +31,6 @@ std::optional<std::pair<StringRef, StringRef>> targetOf(StringRef source) {
   return std::pair(source, source.rsplit('.').second);
 }
 
-SmallVector<StringRef> sourcesOf(WeightOp w) {
-  SmallVector<StringRef> out;
-  if (auto sources = w.getSources()) {
-    for (Attribute a : *sources)
-      out.push_back(cast<StringAttr>(a).getValue());
-  } else {
-    out.push_back(w.getName());
-  }
-  return out;
-}
-
 struct InjectLoraPass : public impl::XGInjectLoraBase<InjectLoraPass> {
   using XGInjectLoraBase::XGInjectLoraBase;
 
@@ -112,7 +101,7 @@ struct InjectLoraPass : public impl::XGInjectLoraBase<InjectLoraPass> {
       auto w = lin.getWeight().getDefiningOp<WeightOp>();
       if (!w)
         continue;
-      SmallVector<StringRef> sources = sourcesOf(w);
+      SmallVector<StringRef> sources = w.getSourceNames();
       // The slices of the linear's output, one per source weight.
       SmallVector<Value> slices;
       Operation *after = lin;

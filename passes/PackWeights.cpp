@@ -16,18 +16,6 @@ namespace xcc::xg {
 
 namespace {
 
-// The source tensor names a weight stands for.
-SmallVector<StringRef> sourcesOf(WeightOp w) {
-  SmallVector<StringRef> out;
-  if (auto sources = w.getSources()) {
-    for (Attribute a : *sources)
-      out.push_back(cast<StringAttr>(a).getValue());
-  } else {
-    out.push_back(w.getName());
-  }
-  return out;
-}
-
 struct PackWeightsPass : public impl::XGPackWeightsBase<PackWeightsPass> {
   using XGPackWeightsBase::XGPackWeightsBase;
 
@@ -55,7 +43,7 @@ struct PackWeightsPass : public impl::XGPackWeightsBase<PackWeightsPass> {
         continue;
       SmallVector<StringRef> sources;
       for (WeightOp w : parts)
-        llvm::append_range(sources, sourcesOf(w));
+        llvm::append_range(sources, w.getSourceNames());
       std::string name = llvm::join(sources, "+");
       rewriter.setInsertionPoint(concat);
       auto fused = rewriter.create<WeightOp>(concat.getLoc(), concat.getType(),

@@ -15,6 +15,7 @@
 
 #include "compiler/compile.h"
 #include "runtime/executor/model_runner.h"
+#include "tests/numerics/fixture_io.h"
 #include "tests/numerics/greedy.h"
 
 namespace {
@@ -22,10 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json ReadJson(const fs::path& p) {
-  std::ifstream in(p);
-  return json::parse(in);
-}
+using xcc::testing::ReadJson;
 
 struct Artifacts {
   std::string wide;     // buckets 16..128, budget 128

@@ -23,6 +23,7 @@
 
 #include "compiler/compile.h"
 #include "runtime/executor/model_runner.h"
+#include "tests/numerics/fixture_io.h"
 #include "tests/numerics/greedy.h"
 
 namespace {
@@ -35,18 +36,9 @@ fs::path ModelDir(const std::string& name) {
   return fs::path(XCC_SOURCE_DIR) / "tests/fixtures/llava" / name;
 }
 
-json ReadJson(const fs::path& p) {
-  std::ifstream in(p);
-  return json::parse(in);
-}
+using xcc::testing::ReadJson;
 
-std::vector<float> ReadF32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
+using xcc::testing::ReadF32;
 
 float MaxAbsDiff(const float* a, const float* b, size_t n) {
   float m = 0;

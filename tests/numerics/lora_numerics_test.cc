@@ -26,6 +26,7 @@
 
 #include "compiler/compile.h"
 #include "runtime/executor/model_runner.h"
+#include "tests/numerics/fixture_io.h"
 
 namespace {
 
@@ -34,18 +35,9 @@ using nlohmann::json;
 
 fs::path Fixtures() { return fs::path(XCC_SOURCE_DIR) / "tests/fixtures"; }
 
-json ReadJson(const fs::path& p) {
-  std::ifstream in(p);
-  return json::parse(in);
-}
+using xcc::testing::ReadJson;
 
-std::vector<float> ReadF32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
+using xcc::testing::ReadF32;
 
 // One reference: an adapter ("base" for none) on one prompt.
 struct Case {
@@ -257,6 +249,49 @@ TEST(LoraMixedBatch, ThreeAdaptersAndTheBaseModelInOneBatch) {
     ASSERT_TRUE(r.modes_by_step.count(kind)) << "no " << kind << " step";
     EXPECT_TRUE(r.modes_by_step[kind].count("mixed")) << kind << " steps never ran mixed";
   }
+}
+
+// Prefix caching keys KV blocks by the adapter: the same prompt under another
+// adapter (or none) shares no block, under the same adapter it does; every
+// output still equals PEFT's.
+TEST(LoraPrefixCaching, BlocksAreKeyedByTheAdapter) {
+  const std::string model = "llama_gqa";
+  const Reference ref = LoadReference(model);
+  auto runner = Runner(Compile(model, "prefix", {}));
+  ASSERT_NE(runner, nullptr);
+  LoadAdapters(*runner, model, ref);
+  xrt::EngineCoreParams cp = runner->engine_core_params();
+  cp.enable_prefix_caching = true;
+  auto core = xrt::EngineCore::Create(cp);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  const std::string prompt = "p33";  // 33 tokens: two full 16-token blocks
+  int n = 0;
+  auto run = [&](const std::string& adapter) {
+    xrt::EngineRequest req;
+    req.request_id = "r" + std::to_string(n++);
+    req.prompt = ref.prompts.at(prompt);
+    req.max_tokens = 32;
+    req.ignore_eos = true;
+    req.sampling.temperature = 0.0f;
+    req.return_prompt_logits = true;
+    if (adapter != "base") req.lora = runner->lora_registry()->Find(adapter);
+    EXPECT_TRUE((*core)->AddRequest(std::move(req)).ok());
+    Output out;
+    int64_t cached = -1;
+    for (int steps = 0; (*core)->HasUnfinished() && steps < 200; ++steps) {
+      for (const xrt::RequestOutput& o : (*core)->Step().outputs) {
+        if (!o.prompt_logits.empty()) out.prompt_logits = o.prompt_logits;
+        for (const xrt::GeneratedToken& t : o.tokens) out.tokens.push_back(t.token);
+        cached = o.cached_tokens;
+      }
+    }
+    ExpectMatches(out, ref.cases.at({adapter, prompt}), adapter);
+    return cached;
+  };
+  EXPECT_EQ(run("a_all_r8"), 0);
+  EXPECT_EQ(run("base"), 0) << "the base model reused an adapter's KV blocks";
+  EXPECT_EQ(run("b_qv_r4_rslora"), 0) << "an adapter reused another adapter's KV blocks";
+  EXPECT_EQ(run("a_all_r8"), 32) << "the same adapter should reuse its two full blocks";
 }
 
 // Adapters packed into the artifact by `xcc compile --lora-modules` are

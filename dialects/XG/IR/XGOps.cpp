@@ -54,6 +54,17 @@ ArrayRef<int64_t> shapeOf(Value v) {
 // WeightOp
 //===----------------------------------------------------------------------===//
 
+SmallVector<StringRef> WeightOp::getSourceNames() {
+  SmallVector<StringRef> out;
+  if (auto sources = getSources()) {
+    for (Attribute a : *sources)
+      out.push_back(cast<StringAttr>(a).getValue());
+  } else {
+    out.push_back(getName());
+  }
+  return out;
+}
+
 LogicalResult WeightOp::verify() {
   auto type = getResult().getType();
   if (!type.hasStaticShape())

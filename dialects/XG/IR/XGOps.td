@@ -38,6 +38,10 @@ def XG_WeightOp : XG_Op<"weight", [Pure]> {
                        OptionalAttr<I64Attr>:$pack_nr);
   let results = (outs XG_F32Tensor:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
+  let extraClassDeclaration = [{
+    /// The source tensor names the weight stands for: `sources`, else its name.
+    ::llvm::SmallVector<::llvm::StringRef> getSourceNames();
+  }];
   let hasVerifier = 1;
 }
 
