@@ -56,6 +56,13 @@ class UkernelCall {
   const std::vector<void*>& ptrs_;
 };
 
+// `s`, failed in command `c` of `e`, with the executable and the command's label
+// (or `kernel` for a command without one) in front of its message.
+Status InCommand(Status s, const xpk::Executable& e, const xpk::Command& c, const char* kernel) {
+  return s.WithContext(
+      fmt::format("{} ({})", e.name()->str(), c.label() ? c.label()->str() : kernel));
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Executor>> Executor::Create(const ExecutorParams& params) {
@@ -240,9 +247,7 @@ Status Executor::Run(const xpk::Executable& e) {
         args.num_blocks = p_.kv.num_blocks;
         args.scale = call[F::kScale];
         Status s = PagedAttention(args, pool);
-        if (!s.ok())
-          return s.WithContext(fmt::format("{} ({})", e.name()->str(),
-                                           c->label() ? c->label()->str() : "attention"));
+        if (!s.ok()) return InCommand(std::move(s), e, *c, "attention");
         break;
       }
       case xpk::Ukernel::attention: {
@@ -265,9 +270,7 @@ Status Executor::Run(const xpk::Executable& e) {
         args.out_stride = call[P::kOutStride];
         args.scale = call[F::kScale];
         Status s = DenseAttention(args, pool);
-        if (!s.ok())
-          return s.WithContext(fmt::format("{} ({})", e.name()->str(),
-                                           c->label() ? c->label()->str() : "attention"));
+        if (!s.ok()) return InCommand(std::move(s), e, *c, "attention");
         break;
       }
       case xpk::Ukernel::lora_shrink: {
@@ -287,9 +290,7 @@ Status Executor::Run(const xpk::Executable& e) {
         args.ldx = call[P::kLdx];
         args.ldbuf = call[P::kLdBuf];
         Status s = LoraShrink(args, pool);
-        if (!s.ok())
-          return s.WithContext(fmt::format("{} ({})", e.name()->str(),
-                                           c->label() ? c->label()->str() : "lora_shrink"));
+        if (!s.ok()) return InCommand(std::move(s), e, *c, "lora_shrink");
         break;
       }
       case xpk::Ukernel::lora_expand: {
@@ -309,9 +310,7 @@ Status Executor::Run(const xpk::Executable& e) {
         args.ldbuf = call[P::kLdBuf];
         args.ldy = call[P::kLdy];
         Status s = LoraExpand(args, pool);
-        if (!s.ok())
-          return s.WithContext(fmt::format("{} ({})", e.name()->str(),
-                                           c->label() ? c->label()->str() : "lora_expand"));
+        if (!s.ok()) return InCommand(std::move(s), e, *c, "lora_expand");
         break;
       }
       default:
