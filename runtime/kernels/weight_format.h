@@ -1,0 +1,96 @@
+// WeightFormat: how a linear layer's weight is stored for the matmul
+// microkernel, and the packed layouts of each format (the contract between
+// `xcc`, which packs, and `xrt`, which reads; changing a layout is an artifact
+// format change).
+//
+// Every format uses the panel structure of the f32 layout (matmul.h): W [N][K]
+// (HF layout, out_features x in_features) is cut into ceil(N / kPackNR)
+// panels of kPackNR = 32 output columns; columns past N in the last panel are
+// zero. Panel p starts at byte p * PackedPanelBytes(format, K). Within a
+// panel:
+//
+//   f32         float    [K][32]                      (matmul.h's layout)
+//   f16, bf16   uint16_t [K][32]                      IEEE half / bfloat16 bits
+//   q8_0, q4_0, q4_1: K / 32 groups of 32 k-values, each group is
+//       scale  uint16_t [32]   f16 bits, one per column
+//       min    uint16_t [32]   f16 bits, one per column      (q4_1 only)
+//       quants [32 k-rows]:    q8_0: int8_t [32] per k-row (column j at byte j)
+//                              q4_0, q4_1: uint8_t [16] per k-row, byte j holds
+//                              column j in its low nibble, column j+16 in its
+//                              high nibble
+//   Group sizes: q8_0 64 + 1024 = 1088 bytes, q4_0 64 + 512 = 576, q4_1 128 +
+//   512 = 640 (all multiples of 64, so with a 64-byte aligned base every group
+//   and every k-row block of a group is cache-line aligned).
+//
+// Values (every format dequantizes to an exact f32 value, computed the same
+// way by every path, so that the result of a matmul on a packed weight is
+// bit-identical to the f32 matmul on the dequantized weight):
+//   f16, bf16:  the value of the 16-bit float (exact in f32)
+//   q8_0:       scale * q                          (q signed)
+//   q4_0:       scale * (q - 8)                    (q in 0..15)
+//   q4_1:       fma(scale, q, min)                 (q in 0..15)
+// Each of these equals ggml's (and gguf-py's) dequantization of the same block
+// bit for bit: scale and min are f16, q has at most 8 bits, so the products
+// are exact in f32 and only q4_1's sum rounds (once).
+//
+// Formats that need K % 32 == 0 (the q formats): BlockSize(format) == 32;
+// GGUF guarantees it for tensors stored in those types. The 16/32-bit formats
+// have BlockSize 1.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace xrt {
+
+// Values match xpk::DType where both exist (checked where they meet).
+enum class WeightFormat : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kQ8_0 = 6,
+  kQ4_0 = 7,
+  kQ4_1 = 8,
+};
+
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1".
+const char* WeightFormatName(WeightFormat f);
+// The inverse; false if `name` is not a format.
+bool WeightFormatFromName(std::string_view name, WeightFormat* out);
+
+// k-values per quantization group (32 for the q formats, else 1). A packed
+// weight's K must be a multiple of it.
+int WeightFormatBlockSize(WeightFormat f);
+
+// Bytes of one panel (kPackNR columns) of a weight with `K` input features.
+// Precondition: K % WeightFormatBlockSize(f) == 0.
+int64_t PackedPanelBytes(WeightFormat f, int64_t K);
+// Bytes of W [N][K] packed: ceil(N / kPackNR) panels.
+int64_t PackedWeightBytes(WeightFormat f, int64_t N, int64_t K);
+
+// Packs W [N][K] given as f32 rows (row stride K) into `out`
+// (PackedWeightBytes(f, N, K) bytes), quantizing for the q formats with
+// ggml's reference rounding (q8_0: d = amax / 127, q = round(x / d);
+// q4_0: d = max / -8 where max is the value of largest magnitude,
+// q = min(15, trunc(x / d + 8.5)); q4_1: d = (max - min) / 15, m = min,
+// q = min(15, trunc((x - min) / d + 0.5))); for f16/bf16 rounding to nearest
+// even. Deterministic; single-threaded.
+void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out);
+
+// Packs W [N][K] given in ggml's row-major block encoding of the same format
+// (each row is K / 32 blocks: q8_0 {f16 d, int8 qs[32]}, q4_0 {f16 d,
+// uint8 qs[16]}, q4_1 {f16 d, f16 m, uint8 qs[16]}; for f16/bf16 plain
+// 16-bit rows) into `out`, losslessly: the packed weight dequantizes to
+// exactly the values ggml's dequantization of `blocks` gives. `row_bytes` is
+// the byte size of one source row.
+void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int64_t K,
+                           size_t row_bytes, void* out);
+
+// Dequantizes column `n` of the packed weight (= row n of W) into out[K]: the
+// values the matmul kernels use. For the embedding lookup of a tied table and
+// for tests.
+void DequantizePackedRow(WeightFormat f, const void* packed, int64_t N, int64_t K, int64_t n,
+                         float* out);
+
+}  // namespace xrt
