@@ -840,8 +840,13 @@ def make_gguf(name, spec, out_root, corpus):
         assert "lm_head.weight" not in expected
         expected["lm_head.weight"] = expected["model.embed_tokens.weight"]
     assert sorted(got) == sorted(expected), (sorted(got), sorted(expected))
+    orig = {k: v.detach().numpy() for k, v in src.state_dict().items()}
     for k in got:
         assert np.array_equal(got[k], expected[k]), f"{name}: {k} differs from the file"
+        # and is the original up to rounding (q4_0 is off by at most 1/8 of a block's
+        # largest |value|; a wrong q/k row order is off by about the weights' size)
+        err = np.abs(got[k] - orig[k]).max()
+        assert err <= 0.13 * np.abs(orig[k]).max(), f"{name}: {k} is {err} off the original"
     # the tokenizer transformers rebuilds from the metadata encodes like the trained one
     # (but for the text "<|endoftext|>", which it matches as that extra token)
     corpus = [line for line in corpus if "<|endoftext|>" not in line]
