@@ -1,7 +1,8 @@
 // Numerics of compiled decoders against HF transformers references.
 //
-// For every tiny fixture model (tests/fixtures/models/*, made by
-// tests/gen_model_fixtures.py): compile it twice, once with buckets covering a
+// For every tiny fixture model (tests/fixtures/models/* and the GGUF ones,
+// tests/fixtures/gguf/*/model.gguf with Q8_0 / Q4_0 / Q4_1 / F16 / BF16 tensors,
+// made by tests/gen_model_fixtures.py): compile it twice, once with buckets covering a
 // 128-token budget and once with a single 16-token bucket (so prompts are
 // prefilled in 16-token chunks), then for every reference prompt check that
 // the last-position logits match HF's within 1e-4 (max abs) and that the
@@ -25,6 +26,14 @@ using nlohmann::json;
 
 using xcc::testing::ReadJson;
 
+// A fixture name as a gtest parameter / file name: "gguf/mixed" -> "gguf_mixed".
+std::string ParamName(std::string name) {
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  return name;
+}
+
 struct Artifacts {
   std::string wide;     // buckets 16..128, budget 128
   std::string chunked;  // one 16-token bucket, budget 16
@@ -32,16 +41,25 @@ struct Artifacts {
 
 class DecoderNumerics : public ::testing::TestWithParam<std::string> {
  protected:
-  static fs::path ModelDir(const std::string& name) {
-    return fs::path(XCC_SOURCE_DIR) / "tests/fixtures/models" / name;
+  // "gguf/<name>" is tests/fixtures/gguf/<name>/; any other name tests/fixtures/models/<name>/.
+  static bool IsGguf(const std::string& name) { return name.rfind("gguf/", 0) == 0; }
+
+  static fs::path FixtureDir(const std::string& name) {
+    const fs::path fixtures = fs::path(XCC_SOURCE_DIR) / "tests/fixtures";
+    return IsGguf(name) ? fixtures / name : fixtures / "models" / name;
+  }
+
+  // What the compiler is given: the HF directory, or the GGUF file in it.
+  static fs::path ModelPath(const std::string& name) {
+    return IsGguf(name) ? FixtureDir(name) / "model.gguf" : FixtureDir(name);
   }
 
   Artifacts Compile(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("xcc_numerics_" + name);
+    fs::path dir = fs::temp_directory_path() / ("xcc_numerics_" + ParamName(name));
     fs::create_directories(dir);
     Artifacts a{(dir / "wide.xpk").string(), (dir / "chunked.xpk").string()};
     xcc::CompileOptions o;
-    o.model_path = ModelDir(name).string();
+    o.model_path = ModelPath(name).string();
     o.quiet = true;
     o.limits.max_num_seqs = 4;
     o.limits.max_model_len = 256;
@@ -60,7 +78,7 @@ class DecoderNumerics : public ::testing::TestWithParam<std::string> {
 
 TEST_P(DecoderNumerics, MatchesTransformers) {
   const std::string name = GetParam();
-  json ref = ReadJson(ModelDir(name) / "reference.json");
+  json ref = ReadJson(FixtureDir(name) / "reference.json");
   Artifacts a = Compile(name);
   for (const std::string& path : {a.wide, a.chunked}) {
     xrt::ModelRunnerParams rp;
@@ -92,6 +110,9 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderNumerics,
                          ::testing::Values("llama_gqa", "llama_tied", "llama_attn_bias",
-                                           "qwen2_bias", "mistral"));
+                                           "qwen2_bias", "mistral", "gguf/mixed", "gguf/tied_q4_1"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return ParamName(info.param);
+                         });
 
 }  // namespace
