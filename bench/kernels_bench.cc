@@ -6,7 +6,8 @@
 // Counters:
 //   GFLOPS  2*M*N*K per iteration / second / 1e9 (both libraries); LoRA:
 //           2*M*K*rank (shrink), 2*M*rank*N (expand)
-//   GBps    bytes of weights streamed per iteration / second / 1e9 (M <= 16)
+//   GBps    bytes of weights streamed per iteration / second / 1e9 (M <= 16);
+//           for BM_XrtMatmulFormat the packed bytes of that format
 //
 // Decode shapes (M <= 16) rotate over enough copies of the weights to exceed
 // the last-level cache (kColdBytes), so each iteration streams its weights from
@@ -25,6 +26,7 @@
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/lora.h"
 #include "runtime/kernels/matmul.h"
+#include "runtime/kernels/weight_format.h"
 
 #ifdef XRT_BENCH_HAVE_OPENBLAS
 #include <cblas.h>
@@ -167,6 +169,65 @@ void BM_OpenBlasSgemm(benchmark::State& state) {
   SetCounters(state, m, n, k, n * k * 4);
 }
 #endif
+
+// xrt Matmul on a weight packed in another format (weight_format.h),
+// quantized from random values. Args: format (WeightFormat value), M, N, K,
+// threads. GBps counts the packed bytes: the fraction of the DRAM read
+// bandwidth a decode GEMV reaches.
+void BM_XrtMatmulFormat(benchmark::State& state) {
+  const auto format = static_cast<WeightFormat>(state.range(0));
+  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  const int64_t bytes = PackedWeightBytes(format, n, k);
+  Weights w;
+  w.floats_per_copy = ((bytes + 3) / 4 + 1023) / 1024 * 1024;
+  w.copies = m <= 16 ? std::max<int64_t>(1, kColdBytes / (w.floats_per_copy * 4)) : 1;
+  w.data = Allocate(w.floats_per_copy * w.copies);
+  {
+    std::vector<float> raw(n * k);
+    FillRandom(raw.data(), n * k, 7);
+    PackWeightsFrom(format, raw.data(), n, k, w.data.get());
+  }
+  for (int64_t c = 1; c < w.copies; ++c) {
+    std::memcpy(w.data.get() + c * w.floats_per_copy, w.data.get(), w.floats_per_copy * 4);
+  }
+  Buffer a = Allocate(m * k), c = Allocate(m * n);
+  FillRandom(a.get(), m * k, 1);
+  std::vector<float> bias_values(n, 0.25f);
+  ThreadPool* pool = Pool(threads);
+  MatmulArgs args;
+  args.a = a.get();
+  args.lda = k;
+  args.w_format = format;
+  args.bias = bias_values.data();
+  args.c = c.get();
+  args.ldc = n;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  TimeRotating(state, w, [&](const float* packed_w) {
+    args.packed_w = packed_w;
+    Matmul(args, pool);
+  });
+  SetCounters(state, m, n, k, bytes);
+  state.SetLabel(std::string(CpuIsaName(BestCpuIsa())) + " " + WeightFormatName(format));
+}
+
+// SmolLM2-135M's linear shapes: q/o projections, MLP up/gate, MLP down and
+// the tied lm_head (49152 x 576); decode (M = 1) and a 128-token prefill.
+void MatmulFormatShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"format", "M", "N", "K", "threads"});
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16,
+                         WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1})
+    for (int threads : {1, 2})
+      for (int64_t m : {1, 128})
+        for (auto [n, k] :
+             {std::pair<int64_t, int64_t>{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}})
+          b->Args({static_cast<int64_t>(f), m, n, k, threads});
+  b->UseRealTime();
+  b->MinTime(0.2);
+}
+BENCHMARK(BM_XrtMatmulFormat)->Apply(MatmulFormatShapes);
 
 void MatmulShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "N", "K", "threads"});

@@ -274,6 +274,292 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
   }
 }
 
+// ------------------------------------------- AVX-512 packed-format decoding --
+// (GCC 12 reports its own conversion intrinsics' undefined pass-through
+// operands as maybe-uninitialized; a false positive.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Per k-row of a panel: the 32 column values as two zmm (columns 0-15, 16-31),
+// equal to DequantizePanelRows' values (see matmul.h on zeros' signs).
+
+// Per group of a q format: scale (and the added term: min for q4_1, -8 *
+// scale for q4_0, exact) of columns 0-15 and 16-31.
+struct GroupScales {
+  __m512 s0, s1, m0, m1;
+};
+
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline GroupScales LoadGroupScales(const uint8_t* group) {
+  GroupScales g;
+  g.s0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
+  g.s1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32)));
+  if constexpr (F == WeightFormat::kQ4_1) {
+    g.m0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 64)));
+    g.m1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 96)));
+  } else {
+    g.m0 = _mm512_mul_ps(g.s0, _mm512_set1_ps(-8.0f));
+    g.m1 = _mm512_mul_ps(g.s1, _mm512_set1_ps(-8.0f));
+  }
+  return g;
+}
+
+// Offset of the quants within a group.
+template <WeightFormat F>
+constexpr int QuantsOffset() {
+  return F == WeightFormat::kQ4_1 ? 128 : 64;
+}
+
+// k-row `kk` (0..31) of a group whose quants start at `q`.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* q, int kk, const GroupScales& g,
+                                             __m512* w0, __m512* w1) {
+  if constexpr (F == WeightFormat::kQ8_0) {
+    const uint8_t* row = q + kk * kPackNR;
+    const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+    const __m512i q1 =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16)));
+    *w0 = _mm512_mul_ps(g.s0, _mm512_cvtepi32_ps(q0));
+    *w1 = _mm512_mul_ps(g.s1, _mm512_cvtepi32_ps(q1));
+  } else {
+    const __m512i x =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kk * 16)));
+    const __m512i lo = _mm512_and_si512(x, _mm512_set1_epi32(0x0f));
+    const __m512i hi = _mm512_srli_epi32(x, 4);
+    *w0 = _mm512_fmadd_ps(g.s0, _mm512_cvtepi32_ps(lo), g.m0);
+    *w1 = _mm512_fmadd_ps(g.s1, _mm512_cvtepi32_ps(hi), g.m1);
+  }
+}
+
+// k-row `k` of a 16-bit format panel.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline void Decode16BitRow(const uint8_t* panel, int64_t k, __m512* w0,
+                                             __m512* w1) {
+  const __m256i* row = reinterpret_cast<const __m256i*>(panel + k * kPackNR * 2);
+  const __m256i h0 = _mm256_loadu_si256(row), h1 = _mm256_loadu_si256(row + 1);
+  if constexpr (F == WeightFormat::kF16) {
+    *w0 = _mm512_cvtph_ps(h0);
+    *w1 = _mm512_cvtph_ps(h1);
+  } else {
+    *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16));
+    *w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+  }
+}
+
+// DequantizePanelRows on AVX-512 (out is 64-byte aligned).
+template <WeightFormat F>
+XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64_t rows,
+                                         float* out) {
+  __m512 w0, w1;
+  if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+    for (int64_t r = 0; r < rows; ++r) {
+      Decode16BitRow<F>(panel, k0 + r, &w0, &w1);
+      _mm512_store_ps(out + r * kPackNR, w0);
+      _mm512_store_ps(out + r * kPackNR + 16, w1);
+    }
+  } else {
+    constexpr int64_t kGroupBytes = F == WeightFormat::kQ8_0   ? 64 + 32 * kPackNR
+                                    : F == WeightFormat::kQ4_0 ? 64 + 16 * kPackNR
+                                                               : 128 + 16 * kPackNR;
+    for (int64_t r = 0; r < rows; r += kQuantGroup) {  // k0 and rows: whole groups or the end
+      const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
+      const GroupScales g = LoadGroupScales<F>(group);
+      const uint8_t* q = group + QuantsOffset<F>();
+      const int n = static_cast<int>(std::min<int64_t>(kQuantGroup, rows - r));
+      for (int kk = 0; kk < n; ++kk) {
+        DecodeQuantRow<F>(q, kk, g, &w0, &w1);
+        _mm512_store_ps(out + (r + kk) * kPackNR, w0);
+        _mm512_store_ps(out + (r + kk) * kPackNR + 16, w1);
+      }
+    }
+  }
+}
+
+// Fused decode GEMV: R (<= kGemvMaxRows) rows of A against P consecutive
+// panels over the whole of K, each k-row decoded in registers and used at
+// once; one fma chain per output in increasing k like every tile kernel.
+// Two panels in flight for R <= 2 keep 4 * R independent chains, enough to
+// hide the FMA latency behind the decoding.
+struct GemvArgs {
+  const float* a;  // row 0 of the R rows of A, row stride lda
+  int64_t lda;
+  const uint8_t* panel;  // the first of the P panels
+  int64_t panel_bytes;
+  int64_t k;
+  const float* bias;  // at the first panel's first column, or null
+  float* c;           // row 0, first panel's first column
+  int64_t ldc;
+  int ncols;  // real columns of the P panels together (1 .. P * kPackNR)
+  bool accumulate;
+};
+using GemvFn = void (*)(const GemvArgs&);
+
+// Software prefetch distance of the fused kernel, in bytes of each panel's
+// stream (into L2; the next lines into L1 come from the hardware prefetcher).
+constexpr int64_t kGemvPrefetchBytes = 8192;
+
+XRT_TARGET_AVX512 inline void StoreOutputs(const GemvArgs& g, int i, int col0, __m512 v0,
+                                           __m512 v1) {
+  const int cols = std::min(kPackNR, g.ncols - col0);
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32  ? __mmask16(0xFFFF)
+                       : cols > 16 ? __mmask16((1u << (cols - 16)) - 1)
+                                   : __mmask16(0);
+  if (g.bias) {
+    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, g.bias + col0));
+    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, g.bias + col0 + 16));
+  }
+  float* c = g.c + i * g.ldc + col0;
+  if (g.accumulate) {
+    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+  }
+  _mm512_mask_storeu_ps(c, m0, v0);
+  _mm512_mask_storeu_ps(c + 16, m1, v1);
+}
+
+template <WeightFormat F, int R, int P>
+XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
+  __m512 acc[P][R][2];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) acc[p][i][0] = acc[p][i][1] = _mm512_setzero_ps();
+  __m512 w0[P], w1[P];
+  if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+    for (int64_t k = 0; k < g.k; ++k) {
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p) {
+        const uint8_t* panel = g.panel + p * g.panel_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(panel + k * kPackNR * 2 + kGemvPrefetchBytes),
+                     _MM_HINT_T1);
+        Decode16BitRow<F>(panel, k, &w0[p], &w1[p]);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) {
+          const __m512 av = _mm512_set1_ps(g.a[i * g.lda + k]);
+          acc[p][i][0] = _mm512_fmadd_ps(av, w0[p], acc[p][i][0]);
+          acc[p][i][1] = _mm512_fmadd_ps(av, w1[p], acc[p][i][1]);
+        }
+      }
+    }
+  } else {
+    constexpr int64_t kGroupBytes = F == WeightFormat::kQ8_0   ? 64 + 32 * kPackNR
+                                    : F == WeightFormat::kQ4_0 ? 64 + 16 * kPackNR
+                                                               : 128 + 16 * kPackNR;
+    const int64_t groups = g.k / kQuantGroup;
+    for (int64_t grp = 0; grp < groups; ++grp) {
+      GroupScales sc[P];
+      const uint8_t* q[P];
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p) {
+        const uint8_t* group = g.panel + p * g.panel_bytes + grp * kGroupBytes;
+        const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
+        for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
+        sc[p] = LoadGroupScales<F>(group);
+        q[p] = group + QuantsOffset<F>();
+      }
+      const float* a = g.a + grp * kQuantGroup;
+#pragma GCC unroll 2
+      for (int kk = 0; kk < kQuantGroup; ++kk) {
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p) {
+          DecodeQuantRow<F>(q[p], kk, sc[p], &w0[p], &w1[p]);
+#pragma GCC unroll 4
+          for (int i = 0; i < R; ++i) {
+            const __m512 av = _mm512_set1_ps(a[i * g.lda + kk]);
+            acc[p][i][0] = _mm512_fmadd_ps(av, w0[p], acc[p][i][0]);
+            acc[p][i][1] = _mm512_fmadd_ps(av, w1[p], acc[p][i][1]);
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int p = 0; p < P; ++p) {
+    if (p * kPackNR >= g.ncols) break;
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) StoreOutputs(g, i, p * kPackNR, acc[p][i][0], acc[p][i][1]);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+// Panels per fused-kernel call for R rows.
+constexpr int GemvPanels(int rows) { return rows <= 2 ? 2 : 1; }
+
+template <WeightFormat F>
+GemvFn GemvFor(int rows, int panels) {
+  switch (rows * 4 + panels) {
+    case 1 * 4 + 1:
+      return &GemvAvx512<F, 1, 1>;
+    case 1 * 4 + 2:
+      return &GemvAvx512<F, 1, 2>;
+    case 2 * 4 + 1:
+      return &GemvAvx512<F, 2, 1>;
+    case 2 * 4 + 2:
+      return &GemvAvx512<F, 2, 2>;
+    case 3 * 4 + 1:
+      return &GemvAvx512<F, 3, 1>;
+    case 4 * 4 + 1:
+      return &GemvAvx512<F, 4, 1>;
+  }
+  return nullptr;
+}
+
+GemvFn GemvKernel(WeightFormat f, int rows, int panels) {
+  switch (f) {
+    case WeightFormat::kF16:
+      return GemvFor<WeightFormat::kF16>(rows, panels);
+    case WeightFormat::kBF16:
+      return GemvFor<WeightFormat::kBF16>(rows, panels);
+    case WeightFormat::kQ8_0:
+      return GemvFor<WeightFormat::kQ8_0>(rows, panels);
+    case WeightFormat::kQ4_0:
+      return GemvFor<WeightFormat::kQ4_0>(rows, panels);
+    case WeightFormat::kQ4_1:
+      return GemvFor<WeightFormat::kQ4_1>(rows, panels);
+    case WeightFormat::kF32:
+      break;
+  }
+  return nullptr;
+}
+
+// C = A·Wᵀ for m <= kGemvMaxRows on a non-f32 format: work units are groups
+// of GemvPanels(m) consecutive panels.
+void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
+  const int rows = static_cast<int>(args.m);
+  const int per_unit = GemvPanels(rows);
+  const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
+  const int64_t units = (panels + per_unit - 1) / per_unit;
+  const int64_t panel_bytes = PackedPanelBytes(args.w_format, args.k);
+  auto run_units = [&](int64_t u0, int64_t u1) {
+    GemvArgs g;
+    g.a = args.a;
+    g.lda = args.lda;
+    g.panel_bytes = panel_bytes;
+    g.k = args.k;
+    g.ldc = args.ldc;
+    g.accumulate = args.accumulate;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t p0 = u * per_unit;
+      const int count = static_cast<int>(std::min<int64_t>(per_unit, panels - p0));
+      const int64_t col0 = p0 * kPackNR;
+      g.panel = static_cast<const uint8_t*>(args.packed_w) + p0 * panel_bytes;
+      g.bias = args.bias ? args.bias + col0 : nullptr;
+      g.c = args.c + col0;
+      g.ncols = static_cast<int>(std::min<int64_t>(count * kPackNR, args.n - col0));
+      GemvKernel(args.w_format, rows, count)(g);
+    }
+  };
+  const int threads = pool ? pool->num_threads() : 1;
+  if (threads <= 1 || units == 1) {
+    run_units(0, units);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
+  pool->ParallelForGrain(units, grain, run_units);
+}
+
 #endif  // __x86_64__
 
 // Per-ISA table: tile functions indexed by row count 1..MR.
@@ -334,6 +620,57 @@ const IsaKernels& KernelsFor(CpuIsa isa) {
   return scalar;
 }
 
+// Decodes k-rows [k0, k0 + rows) of a non-f32 panel into out[rows][kPackNR]
+// (64-byte aligned).
+using DequantFn = void (*)(const uint8_t* panel, int64_t k0, int64_t rows, float* out);
+
+DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512) {
+    switch (f) {
+      case WeightFormat::kF16:
+        return &DequantRowsAvx512<WeightFormat::kF16>;
+      case WeightFormat::kBF16:
+        return &DequantRowsAvx512<WeightFormat::kBF16>;
+      case WeightFormat::kQ8_0:
+        return &DequantRowsAvx512<WeightFormat::kQ8_0>;
+      case WeightFormat::kQ4_0:
+        return &DequantRowsAvx512<WeightFormat::kQ4_0>;
+      case WeightFormat::kQ4_1:
+        return &DequantRowsAvx512<WeightFormat::kQ4_1>;
+      case WeightFormat::kF32:
+        break;
+    }
+  }
+#endif
+  (void)isa;
+  switch (f) {
+    case WeightFormat::kF16:
+      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
+        DequantizePanelRows(WeightFormat::kF16, p, k0, r, o);
+      };
+    case WeightFormat::kBF16:
+      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
+        DequantizePanelRows(WeightFormat::kBF16, p, k0, r, o);
+      };
+    case WeightFormat::kQ8_0:
+      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
+        DequantizePanelRows(WeightFormat::kQ8_0, p, k0, r, o);
+      };
+    case WeightFormat::kQ4_0:
+      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
+        DequantizePanelRows(WeightFormat::kQ4_0, p, k0, r, o);
+      };
+    case WeightFormat::kQ4_1:
+      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
+        DequantizePanelRows(WeightFormat::kQ4_1, p, k0, r, o);
+      };
+    case WeightFormat::kF32:
+      break;
+  }
+  return nullptr;
+}
+
 // Rows of A kept hot in L2 while the panels stream past them: a block of
 // rows_per_block x K floats is sized to about half of a 2 MiB L2.
 constexpr int64_t kABlockBytes = 1 << 20;
@@ -389,6 +726,12 @@ PackedBlock& ThreadPackedBlock() {
 }
 std::atomic<uint64_t> g_matmul_calls{0};
 
+// Per-thread decoded k-block of a panel (non-f32 formats).
+float* DecodedBlock() {
+  alignas(64) thread_local float block[kKBlock * kPackNR];
+  return block;
+}
+
 // Per-thread running sums of the row tiles between k-blocks.
 std::vector<float>& PartialBuffer() {
   thread_local std::vector<float> buffer;
@@ -402,9 +745,20 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   assert(args.m >= 0 && args.n >= 0 && args.k >= 0);
   assert(args.lda >= args.k || args.m <= 1);
   assert(args.ldc >= args.n || args.m <= 1);
+  assert(args.k % WeightFormatBlockSize(args.w_format) == 0);
   if (args.m <= 0 || args.n <= 0) return;
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512 && args.w_format != WeightFormat::kF32 && args.m <= kGemvMaxRows &&
+      args.k > 0) {
+    GemvFusedAvx512(args, pool);
+    return;
+  }
+#endif
 
   const IsaKernels& kern = KernelsFor(isa);
+  const WeightFormat format = args.w_format;
+  const DequantFn dequant = format == WeightFormat::kF32 ? nullptr : DequantFor(isa, format);
+  const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = kern.mr;
   const int64_t m = args.m, n = args.n, k = args.k;
   const int64_t panels = (n + kPackNR - 1) / kPackNR;
@@ -449,7 +803,8 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const int64_t col0 = p * kPackNR;
       t.bias = args.bias ? args.bias + col0 : nullptr;
       t.ncols = static_cast<int>(std::min<int64_t>(kPackNR, n - col0));
-      const float* panel = args.packed_w + p * kPackNR * k;
+      const uint8_t* panel_bytes_p = static_cast<const uint8_t*>(args.packed_w) + p * panel_bytes;
+      const float* panel = reinterpret_cast<const float*>(panel_bytes_p);  // f32 only
       const RowTiling tiling(r1 - r0, mr);
       const int64_t k_blocks = std::max<int64_t>(1, (k + kKBlock - 1) / kKBlock);
       float* partial = nullptr;
@@ -468,8 +823,17 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
         t.k = std::min(kKBlock, k - k0);
         t.first = kb == 0;
         t.last = kb == k_blocks - 1;
-        t.panel = panel + k0 * kPackNR;
-        const char* next = reinterpret_cast<const char*>(t.panel + t.k * kPackNR);
+        const char* next = nullptr;
+        if (dequant) {
+          // Decoded once per panel block for all row tiles; the packed bytes
+          // stream sequentially (hardware prefetch), so no L2 plan.
+          float* decoded = DecodedBlock();
+          dequant(panel_bytes_p, k0, t.k, decoded);
+          t.panel = decoded;
+        } else {
+          t.panel = panel + k0 * kPackNR;
+          next = reinterpret_cast<const char*>(t.panel + t.k * kPackNR);
+        }
         t.pf_step = tiling.count == 1 || share > t.k ? 128 : 64;
         for (int64_t j = 0; j < tiling.count; ++j) {
           const int64_t start = tiling.Start(j);
@@ -477,7 +841,9 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           t.a = block_a + start * k + k0 * rows;
           t.partial = partial ? partial + start * kPackNR : nullptr;
           t.c = args.c + (r0 + start) * args.ldc + col0;
-          if (tiling.count == 1) {
+          if (!next) {
+            t.pf = t.pf_end = nullptr;
+          } else if (tiling.count == 1) {
             t.pf = reinterpret_cast<const char*>(t.panel + kPrefetchL2Steps * kPackNR);
             t.pf_end = t.pf + t.k * kPackNR * 4;
           } else {

@@ -13,6 +13,13 @@
 //   k-row of a panel is two aligned 64-byte lines. The same bytes serve the
 //   AVX-512, AVX2 and scalar paths.
 //
+// Other weight formats (weight_format.h: f16, bf16, q8_0, q4_0, q4_1) use the
+// same panels with each value stored in that format; MatmulArgs::w_format
+// says which. The kernels compute with the exact f32 value of each weight
+// (DequantizePackedRow), so everything below holds for every format with
+// w[j][k] meaning that value: the result on a packed q4_1 weight is
+// bit-identical to the f32 Matmul on its dequantized (f32-packed) weight.
+//
 // Numerics (batch invariance, a hard guarantee): every output element is
 //   c[i][j] = (accumulate ? c_old[i][j] : 0) + (dot + bias[j])
 // where dot = fma(a[i][K-1], w[j][K-1], ... fma(a[i][1], w[j][1],
@@ -25,24 +32,36 @@
 // (BestCpuIsa()); the AVX-512, AVX2 and scalar paths all use fused
 // multiply-adds in this order (the scalar path via std::fma).
 //
+// (The sign of a zero weight may differ between the paths' decoders: q4_0's
+// 0 * negative scale is -0 in DequantizePackedRow, +0 from the AVX-512
+// decoder's fma(scale, q, -8 * scale). It cannot change a result for finite
+// A: every chain starts from +0, and +0 plus a zero product of either sign,
+// or any exact cancellation, is +0.)
+//
 // Threading: Matmul splits work over (row block, N panel) tiles on `pool`
 // (nullptr: run on the caller). It is thread-compatible: concurrent calls are
 // fine as long as their C ranges do not overlap each other or their inputs.
 // Each thread that runs tiles keeps a thread-local buffer of packed A rows
-// (about max(1 MiB, 56*K bytes)) and of running sums; nothing else is
-// allocated.
+// (about max(1 MiB, 56*K bytes)), of running sums and (non-f32 formats) a
+// 32 KiB decoded panel block; nothing else is allocated.
 //
 // Performance shape: rows of A are packed per row block (k-major tiles of up
 // to 14 rows on AVX-512) and kept in L2 while the weight panels stream past;
 // K is walked in blocks of 256 so one block of a panel (32 KiB) is reused
 // from L1 by every row tile; 14x32 register tiles on AVX-512 (28 zmm
-// accumulators), 6x16 on AVX2, 4x32 scalar.
+// accumulators), 6x16 on AVX2, 4x32 scalar. Packed formats other than f32
+// are decoded one k-block of a panel at a time into a thread-local f32 block
+// (32 KiB, L1) that the same tile kernels then read; on AVX-512, up to
+// kGemvMaxRows rows (decode) run a fused kernel instead that decodes each
+// k-row in registers and reads the packed weight exactly once, two panels at a
+// time (bandwidth bound: the packed bytes are all it reads from DRAM).
 #pragma once
 
 #include <cstdint>
 
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/cpu_isa.h"
+#include "runtime/kernels/weight_format.h"
 
 namespace xrt {
 
@@ -61,9 +80,12 @@ void PackWeights(const float* w, int64_t N, int64_t K, float* out);
 struct MatmulArgs {
   const float* a = nullptr;  // A [M][K], row stride lda (>= K)
   int64_t lda = 0;
-  const float* packed_w = nullptr;  // PackWeights(W [N][K]) output
-  const float* bias = nullptr;      // [N] or nullptr
-  float* c = nullptr;               // C [M][N], row stride ldc (>= N)
+  // W [N][K] packed in `w_format`: PackWeights (f32) or PackWeightsFrom /
+  // PackWeightsFromBlocks output. The q formats need k % 32 == 0.
+  const void* packed_w = nullptr;
+  WeightFormat w_format = WeightFormat::kF32;
+  const float* bias = nullptr;  // [N] or nullptr
+  float* c = nullptr;           // C [M][N], row stride ldc (>= N)
   int64_t ldc = 0;
   int64_t m = 0, n = 0, k = 0;
   bool accumulate = false;  // C += A·Wᵀ (+bias) instead of C =
@@ -74,6 +96,10 @@ struct MatmulArgs {
 // m, n, k >= 0; lda >= k; ldc >= n; C does not overlap A, W or bias.
 // m == 0 or n == 0 is a no-op; k == 0 gives C = bias (or 0) (+ C).
 void Matmul(const MatmulArgs& args, ThreadPool* pool);
+
+// Rows up to which the AVX-512 path runs its fused decode kernel on formats
+// other than f32.
+constexpr int kGemvMaxRows = 4;
 
 // Same on an explicit ISA path, which must satisfy CpuIsaSupported(isa).
 // For tests and benchmarks.

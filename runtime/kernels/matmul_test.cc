@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -202,6 +203,126 @@ TEST(MatmulTest, BatchInvariance) {
             ASSERT_EQ(0, std::memcmp(alone.data(), got.data(), n * sizeof(float)))
                 << CpuIsaName(isa) << " n=" << n << " k=" << k << " m=" << m << " row=" << row
                 << " threads=" << pool->num_threads();
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- Packed weight formats (weight_format.h): the result on a packed weight
+// is bit-identical to the f32 Matmul on its dequantized values, on every ISA
+// path, for every M (so batch invariance carries over).
+
+constexpr WeightFormat kPackedFormats[] = {WeightFormat::kF16, WeightFormat::kBF16,
+                                           WeightFormat::kQ8_0, WeightFormat::kQ4_0,
+                                           WeightFormat::kQ4_1};
+
+// A weight W [n][k] packed in `format` (quantized from random values) and
+// the same weight dequantized and packed as f32.
+struct FormatWeights {
+  std::vector<uint8_t> packed;
+  std::vector<float> dequantized_f32;  // PackWeights of the dequantized rows
+};
+
+FormatWeights MakeFormatWeights(WeightFormat format, int64_t n, int64_t k, uint32_t seed) {
+  const std::vector<float> w = RandomVector(std::max<int64_t>(n * k, 1), seed);
+  FormatWeights fw;
+  fw.packed.assign(PackedWeightBytes(format, n, k) + 64, 0);
+  PackWeightsFrom(format, w.data(), n, k, fw.packed.data());
+  std::vector<float> rows(std::max<int64_t>(n * k, 1));
+  for (int64_t r = 0; r < n; ++r) {
+    DequantizePackedRow(format, fw.packed.data(), n, k, r, rows.data() + r * k);
+  }
+  fw.dequantized_f32 = Pack(rows, n, k);
+  fw.dequantized_f32.push_back(0.0f);
+  return fw;
+}
+
+// C [m][ldc] (+)= A [m][k] (row stride k + 1) times the packed weight.
+void RunFormatInto(const float* a, int64_t m, int64_t n, int64_t k, const void* packed,
+                   WeightFormat format, const float* bias, bool accumulate, float* c, int64_t ldc,
+                   ThreadPool* pool, CpuIsa isa) {
+  MatmulArgs args;
+  args.a = a;
+  args.lda = k + 1;
+  args.packed_w = packed;
+  args.w_format = format;
+  args.bias = bias;
+  args.c = c;
+  args.ldc = ldc;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.accumulate = accumulate;
+  MatmulWithIsa(args, pool, isa);
+}
+
+TEST(MatmulFormatsTest, BitIdenticalToDequantizedF32) {
+  ThreadPool pool(2);
+  uint32_t seed = 100;
+  for (WeightFormat format : kPackedFormats) {
+    const bool quantized = WeightFormatBlockSize(format) > 1;
+    const std::vector<int64_t> ks =
+        quantized ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{1, 7, 32, 300};
+    for (int64_t k : ks) {
+      for (int64_t n : {1, 31, 33, 70}) {
+        const FormatWeights fw = MakeFormatWeights(format, n, k, seed++);
+        const std::vector<float> bias = RandomVector(n, seed++);
+        for (int64_t m : {1, 2, 13, 29}) {
+          const std::vector<float> a = RandomVector(m * (k + 1), seed++);
+          const int64_t ldc = n + 3;
+          const std::vector<float> c0 = RandomVector(m * ldc, seed++);
+          for (int variant = 0; variant < 4; ++variant) {
+            const bool with_bias = (variant & 1) != 0, accumulate = (variant & 2) != 0;
+            const float* b = with_bias ? bias.data() : nullptr;
+            for (CpuIsa isa : SupportedIsas()) {
+              std::vector<float> want = c0;
+              RunFormatInto(a.data(), m, n, k, fw.dequantized_f32.data(), WeightFormat::kF32, b,
+                            accumulate, want.data(), ldc, nullptr, isa);
+              for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+                std::vector<float> got = c0;
+                RunFormatInto(a.data(), m, n, k, fw.packed.data(), format, b, accumulate,
+                              got.data(), ldc, p, isa);
+                ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                    << WeightFormatName(format) << " " << CpuIsaName(isa) << " m=" << m
+                    << " n=" << n << " k=" << k << " bias=" << with_bias << " acc=" << accumulate
+                    << " threads=" << (p ? 2 : 1);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A row computed alone equals the same row in a batch (fused decode kernel
+// for up to kGemvMaxRows rows, decoded tiles above), any thread count.
+TEST(MatmulFormatsTest, BatchInvariance) {
+  ThreadPool pool(2);
+  const int64_t n = 70, k = 288;
+  for (WeightFormat format : kPackedFormats) {
+    const FormatWeights fw = MakeFormatWeights(format, n, k, 7);
+    const std::vector<float> bias = RandomVector(n, 8);
+    const std::vector<float> x = RandomVector(k + 1, 9);
+    const std::vector<float> c_start = RandomVector(n, 10);
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> alone = c_start;
+      RunFormatInto(x.data(), 1, n, k, fw.packed.data(), format, bias.data(), true, alone.data(), n,
+                    nullptr, isa);
+      for (int64_t rows : {int64_t{2}, int64_t{4}, int64_t{5}, int64_t{29}}) {
+        for (int64_t row : {int64_t{0}, rows - 1}) {
+          std::vector<float> a = RandomVector(rows * (k + 1), 11);
+          std::copy(x.begin(), x.end(), a.begin() + row * (k + 1));
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> c = RandomVector(rows * n, 12);
+            std::copy(c_start.begin(), c_start.end(), c.begin() + row * n);
+            RunFormatInto(a.data(), rows, n, k, fw.packed.data(), format, bias.data(), true,
+                          c.data(), n, p, isa);
+            ASSERT_EQ(0, std::memcmp(alone.data(), c.data() + row * n, n * sizeof(float)))
+                << WeightFormatName(format) << " " << CpuIsaName(isa) << " rows=" << rows
+                << " row=" << row << " threads=" << (p ? 2 : 1);
           }
         }
       }

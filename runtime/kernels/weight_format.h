@@ -71,11 +71,14 @@ int64_t PackedWeightBytes(WeightFormat f, int64_t N, int64_t K);
 
 // Packs W [N][K] given as f32 rows (row stride K) into `out`
 // (PackedWeightBytes(f, N, K) bytes), quantizing for the q formats with
-// ggml's reference rounding (q8_0: d = amax / 127, q = round(x / d);
-// q4_0: d = max / -8 where max is the value of largest magnitude,
-// q = min(15, trunc(x / d + 8.5)); q4_1: d = (max - min) / 15, m = min,
-// q = min(15, trunc((x - min) / d + 0.5))); for f16/bf16 rounding to nearest
-// even. Deterministic; single-threaded.
+// ggml's reference rounding (quantize_row_*_ref; gguf-py's quantize gives the
+// same bytes), all in f32 with id = 1 / d (0 if d == 0) multiplying the
+// values and only the stored d (and m) rounded to f16 (nearest even):
+// q8_0: d = amax / 127, q = round(x * id) (halves away from zero);
+// q4_0: d = max / -8 where max is the first value of largest magnitude,
+// q = min(15, trunc(x * id + 8.5)); q4_1: d = (max - min) / 15, m = min,
+// q = min(15, trunc((x - min) * id + 0.5)). f16/bf16 round to nearest even.
+// Deterministic; single-threaded.
 void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out);
 
 // Packs W [N][K] given in ggml's row-major block encoding of the same format
@@ -86,6 +89,39 @@ void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void*
 // the byte size of one source row.
 void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int64_t K,
                            size_t row_bytes, void* out);
+
+// ---- Added for the kernels and the packers (helpers of the above) ----
+
+// k-values per quantization group of the q formats.
+constexpr int kQuantGroup = 32;
+
+// True for q8_0, q4_0, q4_1.
+bool IsQuantizedFormat(WeightFormat f);
+
+// Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
+// 576, 640; 0 for the others.
+int64_t QuantGroupBytes(WeightFormat f);
+
+// Bytes of one row of K values in ggml's encoding (the `row_bytes` of a dense
+// GGUF tensor for PackWeightsFromBlocks): f32 4K, f16/bf16 2K, q8_0 34K/32,
+// q4_0 18K/32, q4_1 20K/32. Precondition: K % WeightFormatBlockSize(f) == 0.
+int64_t GgmlRowBytes(WeightFormat f, int64_t K);
+
+// Encodes one row x[K] in ggml's encoding of `f` (GgmlRowBytes(f, K) bytes)
+// with the rounding described at PackWeightsFrom.
+void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out);
+
+// Dequantizes k-rows [k0, k0 + rows) of one panel (starting at `panel`) into
+// out[rows][kPackNR]: the values the matmul kernels use (portable code; the
+// reference for the SIMD decoders). For the q formats k0 % kQuantGroup == 0.
+void DequantizePanelRows(WeightFormat f, const void* panel, int64_t k0, int64_t rows, float* out);
+
+// IEEE half <-> f32 (the conversion to half rounds to nearest even, handles
+// subnormals, infinities and NaN) and bfloat16 <-> f32 (same rounding).
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+float BFloat16ToFloat(uint16_t h);
+uint16_t FloatToBFloat16(float f);
 
 // Dequantizes column `n` of the packed weight (= row n of W) into out[K]: the
 // values the matmul kernels use. For the embedding lookup of a tied table and

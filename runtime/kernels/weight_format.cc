@@ -1,0 +1,365 @@
+#include "runtime/kernels/weight_format.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/kernels/matmul.h"
+
+// The quantizers below must round exactly like ggml's reference C code (and
+// gguf-py's numpy port): every product and sum is its own f32 operation. This
+// file is built for baseline x86-64 (no FMA), so the compiler cannot contract
+// them into fused multiply-adds (and each is a separate statement, which is
+// as far as clang's default -ffp-contract=on looks).
+
+namespace xrt {
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in f32
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return (h & 0x8000u) ? -magnitude : magnitude;
+  }
+  uint32_t bits = static_cast<uint32_t>(h & 0x8000u) << 16;
+  if (exponent == 0x1f) {
+    bits |= 0x7f800000u | (mantissa << 13);  // inf / nan (payload kept)
+  } else {
+    bits |= ((exponent + 112u) << 23) | (mantissa << 13);  // rebias 15 -> 127
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) {  // nan: quiet, top payload bits kept
+    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  }
+  // 65520 (half way between 65504, the largest half, and 2^16) and above
+  // round to infinity (ties to even: 65504's mantissa is odd).
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (magnitude >= 0x38800000u) {  // normal half (>= 2^-14)
+    uint32_t v = magnitude - (112u << 23);
+    v += 0xfffu + ((v >> 13) & 1u);  // round to nearest even at bit 13
+    return static_cast<uint16_t>(sign | (v >> 13));
+  }
+  // Subnormal half: the value in units of 2^-24 (an exact scaling), rounded
+  // to the nearest even integer; 1024 becomes the smallest normal.
+  const float units = std::fabs(f) * 16777216.0f;
+  return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(units)));
+}
+
+float BFloat16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBFloat16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+const char* WeightFormatName(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kF16:
+      return "f16";
+    case WeightFormat::kBF16:
+      return "bf16";
+    case WeightFormat::kQ8_0:
+      return "q8_0";
+    case WeightFormat::kQ4_0:
+      return "q4_0";
+    case WeightFormat::kQ4_1:
+      return "q4_1";
+  }
+  return "?";
+}
+
+bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
+                         WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1}) {
+    if (name == WeightFormatName(f)) {
+      *out = f;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool IsQuantizedFormat(WeightFormat f) {
+  return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
+}
+
+int WeightFormatBlockSize(WeightFormat f) { return IsQuantizedFormat(f) ? kQuantGroup : 1; }
+
+int64_t QuantGroupBytes(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kQ8_0:
+      return 64 + kQuantGroup * kPackNR;
+    case WeightFormat::kQ4_0:
+      return 64 + kQuantGroup * kPackNR / 2;
+    case WeightFormat::kQ4_1:
+      return 128 + kQuantGroup * kPackNR / 2;
+    default:
+      return 0;
+  }
+}
+
+int64_t PackedPanelBytes(WeightFormat f, int64_t K) {
+  assert(K % WeightFormatBlockSize(f) == 0);
+  switch (f) {
+    case WeightFormat::kF32:
+      return K * kPackNR * 4;
+    case WeightFormat::kF16:
+    case WeightFormat::kBF16:
+      return K * kPackNR * 2;
+    default:
+      return K / kQuantGroup * QuantGroupBytes(f);
+  }
+}
+
+int64_t PackedWeightBytes(WeightFormat f, int64_t N, int64_t K) {
+  return (N + kPackNR - 1) / kPackNR * PackedPanelBytes(f, K);
+}
+
+int64_t GgmlRowBytes(WeightFormat f, int64_t K) {
+  switch (f) {
+    case WeightFormat::kF32:
+      return K * 4;
+    case WeightFormat::kF16:
+    case WeightFormat::kBF16:
+      return K * 2;
+    case WeightFormat::kQ8_0:
+      return K / kQuantGroup * (2 + 32);
+    case WeightFormat::kQ4_0:
+      return K / kQuantGroup * (2 + 16);
+    case WeightFormat::kQ4_1:
+      return K / kQuantGroup * (4 + 16);
+  }
+  return 0;
+}
+
+namespace {
+
+void StoreU16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// ggml's reference quantizers of one block of 32 values into its block
+// encoding (quantize_row_{q8_0,q4_0,q4_1}_ref), written from their
+// definition: the scale is computed in f32 and its reciprocal multiplies the
+// values; only the stored scale (and min) are rounded to f16.
+void QuantizeBlockQ8_0(const float* x, uint8_t* block) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQuantGroup; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  StoreU16(block, FloatToHalf(d));
+  for (int j = 0; j < kQuantGroup; ++j) {
+    const float scaled = x[j] * id;
+    block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(scaled)));
+  }
+}
+
+void QuantizeBlockQ4_0(const float* x, uint8_t* block) {
+  float amax = 0.0f, max = 0.0f;  // the first value of the largest magnitude
+  for (int j = 0; j < kQuantGroup; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  StoreU16(block, FloatToHalf(d));
+  auto quant = [&](float v) {
+    const float scaled = v * id;
+    const float shifted = scaled + 8.5f;
+    return std::min(15, static_cast<int>(std::trunc(shifted)));
+  };
+  for (int j = 0; j < kQuantGroup / 2; ++j) {
+    block[2 + j] = static_cast<uint8_t>(quant(x[j]) | (quant(x[j + 16]) << 4));
+  }
+}
+
+void QuantizeBlockQ4_1(const float* x, uint8_t* block) {
+  float min = FLT_MAX, max = -FLT_MAX;
+  for (int j = 0; j < kQuantGroup; ++j) {
+    if (x[j] < min) min = x[j];
+    if (x[j] > max) max = x[j];
+  }
+  const float d = (max - min) / 15.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  StoreU16(block, FloatToHalf(d));
+  StoreU16(block + 2, FloatToHalf(min));
+  auto quant = [&](float v) {
+    const float offset = v - min;
+    const float scaled = offset * id;
+    const float shifted = scaled + 0.5f;
+    return std::min(15, static_cast<int>(std::trunc(shifted)));
+  };
+  for (int j = 0; j < kQuantGroup / 2; ++j) {
+    block[4 + j] = static_cast<uint8_t>(quant(x[j]) | (quant(x[j + 16]) << 4));
+  }
+}
+
+// Bytes per value of the 16/32-bit formats.
+int64_t ElementBytes(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : 2; }
+
+}  // namespace
+
+void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
+  switch (f) {
+    case WeightFormat::kF32:
+      std::memcpy(out, x, K * 4);
+      return;
+    case WeightFormat::kF16:
+      for (int64_t k = 0; k < K; ++k) StoreU16(out + 2 * k, FloatToHalf(x[k]));
+      return;
+    case WeightFormat::kBF16:
+      for (int64_t k = 0; k < K; ++k) StoreU16(out + 2 * k, FloatToBFloat16(x[k]));
+      return;
+    case WeightFormat::kQ8_0:
+      for (int64_t g = 0; g < K / kQuantGroup; ++g) QuantizeBlockQ8_0(x + g * 32, out + g * 34);
+      return;
+    case WeightFormat::kQ4_0:
+      for (int64_t g = 0; g < K / kQuantGroup; ++g) QuantizeBlockQ4_0(x + g * 32, out + g * 18);
+      return;
+    case WeightFormat::kQ4_1:
+      for (int64_t g = 0; g < K / kQuantGroup; ++g) QuantizeBlockQ4_1(x + g * 32, out + g * 20);
+      return;
+  }
+}
+
+void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out) {
+  if (f == WeightFormat::kF32) {
+    PackWeights(w, N, K, static_cast<float*>(out));
+    return;
+  }
+  // Quantize one row at a time into ggml's encoding, then repack: the same
+  // bytes as packing a ggml tensor quantized from `w`.
+  const int64_t row_bytes = GgmlRowBytes(f, K);
+  std::vector<uint8_t> rows(static_cast<size_t>(std::max<int64_t>(N * row_bytes, 1)));
+  for (int64_t n = 0; n < N; ++n) QuantizeRowGgml(f, w + n * K, K, rows.data() + n * row_bytes);
+  PackWeightsFromBlocks(f, rows.data(), N, K, static_cast<size_t>(row_bytes), out);
+}
+
+void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int64_t K,
+                           size_t row_bytes, void* out) {
+  assert(K % WeightFormatBlockSize(f) == 0);
+  uint8_t* dst = static_cast<uint8_t*>(out);
+  std::memset(dst, 0, static_cast<size_t>(PackedWeightBytes(f, N, K)));
+  const int64_t panel_bytes = PackedPanelBytes(f, K);
+  for (int64_t n = 0; n < N; ++n) {
+    const uint8_t* src = blocks + static_cast<size_t>(n) * row_bytes;
+    uint8_t* panel = dst + n / kPackNR * panel_bytes;
+    const int j = static_cast<int>(n % kPackNR);
+    if (!IsQuantizedFormat(f)) {
+      const int64_t e = ElementBytes(f);
+      for (int64_t k = 0; k < K; ++k) {
+        std::memcpy(panel + (k * kPackNR + j) * e, src + k * e, static_cast<size_t>(e));
+      }
+      continue;
+    }
+    const int64_t group_bytes = QuantGroupBytes(f);
+    const int64_t header = f == WeightFormat::kQ4_1 ? 128 : 64;
+    for (int64_t g = 0; g < K / kQuantGroup; ++g) {
+      uint8_t* group = panel + g * group_bytes;
+      uint8_t* quants = group + header;
+      if (f == WeightFormat::kQ8_0) {
+        const uint8_t* b = src + g * 34;
+        std::memcpy(group + 2 * j, b, 2);
+        for (int kk = 0; kk < kQuantGroup; ++kk) quants[kk * kPackNR + j] = b[2 + kk];
+        continue;
+      }
+      // q4: ggml's byte i holds value i (low nibble) and value i + 16 (high).
+      const int scalars = f == WeightFormat::kQ4_1 ? 4 : 2;
+      const uint8_t* b = src + g * (scalars + 16);
+      std::memcpy(group + 2 * j, b, 2);
+      if (f == WeightFormat::kQ4_1) std::memcpy(group + 64 + 2 * j, b + 2, 2);
+      const uint8_t* qs = b + scalars;
+      const int byte = j % 16, shift = j < 16 ? 0 : 4;
+      for (int kk = 0; kk < kQuantGroup; ++kk) {
+        const uint8_t q = (kk < 16 ? qs[kk] : qs[kk - 16] >> 4) & 0x0f;
+        quants[kk * 16 + byte] |= static_cast<uint8_t>(q << shift);
+      }
+    }
+  }
+}
+
+void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, int64_t rows,
+                         float* out) {
+  const uint8_t* panel = static_cast<const uint8_t*>(panel_bytes);
+  if (!IsQuantizedFormat(f)) {
+    const int64_t e = ElementBytes(f);
+    const uint8_t* src = panel + k0 * kPackNR * e;
+    for (int64_t i = 0; i < rows * kPackNR; ++i) {
+      if (f == WeightFormat::kF32) {
+        std::memcpy(out + i, src + 4 * i, 4);
+      } else {
+        const uint16_t h = LoadU16(src + 2 * i);
+        out[i] = f == WeightFormat::kF16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+      }
+    }
+    return;
+  }
+  assert(k0 % kQuantGroup == 0);
+  const int64_t group_bytes = QuantGroupBytes(f);
+  float scale[kPackNR], min[kPackNR];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t k = k0 + r;
+    const uint8_t* group = panel + k / kQuantGroup * group_bytes;
+    const int kk = static_cast<int>(k % kQuantGroup);
+    if (r == 0 || kk == 0) {
+      for (int j = 0; j < kPackNR; ++j) {
+        scale[j] = HalfToFloat(LoadU16(group + 2 * j));
+        min[j] = f == WeightFormat::kQ4_1 ? HalfToFloat(LoadU16(group + 64 + 2 * j)) : 0.0f;
+      }
+    }
+    float* dst = out + r * kPackNR;
+    if (f == WeightFormat::kQ8_0) {
+      const uint8_t* q = group + 64 + kk * kPackNR;
+      for (int j = 0; j < kPackNR; ++j) dst[j] = scale[j] * static_cast<int8_t>(q[j]);
+      continue;
+    }
+    const uint8_t* q = group + (f == WeightFormat::kQ4_1 ? 128 : 64) + kk * 16;
+    for (int j = 0; j < kPackNR; ++j) {
+      const float v = static_cast<float>(j < 16 ? q[j] & 0x0f : q[j - 16] >> 4);
+      dst[j] = f == WeightFormat::kQ4_0 ? scale[j] * (v - 8.0f) : std::fma(scale[j], v, min[j]);
+    }
+  }
+}
+
+void DequantizePackedRow(WeightFormat f, const void* packed, int64_t N, int64_t K, int64_t n,
+                         float* out) {
+  assert(n >= 0 && n < N);
+  (void)N;
+  const uint8_t* panel = static_cast<const uint8_t*>(packed) + n / kPackNR * PackedPanelBytes(f, K);
+  const int j = static_cast<int>(n % kPackNR);
+  float rows[kQuantGroup * kPackNR];
+  for (int64_t k0 = 0; k0 < K; k0 += kQuantGroup) {
+    const int64_t count = std::min<int64_t>(kQuantGroup, K - k0);
+    DequantizePanelRows(f, panel, k0, count, rows);
+    for (int64_t r = 0; r < count; ++r) out[k0 + r] = rows[r * kPackNR + j];
+  }
+}
+
+}  // namespace xrt
