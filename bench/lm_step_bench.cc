@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <set>
 #include <string>
@@ -31,6 +32,7 @@
 #include "bench/bench_json.h"
 #include "runtime/executor/model_runner.h"
 #include "runtime/kv_cache/kv_cache_manager.h"
+#include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
 
 namespace {
@@ -111,19 +113,27 @@ int main(int argc, char** argv) {
   }
   const auto& m = r.artifact().manifest();
 
-  // Weight bytes a decode step reads.
-  std::set<uint32_t> bound;
+  // Weight bytes a decode step reads: matmul weights whole, an embedding table
+  // that no matmul reads (untied) one row per token, everything else whole.
+  std::set<uint32_t> bound, matmul;
   for (const xpk::Executable* e : *m.executables())
     for (const xpk::Command* c : *e->commands())
-      for (const xpk::Binding* b : *c->bindings())
-        if (b->kind() == xpk::BindingKind::weight) bound.insert(b->index());
+      for (const xpk::Binding* b : *c->bindings()) {
+        if (b->kind() != xpk::BindingKind::weight) continue;
+        bound.insert(b->index());
+        if (c->kind() == xpk::CommandKind::ukernel && c->ukernel() == xpk::Ukernel::matmul)
+          matmul.insert(b->index());
+      }
   uint64_t weight_bytes = 0;
-  const int64_t hidden = m.config()->hidden_size();
+  std::map<std::string, uint64_t> bytes_by_dtype;
+  const int64_t vocab_rows = m.config()->vocab_size();
   for (uint32_t i : bound) {
     const xpk::Weight* w = m.weights()->Get(i);
-    bool embed_table = w->name()->str() == "model.embed_tokens.weight" &&
-                       w->layout() == xpk::WeightLayout::row_major;
-    weight_bytes += embed_table ? hidden * 4 : w->size();
+    const bool table =
+        !matmul.count(i) && w->shape()->size() == 2 && w->shape()->Get(0) == vocab_rows;
+    const uint64_t bytes = table ? w->size() / vocab_rows : w->size();
+    weight_bytes += bytes;
+    bytes_by_dtype[xrt::DTypeName(w->dtype())] += bytes;
   }
 
   auto make_kv = [&]() {
@@ -172,6 +182,7 @@ int main(int argc, char** argv) {
   out["threads"] = r.pool().num_threads();
   out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
   out["decode_weight_bytes_per_step"] = weight_bytes;
+  out["decode_weight_bytes_by_dtype"] = bytes_by_dtype;
 
   // Prefill per bucket.
   for (int64_t bucket : r.buckets().token_buckets()) {

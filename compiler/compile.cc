@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "compiler/artifact/artifact_writer.h"
@@ -29,9 +30,11 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "passes/PassUtils.h"
 #include "passes/Passes.h"
 #include "runtime/engine/bucket_table.h"
 #include "runtime/kernels/matmul.h"
+#include "runtime/kernels/weight_format.h"
 #include "runtime/loader/file_header.h"
 #include "runtime/lora/peft_adapter.h"
 #include "schemas/abi.h"
@@ -54,6 +57,7 @@ struct WeightDesc {
   std::vector<std::string> sources;  // source tensors concatenated along dim 0
   std::vector<int64_t> shape;
   int64_t pack_nr = 0;
+  xrt::WeightFormat format = xrt::WeightFormat::kF32;
   WeightPlacement placement;
 };
 
@@ -151,7 +155,8 @@ class Emitter {
 
  private:
   Expected<uint32_t> WeightIndex(xg::WeightOp w) {
-    std::string key = w.getName().str() + "#" + std::to_string(w.getPackNr().value_or(0));
+    std::string key = w.getName().str() + "#" + std::to_string(w.getPackNr().value_or(0)) + "#" +
+                      xrt::WeightFormatName(w.getWeightFormat());
     auto it = weightIndex_.find(key);
     if (it != weightIndex_.end()) return it->second;
     WeightDesc d;
@@ -165,6 +170,7 @@ class Emitter {
     auto shape = w.getType().getShape();
     d.shape.assign(shape.begin(), shape.end());
     d.pack_nr = w.getPackNr().value_or(0);
+    d.format = w.getWeightFormat();
     uint32_t index = static_cast<uint32_t>(weights_.size());
     weights_.push_back(std::move(d));
     weightIndex_[key] = index;
@@ -502,7 +508,138 @@ class Emitter {
 // ---------------------------------------------------------------------------
 // Weights.
 
-Expected<std::vector<float>> MaterializeWeight(const ModelSource& source, const WeightDesc& d) {
+// The manifest stores a weight's format as its dtype.
+static_assert(static_cast<int>(xrt::WeightFormat::kF32) == static_cast<int>(xpk::DType::f32));
+static_assert(static_cast<int>(xrt::WeightFormat::kF16) == static_cast<int>(xpk::DType::f16));
+static_assert(static_cast<int>(xrt::WeightFormat::kBF16) == static_cast<int>(xpk::DType::bf16));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ8_0) == static_cast<int>(xpk::DType::q8_0));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ4_0) == static_cast<int>(xpk::DType::q4_0));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ4_1) == static_cast<int>(xpk::DType::q4_1));
+
+// The packed format that holds a source tensor's values exactly and has a
+// kernel, if any.
+std::optional<xrt::WeightFormat> LosslessFormat(SourceDType t) {
+  switch (t) {
+    case SourceDType::kF32:
+      return xrt::WeightFormat::kF32;
+    case SourceDType::kF16:
+      return xrt::WeightFormat::kF16;
+    case SourceDType::kBF16:
+      return xrt::WeightFormat::kBF16;
+    case SourceDType::kQ8_0:
+      return xrt::WeightFormat::kQ8_0;
+    case SourceDType::kQ4_0:
+      return xrt::WeightFormat::kQ4_0;
+    case SourceDType::kQ4_1:
+      return xrt::WeightFormat::kQ4_1;
+    default:
+      return std::nullopt;
+  }
+}
+
+// Chooses the storage format of every weight read only by linears and
+// embedding lookups (`policy` is CompileOptions::weight_dtype) and records it
+// on the xg.weight; the others stay f32. Notes say where the choice differs
+// from the policy.
+Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std::string& policy,
+                           std::vector<std::string>* notes) {
+  std::optional<xrt::WeightFormat> forced;
+  if (policy != "auto") {
+    xrt::WeightFormat f;
+    if (!xrt::WeightFormatFromName(policy, &f))
+      return xrt::InvalidArgumentError(
+          "--weight-dtype: '{}' is not one of auto, f32, f16, bf16, q8_0, q4_0, q4_1", policy);
+    forced = f;
+  }
+  std::map<std::string, xrt::WeightFormat> chosen;  // by weight name
+  std::set<std::string> noted;
+  auto note = [&](const std::string& text) {
+    if (noted.insert(text).second) notes->push_back(text);
+  };
+  Status status = Status::Ok();
+  module.walk([&](xg::WeightOp w) {
+    if (!status.ok() || w->use_empty() || !llvm::all_of(w->getUses(), [](OpOperand& u) {
+          return xg::isLinearWeightUse(u) || xg::isEmbeddingTableUse(u);
+        }))
+      return;
+    const std::string name = w.getName().str();
+    auto it = chosen.find(name);
+    if (it == chosen.end()) {
+      Expected<const SourceTensor*> t = source.tensor(name);
+      if (!t.ok()) {
+        status = t.status();
+        return;
+      }
+      const SourceDType dtype = (*t)->dtype;
+      std::optional<xrt::WeightFormat> f = forced ? forced : LosslessFormat(dtype);
+      if (!f) {
+        f = xrt::WeightFormat::kF32;
+        note(fmt::format("{} tensors are dequantized to f32 (no kernel for {} yet)",
+                         SourceDTypeName(dtype), SourceDTypeName(dtype)));
+      }
+      const int64_t k = w.getType().getDimSize(w.getType().getRank() - 1);
+      if (*f != xrt::WeightFormat::kF32 &&
+          (w.getType().getRank() != 2 || k % xrt::WeightFormatBlockSize(*f) != 0)) {
+        note(fmt::format("'{}' stays f32: {} needs K to be a multiple of {}, it is {}", name,
+                         xrt::WeightFormatName(*f), xrt::WeightFormatBlockSize(*f), k));
+        f = xrt::WeightFormat::kF32;
+      }
+      it = chosen.emplace(name, *f).first;
+    }
+    if (it->second != xrt::WeightFormat::kF32)
+      w.setFormatAttr(StringAttr::get(w.getContext(), xrt::WeightFormatName(it->second)));
+  });
+  return status;
+}
+
+// A weight's bytes as the artifact stores them: row-major f32, or packed in
+// its format (repacked losslessly from the source's own blocks when they are
+// of that format, else converted from f32).
+Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, const WeightDesc& d) {
+  int64_t numel = 1;
+  for (int64_t s : d.shape) numel *= s;
+  auto asBytes = [](const std::vector<float>& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    return std::vector<uint8_t>(p, p + v.size() * sizeof(float));
+  };
+  if (d.pack_nr != 0 &&
+      (d.shape.size() != 2 || (d.format != xrt::WeightFormat::kF32 && d.pack_nr != xrt::kPackNR)))
+    return xrt::InternalError("weight '{}': cannot pack with panel width {}", d.name, d.pack_nr);
+  if (d.pack_nr == 0 && d.format != xrt::WeightFormat::kF32)
+    return xrt::InternalError("weight '{}': a {} weight must be packed", d.name,
+                              xrt::WeightFormatName(d.format));
+
+  // Lossless repack: every source tensor is stored in the target format.
+  bool sameFormat = d.format != xrt::WeightFormat::kF32 && !d.sources.empty();
+  std::vector<const SourceTensor*> parts;
+  for (const std::string& name : d.sources) {
+    if (!sameFormat) break;
+    XRT_ASSIGN_OR_RETURN(const SourceTensor* t, source.tensor(name));
+    sameFormat = LosslessFormat(t->dtype) == d.format;
+    parts.push_back(t);
+  }
+  if (sameFormat) {
+    const int64_t n = d.shape[0], k = d.shape[1];
+    std::vector<uint8_t> rows;
+    int64_t rowCount = 0;
+    for (const SourceTensor* t : parts) {
+      // Row-major data: a tensor of any rank is numel / K rows of K values.
+      int64_t elements = 1;
+      for (int64_t s : t->shape) elements *= s;
+      if (elements % k != 0)
+        return xrt::InternalError("weight '{}': part '{}' does not hold rows of {}", d.name,
+                                  t->name, k);
+      rows.insert(rows.end(), t->data, t->data + t->nbytes);
+      rowCount += elements / k;
+    }
+    if (rowCount != n || rows.size() % n != 0)
+      return xrt::InternalError("weight '{}': {} source rows in {} bytes, expected {}", d.name,
+                                rowCount, rows.size(), n);
+    std::vector<uint8_t> packed(xrt::PackedWeightBytes(d.format, n, k));
+    xrt::PackWeightsFromBlocks(d.format, rows.data(), n, k, rows.size() / n, packed.data());
+    return packed;
+  }
+
   std::vector<float> data;
   if (d.name == kRopeInvFreqWeight) {
     data = RopeInverseFrequencies(source.config());
@@ -512,15 +649,16 @@ Expected<std::vector<float>> MaterializeWeight(const ModelSource& source, const 
       data.insert(data.end(), part.begin(), part.end());
     }
   }
-  int64_t numel = 1;
-  for (int64_t s : d.shape) numel *= s;
   if (static_cast<int64_t>(data.size()) != numel)
     return xrt::InternalError("weight '{}': {} elements, expected {}", d.name, data.size(), numel);
-  if (d.pack_nr == 0) return data;
-  if (d.pack_nr != xrt::kPackNR || d.shape.size() != 2)
-    return xrt::InternalError("weight '{}': cannot pack with panel width {}", d.name, d.pack_nr);
-  std::vector<float> packed(xrt::PackedWeightFloats(d.shape[0], d.shape[1]));
-  xrt::PackWeights(data.data(), d.shape[0], d.shape[1], packed.data());
+  if (d.pack_nr == 0) return asBytes(data);
+  if (d.format == xrt::WeightFormat::kF32) {
+    std::vector<float> packed(xrt::PackedWeightFloats(d.shape[0], d.shape[1]));
+    xrt::PackWeights(data.data(), d.shape[0], d.shape[1], packed.data());
+    return asBytes(packed);
+  }
+  std::vector<uint8_t> packed(xrt::PackedWeightBytes(d.format, d.shape[0], d.shape[1]));
+  xrt::PackWeightsFrom(d.format, data.data(), d.shape[0], d.shape[1], packed.data());
   return packed;
 }
 
@@ -696,6 +834,8 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   progress(fmt::format("specializing {} token buckets ({}) and {} request buckets ({})",
                        tokenBuckets.size(), JoinInts(tokenBuckets), reqBuckets.size(),
                        JoinInts(reqBuckets)));
+  std::vector<std::string> weightNotes;
+  XRT_RETURN_IF_ERROR(AssignWeightFormats(*module, *source, o.weight_dtype, &weightNotes));
   if (failed(RunGraphPipeline(*module, po)))
     return xrt::InternalError("graph pipeline failed:\n{}", diags.text());
 
@@ -716,10 +856,14 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   ArtifactWriter writer;
   uint64_t weightBytes = 0;
   progress(fmt::format("packing {} weights", emitter.weights().size()));
+  std::map<std::string, CompileSummary::FormatUse> formatUse;
   for (WeightDesc& w : emitter.weights()) {
-    XRT_ASSIGN_OR_RETURN(std::vector<float> data, MaterializeWeight(*source, w));
-    w.placement = writer.AppendWeight(data.data(), data.size() * sizeof(float));
+    XRT_ASSIGN_OR_RETURN(std::vector<uint8_t> data, MaterializeWeight(*source, w));
+    w.placement = writer.AppendWeight(data.data(), data.size());
     weightBytes += w.placement.size;
+    CompileSummary::FormatUse& use = formatUse[xrt::WeightFormatName(w.format)];
+    use.weights += 1;
+    use.bytes += w.placement.size;
   }
   XRT_ASSIGN_OR_RETURN(
       uint32_t code_segment,
@@ -754,6 +898,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
       {"target", o.target},
       {"cpu", code.cpu},
       {"pack_nr", std::to_string(xrt::kPackNR)},
+      {"weight_dtype", o.weight_dtype},
   };
   if (vision) {
     prov.options.push_back({"image_buckets", JoinInts(imageBuckets)});
@@ -813,7 +958,8 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     std::vector<flatbuffers::Offset<xpk::Weight>> weights;
     for (const WeightDesc& w : emitter.weights())
       weights.push_back(xpk::CreateWeight(
-          fbb, fbb.CreateString(w.name), xpk::DType::f32, fbb.CreateVector(w.shape),
+          fbb, fbb.CreateString(w.name), static_cast<xpk::DType>(w.format),
+          fbb.CreateVector(w.shape),
           w.pack_nr ? xpk::WeightLayout::packed_panels : xpk::WeightLayout::row_major,
           static_cast<int32_t>(w.pack_nr), w.placement.segment, w.placement.offset,
           w.placement.size));
@@ -878,6 +1024,8 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   s.num_dispatch_functions = static_cast<int64_t>(emitter.functions().size());
   s.code_bytes = code.shared_object.size();
   s.weight_bytes = weightBytes;
+  s.weight_formats = std::move(formatUse);
+  s.weight_notes = std::move(weightNotes);
   for (const ExecutableDesc& e : emitter.executables())
     s.max_arena_bytes = std::max<uint64_t>(s.max_arena_bytes, e.arena_size);
   if (auto f = xrt::MappedFile::Open(o.output_path); f.ok()) s.file_bytes = f->size();

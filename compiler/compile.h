@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,12 @@ struct CompileOptions {
   int64_t max_lora_rank = 16;
   std::vector<std::string> lora_target_modules;
   std::vector<std::pair<std::string, std::string>> lora_modules;
+  // How linear weights and embedding tables are stored (runtime/kernels/weight_format.h):
+  // "auto" keeps each tensor's own format where a kernel exists for it (GGUF Q8_0 / Q4_0 /
+  // Q4_1, f16 / bf16 safetensors; other block types are dequantized to f32); "f32",
+  // "f16", "bf16", "q8_0", "q4_0", "q4_1" convert or quantize every one of them (a weight
+  // whose K is not a multiple of the format's block stays f32).
+  std::string weight_dtype = "auto";
   std::string target = "host";
   std::vector<std::string> dump_ir_after;
   bool quiet = false;  // no progress / summary on stderr
@@ -47,6 +54,14 @@ struct CompileSummary {
   int64_t num_dispatch_functions = 0;  // in the code segment
   uint64_t code_bytes = 0;             // the code segment (one shared object)
   uint64_t weight_bytes = 0;
+  // Per stored format ("q4_1", "f32", ...): how many weights and their bytes.
+  struct FormatUse {
+    int64_t weights = 0;
+    uint64_t bytes = 0;
+  };
+  std::map<std::string, FormatUse> weight_formats;
+  // Weights stored differently from what --weight-dtype asked for, and why.
+  std::vector<std::string> weight_notes;
   uint64_t max_arena_bytes = 0;  // the largest executable's scratch arena
   uint64_t file_bytes = 0;
   double seconds = 0;

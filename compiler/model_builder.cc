@@ -40,7 +40,7 @@ class DecoderBuilder {
 
   Value Weight(const std::string& name, ArrayRef<int64_t> shape) {
     return b_.create<xg::WeightOp>(NameLoc(name), T(shape, f32()), b_.getStringAttr(name), nullptr,
-                                   nullptr);
+                                   nullptr, nullptr);
   }
   Location NameLoc(const std::string& name) { return mlir::NameLoc::get(b_.getStringAttr(name)); }
   std::string L(int64_t i, const char* rest) {

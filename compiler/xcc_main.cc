@@ -93,6 +93,12 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   compile->add_option("--lora-modules", loraModules,
                       "PEFT adapters packed into the artifact, as name=path (repeatable)");
+  compile
+      ->add_option("--weight-dtype", co.weight_dtype,
+                   "How linear weights and embedding tables are stored: auto (each tensor's "
+                   "own format: GGUF q8_0/q4_0/q4_1 blocks, f16/bf16 stay 16-bit), f32, f16, "
+                   "bf16, q8_0, q4_0, q4_1 (converted or quantized at compile time)")
+      ->capture_default_str();
   compile->add_option("--target", co.target, "host, x86-64-v3, x86-64-v4 or an LLVM CPU name")
       ->capture_default_str();
   compile->add_option("--dump-ir-after", co.dump_ir_after,
@@ -196,6 +202,11 @@ int main(int argc, char** argv) {
                    static_cast<long long>(summary->num_dispatch_functions),
                    Bytes(summary->code_bytes).c_str(), Bytes(summary->weight_bytes).c_str(),
                    Bytes(summary->max_arena_bytes).c_str(), Bytes(summary->file_bytes).c_str());
+      for (const auto& [format, use] : summary->weight_formats)
+        std::fprintf(stderr, "    %-6s         %lld weights, %s\n", format.c_str(),
+                     static_cast<long long>(use.weights), Bytes(use.bytes).c_str());
+      for (const std::string& note : summary->weight_notes)
+        std::fprintf(stderr, "  note: %s\n", note.c_str());
       if (!summary->image_buckets.empty())
         std::fprintf(stderr,
                      "  vision_encode    buckets %s (num_images; %lld tokens per image)\n"

@@ -159,6 +159,155 @@ LogicalResult buildGatherRows(Emitter &e, ArrayRef<Value> v, Value lo,
   return success();
 }
 
+// Integer helpers on index values.
+Value idxMul(Emitter &e, Value a, int64_t c) {
+  return e.builder().create<arith::MulIOp>(e.loc(), a, e.index(c));
+}
+Value idxAdd(Emitter &e, Value a, Value c) {
+  return e.builder().create<arith::AddIOp>(e.loc(), a, c);
+}
+Value idxDiv(Emitter &e, Value a, int64_t c) {
+  return e.builder().create<arith::DivUIOp>(e.loc(), a, e.index(c));
+}
+Value idxRem(Emitter &e, Value a, int64_t c) {
+  return e.builder().create<arith::RemUIOp>(e.loc(), a, e.index(c));
+}
+
+// A typed 1-D view of the flat bytes of a packed weight.
+Value viewAs(Emitter &e, Value bytes, Type elementType, int64_t elementBytes) {
+  int64_t n = cast<MemRefType>(bytes.getType()).getDimSize(0) / elementBytes;
+  return e.builder().create<memref::ViewOp>(e.loc(),
+                                            MemRefType::get({n}, elementType),
+                                            bytes, e.index(0), ValueRange{});
+}
+
+// f32 value of f16 bits (an i16).
+Value halfToF32(Emitter &e, Value bits) {
+  OpBuilder &b = e.builder();
+  Value h = b.create<arith::BitcastOp>(e.loc(), b.getF16Type(), bits);
+  return b.create<arith::ExtFOp>(e.loc(), b.getF32Type(), h);
+}
+
+// f32 value of bfloat16 bits (an i16): the bits are the f32's upper half.
+Value bf16ToF32(Emitter &e, Value bits) {
+  OpBuilder &b = e.builder();
+  Value wide = b.create<arith::ExtUIOp>(e.loc(), b.getI32Type(), bits);
+  Value shifted = b.create<arith::ShLIOp>(
+      e.loc(), wide,
+      b.create<arith::ConstantOp>(e.loc(), b.getI32IntegerAttr(16)));
+  return b.create<arith::BitcastOp>(e.loc(), b.getF32Type(), shifted);
+}
+
+// Embedding lookup from a table in the packed layout of the matmul kernels
+// (runtime/kernels/weight_format.h): row `id` of W [N][K] is column
+// id % nr of panel id / nr. Each value is dequantized exactly as the matmul
+// kernels do, so a tied table gives the same numbers to both.
+LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
+                                ArrayRef<Value> v, Value lo, Value hi) {
+  Value bytes = v[0], idx = v[1], out = v[2];
+  auto type = table.getType();
+  int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
+  int64_t nr = *table.getPackNr();
+  xrt::WeightFormat format = table.getWeightFormat();
+  OpBuilder &b = e.builder();
+  Location loc = e.loc();
+  Value f32s, i16s;
+  if (format == xrt::WeightFormat::kF32)
+    f32s = viewAs(e, bytes, b.getF32Type(), 4);
+  else
+    i16s = viewAs(e, bytes, b.getI16Type(), 2);
+  const int64_t panelBytes = xrt::PackedPanelBytes(format, cols);
+  e.loop(lo, hi, [&](Value r) {
+    Value i = e.load(idx, {r});
+    Value valid = e.inRange(i, rows);
+    e.ifElse(
+        valid,
+        [&] {
+          Value id = e.toIndex(i);
+          Value panel = idxDiv(e, id, nr);
+          Value lane = idxRem(e, id, nr);
+          switch (format) {
+          case xrt::WeightFormat::kF32:
+          case xrt::WeightFormat::kF16:
+          case xrt::WeightFormat::kBF16: {
+            // element (panel, k, lane) at (panel*K + k)*nr + lane
+            Value base = idxAdd(e, idxMul(e, panel, cols * nr), lane);
+            e.loop(0, cols, [&](Value c) {
+              Value at = idxAdd(e, base, idxMul(e, c, nr));
+              Value x;
+              if (format == xrt::WeightFormat::kF32)
+                x = e.load(f32s, {at});
+              else if (format == xrt::WeightFormat::kF16)
+                x = halfToF32(e, e.load(i16s, {at}));
+              else
+                x = bf16ToF32(e, e.load(i16s, {at}));
+              e.store(x, out, {r, c});
+            });
+            return;
+          }
+          case xrt::WeightFormat::kQ8_0:
+          case xrt::WeightFormat::kQ4_0:
+          case xrt::WeightFormat::kQ4_1:
+            break;
+          }
+          // Groups of 32 k-values: f16 scales [32], (q4_1) f16 mins [32],
+          // then 32 k-rows of quants.
+          const bool q8 = format == xrt::WeightFormat::kQ8_0;
+          const int64_t header = format == xrt::WeightFormat::kQ4_1 ? 128 : 64;
+          const int64_t rowBytes = q8 ? 32 : 16;
+          const int64_t groupBytes = header + 32 * rowBytes;
+          Value panelBase = idxMul(e, panel, panelBytes);
+          // q4: byte lane % 16 of a k-row, low nibble for lanes < 16.
+          Value byteInRow = lane, shift;
+          if (!q8) {
+            byteInRow = idxRem(e, lane, 16);
+            Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge,
+                                                 lane, e.index(16));
+            shift = b.create<arith::SelectOp>(
+                loc, high,
+                b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(4)),
+                b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(0)));
+          }
+          e.loop(0, cols / 32, [&](Value g) {
+            Value groupBase = idxAdd(e, panelBase, idxMul(e, g, groupBytes));
+            Value half = idxDiv(e, groupBase, 2);
+            Value scale = halfToF32(e, e.load(i16s, {idxAdd(e, half, lane)}));
+            Value offset;
+            if (format == xrt::WeightFormat::kQ4_1)
+              offset = halfToF32(
+                  e, e.load(i16s,
+                            {idxAdd(e, idxAdd(e, half, e.index(32)), lane)}));
+            else if (format == xrt::WeightFormat::kQ4_0)
+              offset = e.mul(scale, e.f32(-8.0f));
+            Value quants =
+                idxAdd(e, idxAdd(e, groupBase, e.index(header)), byteInRow);
+            Value col0 = idxMul(e, g, 32);
+            e.loop(0, 32, [&](Value kk) {
+              Value byte =
+                  e.load(bytes, {idxAdd(e, quants, idxMul(e, kk, rowBytes))});
+              Value x;
+              if (q8) {
+                x = e.mul(scale,
+                          b.create<arith::SIToFPOp>(loc, b.getF32Type(), byte));
+              } else {
+                Value nibble = b.create<arith::AndIOp>(
+                    loc, b.create<arith::ShRUIOp>(loc, byte, shift),
+                    b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(15)));
+                Value q =
+                    b.create<arith::UIToFPOp>(loc, b.getF32Type(), nibble);
+                x = b.create<math::FmaOp>(loc, scale, q, offset);
+              }
+              e.store(x, out, {r, idxAdd(e, col0, kk)});
+            });
+          });
+        },
+        [&] {
+          e.loop(0, cols, [&](Value c) { e.store(e.f32(0.0f), out, {r, c}); });
+        });
+  });
+  return success();
+}
+
 LogicalResult buildRmsNorm(Emitter &e, xg::RmsNormOp op, ArrayRef<Value> v,
                            Value lo, Value hi) {
   Value in = v[0], w = v[1], out = v[2];
@@ -232,20 +381,6 @@ LogicalResult buildAdd(Emitter &e, ArrayRef<Value> v, Value lo, Value hi) {
     });
   });
   return success();
-}
-
-// Integer helpers on index values.
-Value idxMul(Emitter &e, Value a, int64_t c) {
-  return e.builder().create<arith::MulIOp>(e.loc(), a, e.index(c));
-}
-Value idxAdd(Emitter &e, Value a, Value c) {
-  return e.builder().create<arith::AddIOp>(e.loc(), a, c);
-}
-Value idxDiv(Emitter &e, Value a, int64_t c) {
-  return e.builder().create<arith::DivUIOp>(e.loc(), a, e.index(c));
-}
-Value idxRem(Emitter &e, Value a, int64_t c) {
-  return e.builder().create<arith::RemUIOp>(e.loc(), a, e.index(c));
 }
 
 // Row r of the result is patch (py, px) of image n, r = (n * grid + py) * grid
@@ -455,7 +590,13 @@ LogicalResult buildDispatchBody(OpBuilder &b, Operation *op,
     return op->emitError()
            << "dispatch body needs one view per operand and result";
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case<xg::EmbeddingOp, xg::GatherRowsOp>(
+      .Case<xg::EmbeddingOp>([&](xg::EmbeddingOp o) {
+        auto table = o.getTable().getDefiningOp<xg::WeightOp>();
+        if (table && table.getPackNr())
+          return buildGatherPacked(e, table, views, wgBegin, wgEnd);
+        return buildGatherRows(e, views, wgBegin, wgEnd);
+      })
+      .Case<xg::GatherRowsOp>(
           [&](auto) { return buildGatherRows(e, views, wgBegin, wgEnd); })
       .Case<xg::RmsNormOp>(
           [&](auto o) { return buildRmsNorm(e, o, views, wgBegin, wgEnd); })

@@ -49,6 +49,22 @@ int64_t flatElements(const Layout &l) {
   return (l.shape[0] - 1) * l.rowStride + l.shape[1];
 }
 
+// A packed weight as the flat bytes the artifact stores
+// (runtime/kernels/weight_format.h).
+Layout packedBytesLayout(xg::WeightOp w) {
+  auto t = w.getType();
+  int64_t n = t.getDimSize(0), k = t.getDimSize(1), nr = *w.getPackNr();
+  xrt::WeightFormat format = w.getWeightFormat();
+  int64_t bytes = format == xrt::WeightFormat::kF32
+                      ? (n + nr - 1) / nr * nr * k * 4
+                      : xrt::PackedWeightBytes(format, n, k);
+  Layout l;
+  l.shape = {bytes};
+  l.rowStride = 1;
+  l.elementType = IntegerType::get(w.getContext(), 8);
+  return l;
+}
+
 struct FormDispatchesPass
     : public impl::XGFormDispatchesBase<FormDispatchesPass> {
   void runOnOperation() override {
@@ -127,9 +143,14 @@ struct FormDispatchesPass
     SmallVector<Layout> layouts;
     for (Value v : op.getOperands()) {
       if (auto w = v.getDefiningOp<xg::WeightOp>(); w && w.getPackNr()) {
-        op.emitError() << "generated code cannot read the packed weight '"
-                       << w.getName() << "'";
-        return failure();
+        // Only the embedding lookup reads a packed table, as flat bytes.
+        if (!isa<xg::EmbeddingOp>(op) || v != op.getOperand(0)) {
+          op.emitError() << "generated code cannot read the packed weight '"
+                         << w.getName() << "'";
+          return failure();
+        }
+        layouts.push_back(packedBytesLayout(w));
+        continue;
       }
       auto l = layoutOf(v, plannedRowStride(v));
       if (failed(l)) {

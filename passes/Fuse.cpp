@@ -21,7 +21,13 @@ bool isPlainLinear(LinearOp op) {
          (!op.getBias() || op.getBias().getDefiningOp<WeightOp>());
 }
 
-// linear(x, Wa), linear(x, Wb), ... -> split(linear(x, concat(Wa, Wb, ...))).
+// The storage format of a plain linear's weight (a fused weight has one).
+StringAttr weightFormat(LinearOp op) {
+  return op.getWeight().getDefiningOp<WeightOp>().getFormatAttr();
+}
+
+// linear(x, Wa), linear(x, Wb), ... -> split(linear(x, concat(Wa, Wb, ...))),
+// for weights of one storage format.
 struct FuseSiblingLinears : public OpRewritePattern<LinearOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -35,7 +41,9 @@ struct FuseSiblingLinears : public OpRewritePattern<LinearOp> {
       auto lin = dyn_cast<LinearOp>(user);
       if (!lin || lin->getBlock() != block ||
           lin.getInput() != root.getInput() || !isPlainLinear(lin) ||
-          static_cast<bool>(lin.getBias()) != static_cast<bool>(root.getBias()))
+          static_cast<bool>(lin.getBias()) !=
+              static_cast<bool>(root.getBias()) ||
+          weightFormat(lin) != weightFormat(root))
         continue;
       siblings.push_back(lin);
     }

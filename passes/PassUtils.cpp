@@ -1,5 +1,7 @@
 #include "passes/PassUtils.h"
 
+#include "dialects/XG/IR/XGOps.h"
+
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 
 using namespace mlir;
@@ -28,6 +30,18 @@ LogicalResult reinferResultTypes(func::FuncOp func) {
                                          func.getBody().getArgumentTypes(),
                                          terminator->getOperandTypes()));
   return success();
+}
+
+bool isLinearWeightUse(OpOperand &use) {
+  auto lin = dyn_cast<LinearOp>(use.getOwner());
+  return lin &&
+         use.getOperandNumber() == lin.getWeightMutable().getOperandNumber();
+}
+
+bool isEmbeddingTableUse(OpOperand &use) {
+  auto emb = dyn_cast<EmbeddingOp>(use.getOwner());
+  return emb &&
+         use.getOperandNumber() == emb.getTableMutable().getOperandNumber();
 }
 
 } // namespace xcc::xg

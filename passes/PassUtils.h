@@ -12,4 +12,10 @@ namespace xcc::xg {
 // types change.
 mlir::LogicalResult reinferResultTypes(mlir::func::FuncOp func);
 
+// Whether `use` reads a weight as a linear's weight, or as an embedding
+// lookup's table: the uses that read the packed layout of the matmul kernels
+// (so the weight may be stored in any runtime/kernels/weight_format.h format).
+bool isLinearWeightUse(mlir::OpOperand &use);
+bool isEmbeddingTableUse(mlir::OpOperand &use);
+
 } // namespace xcc::xg

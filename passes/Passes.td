@@ -42,10 +42,13 @@ def XGFuse : Pass<"xcc-xg-fuse", "mlir::func::FuncOp"> {
 def XGPackWeights : Pass<"xcc-xg-pack-weights", "mlir::ModuleOp"> {
   let summary = "Folds weight concatenations and selects packed layouts for linear weights";
   let description = [{
-    `xg.concat` of weights becomes one `xg.weight` listing its `sources`; every
-    weight consumed as a linear's weight gets `pack_nr`, the panel width of the
-    target's matmul microkernel. A weight that is also used elsewhere (a tied
-    embedding table) keeps its row-major copy for the other uses.
+    `xg.concat` of weights of one storage `format` becomes one `xg.weight`
+    listing its `sources`. A weight read only as a linear's weight or an
+    embedding table gets `pack_nr`, the panel width of the target's matmul
+    microkernel, when a linear reads it or its format is not f32: the embedding
+    lookup reads the packed layout, so a tied table is stored once. A weight
+    also read by other ops keeps its row-major copy for them and the linears
+    get a packed copy; such a weight must be f32.
   }];
   let options = [
     Option<"packNr", "pack-nr", "int64_t", /*default=*/"16", "panel width of packed weights">,

@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/attention.h"
@@ -19,6 +23,7 @@ struct Executor::Prepared {
     const xpk::Command* fb;
     DispatchFn fn = nullptr;
     std::vector<void*> ptrs;
+    WeightFormat w_format = WeightFormat::kF32;  // matmul: the bound weight's format
   };
   std::vector<Command> commands;
   uint8_t* io = nullptr;
@@ -61,6 +66,32 @@ class UkernelCall {
 Status InCommand(Status s, const xpk::Executable& e, const xpk::Command& c, const char* kernel) {
   return s.WithContext(
       fmt::format("{} ({})", e.name()->str(), c.label() ? c.label()->str() : kernel));
+}
+
+// The format of the weight a matmul command reads, checked against the
+// command: a packed_panels weight of shape [n, k] with the kernels' panel
+// width (the loader checked its byte size).
+Expected<WeightFormat> MatmulWeightFormat(const Artifact& a, const xpk::Executable& e,
+                                          const xpk::Command& c) {
+  using P = xpk::abi::MatmulParam;
+  using B = xpk::abi::MatmulBinding;
+  const xpk::abi::UkernelView<xpk::Ukernel::matmul> view(c);
+  const xpk::Binding* b = c.bindings()->Get(view.Slot(B::kW));
+  const std::string where = fmt::format("{}: executable '{}' matmul '{}'", a.path(),
+                                        e.name()->str(), c.label() ? c.label()->str() : "");
+  if (b->kind() != xpk::BindingKind::weight)
+    return DataLossError("{}: its weight operand is not bound to a weight", where);
+  const xpk::Weight* w = a.manifest().weights()->Get(b->index());
+  WeightFormat format;
+  std::vector<int64_t> shape(w->shape()->begin(), w->shape()->end());
+  if (w->layout() != xpk::WeightLayout::packed_panels || !WeightFormatOf(w->dtype(), &format) ||
+      w->pack_nr() != kPackNR || shape != std::vector<int64_t>{view[P::kN], view[P::kK]})
+    return DataLossError(
+        "{}: weight '{}' ({} [{}] {}, pack_nr {}) is not a [{}, {}] weight packed for the "
+        "matmul kernels",
+        where, w->name()->str(), DTypeName(w->dtype()), fmt::join(shape, ", "),
+        xpk::EnumNameWeightLayout(w->layout()), w->pack_nr(), view[P::kN], view[P::kK]);
+  return format;
 }
 
 }  // namespace
@@ -115,6 +146,9 @@ Status Executor::Prepare() {
           return DataLossError("{}: executable '{}' uses dispatch {} but the code has {}", a.path(),
                                e->name()->str(), c->function(), code_ ? code_->num_functions() : 0);
         pc.fn = code_->function(c->function());
+      }
+      if (c->kind() == xpk::CommandKind::ukernel && c->ukernel() == xpk::Ukernel::matmul) {
+        XRT_ASSIGN_OR_RETURN(pc.w_format, MatmulWeightFormat(a, *e, *c));
       }
       for (const xpk::Binding* b : *c->bindings()) {
         void* ptr = nullptr;
@@ -203,7 +237,8 @@ Status Executor::Run(const xpk::Executable& e) {
         args.lda = call[P::kLda];
         args.ldc = call[P::kLdc];
         args.a = call.Ptr<const float>(B::kA);
-        args.packed_w = call.Ptr<const float>(B::kW);
+        args.packed_w = call.Ptr<const void>(B::kW);
+        args.w_format = pc.w_format;
         args.c = call.Ptr<float>(B::kC);
         args.bias = call.Ptr<const float>(B::kBias);
         if (const float* acc = call.Ptr<const float>(B::kAcc)) {

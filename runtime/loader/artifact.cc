@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "runtime/kernels/matmul.h"
 #include "runtime/loader/segment_checksum.h"
 #include "runtime/loader/tokenizer_spec_reader.h"
 #include "schemas/abi.h"
@@ -52,7 +53,11 @@ bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) {
 // Returns an error text (empty on success).
 std::string DenseBytes(const flatbuffers::Vector<int64_t>* shape, xpk::DType dtype, uint64_t* out) {
   uint64_t bytes = DTypeSize(dtype);
-  if (bytes == 0) return fmt::format("unknown dtype {}", static_cast<int>(dtype));
+  if (bytes == 0) {
+    const char* name = xpk::EnumNameDType(dtype);
+    if (name && *name) return fmt::format("dtype {} is block-quantized: only packed_panels", name);
+    return fmt::format("unknown dtype {}", static_cast<int>(dtype));
+  }
   if (shape) {
     for (uint32_t i = 0; i < shape->size(); ++i) {
       const int64_t d = shape->Get(i);
@@ -250,17 +255,32 @@ Status ValidateWeight(const xpk::Manifest& m, uint32_t i) {
       if (n <= 0 || k <= 0) {
         return DataLossError("{}: shape {} has a dim <= 0", label, ShapeText(w->shape()));
       }
+      WeightFormat format;
+      if (!WeightFormatOf(w->dtype(), &format)) {
+        return DataLossError("{}: dtype {} cannot be packed", label, DTypeName(w->dtype()));
+      }
+      const int block = WeightFormatBlockSize(format);
+      if (k % block != 0) {
+        return DataLossError("{}: {} weight has K = {}, not a multiple of its block size {}", label,
+                             WeightFormatName(format), k, block);
+      }
+      if (format != WeightFormat::kF32 && w->pack_nr() != kPackNR) {
+        return DataLossError("{}: {} weight has pack_nr {} (must be {})", label,
+                             WeightFormatName(format), w->pack_nr(), kPackNR);
+      }
+      // Bounds that keep the byte size far from overflowing (a 2^62-byte weight
+      // cannot be in a file anyway; the size check below rejects it).
+      constexpr int64_t kMaxDim = int64_t{1} << 31;
+      if (n > kMaxDim || k > kMaxDim) {
+        return DataLossError("{}: shape {} is too large", label, ShapeText(w->shape()));
+      }
       const uint64_t nr = static_cast<uint64_t>(w->pack_nr());
       const uint64_t panels =
           static_cast<uint64_t>(n) / nr + (static_cast<uint64_t>(n) % nr ? 1 : 0);
-      const uint64_t elem = DTypeSize(w->dtype());
-      if (elem == 0) {
-        return DataLossError("{}: unknown dtype {}", label, static_cast<int>(w->dtype()));
-      }
-      if (MulOverflows(panels, nr, &expected) ||
-          MulOverflows(expected, static_cast<uint64_t>(k), &expected) ||
-          MulOverflows(expected, elem, &expected)) {
-        return DataLossError("{}: packed byte size overflows 64 bits", label);
+      if (format == WeightFormat::kF32) {
+        expected = panels * nr * static_cast<uint64_t>(k) * 4;
+      } else {
+        expected = static_cast<uint64_t>(PackedWeightBytes(format, n, k));
       }
       break;
     }
@@ -614,8 +634,46 @@ uint64_t DTypeSize(xpk::DType dtype) {
       return 8;
     case xpk::DType::u8:
       return 1;
+    case xpk::DType::q8_0:
+    case xpk::DType::q4_0:
+    case xpk::DType::q4_1:
+      return 0;
   }
   return 0;
+}
+
+std::string DTypeName(xpk::DType dtype) {
+  const char* name = xpk::EnumNameDType(dtype);
+  if (name && *name) return name;
+  return fmt::format("dtype {}", static_cast<int>(dtype));
+}
+
+bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
+  switch (dtype) {
+    case xpk::DType::f32:
+      *out = WeightFormat::kF32;
+      return true;
+    case xpk::DType::f16:
+      *out = WeightFormat::kF16;
+      return true;
+    case xpk::DType::bf16:
+      *out = WeightFormat::kBF16;
+      return true;
+    case xpk::DType::q8_0:
+      *out = WeightFormat::kQ8_0;
+      return true;
+    case xpk::DType::q4_0:
+      *out = WeightFormat::kQ4_0;
+      return true;
+    case xpk::DType::q4_1:
+      *out = WeightFormat::kQ4_1;
+      return true;
+    case xpk::DType::i32:
+    case xpk::DType::i64:
+    case xpk::DType::u8:
+      return false;
+  }
+  return false;
 }
 
 int64_t ExecutableBucket(const xpk::Executable& e) {

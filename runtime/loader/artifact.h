@@ -35,6 +35,7 @@
 
 #include "runtime/base/mapped_file.h"
 #include "runtime/base/status.h"
+#include "runtime/kernels/weight_format.h"
 #include "runtime/loader/file_header.h"
 #include "runtime/tokenizer/tokenizer_spec.h"
 
@@ -149,7 +150,15 @@ class Artifact {
 // Bucket parameter of an executable (see FindExecutable).
 int64_t ExecutableBucket(const xpk::Executable& e);
 
-// Bytes per element of a manifest dtype (0 for a value outside the enum).
+// Bytes per element of a manifest dtype (0 for a value outside the enum and
+// for the block-quantized dtypes, which have no per-element size).
 uint64_t DTypeSize(xpk::DType dtype);
+
+// A dtype's name ("f32", "q4_1"), or "dtype <value>" for a value outside the enum.
+std::string DTypeName(xpk::DType dtype);
+
+// The matmul weight format stored as `dtype` in a packed_panels weight; false if
+// the dtype cannot be a packed weight (integers, values outside the enum).
+bool WeightFormatOf(xpk::DType dtype, WeightFormat* out);
 
 }  // namespace xrt

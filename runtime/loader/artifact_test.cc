@@ -839,6 +839,30 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
             "model.xpk: weight 1 'lm_head.weight': size 512 does not match f32 [8, 16] "
             "packed_panels (1024 bytes)");
 
+  // Quantized dtypes: packed only, K a multiple of their block, the kernels' panel width.
+  bad = bytes;
+  w = ManifestOf(bad)->weights()->Get(0);
+  Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(xpk::DType::q4_1));
+  EXPECT_EQ(LoadError(bad),
+            "model.xpk: weight 0 'model.embed_tokens.weight': dtype q4_1 is block-quantized: "
+            "only packed_panels");
+  bad = bytes;
+  w = ManifestOf(bad)->weights()->Get(1);
+  Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(xpk::DType::q8_0));
+  EXPECT_EQ(LoadError(bad),
+            "model.xpk: weight 1 'lm_head.weight': q8_0 weight has K = 16, not a multiple of its "
+            "block size 32");
+  bad = bytes;
+  w = ManifestOf(bad)->weights()->Get(1);
+  Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(xpk::DType::bf16));
+  EXPECT_EQ(LoadError(bad),
+            "model.xpk: weight 1 'lm_head.weight': bf16 weight has pack_nr 16 "
+            "(must be 32)");
+  bad = bytes;
+  w = ManifestOf(bad)->weights()->Get(1);
+  Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(xpk::DType::i32));
+  EXPECT_EQ(LoadError(bad), "model.xpk: weight 1 'lm_head.weight': dtype i32 cannot be packed");
+
   bad = bytes;
   w = ManifestOf(bad)->weights()->Get(0);
   Poke<uint32_t>(FieldAddr(w, xpk::Weight::VT_SEGMENT), 1);

@@ -82,7 +82,25 @@ LogicalResult WeightOp::verify() {
     if (sources->empty())
       return emitOpError() << "sources must not be empty";
   }
+  if (auto format = getFormat()) {
+    xrt::WeightFormat f;
+    if (!xrt::WeightFormatFromName(format->str(), &f))
+      return emitOpError() << "unknown weight format '" << *format << "'";
+    int block = xrt::WeightFormatBlockSize(f);
+    if (f != xrt::WeightFormat::kF32 &&
+        (type.getRank() != 2 || type.getDimSize(1) % block != 0))
+      return emitOpError() << "a " << *format
+                           << " weight must be [N, K] with K a multiple of "
+                           << block << ", got " << type;
+  }
   return success();
+}
+
+xrt::WeightFormat WeightOp::getWeightFormat() {
+  xrt::WeightFormat f = xrt::WeightFormat::kF32;
+  if (auto format = getFormat())
+    xrt::WeightFormatFromName(format->str(), &f);
+  return f;
 }
 
 //===----------------------------------------------------------------------===//

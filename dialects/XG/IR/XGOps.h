@@ -10,6 +10,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/XG/IR/XGDialect.h"
+#include "runtime/kernels/weight_format.h"
 
 #define GET_OP_CLASSES
 #include "dialects/XG/IR/XGOps.h.inc"

@@ -25,22 +25,29 @@ def XG_WeightOp : XG_Op<"weight", [Pure]> {
     name. After fusion a weight may stand for several source tensors concatenated
     along dimension 0 (`sources`), and after weight packing a linear weight carries
     the panel width of its packed layout (`pack_nr`); its type stays the logical
-    `[N, K]` shape.
+    `[N, K]` shape. `format` is how the artifact stores it (runtime/kernels/
+    weight_format.h: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"; absent means
+    f32). Formats other than f32 are for linear weights and embedding tables, which
+    read the packed layout; they hold exactly the f32 values the op computes with.
 
     ```mlir
     %w = xg.weight "model.layers.0.mlp.down_proj.weight" : tensor<64x176xf32>
     %f = xg.weight "qkv" {sources = ["q.weight", "k.weight", "v.weight"], pack_nr = 16 : i64}
            : tensor<128x64xf32>
+    %q = xg.weight "lm_head.weight" {format = "q8_0", pack_nr = 32 : i64} : tensor<512x64xf32>
     ```
   }];
   let arguments = (ins StrAttr:$name,
                        OptionalAttr<StrArrayAttr>:$sources,
-                       OptionalAttr<I64Attr>:$pack_nr);
+                       OptionalAttr<I64Attr>:$pack_nr,
+                       OptionalAttr<StrAttr>:$format);
   let results = (outs XG_F32Tensor:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
   let extraClassDeclaration = [{
     /// The source tensor names the weight stands for: `sources`, else its name.
     ::llvm::SmallVector<::llvm::StringRef> getSourceNames();
+    /// The storage format: `format`, else f32 (verified to be a known name).
+    ::xrt::WeightFormat getWeightFormat();
   }];
   let hasVerifier = 1;
 }

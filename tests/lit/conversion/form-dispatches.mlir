@@ -55,9 +55,45 @@ func.func @step(%ids: tensor<4xi32>, %pos: tensor<4xi32>) -> tensor<4x32xf32> at
 
 // -----
 
-func.func @packed_into_generated(%ids: tensor<4xi32>) -> tensor<4x32xf32> attributes {xg.entry} {
+// An embedding table in the packed layout (tied to the lm_head) reaches the
+// lookup as flat bytes; only the table may be packed.
+// CHECK-LABEL: func.func @packed_table
+// CHECK: xg.embedding {{.*}}xg.dispatch = @embedding_0
+// CHECK-LABEL: func.func @embedding_0(
+// CHECK-SAME: %[[T:.*]]: memref<8192xi8>, %{{.*}}: memref<4xi32>
+// CHECK: memref.view %[[T]][%{{.*}}][] : memref<8192xi8> to memref<2048xf32>
+// CHECK: arith.divui
+// CHECK: arith.remui
+func.func @packed_table(%ids: tensor<4xi32>) -> tensor<4x32xf32> attributes {xg.entry} {
   %t = xg.weight "embed" {pack_nr = 16 : i64} : tensor<64x32xf32>
-  // expected-error @+1 {{generated code cannot read the packed weight 'embed'}}
   %x = xg.embedding %t, %ids : tensor<64x32xf32>, tensor<4xi32> -> tensor<4x32xf32>
   return %x : tensor<4x32xf32>
+}
+
+// -----
+
+// A q4_1 table: 2 panels of 32 columns, one group each (128 bytes of f16
+// scales and mins + 32 k-rows of 16 bytes) = 2 * 640 bytes. Each value is
+// fma(scale, nibble, min); columns 16..31 of a panel use the high nibbles.
+// CHECK-LABEL: func.func @embedding_0(
+// CHECK-SAME: %[[T:.*]]: memref<1280xi8>
+// CHECK: memref.view %[[T]][%{{.*}}][] : memref<1280xi8> to memref<640xi16>
+// CHECK: arith.bitcast %{{.*}} : i16 to f16
+// CHECK: arith.extf
+// CHECK: arith.shrui %{{.*}} : i8
+// CHECK: arith.uitofp %{{.*}} : i8 to f32
+// CHECK: math.fma
+func.func @q4_1_table(%ids: tensor<4xi32>) -> tensor<4x32xf32> attributes {xg.entry} {
+  %t = xg.weight "embed" {format = "q4_1", pack_nr = 32 : i64} : tensor<64x32xf32>
+  %x = xg.embedding %t, %ids : tensor<64x32xf32>, tensor<4xi32> -> tensor<4x32xf32>
+  return %x : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @packed_into_generated(%x: tensor<4x32xf32>) -> tensor<4x32xf32> attributes {xg.entry} {
+  %w = xg.weight "norm" {pack_nr = 16 : i64} : tensor<4x32xf32>
+  // expected-error @+1 {{generated code cannot read the packed weight 'norm'}}
+  %y = xg.add %x, %w : tensor<4x32xf32>, tensor<4x32xf32> -> tensor<4x32xf32>
+  return %y : tensor<4x32xf32>
 }

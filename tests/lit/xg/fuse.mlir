@@ -62,3 +62,21 @@ func.func @negative(%x: tensor<16x64xf32>, %h: tensor<16x64xf32>) -> (tensor<16x
   %r = xg.add %x, %y : tensor<16x64xf32>, tensor<16x64xf32> -> tensor<16x64xf32>
   return %r, %y, %y2 : tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xf32>
 }
+
+// Siblings fuse only with weights of their own storage format: q and k
+// (q4_1) fuse, v (q8_0) stays a linear of its own.
+// CHECK-LABEL: func.func @mixed_formats
+// CHECK: %[[W:.*]] = xg.concat %{{.*}}, %{{.*}} {axis = 0 : i64} : tensor<64x64xf32>, tensor<32x64xf32> -> tensor<96x64xf32>
+// CHECK: xg.linear %arg0, %[[W]]
+// CHECK: xg.split
+// CHECK: %[[V:.*]] = xg.weight "v" {format = "q8_0"}
+// CHECK: xg.linear %arg0, %[[V]]
+func.func @mixed_formats(%h: tensor<16x64xf32>) -> (tensor<16x64xf32>, tensor<16x32xf32>, tensor<16x32xf32>) {
+  %wq = xg.weight "q" {format = "q4_1"} : tensor<64x64xf32>
+  %q = xg.linear %h, %wq : tensor<16x64xf32>, tensor<64x64xf32> -> tensor<16x64xf32>
+  %wk = xg.weight "k" {format = "q4_1"} : tensor<32x64xf32>
+  %k = xg.linear %h, %wk : tensor<16x64xf32>, tensor<32x64xf32> -> tensor<16x32xf32>
+  %wv = xg.weight "v" {format = "q8_0"} : tensor<32x64xf32>
+  %v = xg.linear %h, %wv : tensor<16x64xf32>, tensor<32x64xf32> -> tensor<16x32xf32>
+  return %q, %k, %v : tensor<16x64xf32>, tensor<16x32xf32>, tensor<16x32xf32>
+}

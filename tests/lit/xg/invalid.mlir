@@ -303,3 +303,19 @@ func.func @unknown_attr(%x: tensor<4x8xf32>) {
   %y = xg.add %x, %x {xg.bufers = []} : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   return
 }
+
+// -----
+
+func.func @weight_unknown_format() {
+  // expected-error @+1 {{unknown weight format 'q3_x'}}
+  %w = xg.weight "w" {format = "q3_x"} : tensor<4x32xf32>
+  return
+}
+
+// -----
+
+func.func @weight_format_block() {
+  // expected-error @+1 {{a q4_0 weight must be [N, K] with K a multiple of 32, got 'tensor<4x48xf32>'}}
+  %w = xg.weight "w" {format = "q4_0"} : tensor<4x48xf32>
+  return
+}

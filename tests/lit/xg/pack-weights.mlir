@@ -15,16 +15,39 @@ func.func @concat(%h: tensor<16x64xf32>) -> tensor<16x128xf32> {
   return %y : tensor<16x128xf32>
 }
 
-// A tied embedding: the table stays row-major for the gather, and the lm_head
-// linear reads a packed copy.
+// A tied embedding: the table is packed once; the lookup reads the packed
+// layout too.
 // CHECK-LABEL: func.func @tied
-// CHECK: %[[T:.*]] = xg.weight "embed" : tensor<512x64xf32>
+// CHECK: %[[T:.*]] = xg.weight "embed" {pack_nr = 16 : i64} : tensor<512x64xf32>
 // CHECK: xg.embedding %[[T]]
-// CHECK: %[[P:.*]] = xg.weight "embed" {pack_nr = 16 : i64} : tensor<512x64xf32>
-// CHECK: xg.linear %{{.*}}, %[[P]]
+// CHECK: xg.linear %{{.*}}, %[[T]]
+// CHECK-NOT: xg.weight
 func.func @tied(%ids: tensor<16xi32>) -> tensor<16x512xf32> {
   %t = xg.weight "embed" : tensor<512x64xf32>
   %x = xg.embedding %t, %ids : tensor<512x64xf32>, tensor<16xi32> -> tensor<16x64xf32>
   %y = xg.linear %x, %t : tensor<16x64xf32>, tensor<512x64xf32> -> tensor<16x512xf32>
   return %y : tensor<16x512xf32>
+}
+
+// An f32 table no linear reads stays row-major.
+// CHECK-LABEL: func.func @untied_f32
+// CHECK: xg.weight "embed" : tensor<512x64xf32>
+func.func @untied_f32(%ids: tensor<16xi32>) -> tensor<16x64xf32> {
+  %t = xg.weight "embed" : tensor<512x64xf32>
+  %x = xg.embedding %t, %ids : tensor<512x64xf32>, tensor<16xi32> -> tensor<16x64xf32>
+  return %x : tensor<16x64xf32>
+}
+
+// A weight also read by another op keeps its row-major copy; the linear gets
+// a packed one.
+// CHECK-LABEL: func.func @shared
+// CHECK: %[[R:.*]] = xg.weight "w" : tensor<16x64xf32>
+// CHECK: %[[P:.*]] = xg.weight "w" {pack_nr = 16 : i64} : tensor<16x64xf32>
+// CHECK: xg.linear %arg0, %[[P]]
+// CHECK: xg.add %{{.*}}, %[[R]]
+func.func @shared(%h: tensor<16x64xf32>) -> tensor<16x64xf32> {
+  %w = xg.weight "w" : tensor<16x64xf32>
+  %y = xg.linear %h, %w : tensor<16x64xf32>, tensor<16x64xf32> -> tensor<16x16xf32>
+  %z = xg.add %h, %w : tensor<16x64xf32>, tensor<16x64xf32> -> tensor<16x64xf32>
+  return %z : tensor<16x64xf32>
 }

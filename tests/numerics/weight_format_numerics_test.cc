@@ -1,0 +1,169 @@
+// Low-precision weights end to end: an artifact compiled with --weight-dtype X
+// must compute exactly what the f32 artifact of the same model computes once
+// every weight X stores is replaced by the values X represents.
+//
+// For each format, the fixture llama_tied (tied embeddings: the lookup and the
+// lm_head read one packed table; fused q/k/v and gate/up) is compiled twice:
+//   quantized  the fixture itself, --weight-dtype X;
+//   rounded    a copy whose linear weights and embedding table went through
+//              X and back (xrt::PackWeightsFrom, then DequantizePackedRow),
+//              --weight-dtype f32.
+// The prompt logits and greedy continuations of the reference prompts must be
+// bit-identical: the quantized kernels (prefill GEMM and decode GEMV paths),
+// the packed embedding lookup and the packing agree with f32 on the same
+// values. (Agreement with HF transformers on real quantized weights is
+// smollm2_test's; the quantization itself against ggml's is
+// runtime/kernels/weight_format_test's.)
+#include <cstring>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "compiler/compile.h"
+#include "compiler/frontend/model_source.h"
+#include "compiler/frontend/test_util.h"
+#include "runtime/executor/model_runner.h"
+#include "runtime/kernels/weight_format.h"
+#include "runtime/loader/artifact.h"
+#include "schemas/artifact_generated.h"
+#include "tests/numerics/fixture_io.h"
+#include "tests/numerics/greedy.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kFixture = fs::path(XCC_SOURCE_DIR) / "tests/fixtures/models/llama_tied";
+
+// The tensors --weight-dtype applies to: linear weights and the embedding table.
+bool IsFormatted(const xcc::SourceTensor& t) {
+  auto ends = [&](const std::string& s) {
+    return t.name.size() >= s.size() && t.name.compare(t.name.size() - s.size(), s.size(), s) == 0;
+  };
+  return t.shape.size() == 2 &&
+         (ends("proj.weight") || ends("embed_tokens.weight") || ends("lm_head.weight"));
+}
+
+// Writes a copy of the fixture whose formatted tensors hold the values `format`
+// represents, as one f32 safetensors file.
+void WriteRoundedCopy(xrt::WeightFormat format, const fs::path& out) {
+  fs::create_directories(out);
+  for (const char* f :
+       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(kFixture / f, out / f, fs::copy_options::overwrite_existing);
+  auto source = xcc::ModelSource::Open(kFixture.string());
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  xcc::testing::SafetensorsWriter st;
+  int rounded = 0;
+  for (const std::string& name : (*source)->tensor_names()) {
+    auto t = (*source)->tensor(name);
+    ASSERT_TRUE(t.ok());
+    auto values = (*source)->ReadF32(name);
+    ASSERT_TRUE(values.ok());
+    if (IsFormatted(**t)) {
+      const int64_t n = (*t)->shape[0], k = (*t)->shape[1];
+      ASSERT_EQ(k % xrt::WeightFormatBlockSize(format), 0) << name;
+      std::vector<uint8_t> packed(xrt::PackedWeightBytes(format, n, k));
+      xrt::PackWeightsFrom(format, values->data(), n, k, packed.data());
+      for (int64_t r = 0; r < n; ++r)
+        xrt::DequantizePackedRow(format, packed.data(), n, k, r, values->data() + r * k);
+      ++rounded;
+    }
+    st.AddF32(name, (*t)->shape, *values);
+  }
+  EXPECT_GT(rounded, 0);
+  xcc::testing::WriteFile((out / "model.safetensors").string(), st.Build());
+}
+
+std::string CompileWith(const std::string& model, const std::string& weight_dtype,
+                        const fs::path& out) {
+  xcc::CompileOptions o;
+  o.model_path = model;
+  o.output_path = out.string();
+  o.weight_dtype = weight_dtype;
+  o.quiet = true;
+  o.limits.max_num_seqs = 4;
+  o.limits.max_model_len = 256;
+  o.limits.max_num_batched_tokens = 64;
+  o.token_buckets = {16, 64};
+  auto s = xcc::Compile(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return out.string();
+}
+
+struct PromptRuns {
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<int32_t>> tokens;
+};
+
+PromptRuns RunPrompts(const std::string& artifact, const json& prompts) {
+  PromptRuns run;
+  xrt::ModelRunnerParams rp;
+  rp.artifact_path = artifact;
+  rp.num_threads = 2;
+  auto runner = xrt::ModelRunner::Create(rp);
+  EXPECT_TRUE(runner.ok()) << runner.status().ToString();
+  if (!runner.ok()) return run;
+  xrt::EngineCoreParams cp = (*runner)->engine_core_params();
+  cp.enable_prefix_caching = false;
+  auto core = xrt::EngineCore::Create(cp);
+  EXPECT_TRUE(core.ok()) << core.status().ToString();
+  if (!core.ok()) return run;
+  for (const json& p : prompts) {
+    auto r = xcc::testing::Greedy(**core, p["ids"].get<std::vector<int32_t>>(), 16);
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    run.logits.push_back(r.prompt_logits);
+    run.tokens.push_back(r.tokens);
+  }
+  return run;
+}
+
+class WeightFormatNumerics : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WeightFormatNumerics, BitIdenticalToF32OnTheRoundedWeights) {
+  const std::string name = GetParam();
+  xrt::WeightFormat format;
+  ASSERT_TRUE(xrt::WeightFormatFromName(name, &format));
+  const fs::path dir = fs::temp_directory_path() / ("xcc_weight_format_" + name);
+  fs::create_directories(dir);
+  WriteRoundedCopy(format, dir / "rounded_model");
+  const std::string quantized = CompileWith(kFixture.string(), name, dir / "quantized.xpk");
+  const std::string rounded =
+      CompileWith((dir / "rounded_model").string(), "f32", dir / "rounded.xpk");
+
+  // The quantized artifact stores its linear weights and the (tied) table in
+  // the format, once; the rounded one in f32.
+  auto a = xrt::Artifact::Open(quantized);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  int in_format = 0, tables = 0;
+  for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
+    auto weight = (*a)->weight(i);
+    ASSERT_TRUE(weight.ok());
+    const xpk::Weight* w = *weight;
+    if (w->dtype() == static_cast<xpk::DType>(format)) ++in_format;
+    if (w->name()->str().find("embed_tokens") != std::string::npos) ++tables;
+  }
+  EXPECT_GE(in_format, 5) << "q/k/v, o, gate/up and down of each layer and the table";
+  EXPECT_EQ(tables, 1) << "a tied table is stored once";
+
+  const json prompts = xcc::testing::ReadJson(kFixture / "reference.json")["prompts"];
+  PromptRuns q = RunPrompts(quantized, prompts);
+  PromptRuns r = RunPrompts(rounded, prompts);
+  ASSERT_EQ(q.logits.size(), prompts.size());
+  ASSERT_EQ(r.logits.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(prompts[i]["name"].get<std::string>());
+    ASSERT_EQ(q.logits[i].size(), r.logits[i].size());
+    EXPECT_EQ(std::memcmp(q.logits[i].data(), r.logits[i].data(), q.logits[i].size() * 4), 0)
+        << "prompt logits differ";
+    EXPECT_EQ(q.tokens[i], r.tokens[i]) << "greedy continuation differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, WeightFormatNumerics,
+                         ::testing::Values("f16", "bf16", "q8_0", "q4_0", "q4_1"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
