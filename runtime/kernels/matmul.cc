@@ -624,47 +624,32 @@ const IsaKernels& KernelsFor(CpuIsa isa) {
 // (64-byte aligned).
 using DequantFn = void (*)(const uint8_t* panel, int64_t k0, int64_t rows, float* out);
 
-DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
+template <WeightFormat F>
+void DequantRowsPortable(const uint8_t* panel, int64_t k0, int64_t rows, float* out) {
+  DequantizePanelRows(F, panel, k0, rows, out);
+}
+
+template <WeightFormat F>
+DequantFn DequantForFormat(CpuIsa isa) {
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) {
-    switch (f) {
-      case WeightFormat::kF16:
-        return &DequantRowsAvx512<WeightFormat::kF16>;
-      case WeightFormat::kBF16:
-        return &DequantRowsAvx512<WeightFormat::kBF16>;
-      case WeightFormat::kQ8_0:
-        return &DequantRowsAvx512<WeightFormat::kQ8_0>;
-      case WeightFormat::kQ4_0:
-        return &DequantRowsAvx512<WeightFormat::kQ4_0>;
-      case WeightFormat::kQ4_1:
-        return &DequantRowsAvx512<WeightFormat::kQ4_1>;
-      case WeightFormat::kF32:
-        break;
-    }
-  }
+  if (isa == CpuIsa::kAvx512) return &DequantRowsAvx512<F>;
 #endif
   (void)isa;
+  return &DequantRowsPortable<F>;
+}
+
+DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
   switch (f) {
     case WeightFormat::kF16:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kF16, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kF16>(isa);
     case WeightFormat::kBF16:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kBF16, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kBF16>(isa);
     case WeightFormat::kQ8_0:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kQ8_0, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kQ8_0>(isa);
     case WeightFormat::kQ4_0:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kQ4_0, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kQ4_0>(isa);
     case WeightFormat::kQ4_1:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kQ4_1, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kQ4_1>(isa);
     case WeightFormat::kF32:
       break;
   }
