@@ -68,6 +68,20 @@ struct TileArgs {
 };
 using TileFn = void (*)(const TileArgs&);
 
+// Runs work units [0, units) on `pool` (or the caller): a few contiguous
+// chunks per thread, so a thread that gets descheduled (the machine is
+// shared) does not hold up the region.
+template <typename Fn>
+void RunUnits(int64_t units, ThreadPool* pool, const Fn& run_units) {
+  const int threads = pool ? pool->num_threads() : 1;
+  if (threads <= 1 || units == 1) {
+    run_units(int64_t{0}, units);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
+  pool->ParallelForGrain(units, grain, run_units);
+}
+
 // ---------------------------------------------------------------- scalar --
 
 constexpr int kScalarMR = 4;
@@ -551,13 +565,7 @@ void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
       GemvKernel(args.w_format, rows, count)(g);
     }
   };
-  const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || units == 1) {
-    run_units(0, units);
-    return;
-  }
-  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
-  pool->ParallelForGrain(units, grain, run_units);
+  RunUnits(units, pool, run_units);
 }
 
 #endif  // __x86_64__
@@ -841,15 +849,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
     }
   };
 
-  const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || units == 1) {
-    run_units(0, units);
-    return;
-  }
-  // A few chunks per thread so a thread that gets descheduled (the machine
-  // is shared) does not hold up the region; chunks stay contiguous in units.
-  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
-  pool->ParallelForGrain(units, grain, run_units);
+  RunUnits(units, pool, run_units);
 }
 
 void Matmul(const MatmulArgs& args, ThreadPool* pool) { MatmulWithIsa(args, pool, BestCpuIsa()); }
