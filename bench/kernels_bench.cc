@@ -72,16 +72,19 @@ struct Weights {
   int64_t copies = 1;
 };
 
-Weights MakeWeights(int64_t floats, int64_t cold_bytes, bool pack, int64_t n, int64_t k) {
+// W [n][k] random, as stored in the model or (pack) packed in `format`.
+Weights MakeWeights(int64_t n, int64_t k, int64_t cold_bytes, bool pack,
+                    WeightFormat format = WeightFormat::kF32) {
+  const int64_t bytes = pack ? PackedWeightBytes(format, n, k) : n * k * 4;
   Weights w;
-  w.floats_per_copy = (floats + 1023) / 1024 * 1024;  // keep copies 4 KiB aligned
+  w.floats_per_copy = ((bytes + 3) / 4 + 1023) / 1024 * 1024;  // keep copies 4 KiB aligned
   w.copies = std::max<int64_t>(1, cold_bytes / (w.floats_per_copy * 4));
   w.data = Allocate(w.floats_per_copy * w.copies);
   std::vector<float> raw(n * k);
   FillRandom(raw.data(), n * k, 7);
   float* first = w.data.get();
   if (pack) {
-    PackWeights(raw.data(), n, k, first);
+    PackWeightsFrom(format, raw.data(), n, k, first);
   } else {
     std::memcpy(first, raw.data(), raw.size() * 4);
   }
@@ -112,12 +115,12 @@ void TimeRotating(benchmark::State& state, const Weights& w, const Call& call) {
   }
 }
 
-// xrt Matmul of A [m][k] with a packed [n][k] weight (cold copies of
-// `cold_bytes` in all), with a bias or accumulating into C.
+// xrt Matmul of A [m][k] with a packed [n][k] weight in `format` (cold
+// copies of `cold_bytes` in all), with a bias or accumulating into C.
 void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads,
-                  int64_t cold_bytes, bool bias, bool accumulate) {
-  const int64_t packed_floats = PackedWeightFloats(n, k);
-  Weights w = MakeWeights(packed_floats, cold_bytes, /*pack=*/true, n, k);
+                  int64_t cold_bytes, bool bias, bool accumulate,
+                  WeightFormat format = WeightFormat::kF32) {
+  Weights w = MakeWeights(n, k, cold_bytes, /*pack=*/true, format);
   Buffer a = Allocate(m * k), c = Allocate(m * n);
   FillRandom(a.get(), m * k, 1);
   FillRandom(c.get(), m * n, 2);
@@ -126,6 +129,7 @@ void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int 
   MatmulArgs args;
   args.a = a.get();
   args.lda = k;
+  args.w_format = format;
   args.bias = bias ? bias_values.data() : nullptr;
   args.c = c.get();
   args.ldc = n;
@@ -137,8 +141,10 @@ void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int 
     args.packed_w = packed_w;
     Matmul(args, pool);
   });
-  SetCounters(state, m, n, k, packed_floats * 4);
-  state.SetLabel(CpuIsaName(BestCpuIsa()));
+  SetCounters(state, m, n, k, PackedWeightBytes(format, n, k));
+  std::string label = CpuIsaName(BestCpuIsa());
+  if (format != WeightFormat::kF32) label = label + " " + WeightFormatName(format);
+  state.SetLabel(label);
 }
 
 // Args: M, N, K, threads.
@@ -153,7 +159,7 @@ void BM_XrtMatmul(benchmark::State& state) {
 void BM_OpenBlasSgemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int threads = static_cast<int>(state.range(3));
-  Weights w = MakeWeights(n * k, m <= 16 ? kColdBytes : 0, /*pack=*/false, n, k);
+  Weights w = MakeWeights(n, k, m <= 16 ? kColdBytes : 0, /*pack=*/false);
   Buffer a = Allocate(m * k), c = Allocate(m * n);
   FillRandom(a.get(), m * k, 1);
   openblas_set_num_threads(threads);
@@ -175,42 +181,10 @@ void BM_OpenBlasSgemm(benchmark::State& state) {
 // threads. GBps counts the packed bytes: the fraction of the DRAM read
 // bandwidth a decode GEMV reaches.
 void BM_XrtMatmulFormat(benchmark::State& state) {
-  const auto format = static_cast<WeightFormat>(state.range(0));
-  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
-  const int threads = static_cast<int>(state.range(4));
-  const int64_t bytes = PackedWeightBytes(format, n, k);
-  Weights w;
-  w.floats_per_copy = ((bytes + 3) / 4 + 1023) / 1024 * 1024;
-  w.copies = m <= 16 ? std::max<int64_t>(1, kColdBytes / (w.floats_per_copy * 4)) : 1;
-  w.data = Allocate(w.floats_per_copy * w.copies);
-  {
-    std::vector<float> raw(n * k);
-    FillRandom(raw.data(), n * k, 7);
-    PackWeightsFrom(format, raw.data(), n, k, w.data.get());
-  }
-  for (int64_t c = 1; c < w.copies; ++c) {
-    std::memcpy(w.data.get() + c * w.floats_per_copy, w.data.get(), w.floats_per_copy * 4);
-  }
-  Buffer a = Allocate(m * k), c = Allocate(m * n);
-  FillRandom(a.get(), m * k, 1);
-  std::vector<float> bias_values(n, 0.25f);
-  ThreadPool* pool = Pool(threads);
-  MatmulArgs args;
-  args.a = a.get();
-  args.lda = k;
-  args.w_format = format;
-  args.bias = bias_values.data();
-  args.c = c.get();
-  args.ldc = n;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  TimeRotating(state, w, [&](const float* packed_w) {
-    args.packed_w = packed_w;
-    Matmul(args, pool);
-  });
-  SetCounters(state, m, n, k, bytes);
-  state.SetLabel(std::string(CpuIsaName(BestCpuIsa())) + " " + WeightFormatName(format));
+  const int64_t m = state.range(1);
+  RunXrtMatmul(state, m, state.range(2), state.range(3), static_cast<int>(state.range(4)),
+               m <= 16 ? kColdBytes : 0, /*bias=*/true, /*accumulate=*/false,
+               static_cast<WeightFormat>(state.range(0)));
 }
 
 // SmolLM2-135M's linear shapes: q/o projections, MLP up/gate, MLP down and
@@ -292,8 +266,8 @@ LoraBench MakeLoraBench(benchmark::State& state) {
               Pool(static_cast<int>(state.range(4))),
               Weights(),
               {}};
-  b.w = MakeWeights(kLoraSlots * b.rank * b.width, b.m <= 16 ? kLoraColdBytes : 0,
-                    /*pack=*/false, kLoraSlots * b.rank, b.width);
+  b.w = MakeWeights(kLoraSlots * b.rank, b.width, b.m <= 16 ? kLoraColdBytes : 0,
+                    /*pack=*/false);
   b.row_slots.assign(b.m, 0);
   for (int64_t i = 0; i < b.m && b.slots > 0; ++i) {
     b.row_slots[i] = static_cast<int32_t>(i % b.slots);

@@ -68,6 +68,20 @@ struct TileArgs {
 };
 using TileFn = void (*)(const TileArgs&);
 
+// Runs work units [0, units) on `pool` (or the caller): a few contiguous
+// chunks per thread, so a thread that gets descheduled (the machine is
+// shared) does not hold up the region.
+template <typename Fn>
+void RunUnits(int64_t units, ThreadPool* pool, const Fn& run_units) {
+  const int threads = pool ? pool->num_threads() : 1;
+  if (threads <= 1 || units == 1) {
+    run_units(int64_t{0}, units);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
+  pool->ParallelForGrain(units, grain, run_units);
+}
+
 // ---------------------------------------------------------------- scalar --
 
 constexpr int kScalarMR = 4;
@@ -551,13 +565,7 @@ void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
       GemvKernel(args.w_format, rows, count)(g);
     }
   };
-  const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || units == 1) {
-    run_units(0, units);
-    return;
-  }
-  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
-  pool->ParallelForGrain(units, grain, run_units);
+  RunUnits(units, pool, run_units);
 }
 
 #endif  // __x86_64__
@@ -624,47 +632,32 @@ const IsaKernels& KernelsFor(CpuIsa isa) {
 // (64-byte aligned).
 using DequantFn = void (*)(const uint8_t* panel, int64_t k0, int64_t rows, float* out);
 
-DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
+template <WeightFormat F>
+void DequantRowsPortable(const uint8_t* panel, int64_t k0, int64_t rows, float* out) {
+  DequantizePanelRows(F, panel, k0, rows, out);
+}
+
+template <WeightFormat F>
+DequantFn DequantForFormat(CpuIsa isa) {
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) {
-    switch (f) {
-      case WeightFormat::kF16:
-        return &DequantRowsAvx512<WeightFormat::kF16>;
-      case WeightFormat::kBF16:
-        return &DequantRowsAvx512<WeightFormat::kBF16>;
-      case WeightFormat::kQ8_0:
-        return &DequantRowsAvx512<WeightFormat::kQ8_0>;
-      case WeightFormat::kQ4_0:
-        return &DequantRowsAvx512<WeightFormat::kQ4_0>;
-      case WeightFormat::kQ4_1:
-        return &DequantRowsAvx512<WeightFormat::kQ4_1>;
-      case WeightFormat::kF32:
-        break;
-    }
-  }
+  if (isa == CpuIsa::kAvx512) return &DequantRowsAvx512<F>;
 #endif
   (void)isa;
+  return &DequantRowsPortable<F>;
+}
+
+DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
   switch (f) {
     case WeightFormat::kF16:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kF16, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kF16>(isa);
     case WeightFormat::kBF16:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kBF16, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kBF16>(isa);
     case WeightFormat::kQ8_0:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kQ8_0, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kQ8_0>(isa);
     case WeightFormat::kQ4_0:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kQ4_0, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kQ4_0>(isa);
     case WeightFormat::kQ4_1:
-      return [](const uint8_t* p, int64_t k0, int64_t r, float* o) {
-        DequantizePanelRows(WeightFormat::kQ4_1, p, k0, r, o);
-      };
+      return DequantForFormat<WeightFormat::kQ4_1>(isa);
     case WeightFormat::kF32:
       break;
   }
@@ -856,15 +849,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
     }
   };
 
-  const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || units == 1) {
-    run_units(0, units);
-    return;
-  }
-  // A few chunks per thread so a thread that gets descheduled (the machine
-  // is shared) does not hold up the region; chunks stay contiguous in units.
-  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
-  pool->ParallelForGrain(units, grain, run_units);
+  RunUnits(units, pool, run_units);
 }
 
 void Matmul(const MatmulArgs& args, ThreadPool* pool) { MatmulWithIsa(args, pool, BestCpuIsa()); }
