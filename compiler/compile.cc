@@ -77,6 +77,7 @@ struct CommandDesc {
   std::vector<int64_t> iparams;
   std::vector<float> fparams;
   std::string label;
+  bool dynamic_rows = false;  // Command.dynamic_rows
 };
 
 struct ExecutableDesc {
@@ -417,6 +418,24 @@ class Emitter {
     return c;
   }
 
+  // Whether `op`'s command is row-wise over the bucket of an lm_step (tokens) or
+  // lm_logits (requests) executable: every generated dispatch computes row r of
+  // its result from row r of its row inputs, and so do the matmul and LoRA
+  // ukernels; in those two executables every op whose result has the bucket's
+  // row count is on the bucket's rows (per-request metadata are inputs, not
+  // ops). Attention keeps its full size: it finds the real tokens itself.
+  static bool RowsFollowBucket(Operation& op, const CommandDesc& c, int64_t bucket,
+                               xpk::ExecutableKind kind) {
+    if (kind != xpk::ExecutableKind::lm_step && kind != xpk::ExecutableKind::lm_logits)
+      return false;
+    if (c.kind == xpk::CommandKind::ukernel && c.ukernel != xpk::Ukernel::matmul &&
+        c.ukernel != xpk::Ukernel::lora_shrink && c.ukernel != xpk::Ukernel::lora_expand)
+      return false;
+    if (op.getNumResults() == 0) return false;
+    auto t = dyn_cast<RankedTensorType>(op.getResult(0).getType());
+    return t && t.getRank() >= 1 && t.getDimSize(0) == bucket;
+  }
+
   Expected<ExecutableDesc> EmitExecutable(func::FuncOp fn) {
     ExecutableDesc e;
     auto bucket = fn->getAttrOfType<IntegerAttr>(xg::kBucketAttr);
@@ -489,6 +508,7 @@ class Emitter {
         return xrt::InternalError("op '{}' has no command", LabelOf(&op));
       }
       if (!c.ok()) return c.status();
+      c->dynamic_rows = RowsFollowBucket(op, *c, bucket.getInt(), e.kind);
       e.commands.push_back(std::move(*c));
     }
     return e;
@@ -984,10 +1004,11 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
       std::vector<flatbuffers::Offset<xpk::Command>> cmds;
       for (const CommandDesc& c : e.commands)
         // Empty vectors are left out: the manifest treats absent as empty.
-        cmds.push_back(xpk::CreateCommand(
-            fbb, c.kind, c.function, c.ukernel, c.workgroups, fbb.CreateVectorOfStructs(c.bindings),
-            c.iparams.empty() ? 0 : fbb.CreateVector(c.iparams),
-            c.fparams.empty() ? 0 : fbb.CreateVector(c.fparams), fbb.CreateString(c.label)));
+        cmds.push_back(xpk::CreateCommand(fbb, c.kind, c.function, c.ukernel, c.workgroups,
+                                          fbb.CreateVectorOfStructs(c.bindings),
+                                          c.iparams.empty() ? 0 : fbb.CreateVector(c.iparams),
+                                          c.fparams.empty() ? 0 : fbb.CreateVector(c.fparams),
+                                          fbb.CreateString(c.label), c.dynamic_rows));
       exes.push_back(xpk::CreateExecutable(fbb, fbb.CreateString(e.name), e.kind, e.num_tokens,
                                            e.num_reqs, e.num_images, e.lora_mode, inputs, outputs,
                                            e.io_size, e.arena_size, fbb.CreateVector(cmds)));

@@ -1,5 +1,6 @@
 #include "runtime/executor/executor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -212,16 +213,20 @@ Expected<uint8_t*> Executor::Tensor(const xpk::Executable& e, const std::string&
   return NotFoundError("executable '{}' has no tensor '{}'", e.name()->str(), name);
 }
 
-Status Executor::Run(const xpk::Executable& e) {
+Status Executor::Run(const xpk::Executable& e, int64_t active_rows) {
   auto it = prepared_.find(&e);
   if (it == prepared_.end()) return InvalidArgumentError("executable is not from this artifact");
   ThreadPool* pool = p_.pool;
   for (const Prepared::Command& pc : it->second->commands) {
     const xpk::Command* c = pc.fb;
+    // A row-wise command runs the step's real rows only (Command.dynamic_rows).
+    auto rows = [&](int64_t all) {
+      return c->dynamic_rows() && active_rows >= 0 ? std::min(all, active_rows) : all;
+    };
     if (c->kind() == xpk::CommandKind::dispatch) {
       DispatchFn fn = pc.fn;
       void* const* ptrs = pc.ptrs.data();
-      pool->ParallelFor(c->workgroups(),
+      pool->ParallelFor(rows(c->workgroups()),
                         [&](int64_t b, int64_t end) { fn(ptrs, nullptr, b, end); });
       continue;
     }
@@ -231,7 +236,7 @@ Status Executor::Run(const xpk::Executable& e) {
         using B = xpk::abi::MatmulBinding;
         const UkernelCall<xpk::Ukernel::matmul> call(*c, pc.ptrs);
         MatmulArgs args;
-        args.m = call[P::kM];
+        args.m = rows(call[P::kM]);
         args.n = call[P::kN];
         args.k = call[P::kK];
         args.lda = call[P::kLda];
@@ -317,7 +322,7 @@ Status Executor::Run(const xpk::Executable& e) {
         args.a_slots = call.Ptr<const float>(B::kA);
         args.slots = call.Ptr<const int32_t>(B::kSlots);
         args.buf = call.Ptr<float>(B::kBuf);
-        args.m = call[P::kM];
+        args.m = rows(call[P::kM]);
         args.k = call[P::kK];
         args.rank = call[P::kRank];
         args.num_slots = call[P::kNumSlots];
@@ -337,7 +342,7 @@ Status Executor::Run(const xpk::Executable& e) {
         args.bt_slots = call.Ptr<const float>(B::kBt);
         args.slots = call.Ptr<const int32_t>(B::kSlots);
         args.y = call.Ptr<float>(B::kY);
-        args.m = call[P::kM];
+        args.m = rows(call[P::kM]);
         args.n = call[P::kN];
         args.rank = call[P::kRank];
         args.num_slots = call[P::kNumSlots];

@@ -63,9 +63,13 @@ class Executor {
   // Address of input/output `name` of `e` in its io buffer, or NotFound.
   Expected<uint8_t*> Tensor(const xpk::Executable& e, const std::string& name);
 
-  // Runs `e`'s command list. Errors (e.g. a bad slot in the inputs) leave the
-  // outputs undefined but the executor usable.
-  Status Run(const xpk::Executable& e);
+  // Runs `e`'s command list. With `active_rows` >= 0, the commands marked
+  // dynamic_rows (row-wise over the bucket: schemas/artifact.fbs) run only
+  // their first `active_rows` rows: the step's real tokens (lm_step) or
+  // requests (lm_logits); their padding rows keep stale values, which nothing
+  // reads. Errors (e.g. a bad slot in the inputs) leave the outputs undefined
+  // but the executor usable.
+  Status Run(const xpk::Executable& e, int64_t active_rows = -1);
 
   uint64_t arena_bytes() const { return arena_size_; }
 

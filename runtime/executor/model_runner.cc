@@ -200,7 +200,8 @@ Expected<const float*> ModelRunner::Execute(const StepInputs& in) {
   XRT_RETURN_IF_ERROR(CopyInput(s, "query_start_loc", in.query_start_loc));
   XRT_RETURN_IF_ERROR(CopyInput(s, "embed_source", in.embed_source));
   XRT_RETURN_IF_ERROR(CopyInput(s, "lora_slot", in.lora_slot));
-  XRT_RETURN_IF_ERROR(executor_->Run(s));
+  // Row-wise commands run the real tokens only (the padding rows are never read).
+  XRT_RETURN_IF_ERROR(executor_->Run(s, in.num_tokens));
   if (in.num_logits == 0) return static_cast<const float*>(nullptr);
 
   auto lg = logits_by_bucket_.find(in.req_bucket);
@@ -212,7 +213,9 @@ Expected<const float*> ModelRunner::Execute(const StepInputs& in) {
   // Only the rows of this step's real tokens are read (logits_indices < num_tokens).
   std::memcpy(hiddenIn, hiddenOut, in.num_tokens * hidden_size_ * sizeof(float));
   XRT_RETURN_IF_ERROR(CopyInput(l, "logits_indices", in.logits_indices));
-  XRT_RETURN_IF_ERROR(executor_->Run(l));
+  // Rows past num_logits (padding requests) are not computed; the caller reads rows
+  // [0, num_logits) of the logits.
+  XRT_RETURN_IF_ERROR(executor_->Run(l, in.num_logits));
   XRT_ASSIGN_OR_RETURN(uint8_t* logits, executor_->Tensor(l, "logits"));
   return reinterpret_cast<const float*>(logits);
 }

@@ -497,6 +497,20 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
     default:
       return DataLossError("{}: unknown command kind {}", label, static_cast<int>(c->kind()));
   }
+  if (c->dynamic_rows()) {
+    // Row-wise over the bucket: a dispatch or a matmul / LoRA ukernel in lm_step or
+    // lm_logits. (Running fewer rows than compiled is always in bounds.)
+    const bool rowCommand =
+        c->kind() == xpk::CommandKind::dispatch || c->ukernel() == xpk::Ukernel::matmul ||
+        c->ukernel() == xpk::Ukernel::lora_shrink || c->ukernel() == xpk::Ukernel::lora_expand;
+    const bool rowKind =
+        e.kind() == xpk::ExecutableKind::lm_step || e.kind() == xpk::ExecutableKind::lm_logits;
+    if (!rowCommand || !rowKind)
+      return DataLossError(
+          "{}: dynamic_rows on a {} command of a {} executable", label,
+          c->kind() == xpk::CommandKind::dispatch ? "dispatch" : xpk::EnumNameUkernel(c->ukernel()),
+          xpk::EnumNameExecutableKind(e.kind()));
+  }
   for (uint32_t bi = 0; bi < Count(c->bindings()); ++bi) {
     XRT_RETURN_IF_ERROR(
         ValidateBinding(m, e, c->bindings()->Get(bi), fmt::format("{} binding {}", label, bi)));

@@ -167,3 +167,35 @@ INSTANTIATE_TEST_SUITE_P(Formats, WeightFormatNumerics,
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
+
+namespace {
+
+// Row-wise commands are marked to run only the step's real rows
+// (Command.dynamic_rows): in lm_step every matmul and dispatch, not the
+// attention (it finds the real tokens itself); in lm_logits all of them. That
+// the real rows stay right with the padding rows skipped is what the numerics
+// tests check (decode steps run one real row in a 16-row bucket).
+TEST(DynamicRows, RowWiseCommandsOfTheBucketedExecutablesAreMarked) {
+  const fs::path dir = fs::temp_directory_path() / "xcc_dynamic_rows";
+  fs::create_directories(dir);
+  const std::string path = CompileWith(kFixture.string(), "auto", dir / "a.xpk");
+  auto a = xrt::Artifact::Open(path);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  int marked = 0, attention = 0;
+  for (const xpk::Executable* e : *(*a)->manifest().executables()) {
+    for (const xpk::Command* c : *e->commands()) {
+      SCOPED_TRACE(e->name()->str() + " " + c->label()->str());
+      if (c->kind() == xpk::CommandKind::ukernel && c->ukernel() == xpk::Ukernel::paged_attention) {
+        EXPECT_FALSE(c->dynamic_rows());
+        ++attention;
+        continue;
+      }
+      EXPECT_TRUE(c->dynamic_rows());
+      ++marked;
+    }
+  }
+  EXPECT_GT(marked, 10);
+  EXPECT_GT(attention, 0);
+}
+
+}  // namespace
