@@ -9,8 +9,11 @@ venv="$root/.cache/venv"
 [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
 "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
   openai pytest prometheus-client requests
+# The unit tests of the runtime and of the plain-C++ compiler libraries are built and run
+# once, in the sanitizer tree below (ASan + UBSan, clang); this tree builds everything else:
+# the compiler's tests, numerics, lit, end-to-end, real weights, benchmarks' smoke runs.
 bash "$root/scripts/build.sh" -DXCC_BUILD_TESTS=ON -DXCC_BUILD_BENCH=ON -DXCC_SMOLLM2_GGUF="$gguf" \
-  -DXCC_E2E_PYTHON="$venv/bin/python3"
+  -DXCC_E2E_PYTHON="$venv/bin/python3" -DXCC_SKIP_RUNTIME_UNIT_TESTS=ON
 # The sanitizer tree (README "Fuzzing and sanitizers"): clang with ASan + UBSan, runtime and
 # the plain-C++ compiler libraries only (no MLIR); it builds and runs just the unit tests
 # and the fuzz targets, each fuzzed for a bounded time. Its ctest runs first so the main
