@@ -3,7 +3,7 @@
 
   python3 bench/llamacpp_bench.py [--gguf FILE] [--threads 2] [--rounds 2]
                                   [--build build] [--xcc-args "--weight-dtype auto"]
-                                  [--cache ~/.cache/xcc-bench/llama.cpp-VERSION]
+                                  [--cache ~/.cache/xcc-bench/llama.cpp-VERSION] [--wait-idle S]
                                   [--json FILE]
 
 1. llama.cpp: `pip download --no-binary :all: --no-deps llama-cpp-python==VERSION` (the sdist
@@ -31,7 +31,8 @@ smallest bucket + lm_logits for one request, median) at --decode-context tokens 
 default 32: the mean context of llama-bench's 64 steps.
 
 Heavy work (the llama.cpp build, both benchmarks) inherits this process's niceness: run it
-under `nice -n 19` on a shared machine. Plain Python 3, standard library only.
+under `nice -n 19` on a shared machine, with --wait-idle S to wait (at most S s) for a quiet
+machine before each side's run. Plain Python 3, standard library only.
 """
 
 import argparse
@@ -78,6 +79,28 @@ def load_average():
         return list(os.getloadavg())
     except OSError:
         return None
+
+
+def cpu_times():
+    with open("/proc/stat", encoding="utf-8") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields[:8]), idle
+
+
+def wait_idle(max_seconds, window=2.0, idle_target=0.9):
+    """Waits until the machine was >= idle_target idle over `window` s, at most max_seconds.
+
+    Returns {"idle": fraction of the last window, "waited_s": seconds waited}."""
+    t0 = time.time()
+    while True:
+        total0, idle0 = cpu_times()
+        time.sleep(window)
+        total1, idle1 = cpu_times()
+        frac = (idle1 - idle0) / max(1, total1 - total0)
+        waited = time.time() - t0
+        if frac >= idle_target or waited >= max_seconds:
+            return {"idle": round(frac, 3), "waited_s": round(waited, 1)}
 
 
 def llama_bench_path(cache):
@@ -223,7 +246,7 @@ def source_commit(build):
         return None
     r = subprocess.run(["git", "-C", src, "describe", "--always", "--dirty", "--abbrev=12"],
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    return {"source": src, "commit": r.stdout.strip() or None}
+    return {"source": src, "commit_at_run_time": r.stdout.strip() or None}
 
 
 def main():
@@ -247,6 +270,9 @@ def main():
                     help="lm_step_bench --context for the decode step")
     ap.add_argument("--iters", type=int, default=10, help="lm_step_bench --iters")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "xcc_llamacpp_bench"))
+    ap.add_argument("--wait-idle", type=float, default=0, metavar="S",
+                    help="before each side's run, wait up to S s for the machine to be >= 90%% "
+                    "idle over 2 s (the idle fraction seen is in the JSON)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
 
@@ -279,7 +305,10 @@ def main():
         "versions": {"llama_cpp_python_sdist": version, "xrt_build": source_commit(args.build)},
         "llama_cpp": {"binary": llama_bench, "args": f"-t {args.threads} -p "
                       f"{','.join(map(str, PROMPTS))} -n {GEN} -r {args.llama_reps}"},
-        "xrt": {"xcc_compile_args": xcc_args, "compile_seconds": compile_s,
+        "xrt": {"binaries_modified": {os.path.basename(p): time.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(p)))
+                                      for p in (xcc, lm_step_bench)},
+                "xcc_compile_args": xcc_args, "compile_seconds": compile_s,
                 "decode_context": args.decode_context, "iters": args.iters},
         "llama_cpp_repack_disabled": bool(args.repack_off),
         "reason": "--repack-off given" if args.repack_off else "llama-bench's default ran",
@@ -288,6 +317,8 @@ def main():
     repack_off = args.repack_off
     for rnd in range(1, args.rounds + 1):
         entry = {"round": rnd, "load_average": load_average()}
+        if args.wait_idle > 0:
+            entry["llama_cpp_start_idle"] = wait_idle(args.wait_idle)
         rows, proc = run_llama_bench(llama_bench, gguf, args.threads, args.llama_reps, repack_off)
         if rows is None and not repack_off:
             reason = describe_crash(proc)
@@ -303,6 +334,8 @@ def main():
         result["versions"]["llama_cpp_build_commit"] = info.get("build_commit")
         result["versions"]["llama_cpp_build_number"] = info.get("build_number")
         result["llama_cpp"]["info"] = info
+        if args.wait_idle > 0:
+            entry["xrt_start_idle"] = wait_idle(args.wait_idle)
         entry["xrt"] = run_lm_step_bench(lm_step_bench, artifact, args.threads,
                                          args.decode_context, args.iters)
         entry["ratio_xrt_over_llama_cpp"] = ratios(entry["xrt"], entry["llama_cpp"])
