@@ -1,6 +1,5 @@
 #include "compiler/frontend/source_dtype.h"
 
-#include <cstring>
 #include <limits>
 
 namespace xcc {
@@ -132,37 +131,6 @@ Expected<int64_t> ShapeNumel(const std::vector<int64_t>& shape) {
     n *= d;
   }
   return n;
-}
-
-float HalfToFloat(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {  // inf / nan
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {  // normal
-    bits = sign | ((exp + (127 - 15)) << 23) | (mant << 13);
-  } else if (mant == 0) {  // signed zero
-    bits = sign;
-  } else {  // subnormal: normalize
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400u) == 0);
-    bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-float BFloat16ToFloat(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 }  // namespace xcc

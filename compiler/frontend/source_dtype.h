@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "compiler/frontend/model_source.h"
+#include "runtime/kernels/weight_format.h"
 
 namespace xcc {
 
@@ -26,8 +27,9 @@ Expected<size_t> DTypeNBytes(SourceDType t, int64_t numel);
 // negative dimension.
 Expected<int64_t> ShapeNumel(const std::vector<int64_t>& shape);
 
-// IEEE half / bfloat16 bit patterns to float.
-float HalfToFloat(uint16_t h);
-float BFloat16ToFloat(uint16_t h);
+// IEEE half / bfloat16 bit patterns to float: the runtime kernels' conversions
+// (one definition for the frontends and the packed weight formats).
+using xrt::BFloat16ToFloat;
+using xrt::HalfToFloat;
 
 }  // namespace xcc
