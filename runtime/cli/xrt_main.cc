@@ -6,7 +6,7 @@
 //           [--limit-mm-per-prompt N] [--media-fetch-timeout SECONDS]
 //           [--max-image-bytes BYTES] [--media-max-redirects N]
 //           [--lora-modules NAME=PATH ...] [--allow-runtime-lora-updating]
-//           [--max-loras N] [--max-lora-rank R]
+//           [--max-loras N] [--max-lora-rank R] [--server-dev-mode]
 //   xrt generate ARTIFACT --prompt TEXT [--image FILE]... [--chat] [--max-tokens N]
 //                [--lora NAME=PATH | NAME]
 //                [--temperature T] [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S]
@@ -414,6 +414,10 @@ int main(int argc, char** argv) {
   run->add_flag("--allow-runtime-lora-updating", run_sp.allow_runtime_lora_updating,
                 "Enable POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
                 "VLLM_ALLOW_RUNTIME_LORA_UPDATING)");
+  run->add_flag("--server-dev-mode", run_sp.server_dev_mode,
+                "Enable POST /pause[?mode=abort|keep], POST /resume and GET /is_paused (vLLM's "
+                "VLLM_SERVER_DEV_MODE): freeze or abort generation, e.g. around weight updates "
+                "or to make requests meet in one step in tests");
   run->add_flag("--check-recompilation", run_ep.check_recompilation,
                 "Strict mode: a step no compiled bucket holds fails its requests (counted in "
                 "/metrics, logged) instead of being split. Neither mode ever compiles");

@@ -20,6 +20,12 @@ namespace xrt {
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
 
+// What Pause does with the requests in flight (vLLM's POST /pause?mode=).
+enum class PauseMode {
+  kAbort,  // end each with finish_reason "abort" (vLLM's default)
+  kKeep,   // freeze each where it is, KV blocks kept; Resume goes on
+};
+
 class AsyncEngine {
  public:
   virtual ~AsyncEngine() = default;
@@ -33,6 +39,15 @@ class AsyncEngine {
   // Aborts a live request (its blocks are freed); a final output with
   // finish_reason "abort" is delivered. Unknown ids are ignored. Thread-safe.
   virtual void Abort(const std::string& request_id) = 0;
+
+  // Stops running steps (vLLM's pause_generation: weight updates, and tests
+  // that need requests to meet in one step). Returns once no step is running
+  // and, with kAbort, every request in flight has its final output. Requests
+  // submitted while paused are accepted and wait. Thread-safe.
+  virtual void Pause(PauseMode mode) = 0;
+  // Steps again: frozen and waiting requests go on. Thread-safe.
+  virtual void Resume() = 0;
+  virtual bool IsPaused() const = 0;
 
   // Stops accepting requests, aborts every live one, stops the loop.
   virtual void Shutdown() = 0;

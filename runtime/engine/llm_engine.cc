@@ -54,6 +54,26 @@ void LLMEngine::Abort(const std::string& request_id) {
   cv_.notify_one();
 }
 
+void LLMEngine::Pause(PauseMode mode) {
+  std::unique_lock<std::mutex> lock(mu_);
+  paused_ = true;
+  if (mode == PauseMode::kAbort) abort_all_ = true;
+  const int64_t ticket = ++pauses_;
+  cv_.notify_one();
+  pause_cv_.wait(lock, [&] { return pauses_seen_ >= ticket || loop_done_; });
+}
+
+void LLMEngine::Resume() {
+  std::lock_guard<std::mutex> lock(mu_);
+  paused_ = false;
+  cv_.notify_one();
+}
+
+bool LLMEngine::IsPaused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return paused_;
+}
+
 void LLMEngine::Shutdown() {
   std::lock_guard<std::mutex> lock(mu_);
   accepting_ = false;
@@ -119,15 +139,21 @@ void LLMEngine::Loop() {
   for (;;) {
     std::deque<std::pair<EngineRequest, OutputCallback>> incoming;
     std::vector<std::string> aborts;
-    bool stop = false;
+    bool stop = false, paused = false, abort_all = false;
+    int64_t pauses = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stop_ || !incoming_.empty() || !aborts_.empty() || core_->HasUnfinished();
+        return stop_ || !incoming_.empty() || !aborts_.empty() || pauses_seen_ < pauses_ ||
+               (!paused_ && core_->HasUnfinished());
       });
       incoming.swap(incoming_);
       aborts.swap(aborts_);
       stop = stop_;
+      paused = paused_;
+      abort_all = abort_all_;
+      abort_all_ = false;
+      pauses = pauses_;
     }
     for (auto& [req, cb] : incoming) {
       auto live = std::make_unique<Live>();
@@ -154,15 +180,21 @@ void LLMEngine::Loop() {
     }
     for (const std::string& name : aborts)
       if (std::optional<RequestOutput> out = core_->Abort(name)) Deliver(*out);
-    if (stop) {
+    if (stop || abort_all)
       for (const RequestOutput& out : core_->AbortAll()) Deliver(out);
-      return;
+    UpdateGauges();
+    {
+      // Carried out: a Pause returns (one Resume already undid is carried out too).
+      std::lock_guard<std::mutex> lock(mu_);
+      pauses_seen_ = pauses;
+      loop_done_ = stop;
+      pause_cv_.notify_all();
     }
-    if (core_->HasUnfinished()) {
-      EngineCoreOutputs step = core_->Step();
-      CountStep(step.stats);
-      for (const RequestOutput& out : step.outputs) Deliver(out);
-    }
+    if (stop) return;
+    if (paused || !core_->HasUnfinished()) continue;
+    EngineCoreOutputs step = core_->Step();
+    CountStep(step.stats);
+    for (const RequestOutput& out : step.outputs) Deliver(out);
     UpdateGauges();
   }
 }

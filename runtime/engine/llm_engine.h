@@ -36,6 +36,9 @@ class LLMEngine : public AsyncEngine {
   // Validates (EngineCore::Validate) and queues.
   Status Submit(EngineRequest request, OutputCallback callback) override;
   void Abort(const std::string& request_id) override;
+  void Pause(PauseMode mode) override;
+  void Resume() override;
+  bool IsPaused() const override;
   void Shutdown() override;
   std::string MetricsText() const override;
   int64_t max_model_len() const override { return limits().max_model_len; }
@@ -68,12 +71,18 @@ class LLMEngine : public AsyncEngine {
 
   std::unique_ptr<EngineCore> core_;  // driven by the engine thread only
 
-  mutable std::mutex mu_;  // guards the queues below and accepting_
+  mutable std::mutex mu_;  // guards the queues and flags below
   std::condition_variable cv_;
   std::deque<std::pair<EngineRequest, OutputCallback>> incoming_;
   std::vector<std::string> aborts_;
   bool accepting_ = true;
   bool stop_ = false;
+  bool paused_ = false;
+  bool abort_all_ = false;   // a Pause(kAbort) the loop has not carried out yet
+  int64_t pauses_ = 0;       // Pause calls so far
+  int64_t pauses_seen_ = 0;  // of which the loop has carried out
+  bool loop_done_ = false;
+  std::condition_variable pause_cv_;  // pauses_seen_ or loop_done_ moved
 
   // Engine-thread state.
   std::map<std::string, std::unique_ptr<Live>> live_;  // by request_id

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -91,6 +92,98 @@ TEST(LLMEngine, RejectsInvalidRequestsAtSubmit) {
   Status s = (*engine)->Submit(testing::SmallRequest("long", 60, 10), out.Callback());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("maximum context length is 64 tokens"));
+}
+
+// Pause(kKeep) freezes requests in flight and holds new ones: no step runs
+// until Resume, and then they all finish as if nothing happened. Pause(kAbort)
+// ends everything in flight; the engine then serves again after Resume.
+TEST(LLMEngine, PauseKeepFreezesAndResumeGoesOn) {
+  FakeExecutor ex(32, 5);
+  auto engine = LLMEngine::Create(testing::SmallCoreParams(&ex));
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  LLMEngine& e = **engine;
+  Outputs out;
+  // a's third token holds the engine thread until a Pause is under way, so a
+  // is frozen after exactly three tokens.
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t a_tokens = 0;
+  bool pausing = false;
+  OutputCallback collect = out.Callback();
+  OutputCallback a_callback = [&](const RequestOutput& o) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      a_tokens += static_cast<int64_t>(o.tokens.size());
+      cv.notify_all();
+      if (a_tokens == 3) cv.wait(lock, [&] { return pausing; });
+    }
+    collect(o);  // last: the test may end once a's final output is collected
+  };
+  ASSERT_TRUE(e.Submit(testing::SmallRequest("a", 3, 40), a_callback).ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return a_tokens == 3; }));
+  }
+  std::thread pauser([&] { e.Pause(PauseMode::kKeep); });
+  while (!e.IsPaused()) std::this_thread::yield();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    pausing = true;
+    cv.notify_all();
+  }
+  pauser.join();
+  const int64_t steps = e.num_steps();
+  ASSERT_TRUE(e.Submit(testing::SmallRequest("b", 4, 6), out.Callback()).ok());
+  ASSERT_TRUE(e.Submit(testing::SmallRequest("c", 5, 6), out.Callback()).ok());
+  e.Pause(PauseMode::kKeep);  // a second pause returns once the loop took b and c
+  EXPECT_THAT(e.MetricsText(), HasSubstr("xrt_num_requests_waiting 2"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(e.num_steps(), steps);
+  EXPECT_EQ(out.tokens("a"), 3);
+  EXPECT_EQ(out.tokens("b"), 0);
+  e.Resume();
+  EXPECT_FALSE(e.IsPaused());
+  ASSERT_TRUE(out.WaitFor(3));
+  EXPECT_EQ(out.reason("a"), "length");
+  EXPECT_EQ(out.tokens("a"), 40);
+  EXPECT_EQ(out.tokens("b"), 6);
+  EXPECT_EQ(out.tokens("c"), 6);
+}
+
+TEST(LLMEngine, PauseAbortEndsWhatIsInFlight) {
+  FakeExecutor ex(32, 5);
+  auto engine = LLMEngine::Create(testing::SmallCoreParams(&ex));
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  LLMEngine& e = **engine;
+  Outputs out;
+  e.Pause(PauseMode::kKeep);
+  ASSERT_TRUE(e.Submit(testing::SmallRequest("a", 3, 40), out.Callback()).ok());
+  ASSERT_TRUE(e.Submit(testing::SmallRequest("b", 3, 40), out.Callback()).ok());
+  e.Pause(PauseMode::kAbort);  // returns after both final outputs
+  EXPECT_EQ(out.reason("a"), "abort");
+  EXPECT_EQ(out.reason("b"), "abort");
+  EXPECT_EQ(e.num_steps(), 0);
+  EXPECT_THAT(e.MetricsText(),
+              HasSubstr("xrt_requests_finished_total{finished_reason=\"abort\"} 2"));
+  ASSERT_TRUE(e.Submit(testing::SmallRequest("c", 3, 4), out.Callback()).ok());
+  e.Resume();
+  ASSERT_TRUE(out.WaitFor(3));
+  EXPECT_EQ(out.reason("c"), "length");
+  EXPECT_EQ(out.tokens("c"), 4);
+}
+
+TEST(LLMEngine, ShutdownWhilePausedAbortsTheFrozenRequests) {
+  FakeExecutor ex(32, 5);
+  auto engine = LLMEngine::Create(testing::SmallCoreParams(&ex));
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Outputs out;
+  (*engine)->Pause(PauseMode::kKeep);
+  ASSERT_TRUE((*engine)->Submit(testing::SmallRequest("a", 3, 4), out.Callback()).ok());
+  (*engine)->Shutdown();
+  ASSERT_TRUE(out.WaitFor(1));
+  EXPECT_EQ(out.reason("a"), "abort");
+  (*engine)->Pause(PauseMode::kKeep);  // after the loop ended: returns at once
+  engine->reset();
 }
 
 // LoRA metrics: steps per lm_step LoRA mode (agreeing with the bucket hits and

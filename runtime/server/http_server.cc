@@ -85,7 +85,10 @@ std::string PathLabel(const std::string& path) {
                                   "/v1/load_lora_adapter",
                                   "/v1/unload_lora_adapter",
                                   "/health",
-                                  "/metrics"};
+                                  "/metrics",
+                                  "/pause",
+                                  "/resume",
+                                  "/is_paused"};
   for (const char* k : k_known)
     if (path == k) return k;
   return "other";
@@ -342,6 +345,21 @@ void HttpServer::RegisterRoutes() {
                   HandleUnloadLoraAdapter(req, res);
                 });
   }
+  if (params_.server_dev_mode) {
+    http_->Post("/pause", [this](const httplib::Request& req, httplib::Response& res) {
+      if (Authorized(req, res)) HandlePause(req, res);
+    });
+    http_->Post("/resume", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res)) return;
+      engine_->Resume();
+      std::fprintf(stderr, "xrt: generation resumed\n");
+      res.set_content(R"({"status":"resumed"})", kJsonType);
+    });
+    http_->Get("/is_paused", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res)) return;
+      res.set_content(DumpJson(Json{{"is_paused", engine_->IsPaused()}}), kJsonType);
+    });
+  }
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", kJsonType);
   });
@@ -427,6 +445,24 @@ void HttpServer::HandleUnloadLoraAdapter(const httplib::Request& req, httplib::R
   std::fprintf(stderr, "xrt: unloaded LoRA adapter '%s'\n", name.c_str());
   res.set_content(fmt::format("Success: LoRA adapter '{}' removed successfully.", name),
                   "text/plain; charset=utf-8");
+}
+
+void HttpServer::HandlePause(const httplib::Request& req, httplib::Response& res) {
+  const std::string mode = req.has_param("mode") ? req.get_param_value("mode") : "abort";
+  PauseMode m;
+  if (mode == "abort") {
+    m = PauseMode::kAbort;
+  } else if (mode == "keep") {
+    m = PauseMode::kKeep;
+  } else {
+    return SendError(res, 400, "invalid_request_error",
+                     mode == "wait" ? "mode 'wait' is not supported: use 'abort' or 'keep'"
+                                    : fmt::format("mode must be 'abort' or 'keep', not '{}'", mode),
+                     "mode");
+  }
+  engine_->Pause(m);
+  std::fprintf(stderr, "xrt: generation paused (mode %s)\n", mode.c_str());
+  res.set_content(R"({"status":"paused"})", kJsonType);
 }
 
 void HttpServer::HandleMetrics(httplib::Response& res) {

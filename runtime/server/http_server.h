@@ -1,8 +1,9 @@
 // HttpServer: the OpenAI-compatible HTTP front end of an AsyncEngine.
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
-// GET /health, GET /metrics, and with ServerParams::allow_runtime_lora_updating
-// POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter. Requests are parsed by
+// GET /health, GET /metrics, with ServerParams::allow_runtime_lora_updating
+// POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, and with
+// ServerParams::server_dev_mode POST /pause, POST /resume, GET /is_paused. Requests are parsed by
 // openai_protocol.h, made into an EngineRequest by the RequestProcessor (tokenization, chat
 // template, the model's sampling defaults, limits), and fanned out into n ("<id>-0", "<id>-1",
 // ...). Each HTTP request owns a queue (mutex + condvar) into which the
@@ -94,6 +95,15 @@ struct ServerParams {
   // text ("Success: LoRA adapter 'x' added successfully."). Requests running
   // with an unloaded adapter finish with it; new ones get a 404.
   bool allow_runtime_lora_updating = false;
+  // vLLM's VLLM_SERVER_DEV_MODE (xrt run --server-dev-mode): the engine control
+  // endpoints exist (else 404), behind the API key like /v1:
+  //   POST /pause[?mode=abort|keep]  AsyncEngine::Pause; abort (the default)
+  //        ends the requests in flight with finish_reason "abort", keep freezes
+  //        them; {"status":"paused"} once no step runs. Requests sent while
+  //        paused are accepted and wait.
+  //   POST /resume                   {"status":"resumed"}
+  //   GET  /is_paused                {"is_paused":true|false}
+  bool server_dev_mode = false;
 };
 
 class HttpServer {
@@ -136,6 +146,7 @@ class HttpServer {
   void HandleModels(httplib::Response& res);
   void HandleLoadLoraAdapter(const httplib::Request& req, httplib::Response& res);
   void HandleUnloadLoraAdapter(const httplib::Request& req, httplib::Response& res);
+  void HandlePause(const httplib::Request& req, httplib::Response& res);
   // The adapter `model` selects: null for the base model; NotFound
   // (model_not_found) for a name that is neither.
   Expected<std::shared_ptr<const LoraAdapter>> ResolveModel(const std::string& model) const;

@@ -70,6 +70,21 @@ class FakeEngine : public AsyncEngine {
     }
     thread_.join();
   }
+  void Pause(PauseMode mode) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    if (mode == PauseMode::kAbort)
+      for (Live& l : live_) l.abort = true;
+    pause_modes_.push_back(mode);
+  }
+  void Resume() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+  }
+  bool IsPaused() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return paused_;
+  }
   std::string MetricsText() const override {
     return "# TYPE fake_engine_steps counter\nfake_engine_steps 1\n";
   }
@@ -86,6 +101,10 @@ class FakeEngine : public AsyncEngine {
   size_t num_live() {
     std::lock_guard<std::mutex> lock(mu_);
     return live_.size();
+  }
+  std::vector<PauseMode> pause_modes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pause_modes_;
   }
 
  private:
@@ -105,6 +124,10 @@ class FakeEngine : public AsyncEngine {
       }
       std::vector<std::pair<OutputCallback, RequestOutput>> emit;
       for (auto it = live_.begin(); it != live_.end();) {
+        if (paused_ && !it->abort) {  // frozen
+          ++it;
+          continue;
+        }
         RequestOutput o;
         o.request_id = it->request.request_id;
         o.prompt_tokens = static_cast<int64_t>(it->request.prompt.size());
@@ -141,12 +164,14 @@ class FakeEngine : public AsyncEngine {
   const Tokenizer* tokenizer_;
   int64_t max_model_len_;
   std::chrono::milliseconds step_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Live> live_;
   std::vector<EngineRequest> submitted_;
   std::set<std::string> aborted_;
+  std::vector<PauseMode> pause_modes_;
   bool stopped_ = false;
+  bool paused_ = false;
   std::thread thread_;
 };
 
@@ -222,6 +247,7 @@ class HttpServerTest : public ::testing::Test {
     p.http_threads = 4;
     p.lora_registry = lora_registry_;
     p.allow_runtime_lora_updating = allow_runtime_lora_updating_;
+    p.server_dev_mode = server_dev_mode_;
     server_ = std::make_unique<HttpServer>(p, engine_.get(), processor_.get());
     Status st = server_->Start();
     ASSERT_TRUE(st.ok()) << st.ToString();
@@ -280,6 +306,7 @@ class HttpServerTest : public ::testing::Test {
   // ServerParams of StartServer (HttpServerLoraTest sets them).
   LoraRegistry* lora_registry_ = nullptr;
   bool allow_runtime_lora_updating_ = false;
+  bool server_dev_mode_ = false;
   std::unique_ptr<FakeEngine> engine_;
   std::unique_ptr<RequestProcessor> processor_;
   std::unique_ptr<HttpServer> server_;
@@ -1215,6 +1242,57 @@ TEST_F(HttpServerTest, LoadingIntoAModelWithoutLoraNamesTheCompileFlag) {
   Json m =
       ExpectError(Post("/v1/completions", R"({"model":"a","prompt":"x"})"), 404, "not_found_error");
   EXPECT_EQ(m["message"], "The model 'a' does not exist; this server serves 'tiny'");
+}
+
+// --server-dev-mode: /pause, /resume and /is_paused (vLLM's dev endpoints),
+// behind the API key. A stream frozen by mode=keep goes on after /resume; the
+// default mode aborts it with a final chunk.
+TEST_F(HttpServerTest, PauseAndResume) {
+  ExpectError(Post("/pause", ""), 404, "not_found_error");  // needs the flag
+  EXPECT_EQ(client_->Get("/is_paused")->status, 404);
+  TearDown();
+  server_dev_mode_ = true;
+  StartServer("sk-test");
+  const httplib::Headers auth = {{"Authorization", "Bearer sk-test"}};
+  ExpectError(Post("/pause", ""), 401, "authentication_error");
+  EXPECT_EQ(client_->Get("/is_paused")->status, 401);
+  Json e = ExpectError(Post("/pause?mode=wait", "", auth), 400, "invalid_request_error");
+  EXPECT_EQ(e["message"], "mode 'wait' is not supported: use 'abort' or 'keep'");
+  e = ExpectError(Post("/pause?mode=later", "", auth), 400, "invalid_request_error");
+  EXPECT_EQ(e["message"], "mode must be 'abort' or 'keep', not 'later'");
+  EXPECT_EQ(e["param"], "mode");
+  EXPECT_TRUE(engine_->pause_modes().empty());
+  EXPECT_EQ(Json::parse(client_->Get("/is_paused", auth)->body), (Json{{"is_paused", false}}));
+
+  auto paused = Post("/pause?mode=keep", "", auth);
+  ASSERT_TRUE(paused);
+  EXPECT_EQ(paused->status, 200);
+  EXPECT_EQ(Json::parse(paused->body), (Json{{"status", "paused"}}));
+  EXPECT_EQ(Json::parse(client_->Get("/is_paused", auth)->body), (Json{{"is_paused", true}}));
+  std::optional<httplib::Result> stream;
+  std::thread t([&] {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(10, 0);
+    stream = c.Post("/v1/completions", auth,
+                    R"({"model":"tiny","prompt":"Hello","max_tokens":20,"stream":true})",
+                    "application/json");
+  });
+  for (int i = 0; i < 2000 && engine_->num_live() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(engine_->num_live(), 1u);  // accepted while paused; waits
+  auto resumed = Post("/resume", "", auth);
+  ASSERT_TRUE(resumed);
+  EXPECT_EQ(Json::parse(resumed->body), (Json{{"status", "resumed"}}));
+  t.join();
+  ASSERT_TRUE(stream.has_value() && *stream);
+  SseStream s = ParseSse((*stream)->body);
+  ASSERT_TRUE(s.done && s.well_formed && !s.events.empty());
+  EXPECT_EQ(s.events.back()["choices"][0]["finish_reason"], "length");
+
+  ASSERT_EQ(Post("/pause", "", auth)->status, 200);  // default mode: abort
+  EXPECT_EQ(engine_->pause_modes(), (std::vector<PauseMode>{PauseMode::kKeep, PauseMode::kAbort}));
+  ASSERT_EQ(Post("/resume", "", auth)->status, 200);
+  ExpectServerHealthy(auth);
 }
 
 }  // namespace

@@ -13,13 +13,13 @@ import json
 import os
 import subprocess
 import tempfile
-import threading
 
 import openai
 import pytest
 import requests
 
-from test_openai_server import MODEL, ROOT, XRT, Server, compile_artifact
+from test_openai_server import (MODEL, ROOT, XRT, Server, compile_artifact, metric_when, pause,
+                                resume, run_until)
 
 LORA_DIR = os.path.join(ROOT, "tests", "fixtures", "lora", "llama_gqa")
 INVALID_DIR = os.path.join(ROOT, "tests", "fixtures", "lora", "invalid")
@@ -68,15 +68,13 @@ def greedy(server, model, prompt):
     return r.choices[0].text
 
 
-def stream_text(server, model, prompt, max_tokens=None, started=None):
+def stream_text(server, model, prompt, max_tokens=None):
     text = ""
     for chunk in server.client.completions.create(stream=True,
                                                   **completion_args(model, prompt, max_tokens)):
         assert chunk.model == model
         for c in chunk.choices:
             text += c.text
-        if started is not None and text:
-            started.set()
     return text
 
 
@@ -113,7 +111,7 @@ def artifacts():
 
 @pytest.fixture(scope="module")
 def server(artifacts):
-    s = Server(artifacts["lora"], "--allow-runtime-lora-updating", "--lora-modules",
+    s = Server(artifacts["lora"], "--allow-runtime-lora-updating", "--server-dev-mode", "--lora-modules",
                *[f"{name}={os.path.join(LORA_DIR, name)}" for name in STARTUP])
     yield s
     s.stop()
@@ -153,11 +151,24 @@ def test_chat_selects_the_adapter(server):
     assert len(set(texts.values())) == 3, texts  # every adapter moves the greedy tokens
 
 
+def queue_while_paused(server, pool, calls):
+    """Submits each call (fn, *args) to the pool while the engine is paused, so that their
+    requests meet in one batch when it resumes; returns the futures."""
+    waiting = "xrt_num_requests_waiting"
+    pause(server)
+    futures = [pool.submit(*c) for c in calls]
+    queued = metric_when(server, lambda m: m[waiting] == len(calls))[waiting]
+    resume(server)
+    assert queued == len(calls)
+    return futures
+
+
 def test_concurrent_streams_on_different_adapters_and_base(server):
     before = lora_metrics(server)
     jobs = [(m, p) for p in ("p5", "p33") for m in [*STARTUP, MODEL]]
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
-        texts = list(pool.map(lambda j: stream_text(server, *j), jobs))
+        futures = queue_while_paused(server, pool, [(stream_text, server, *j) for j in jobs])
+        texts = [f.result() for f in futures]
     for (model, prompt), text in zip(jobs, texts):
         ref = result("base" if model == MODEL else model, prompt)
         assert text == ref["greedy_text"], (model, prompt)
@@ -172,15 +183,18 @@ def test_load_use_unload_while_streaming(server):
     before = lora_metrics(server)
     path = os.path.join(LORA_DIR, "c_pattern")
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        # Long streams of both startup adapters hold the two slots while c is loaded.
-        started = [threading.Event() for _ in STARTUP]
-        streams = [pool.submit(stream_text, server, m, "p33", 256, e)
-                   for m, e in zip(STARTUP, started)]
-        assert all(e.wait(60) for e in started)
+        # Long streams of both startup adapters hold the two slots while c is loaded; they are
+        # frozen (the engine paused) after their first tokens, so neither can end before.
+        ttft = "xrt_time_to_first_token_seconds_count"
+        first = server.metrics()[ttft]
+        pause(server)
+        streams = [pool.submit(stream_text, server, m, "p33", 256) for m in STARTUP]
+        assert run_until(server, lambda m: m[ttft] == first + 2)[ttft] == first + 2
         r = load(server, "c_pattern", path)
         assert r.status_code == 200, r.text
         assert r.text == "Success: LoRA adapter 'c_pattern' added successfully."
         assert not any(s.done() for s in streams)  # loading did not wait for them
+        resume(server)
         assert greedy(server, "c_pattern", "p5") == result("c_pattern", "p5")["greedy_text"]
         for m, s in zip(STARTUP, streams):
             # The reference is 32 tokens; a last partial UTF-8 character decodes as U+FFFD.

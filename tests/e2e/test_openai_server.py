@@ -100,7 +100,7 @@ def artifacts():
 
 @pytest.fixture(scope="module")
 def server(artifacts):
-    s = Server(artifacts["main"])
+    s = Server(artifacts["main"], "--server-dev-mode")
     yield s
     s.stop()
 
@@ -321,24 +321,27 @@ def test_raising_a_compiled_limit_is_an_error(artifacts):
 
 def test_client_disconnect_aborts_and_frees_blocks(server):
     before = server.metrics()
+    ttft = "xrt_time_to_first_token_seconds_count"
+    pause(server)
     with requests.post(server.url + "/v1/completions", stream=True, timeout=60,
                        headers={"Authorization": f"Bearer {API_KEY}"},
                        json={"model": MODEL, "prompt": PROMPT, "max_tokens": 400,
                              "temperature": 0, "ignore_eos": True, "stream": True}) as r:
         assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith(b"data: "):
-                break  # got the first chunk; hang up
+        # Frozen in flight after its first tokens, holding its blocks.
+        frozen = run_until(server, lambda m: m[ttft] > before[ttft])
+        assert frozen["xrt_num_requests_running"] == 1
+        assert frozen["xrt_kv_cache_blocks_used"] > 0
+        generated = frozen["xrt_generation_tokens_total"] - before["xrt_generation_tokens_total"]
+        assert 0 < generated < 400
+    # Hung up: the server notices while the engine is still paused, and aborts.
     key = 'xrt_requests_finished_total{"finished_reason": "abort"}'
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        after = server.metrics()
-        if after[key] > before[key] and after["xrt_kv_cache_blocks_used"] == 0:
-            break
-        time.sleep(0.2)
+    after = metric_when(server, lambda m: m[key] > before[key]
+                        and m["xrt_kv_cache_blocks_used"] == 0, timeout=30)
+    resume(server)
     assert after[key] == before[key] + 1
     assert after["xrt_kv_cache_blocks_used"] == 0
-    assert after["xrt_generation_tokens_total"] - before["xrt_generation_tokens_total"] < 400
+    assert after["xrt_generation_tokens_total"] - before["xrt_generation_tokens_total"] == generated
     assert greedy(server, "ok", max_tokens=2).choices[0].finish_reason == "length"
 
 
@@ -371,6 +374,32 @@ def test_strict_mode_fails_unbucketed_steps_and_keeps_serving(artifacts):
             strict.stop()
 
 
+def pause(server, mode="keep"):
+    """POST /pause (xrt run --server-dev-mode). The fixture model decodes a token in well under
+    a millisecond, faster than a client can observe a request in flight; tests freeze the
+    engine to make requests meet in one step, or to hold them in flight, deterministically."""
+    r = server.post(f"/pause?mode={mode}", None)
+    assert r.status_code == 200 and r.json() == {"status": "paused"}, r.text
+
+
+def resume(server):
+    r = server.post("/resume", None)
+    assert r.status_code == 200 and r.json() == {"status": "resumed"}, r.text
+
+
+def run_until(server, pred, timeout=30):
+    """With the engine paused: runs it in short windows (resume, then pause at once) until
+    pred(metrics) holds or the timeout; returns the last metrics, the engine paused. A window
+    is a few steps, so requests that take hundreds of steps are caught in flight."""
+    deadline = time.time() + timeout
+    while True:
+        resume(server)
+        pause(server)
+        m = server.metrics()
+        if pred(m) or time.time() > deadline:
+            return m
+
+
 def metric_when(server, pred, timeout=10):
     """Polls /metrics until pred(metrics) holds (or the timeout); returns the last metrics."""
     deadline = time.time() + timeout
@@ -395,18 +424,24 @@ def raw_post(server, body):
 def test_non_streaming_client_hang_up_aborts_and_frees_blocks(server):
     abort = 'xrt_requests_finished_total{"finished_reason": "abort"}'
     before = server.metrics()
-    max_tokens = 440  # with the prompt, close to max_model_len: the requests run ~0.5 s at least
+    max_tokens = 440
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True}
+    pause(server)  # the four meet in the first step
     socks = [raw_post(server, body) for _ in range(4)]
-    running = metric_when(server, lambda m: m["xrt_num_requests_running"] == 4)
+    assert metric_when(server, lambda m: m["xrt_num_requests_waiting"] == 4)[
+        "xrt_num_requests_waiting"] == 4
+    # Frozen while running, holding their blocks.
+    running = run_until(server, lambda m: m["xrt_num_requests_running"] == 4)
     assert running["xrt_num_requests_running"] == 4
+    assert running["xrt_kv_cache_blocks_used"] > 0
     for s in socks:
         s.close()  # hang up without reading the response
     # Today's code let them run to max_tokens ("length"); they must be aborted instead.
     after = metric_when(server, lambda m: m["xrt_num_requests_running"] == 0
                         and m["xrt_num_requests_waiting"] == 0 and m[abort] == before[abort] + 4
                         and m["xrt_kv_cache_blocks_used"] == 0, timeout=5)
+    resume(server)
     assert after["xrt_num_requests_running"] == 0
     assert after["xrt_num_requests_waiting"] == 0
     assert after[abort] == before[abort] + 4
@@ -444,23 +479,33 @@ def check_ended(status, events):
     return reasons[0]
 
 
-def sigterm_under_load(artifact, shutdown_timeout, max_tokens):
+def sigterm_under_load(artifact, shutdown_timeout, max_tokens, freeze):
     """32 streams and one non-streaming request in flight, then SIGTERM. Returns the streams'
     finish reasons, the non-streaming response, how long the server took to exit and its log.
-    32 streams of 440 tokens take the fixture model about a second or more, of which the
-    first events take a few tenths."""
-    server = Server(artifact, "--shutdown-timeout", str(shutdown_timeout))
+    The 33 requests meet in one batch (queued while the engine is paused, the non-streaming one
+    first); with `freeze`, the engine is paused again once each has its first token, so none can
+    finish before the signal."""
+    server = Server(artifact, "--shutdown-timeout", str(shutdown_timeout), "--server-dev-mode")
     n = 32
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=n + 1)
+    waiting = "xrt_num_requests_waiting"
     try:
+        pause(server)
+        plain = pool.submit(server.client.completions.create, model=MODEL, prompt=PROMPT,
+                            max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True})
+        assert metric_when(server, lambda m: m[waiting] == 1)[waiting] == 1
         body = {"model": MODEL, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
         started = [threading.Event() for _ in range(n)]
         streams = [pool.submit(sse_stream, server, {**body, "prompt": f"{i} {PROMPT}"}, started[i])
                    for i in range(n)]
         for e in started:
             assert e.wait(60), "a stream did not start"
-        plain = pool.submit(server.client.completions.create, model=MODEL, prompt=PROMPT,
-                            max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True})
+        assert metric_when(server, lambda m: m[waiting] == n + 1)[waiting] == n + 1
+        if freeze:
+            ttft = "xrt_time_to_first_token_seconds_count"
+            assert run_until(server, lambda m: m[ttft] == n + 1)[ttft] == n + 1
+        else:
+            resume(server)
         in_flight = "xrt_http_generation_requests_in_flight"
         assert metric_when(server, lambda m: m[in_flight] == n + 1)[in_flight] == n + 1
         server.proc.send_signal(signal.SIGTERM)
@@ -483,7 +528,8 @@ def sigterm_under_load(artifact, shutdown_timeout, max_tokens):
 
 
 def test_sigterm_lets_requests_finish_within_the_shutdown_timeout(artifacts):
-    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["wide"], 120, max_tokens=440)
+    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["wide"], 120, max_tokens=440,
+                                                               freeze=False)
     # They were in flight at SIGTERM, and ran to their end.
     waited = re.search(r"waiting up to 120 s for (\d+) in flight", logs)
     assert waited and int(waited.group(1)) > 0, logs
@@ -495,7 +541,8 @@ def test_sigterm_lets_requests_finish_within_the_shutdown_timeout(artifacts):
 
 
 def test_sigterm_after_a_short_shutdown_timeout_aborts_with_a_final_chunk(artifacts):
-    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["wide"], 0.25, max_tokens=440)
+    reasons, response, exit_seconds, logs = sigterm_under_load(artifacts["wide"], 0.25, max_tokens=440,
+                                                               freeze=True)
     assert "aborting 33 requests still in flight" in logs
     assert reasons == ["abort"] * 32
     # The non-streaming request gets a whole JSON response with what it generated.
