@@ -47,6 +47,11 @@ class AsyncEngine {
   virtual void Pause(PauseMode mode) = 0;
   // Steps again: frozen and waiting requests go on. Thread-safe.
   virtual void Resume() = 0;
+  // Single-stepping (a debugger's "step", for tests that must catch requests
+  // in flight on any machine): runs at most `steps` steps (fewer once nothing
+  // is left to run), then stays paused, as Pause(kKeep) leaves it. Returns the
+  // steps run, once they ran. Thread-safe.
+  virtual int64_t RunSteps(int64_t steps) = 0;
   virtual bool IsPaused() const = 0;
 
   // Stops accepting requests, aborts every live one, stops the loop.

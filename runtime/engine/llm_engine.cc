@@ -57,6 +57,7 @@ void LLMEngine::Abort(const std::string& request_id) {
 void LLMEngine::Pause(PauseMode mode) {
   std::unique_lock<std::mutex> lock(mu_);
   paused_ = true;
+  step_budget_ = -1;
   if (mode == PauseMode::kAbort) abort_all_ = true;
   const int64_t ticket = ++pauses_;
   cv_.notify_one();
@@ -66,7 +67,23 @@ void LLMEngine::Pause(PauseMode mode) {
 void LLMEngine::Resume() {
   std::lock_guard<std::mutex> lock(mu_);
   paused_ = false;
+  step_budget_ = -1;
   cv_.notify_one();
+}
+
+int64_t LLMEngine::RunSteps(int64_t steps) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (steps <= 0 || loop_done_) {
+    paused_ = true;
+    return 0;
+  }
+  paused_ = false;
+  step_budget_ = steps;
+  budget_steps_run_ = 0;
+  cv_.notify_one();
+  // The loop spends the budget, or finds nothing to run, and pauses again.
+  pause_cv_.wait(lock, [&] { return step_budget_ < 0 || loop_done_; });
+  return budget_steps_run_;
 }
 
 bool LLMEngine::IsPaused() const {
@@ -145,7 +162,7 @@ void LLMEngine::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
         return stop_ || !incoming_.empty() || !aborts_.empty() || pauses_seen_ < pauses_ ||
-               (!paused_ && core_->HasUnfinished());
+               (!paused_ && (core_->HasUnfinished() || step_budget_ >= 0));
       });
       incoming.swap(incoming_);
       aborts.swap(aborts_);
@@ -191,12 +208,29 @@ void LLMEngine::Loop() {
       pause_cv_.notify_all();
     }
     if (stop) return;
-    if (paused || !core_->HasUnfinished()) continue;
+    if (paused) continue;
+    if (!core_->HasUnfinished()) {
+      EndStepBudget(false);  // nothing left to run: a RunSteps ends early
+      continue;
+    }
     EngineCoreOutputs step = core_->Step();
     CountStep(step.stats);
     for (const RequestOutput& out : step.outputs) Deliver(out);
     UpdateGauges();
+    EndStepBudget(true);
   }
+}
+
+void LLMEngine::EndStepBudget(bool stepped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step_budget_ < 0) return;
+  if (stepped) {
+    ++budget_steps_run_;
+    if (--step_budget_ > 0) return;
+  }
+  step_budget_ = -1;
+  paused_ = true;
+  pause_cv_.notify_all();
 }
 
 void LLMEngine::UpdateGauges() {

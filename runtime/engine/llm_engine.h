@@ -38,6 +38,7 @@ class LLMEngine : public AsyncEngine {
   void Abort(const std::string& request_id) override;
   void Pause(PauseMode mode) override;
   void Resume() override;
+  int64_t RunSteps(int64_t steps) override;
   bool IsPaused() const override;
   void Shutdown() override;
   std::string MetricsText() const override;
@@ -68,6 +69,9 @@ class LLMEngine : public AsyncEngine {
   void Deliver(const RequestOutput& output);
   void CountStep(const StepStats& stats);
   void UpdateGauges();
+  // After a loop iteration that ran a step (or found none to run): spends
+  // RunSteps' budget, pausing again when it is spent (or nothing is left).
+  void EndStepBudget(bool stepped);
 
   std::unique_ptr<EngineCore> core_;  // driven by the engine thread only
 
@@ -82,7 +86,9 @@ class LLMEngine : public AsyncEngine {
   int64_t pauses_ = 0;       // Pause calls so far
   int64_t pauses_seen_ = 0;  // of which the loop has carried out
   bool loop_done_ = false;
-  std::condition_variable pause_cv_;  // pauses_seen_ or loop_done_ moved
+  int64_t step_budget_ = -1;  // RunSteps: steps left before pausing again; -1: none
+  int64_t budget_steps_run_ = 0;
+  std::condition_variable pause_cv_;  // pauses_seen_, step_budget_ or loop_done_ moved
 
   // Engine-thread state.
   std::map<std::string, std::unique_ptr<Live>> live_;  // by request_id

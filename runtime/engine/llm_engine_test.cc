@@ -172,6 +172,34 @@ TEST(LLMEngine, PauseAbortEndsWhatIsInFlight) {
   EXPECT_EQ(out.tokens("c"), 4);
 }
 
+// RunSteps single-steps a paused engine: exactly that many steps, then paused
+// again; fewer when nothing is left to run.
+TEST(LLMEngine, RunStepsSingleSteps) {
+  FakeExecutor ex(32, 5);
+  auto engine = LLMEngine::Create(testing::SmallCoreParams(&ex));
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  LLMEngine& e = **engine;
+  Outputs out;
+  e.Pause(PauseMode::kKeep);
+  ASSERT_TRUE(e.Submit(testing::SmallRequest("a", 3, 40), out.Callback()).ok());
+  EXPECT_EQ(e.RunSteps(1), 1);
+  EXPECT_TRUE(e.IsPaused());
+  EXPECT_EQ(out.tokens("a"), 1);
+  EXPECT_EQ(e.RunSteps(5), 5);
+  EXPECT_EQ(out.tokens("a"), 6);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(e.num_steps(), 6);
+  EXPECT_EQ(e.RunSteps(100), 34);  // a ends after 34 more
+  EXPECT_EQ(out.reason("a"), "length");
+  EXPECT_EQ(out.tokens("a"), 40);
+  EXPECT_EQ(e.RunSteps(3), 0);  // nothing to run
+  EXPECT_TRUE(e.IsPaused());
+  ASSERT_TRUE(e.Submit(testing::SmallRequest("b", 3, 4), out.Callback()).ok());
+  e.Resume();
+  ASSERT_TRUE(out.WaitFor(2));
+  EXPECT_EQ(out.tokens("b"), 4);
+}
+
 TEST(LLMEngine, ShutdownWhilePausedAbortsTheFrozenRequests) {
   FakeExecutor ex(32, 5);
   auto engine = LLMEngine::Create(testing::SmallCoreParams(&ex));

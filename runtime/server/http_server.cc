@@ -1,6 +1,7 @@
 #include "runtime/server/http_server.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -350,10 +351,7 @@ void HttpServer::RegisterRoutes() {
       if (Authorized(req, res)) HandlePause(req, res);
     });
     http_->Post("/resume", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res)) return;
-      engine_->Resume();
-      std::fprintf(stderr, "xrt: generation resumed\n");
-      res.set_content(R"({"status":"resumed"})", kJsonType);
+      if (Authorized(req, res)) HandleResume(req, res);
     });
     http_->Get("/is_paused", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res)) return;
@@ -463,6 +461,22 @@ void HttpServer::HandlePause(const httplib::Request& req, httplib::Response& res
   engine_->Pause(m);
   std::fprintf(stderr, "xrt: generation paused (mode %s)\n", mode.c_str());
   res.set_content(R"({"status":"paused"})", kJsonType);
+}
+
+void HttpServer::HandleResume(const httplib::Request& req, httplib::Response& res) {
+  if (!req.has_param("steps")) {
+    engine_->Resume();
+    std::fprintf(stderr, "xrt: generation resumed\n");
+    return res.set_content(R"({"status":"resumed"})", kJsonType);
+  }
+  const std::string text = req.get_param_value("steps");
+  int64_t steps = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), steps);
+  if (ec != std::errc() || end != text.data() + text.size() || steps <= 0)
+    return SendError(res, 400, "invalid_request_error",
+                     fmt::format("steps must be a positive integer, not '{}'", text), "steps");
+  const int64_t ran = engine_->RunSteps(steps);
+  res.set_content(DumpJson(Json{{"status", "paused"}, {"steps", ran}}), kJsonType);
 }
 
 void HttpServer::HandleMetrics(httplib::Response& res) {

@@ -102,6 +102,9 @@ struct ServerParams {
   //        them; {"status":"paused"} once no step runs. Requests sent while
   //        paused are accepted and wait.
   //   POST /resume                   {"status":"resumed"}
+  //   POST /resume?steps=N           AsyncEngine::RunSteps: N steps (fewer if
+  //        nothing is left), then paused again: {"status":"paused","steps":n}
+  //        (not in vLLM; for tests that must catch requests in flight)
   //   GET  /is_paused                {"is_paused":true|false}
   bool server_dev_mode = false;
 };
@@ -147,6 +150,7 @@ class HttpServer {
   void HandleLoadLoraAdapter(const httplib::Request& req, httplib::Response& res);
   void HandleUnloadLoraAdapter(const httplib::Request& req, httplib::Response& res);
   void HandlePause(const httplib::Request& req, httplib::Response& res);
+  void HandleResume(const httplib::Request& req, httplib::Response& res);
   // The adapter `model` selects: null for the base model; NotFound
   // (model_not_found) for a name that is neither.
   Expected<std::shared_ptr<const LoraAdapter>> ResolveModel(const std::string& model) const;

@@ -85,6 +85,12 @@ class FakeEngine : public AsyncEngine {
     std::lock_guard<std::mutex> lock(mu_);
     return paused_;
   }
+  int64_t RunSteps(int64_t steps) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    run_steps_.push_back(steps);
+    return std::min<int64_t>(steps, 2);
+  }
   std::string MetricsText() const override {
     return "# TYPE fake_engine_steps counter\nfake_engine_steps 1\n";
   }
@@ -105,6 +111,10 @@ class FakeEngine : public AsyncEngine {
   std::vector<PauseMode> pause_modes() {
     std::lock_guard<std::mutex> lock(mu_);
     return pause_modes_;
+  }
+  std::vector<int64_t> run_steps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return run_steps_;
   }
 
  private:
@@ -170,6 +180,7 @@ class FakeEngine : public AsyncEngine {
   std::vector<EngineRequest> submitted_;
   std::set<std::string> aborted_;
   std::vector<PauseMode> pause_modes_;
+  std::vector<int64_t> run_steps_;
   bool stopped_ = false;
   bool paused_ = false;
   std::thread thread_;
@@ -1288,6 +1299,17 @@ TEST_F(HttpServerTest, PauseAndResume) {
   SseStream s = ParseSse((*stream)->body);
   ASSERT_TRUE(s.done && s.well_formed && !s.events.empty());
   EXPECT_EQ(s.events.back()["choices"][0]["finish_reason"], "length");
+
+  // steps=N single-steps the engine and leaves it paused (the fake runs at most 2).
+  auto stepped = Post("/resume?steps=5", "", auth);
+  ASSERT_TRUE(stepped);
+  EXPECT_EQ(Json::parse(stepped->body), (Json{{"status", "paused"}, {"steps", 2}}));
+  for (const char* bad : {"0", "-1", "x", "3x", ""}) {
+    e = ExpectError(Post(std::string("/resume?steps=") + bad, "", auth), 400,
+                    "invalid_request_error");
+    EXPECT_EQ(e["message"], fmt::format("steps must be a positive integer, not '{}'", bad));
+  }
+  EXPECT_EQ(engine_->run_steps(), std::vector<int64_t>{5});
 
   ASSERT_EQ(Post("/pause", "", auth)->status, 200);  // default mode: abort
   EXPECT_EQ(engine_->pause_modes(), (std::vector<PauseMode>{PauseMode::kKeep, PauseMode::kAbort}));

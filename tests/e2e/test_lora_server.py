@@ -18,8 +18,8 @@ import openai
 import pytest
 import requests
 
-from test_openai_server import (MODEL, ROOT, XRT, Server, compile_artifact, metric_when, pause,
-                                resume, run_until)
+from test_openai_server import (MODEL, ROOT, XRT, Server, compile_artifact, metric_when, paused,
+                                run_until)
 
 LORA_DIR = os.path.join(ROOT, "tests", "fixtures", "lora", "llama_gqa")
 INVALID_DIR = os.path.join(ROOT, "tests", "fixtures", "lora", "invalid")
@@ -155,11 +155,9 @@ def queue_while_paused(server, pool, calls):
     """Submits each call (fn, *args) to the pool while the engine is paused, so that their
     requests meet in one batch when it resumes; returns the futures."""
     waiting = "xrt_num_requests_waiting"
-    pause(server)
-    futures = [pool.submit(*c) for c in calls]
-    queued = metric_when(server, lambda m: m[waiting] == len(calls))[waiting]
-    resume(server)
-    assert queued == len(calls)
+    with paused(server):
+        futures = [pool.submit(*c) for c in calls]
+        assert metric_when(server, lambda m: m[waiting] == len(calls))[waiting] == len(calls)
     return futures
 
 
@@ -187,14 +185,13 @@ def test_load_use_unload_while_streaming(server):
         # frozen (the engine paused) after their first tokens, so neither can end before.
         ttft = "xrt_time_to_first_token_seconds_count"
         first = server.metrics()[ttft]
-        pause(server)
-        streams = [pool.submit(stream_text, server, m, "p33", 256) for m in STARTUP]
-        assert run_until(server, lambda m: m[ttft] == first + 2)[ttft] == first + 2
-        r = load(server, "c_pattern", path)
-        assert r.status_code == 200, r.text
-        assert r.text == "Success: LoRA adapter 'c_pattern' added successfully."
-        assert not any(s.done() for s in streams)  # loading did not wait for them
-        resume(server)
+        with paused(server):
+            streams = [pool.submit(stream_text, server, m, "p33", 256) for m in STARTUP]
+            assert run_until(server, lambda m: m[ttft] == first + 2)[ttft] == first + 2
+            r = load(server, "c_pattern", path)
+            assert r.status_code == 200, r.text
+            assert r.text == "Success: LoRA adapter 'c_pattern' added successfully."
+            assert not any(s.done() for s in streams)  # loading did not wait for them
         assert greedy(server, "c_pattern", "p5") == result("c_pattern", "p5")["greedy_text"]
         for m, s in zip(STARTUP, streams):
             # The reference is 32 tokens; a last partial UTF-8 character decodes as U+FFFD.

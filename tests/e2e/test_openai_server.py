@@ -4,6 +4,7 @@ The artifact is compiled from a tiny fixture model (tests/fixtures/models/llama_
 `xcc compile`; XCC_BIN and XRT_BIN name the binaries (ctest sets them).
 """
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -322,23 +323,23 @@ def test_raising_a_compiled_limit_is_an_error(artifacts):
 def test_client_disconnect_aborts_and_frees_blocks(server):
     before = server.metrics()
     ttft = "xrt_time_to_first_token_seconds_count"
-    pause(server)
-    with requests.post(server.url + "/v1/completions", stream=True, timeout=60,
-                       headers={"Authorization": f"Bearer {API_KEY}"},
-                       json={"model": MODEL, "prompt": PROMPT, "max_tokens": 400,
-                             "temperature": 0, "ignore_eos": True, "stream": True}) as r:
-        assert r.status_code == 200
-        # Frozen in flight after its first tokens, holding its blocks.
-        frozen = run_until(server, lambda m: m[ttft] > before[ttft])
-        assert frozen["xrt_num_requests_running"] == 1
-        assert frozen["xrt_kv_cache_blocks_used"] > 0
-        generated = frozen["xrt_generation_tokens_total"] - before["xrt_generation_tokens_total"]
-        assert 0 < generated < 400
-    # Hung up: the server notices while the engine is still paused, and aborts.
     key = 'xrt_requests_finished_total{"finished_reason": "abort"}'
-    after = metric_when(server, lambda m: m[key] > before[key]
-                        and m["xrt_kv_cache_blocks_used"] == 0, timeout=30)
-    resume(server)
+    with paused(server):
+        with requests.post(server.url + "/v1/completions", stream=True, timeout=60,
+                           headers={"Authorization": f"Bearer {API_KEY}"},
+                           json={"model": MODEL, "prompt": PROMPT, "max_tokens": 400,
+                                 "temperature": 0, "ignore_eos": True, "stream": True}) as r:
+            assert r.status_code == 200
+            # Stepped until its first token, then frozen in flight, holding its blocks.
+            frozen = run_until(server, lambda m: m[ttft] > before[ttft])
+            assert frozen["xrt_num_requests_running"] == 1
+            assert frozen["xrt_kv_cache_blocks_used"] > 0
+            generated = (frozen["xrt_generation_tokens_total"]
+                         - before["xrt_generation_tokens_total"])
+            assert 0 < generated < 400
+        # Hung up: the server notices while the engine is still paused, and aborts.
+        after = metric_when(server, lambda m: m[key] > before[key]
+                            and m["xrt_kv_cache_blocks_used"] == 0, timeout=30)
     assert after[key] == before[key] + 1
     assert after["xrt_kv_cache_blocks_used"] == 0
     assert after["xrt_generation_tokens_total"] - before["xrt_generation_tokens_total"] == generated
@@ -387,17 +388,30 @@ def resume(server):
     assert r.status_code == 200 and r.json() == {"status": "resumed"}, r.text
 
 
+@contextlib.contextmanager
+def paused(server):
+    """The engine paused for the block, resumed after it whatever happened (a failed assertion
+    must not leave the later tests' requests waiting)."""
+    pause(server)
+    try:
+        yield
+    finally:
+        resume(server)
+
+
 def run_until(server, pred, timeout=30):
-    """With the engine paused: runs it in short windows (resume, then pause at once) until
-    pred(metrics) holds or the timeout; returns the last metrics, the engine paused. A window
-    is a few steps, so requests that take hundreds of steps are caught in flight."""
+    """With the engine paused: runs it one step at a time (POST /resume?steps=1) until
+    pred(metrics) holds or the timeout; returns the metrics, the engine paused. Requests that
+    take hundreds of steps are caught in flight, however fast the machine."""
     deadline = time.time() + timeout
     while True:
-        resume(server)
-        pause(server)
         m = server.metrics()
         if pred(m) or time.time() > deadline:
             return m
+        r = server.post("/resume?steps=1", None)
+        assert r.status_code == 200 and r.json()["status"] == "paused", r.text
+        if r.json()["steps"] == 0:  # nothing to run yet: requests still arriving
+            time.sleep(0.01)
 
 
 def metric_when(server, pred, timeout=10):
@@ -427,21 +441,21 @@ def test_non_streaming_client_hang_up_aborts_and_frees_blocks(server):
     max_tokens = 440
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True}
-    pause(server)  # the four meet in the first step
-    socks = [raw_post(server, body) for _ in range(4)]
-    assert metric_when(server, lambda m: m["xrt_num_requests_waiting"] == 4)[
-        "xrt_num_requests_waiting"] == 4
-    # Frozen while running, holding their blocks.
-    running = run_until(server, lambda m: m["xrt_num_requests_running"] == 4)
-    assert running["xrt_num_requests_running"] == 4
-    assert running["xrt_kv_cache_blocks_used"] > 0
-    for s in socks:
-        s.close()  # hang up without reading the response
-    # Today's code let them run to max_tokens ("length"); they must be aborted instead.
-    after = metric_when(server, lambda m: m["xrt_num_requests_running"] == 0
-                        and m["xrt_num_requests_waiting"] == 0 and m[abort] == before[abort] + 4
-                        and m["xrt_kv_cache_blocks_used"] == 0, timeout=5)
-    resume(server)
+    with paused(server):  # the four meet in the first step
+        socks = [raw_post(server, body) for _ in range(4)]
+        assert metric_when(server, lambda m: m["xrt_num_requests_waiting"] == 4)[
+            "xrt_num_requests_waiting"] == 4
+        # Stepped until all four run, then frozen while running, holding their blocks.
+        running = run_until(server, lambda m: m["xrt_num_requests_running"] == 4)
+        assert running["xrt_num_requests_running"] == 4
+        assert running["xrt_kv_cache_blocks_used"] > 0
+        for s in socks:
+            s.close()  # hang up without reading the response
+        # Today's code let them run to max_tokens ("length"); they must be aborted instead.
+        after = metric_when(server, lambda m: m["xrt_num_requests_running"] == 0
+                            and m["xrt_num_requests_waiting"] == 0
+                            and m[abort] == before[abort] + 4
+                            and m["xrt_kv_cache_blocks_used"] == 0, timeout=5)
     assert after["xrt_num_requests_running"] == 0
     assert after["xrt_num_requests_waiting"] == 0
     assert after[abort] == before[abort] + 4
