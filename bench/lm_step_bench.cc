@@ -2,7 +2,7 @@
 // next to this machine's memory bandwidth measured in the same run.
 //
 //   lm_step_bench ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE]
-//                 [--lora single|mixed]
+//                 [--lora single|mixed] [--profile]
 //
 // Prefill: one request whose step fills a whole token bucket (lm_step + the
 // lm_logits of its last token), tokens/s = bucket / step time.
@@ -11,6 +11,11 @@
 // fraction is (weight bytes a decode step must read / step time) / measured
 // read bandwidth; the bytes are those of every weight the two executables
 // bind, except the embedding table, of which a decode step reads one row.
+//
+// --profile: the decode steps also report where their time goes, per command
+// label (Executor::set_profile: "dispatch", "matmul q4_1", "paged_attention",
+// ...) in ms and calls per step, the rest being the host's share (inputs,
+// logits) and the timing itself.
 //
 // --lora (an artifact compiled with --enable-lora): the steps run the single-
 // adapter executables (every token on slot 0) or the mixed ones (the tokens cut
@@ -111,7 +116,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE] "
-                 "[--lora single|mixed]\n",
+                 "[--lora single|mixed] [--profile]\n",
                  argv[0]);
     return 2;
   }
@@ -120,18 +125,25 @@ int main(int argc, char** argv) {
   int64_t context = 128, iters = 10;
   std::string json_path;
   std::string lora;  // "", "single" or "mixed"
-  for (int i = 2; i + 1 < argc; i += 2) {
+  bool profile = false;
+  for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--profile") {
+      profile = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const char* v = argv[++i];
     if (a == "--threads")
-      rp.num_threads = std::atoi(argv[i + 1]);
+      rp.num_threads = std::atoi(v);
     else if (a == "--context")
-      context = std::atoll(argv[i + 1]);
+      context = std::atoll(v);
     else if (a == "--iters")
-      iters = std::atoll(argv[i + 1]);
+      iters = std::atoll(v);
     else if (a == "--json")
-      json_path = argv[i + 1];
+      json_path = v;
     else if (a == "--lora")
-      lora = argv[i + 1];
+      lora = v;
   }
   auto runner = xrt::ModelRunner::Create(rp);
   if (!runner.ok()) {
@@ -249,12 +261,25 @@ int main(int argc, char** argv) {
         done += static_cast<int64_t>(part.size());
       }
       std::vector<double> times;
+      xrt::CommandProfile prof;
+      if (profile) r.executor().set_profile(&prof);
       for (int64_t it = 0; it < std::max<int64_t>(iters, 20); ++it) {
         std::vector<int32_t> one = {static_cast<int32_t>(it % vocab)};
         (void)kv.AppendTokens(1, one.data(), 1);
         double s = step(kv, one);
         if (s < 0) break;
         times.push_back(s);
+      }
+      r.executor().set_profile(nullptr);
+      if (profile && !times.empty()) {
+        const double steps = static_cast<double>(times.size());
+        double total = std::accumulate(times.begin(), times.end(), 0.0), in_commands = 0;
+        for (const auto& [label, entry] : prof.by_label) {
+          out["decode_profile"][label] = {{"calls_per_step", entry.calls / steps},
+                                          {"ms_per_step", entry.seconds / steps * 1e3}};
+          in_commands += entry.seconds;
+        }
+        out["decode_profile"]["host"] = {{"ms_per_step", (total - in_commands) / steps * 1e3}};
       }
       if (!times.empty()) {
         std::sort(times.begin(), times.end());

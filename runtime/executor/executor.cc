@@ -1,6 +1,7 @@
 #include "runtime/executor/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -19,13 +20,15 @@
 
 namespace xrt {
 
+struct Executor::PreparedCommand {
+  const xpk::Command* fb;
+  DispatchFn fn = nullptr;
+  std::vector<void*> ptrs;
+  WeightFormat w_format = WeightFormat::kF32;  // matmul: the bound weight's format
+};
+
 struct Executor::Prepared {
-  struct Command {
-    const xpk::Command* fb;
-    DispatchFn fn = nullptr;
-    std::vector<void*> ptrs;
-    WeightFormat w_format = WeightFormat::kF32;  // matmul: the bound weight's format
-  };
+  using Command = PreparedCommand;
   std::vector<Command> commands;
   uint8_t* io = nullptr;
 };
@@ -216,8 +219,33 @@ Expected<uint8_t*> Executor::Tensor(const xpk::Executable& e, const std::string&
 Status Executor::Run(const xpk::Executable& e, int64_t active_rows) {
   auto it = prepared_.find(&e);
   if (it == prepared_.end()) return InvalidArgumentError("executable is not from this artifact");
+  for (const PreparedCommand& pc : it->second->commands) {
+    if (!profile_) {
+      XRT_RETURN_IF_ERROR(RunCommand(pc, e, active_rows));
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = RunCommand(pc, e, active_rows);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const xpk::Command& c = *pc.fb;
+    std::string label = c.kind() == xpk::CommandKind::dispatch
+                            ? "dispatch"
+                            : std::string(xpk::EnumNameUkernel(c.ukernel()));
+    if (c.kind() == xpk::CommandKind::ukernel && c.ukernel() == xpk::Ukernel::matmul)
+      label += std::string(" ") + WeightFormatName(pc.w_format);
+    CommandProfile::Entry& entry = profile_->by_label[label];
+    ++entry.calls;
+    entry.seconds += seconds;
+    XRT_RETURN_IF_ERROR(s);
+  }
+  return Status::Ok();
+}
+
+Status Executor::RunCommand(const PreparedCommand& pc, const xpk::Executable& e,
+                            int64_t active_rows) {
   ThreadPool* pool = p_.pool;
-  for (const Prepared::Command& pc : it->second->commands) {
+  {
     const xpk::Command* c = pc.fb;
     // A row-wise command runs the step's real rows only (Command.dynamic_rows).
     auto rows = [&](int64_t all) {
@@ -228,7 +256,7 @@ Status Executor::Run(const xpk::Executable& e, int64_t active_rows) {
       void* const* ptrs = pc.ptrs.data();
       pool->ParallelFor(rows(c->workgroups()),
                         [&](int64_t b, int64_t end) { fn(ptrs, nullptr, b, end); });
-      continue;
+      return Status::Ok();
     }
     switch (c->ukernel()) {
       case xpk::Ukernel::matmul: {

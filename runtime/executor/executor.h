@@ -53,6 +53,16 @@ struct ExecutorParams {
   std::vector<float*> lora_a, lora_b;
 };
 
+// Where Executor::Run's time goes, by command: "dispatch", "matmul q4_1",
+// "paged_attention", ... (lm_step_bench --profile).
+struct CommandProfile {
+  struct Entry {
+    int64_t calls = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, Entry> by_label;
+};
+
 class Executor {
  public:
   static Expected<std::unique_ptr<Executor>> Create(const ExecutorParams& params);
@@ -73,8 +83,14 @@ class Executor {
 
   uint64_t arena_bytes() const { return arena_size_; }
 
+  // While set (borrowed; null to stop), Run adds each command's wall time to
+  // `profile`. Not for concurrent Runs.
+  void set_profile(CommandProfile* profile) { profile_ = profile; }
+
  private:
   struct Prepared;
+  struct PreparedCommand;
+  Status RunCommand(const PreparedCommand& pc, const xpk::Executable& e, int64_t active_rows);
   explicit Executor(const ExecutorParams& p);
   Status Prepare();
 
@@ -84,6 +100,7 @@ class Executor {
   uint64_t arena_size_ = 0;
   std::map<int, uint8_t*> io_;  // by ExecutableKind
   std::map<const xpk::Executable*, std::unique_ptr<Prepared>> prepared_;
+  CommandProfile* profile_ = nullptr;
 };
 
 }  // namespace xrt

@@ -92,6 +92,8 @@ class ModelRunner : public StepExecutor {
   // Every EOS id of the model (generation_config's and the tokenizer's).
   const std::vector<int32_t>& eos_token_ids() const { return core_params_.eos_token_ids; }
   ThreadPool& pool() { return *pool_; }
+  // For profiling (Executor::set_profile); the steps run through Execute.
+  Executor& executor() { return *executor_; }
 
  private:
   ModelRunner() = default;
