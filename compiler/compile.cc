@@ -872,14 +872,17 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   co.target = o.target;
   XRT_ASSIGN_OR_RETURN(CodegenResult code, GenerateSharedObject(*code_module, co));
 
-  // Artifact.
+  // Artifact. The weights go to the output's temporary file as they are materialized,
+  // one at a time (the source stays mapped), so memory holds one tensor, not the model.
   ArtifactWriter writer;
+  XRT_RETURN_IF_ERROR(writer.StreamTo(o.output_path));
   uint64_t weightBytes = 0;
   progress(fmt::format("packing {} weights", emitter.weights().size()));
   std::map<std::string, CompileSummary::FormatUse> formatUse;
   for (WeightDesc& w : emitter.weights()) {
     XRT_ASSIGN_OR_RETURN(std::vector<uint8_t> data, MaterializeWeight(*source, w));
     w.placement = writer.AppendWeight(data.data(), data.size());
+    XRT_RETURN_IF_ERROR(writer.stream_status());
     weightBytes += w.placement.size;
     CompileSummary::FormatUse& use = formatUse[xrt::WeightFormatName(w.format)];
     use.weights += 1;
