@@ -640,7 +640,10 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
   }
   if (sameFormat) {
     const int64_t n = d.shape[0], k = d.shape[1];
+    // One part is packed straight from the (mapped) source; several are concatenated.
     std::vector<uint8_t> rows;
+    const uint8_t* rowData = parts.size() == 1 ? parts[0]->data : nullptr;
+    uint64_t rowBytes = 0;
     int64_t rowCount = 0;
     for (const SourceTensor* t : parts) {
       // Row-major data: a tensor of any rank is numel / K rows of K values.
@@ -649,14 +652,16 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
       if (elements % k != 0)
         return xrt::InternalError("weight '{}': part '{}' does not hold rows of {}", d.name,
                                   t->name, k);
-      rows.insert(rows.end(), t->data, t->data + t->nbytes);
+      if (!rowData) rows.insert(rows.end(), t->data, t->data + t->nbytes);
+      rowBytes += t->nbytes;
       rowCount += elements / k;
     }
-    if (rowCount != n || rows.size() % n != 0)
+    if (!rowData) rowData = rows.data();
+    if (rowCount != n || rowBytes % n != 0)
       return xrt::InternalError("weight '{}': {} source rows in {} bytes, expected {}", d.name,
-                                rowCount, rows.size(), n);
+                                rowCount, rowBytes, n);
     std::vector<uint8_t> packed(xrt::PackedWeightBytes(d.format, n, k));
-    xrt::PackWeightsFromBlocks(d.format, rows.data(), n, k, rows.size() / n, packed.data());
+    xrt::PackWeightsFromBlocks(d.format, rowData, n, k, rowBytes / n, packed.data());
     return packed;
   }
 
@@ -666,16 +671,21 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
   } else {
     for (const std::string& name : d.sources) {
       XRT_ASSIGN_OR_RETURN(std::vector<float> part, source.ReadF32(name));
-      data.insert(data.end(), part.begin(), part.end());
+      if (data.empty()) {
+        data = std::move(part);
+      } else {
+        data.insert(data.end(), part.begin(), part.end());
+      }
     }
   }
   if (static_cast<int64_t>(data.size()) != numel)
     return xrt::InternalError("weight '{}': {} elements, expected {}", d.name, data.size(), numel);
   if (d.pack_nr == 0) return asBytes(data);
   if (d.format == xrt::WeightFormat::kF32) {
-    std::vector<float> packed(xrt::PackedWeightFloats(d.shape[0], d.shape[1]));
-    xrt::PackWeights(data.data(), d.shape[0], d.shape[1], packed.data());
-    return asBytes(packed);
+    // Packed straight into the bytes returned (operator new's alignment suits floats).
+    std::vector<uint8_t> packed(xrt::PackedWeightFloats(d.shape[0], d.shape[1]) * sizeof(float));
+    xrt::PackWeights(data.data(), d.shape[0], d.shape[1], reinterpret_cast<float*>(packed.data()));
+    return packed;
   }
   std::vector<uint8_t> packed(xrt::PackedWeightBytes(d.format, d.shape[0], d.shape[1]));
   xrt::PackWeightsFrom(d.format, data.data(), d.shape[0], d.shape[1], packed.data());
@@ -872,14 +882,17 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   co.target = o.target;
   XRT_ASSIGN_OR_RETURN(CodegenResult code, GenerateSharedObject(*code_module, co));
 
-  // Artifact.
+  // Artifact. The weights go to the output's temporary file as they are materialized,
+  // one at a time (the source stays mapped), so memory holds one tensor, not the model.
   ArtifactWriter writer;
+  XRT_RETURN_IF_ERROR(writer.StreamTo(o.output_path));
   uint64_t weightBytes = 0;
   progress(fmt::format("packing {} weights", emitter.weights().size()));
   std::map<std::string, CompileSummary::FormatUse> formatUse;
   for (WeightDesc& w : emitter.weights()) {
     XRT_ASSIGN_OR_RETURN(std::vector<uint8_t> data, MaterializeWeight(*source, w));
     w.placement = writer.AppendWeight(data.data(), data.size());
+    XRT_RETURN_IF_ERROR(writer.stream_status());
     weightBytes += w.placement.size;
     CompileSummary::FormatUse& use = formatUse[xrt::WeightFormatName(w.format)];
     use.weights += 1;

@@ -713,11 +713,9 @@ def gguf_tensors(model, spec):
     return out
 
 
-def write_gguf(path, model, spec, raw_tok, ids, chat_template):
-    import gguf
-    cfg = GGUF_CONFIG
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_name("xcc tiny gguf")
+def add_llama_hparams(w, cfg, vocab_size):
+    """The llama.* hyperparameter keys of a GGUF from HF config.json names (also used by
+    bench/gen_llama_1b_shaped.py)."""
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
@@ -727,7 +725,15 @@ def write_gguf(path, model, spec, raw_tok, ids, chat_template):
     w.add_rope_dimension_count(cfg["head_dim"])
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_vocab_size(VOCAB_SIZE)
+    w.add_vocab_size(vocab_size)
+
+
+def write_gguf(path, model, spec, raw_tok, ids, chat_template):
+    import gguf
+    cfg = GGUF_CONFIG
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("xcc tiny gguf")
+    add_llama_hparams(w, cfg, VOCAB_SIZE)
     # Tokenizer: byte-level BPE as llama.cpp stores it ("gpt2" model, GPT-2 split regex).
     tj = json.loads(raw_tok.to_str())
     vocab = raw_tok.get_vocab(with_added_tokens=True)

@@ -20,11 +20,24 @@
 // runtime loader (xrt::Artifact) before it is committed, so the compiler never emits an
 // artifact the runtime rejects.
 //
+// Where segment bytes wait until the write. By default the writer holds them in memory
+// (small artifacts, WriteToBytes, tests). After StreamTo(path) it holds none: every
+// segment's bytes go to the temporary file beside `path` as they are added, with their
+// checksums and offsets computed on the fly, so compiling a model needs memory for one
+// tensor, not for all of them. Since the manifest (which records the final offsets) comes
+// first in the file and is only known at the end, streamed segments start at a guessed
+// offset (ArtifactStreamOptions::reserve) and are shifted into place when the file is
+// finished: with fallocate(FALLOC_FL_COLLAPSE_RANGE / INSERT_RANGE) where the filesystem
+// supports it and the shift is a whole number of its blocks (no bytes move), else by
+// copying them within the file in 1 MiB chunks. Either way the file is byte-for-byte the
+// one the in-memory mode writes for the same inputs.
+//
 // Thread-compatible: one writer per artifact; not safe for concurrent mutation.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +45,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/loader/artifact.h"
+#include "runtime/loader/segment_checksum.h"
 #include "schemas/artifact_generated.h"
 
 namespace xcc {
@@ -68,11 +82,27 @@ struct ArtifactWriteOptions {
   bool validate = true;
 };
 
+// How ArtifactWriter::StreamTo lays segments out in the temporary file.
+struct ArtifactStreamOptions {
+  // Bytes left before the first segment for the header and manifest (a multiple of 4096).
+  // A manifest that does not fit just means the segments move up at the end.
+  uint64_t reserve = uint64_t{1} << 20;
+  // Whether finishing may shift the segments with fallocate; false always copies them
+  // (tests of the copying path).
+  bool allow_fallocate = true;
+};
+
 class ArtifactWriter {
  public:
-  ArtifactWriter() = default;
+  ArtifactWriter();
+  ~ArtifactWriter();  // removes an unfinished streamed temporary file
   ArtifactWriter(const ArtifactWriter&) = delete;
   ArtifactWriter& operator=(const ArtifactWriter&) = delete;
+
+  // From now on, writes every segment's bytes to a temporary file beside `path` (created
+  // here) as they are added instead of keeping them; WriteToFile(path) finishes that file
+  // and renames it to `path`, WriteToBytes is then refused. Call before adding segments.
+  Status StreamTo(const std::string& path, const ArtifactStreamOptions& options = {});
 
   // Adds a segment holding `bytes`; returns its index in Manifest.segments. `alignment`
   // 0 means the default (4096 for weights, 64 otherwise); otherwise a power of two >= 64
@@ -81,27 +111,39 @@ class ArtifactWriter {
                                 uint64_t alignment = 0);
 
   // Appends one weight's bytes to the current weights segment (started on first use or
-  // after AddSegment / StartWeightsSegment), 64-byte aligned inside it.
+  // after AddSegment / StartWeightsSegment), 64-byte aligned inside it. When streaming, a
+  // write error is kept in stream_status() and returned by WriteToFile.
   WeightPlacement AppendWeight(const void* data, size_t size);
   // Makes the next AppendWeight() start a new weights segment.
-  void StartWeightsSegment() { open_weights_segment_ = -1; }
+  void StartWeightsSegment();
 
   uint32_t num_segments() const { return static_cast<uint32_t>(segments_.size()); }
+  // Segment bytes the writer holds in memory: all of them by default, none when streaming.
+  uint64_t buffered_bytes() const;
+  // The first error writing streamed bytes (Ok when not streaming or none happened).
+  const Status& stream_status() const { return stream_status_; }
 
   // Lays out and serializes the artifact into memory. `name` names it in errors.
+  // FailedPrecondition when streaming.
   Expected<std::vector<uint8_t>> WriteToBytes(const ManifestBuildFn& build,
                                               const ArtifactWriteOptions& options = {},
                                               const std::string& name = "<memory>") const;
-  // Lays out and writes the artifact to `path` atomically.
+  // Lays out and writes the artifact to `path` atomically. When streaming, `path` must be
+  // StreamTo's, and the streamed file is consumed: a second call is FailedPrecondition.
   Status WriteToFile(const std::string& path, const ManifestBuildFn& build,
-                     const ArtifactWriteOptions& options = {}) const;
+                     const ArtifactWriteOptions& options = {});
 
  private:
   struct PendingSegment {
     xpk::SegmentKind kind;
     uint64_t alignment;
-    std::vector<uint8_t> bytes;
+    uint64_t size = 0;
+    std::vector<uint8_t> bytes;    // in memory (not streaming)
+    uint64_t stream_offset = 0;    // streaming: where the bytes start in the temporary file
+    xrt::Xxh3_128Digest digest{};  // final once the segment is closed
   };
+  struct Hasher;  // XXH3-128 state of the open weights segment
+  struct Stream;  // the temporary file streamed segments go to
   struct Layout {
     std::vector<SegmentPlacement> segments;
     std::vector<uint8_t> manifest;  // the finished flatbuffer
@@ -111,9 +153,21 @@ class ArtifactWriter {
   // Streams header, manifest, padding and segments to `sink` in file order.
   Status Emit(const Layout& layout,
               const std::function<Status(const uint8_t*, size_t)>& sink) const;
+  // Appends a new segment; when streaming, places it after the last one in the file.
+  PendingSegment& NewSegment(xpk::SegmentKind kind, uint64_t alignment);
+  // Adds `size` bytes (nullptr: zeros) to the end of the last segment.
+  void AppendBytes(const uint8_t* data, size_t size);
+  // Ends the open weights segment: its checksum becomes final.
+  void CloseWeightsSegment();
+  // Moves the streamed segments in the temporary file `fd` (named `tmp`) to their final
+  // offsets, zeroes the padding, writes the header and manifest and sets the file size.
+  Status FinishStream(const Layout& layout, int fd, const std::string& tmp) const;
 
   std::vector<PendingSegment> segments_;
   int64_t open_weights_segment_ = -1;
+  std::unique_ptr<Hasher> open_hash_;
+  std::unique_ptr<Stream> stream_;
+  Status stream_status_ = Status::Ok();
 };
 
 // Builds Manifest.provenance with options sorted by key and inputs sorted by path (the
