@@ -34,8 +34,11 @@ std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
 }
 
 std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  std::vector<uint8_t> bytes(static_cast<size_t>(f.tellg()));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return bytes;
 }
 
 // A minimal manifest (the loader is not asked: validate = false) whose size is set by a
@@ -65,8 +68,8 @@ struct Case {
 std::vector<WeightPlacement> AddSegments(ArtifactWriter& w, bool code_first, bool big_align) {
   std::vector<WeightPlacement> placed;
   if (code_first) EXPECT_TRUE(w.AddSegment(xpk::SegmentKind::code, Pattern(100, 1)).ok());
-  const std::vector<uint8_t> big = Pattern((size_t{4} << 20) + 1, 2), small = Pattern(3, 3),
-                             other = Pattern(5000, 4);
+  static const std::vector<uint8_t> big = Pattern((size_t{4} << 20) + 1, 2);
+  const std::vector<uint8_t> small = Pattern(3, 3), other = Pattern(5000, 4);
   placed.push_back(w.AppendWeight(big.data(), big.size()));
   placed.push_back(w.AppendWeight(small.data(), small.size()));
   EXPECT_TRUE(w.AddSegment(xpk::SegmentKind::code, Pattern(77, 5)).ok());
