@@ -23,9 +23,9 @@ Shape: meta-llama/Llama-3.2-1B's published config.json (hidden 2048, intermediat
   token_embd Q6_K (tied: no output.weight); norms F32. The K-quant blocks are random
   bytes with f16 super-block scales chosen so values stay around +-0.05: not a
   quantization of the bf16 model. The tokenizer is the same 512 tokens (as gguf "gpt2"
-  tokens + merges) padded to 128256 with control tokens <|reserved_N|>. No
-  rope_freqs.weight (llama.cpp's llama3 rope factors): xcc's GGUF frontend does not
-  support them yet, so this GGUF uses plain rope (theta 500000).
+  tokens + merges) padded to 128256 with control tokens <|reserved_N|>. The llama3 rope
+  scaling is rope_freqs.weight, as llama.cpp's converter writes it
+  (tests/gen_model_fixtures.py llama3_rope_freq_factors).
 
 Needs numpy, torch (bf16 conversion) and gguf (the GGUF); bench only.
 """
@@ -212,6 +212,8 @@ def write_gguf(path, seed):
         w.add_tensor(f"blk.{i}.attn_norm.weight", ones)
         w.add_tensor(f"blk.{i}.ffn_norm.weight", ones)
     w.add_tensor("output_norm.weight", ones)
+    w.add_tensor("rope_freqs.weight",
+                 gen_model_fixtures.llama3_rope_freq_factors(c, c["rope_scaling"]))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

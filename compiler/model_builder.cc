@@ -243,7 +243,9 @@ std::vector<float> RopeInverseFrequencies(const DecoderConfig& c) {
     inv[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
   }
   const RopeScaling& s = c.rope_scaling;
-  if (s.type == "linear") {
+  if (s.type == "freq_factors") {
+    for (int64_t i = 0; i < dim / 2; ++i) inv[i] = inv[i] / s.freq_factors[i];
+  } else if (s.type == "linear") {
     for (float& f : inv) f = f / static_cast<float>(s.factor);
   } else if (s.type == "llama3") {
     const float factor = static_cast<float>(s.factor);

@@ -30,6 +30,7 @@ import argparse
 import glob
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -656,6 +657,14 @@ GGUF_MODELS = {
         seed=3202, tied=True,
         types=dict(token_embd="Q8_0", **{k: ["Q4_1", "Q4_1"] for k in (
             "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")})),
+    # Llama 3 rope scaling as llama.cpp stores it: a rope_freqs.weight tensor of
+    # per-frequency divisors. transformers' GGUF loader ignores that tensor, so the
+    # reference is the HF model itself (llama3 rope_scaling), whose float32 weights the
+    # file holds exactly (every tensor F32).
+    "llama3_rope": dict(
+        seed=3204, tied=False, rope_scaling=dict(LLAMA3_SCALING),
+        types=dict(token_embd="F32", output="F32", **{k: ["F32", "F32"] for k in (
+            "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")})),
 }
 GGUF_FILE = "model.gguf"
 GGUF_CONFIG = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
@@ -728,6 +737,27 @@ def add_llama_hparams(w, cfg, vocab_size):
     w.add_vocab_size(vocab_size)
 
 
+def llama3_rope_freq_factors(cfg, scaling):
+    """The divisors of the rope frequencies that stand for HF's llama3 rope scaling, as
+    llama.cpp's converter writes them to rope_freqs.weight: 1 for high frequencies,
+    `factor` for low ones, 1 / ((1 - smooth) / factor + smooth) between."""
+    dim, base = cfg["head_dim"], cfg["rope_theta"]
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_len = scaling["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    out = []
+    for freq in 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float32) / dim):
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_len / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def write_gguf(path, model, spec, raw_tok, ids, chat_template):
     import gguf
     cfg = GGUF_CONFIG
@@ -759,6 +789,9 @@ def write_gguf(path, model, spec, raw_tok, ids, chat_template):
         data = gguf.quants.quantize(arr, q)
         w.add_tensor(gname, data, raw_dtype=q)
         types[gname] = qtype
+    if spec.get("rope_scaling"):
+        w.add_tensor("rope_freqs.weight", llama3_rope_freq_factors(cfg, spec["rope_scaling"]))
+        types["rope_freqs.weight"] = "F32"
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -775,6 +808,8 @@ def expected_hf_weights(path):
     inv = {v: k for k, v in GGUF_LAYER_NAMES.items()}
     out = {}
     for t in r.tensors:
+        if t.name == "rope_freqs.weight":  # not a weight of the HF model
+            continue
         shape = [int(x) for x in reversed(t.shape)]
         arr = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(shape)
         if t.name == "token_embd.weight":
@@ -821,8 +856,9 @@ def make_gguf(name, spec, out_root, corpus):
     raw = train_tokenizer("gpt2", GGUF_SPECIALS, VOCAB_SIZE)
     ids = {"bos": raw.token_to_id("<s>"), "eos": [raw.token_to_id("</s>")]}
     kw = {k: v for k, v in GGUF_CONFIG.items()}
+    rope = spec.get("rope_scaling")
     cfg = LlamaConfig(vocab_size=VOCAB_SIZE, bos_token_id=ids["bos"], eos_token_id=ids["eos"][0],
-                      tie_word_embeddings=spec["tied"], rope_scaling=None, **kw)
+                      tie_word_embeddings=spec["tied"], rope_scaling=rope, **kw)
     std = dict(GGUF_STD)
     if spec["tied"]:  # the embedding is also the lm_head (as llama_tied)
         std.update(embed=0.35, lm_head=None)
@@ -867,7 +903,16 @@ def make_gguf(name, spec, out_root, corpus):
     assert torch.equal(a, b), f"{name}: reloading the GGUF gives other logits"
     qdiff = float((a - f).abs().max())
     print(f"  types {types}\n  logits vs the unquantized float32 model: max |diff| {qdiff:.3f}")
-    assert qdiff > 1e-3, f"{name}: quantization did not change the logits"
+    if rope:
+        # Every tensor F32: the file holds the HF weights exactly; transformers' loader drops
+        # rope_freqs (plain rope), so its logits differ from the llama3 model's, which is the
+        # reference.
+        for k in got:
+            assert np.array_equal(got[k], orig[k]), f"{name}: {k} is not the HF weight"
+        assert qdiff > 1e-3, f"{name}: the llama3 rope scaling changed nothing on the probe"
+        model = src
+    else:
+        assert qdiff > 1e-3, f"{name}: quantization did not change the logits"
 
     ref_prompts, all_info, min_margin, min_distinct = reference_prompts(
         name, model, tok, d, spec["seed"], ids["bos"])
@@ -888,6 +933,12 @@ def make_gguf(name, spec, out_root, corpus):
                             "adds that token (GPT2Tokenizer's default unk) as id 512, past "
                             "the file's vocabulary, and matches it in text"),
     }
+    if rope:
+        ref["gguf"]["loader"] = (
+            "reference computed by the HF LlamaForCausalLM with rope_scaling " + json.dumps(rope)
+            + " whose float32 weights the file holds exactly (all tensors F32, q/k rows in "
+            "llama.cpp's order); the file's rope_freqs.weight holds the llama3 scaling as "
+            "llama.cpp's converter computes it, which transformers' GGUF loader ignores")
     write_reference(d, "gguf/" + name, ref, min_margin, min_distinct)
     return min_margin, min_distinct
 

@@ -1,8 +1,13 @@
 #include "compiler/frontend/gguf_model_source.h"
 
+#include <cmath>
 #include <cstring>
 #include <list>
 #include <map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "compiler/frontend/decoder_tensors.h"
 #include "compiler/frontend/source_dtype.h"
@@ -60,6 +65,9 @@ Expected<double> FloatKeyOr(const GgufFile& f, const std::string& key, double de
   if (!f.Has(key)) return def;
   return f.GetFloat(key);
 }
+
+// llama.cpp's per-frequency rope divisors (Llama 3 rope scaling).
+constexpr const char* kRopeFreqsTensor = "rope_freqs.weight";
 
 bool HasTensor(const GgufFile& f, const std::string& name) {
   for (const GgufTensorInfo& t : f.tensors()) {
@@ -168,7 +176,10 @@ Status GgufModelSource::Load(const std::string& path) {
   origin_ = file_.path();
   XRT_ASSIGN_OR_RETURN(config_, DecoderConfigFromGguf(file_));
   const ArchInfo* arch = FindArch(file_.GetString("general.architecture").value());
-  for (const GgufTensorInfo& info : file_.tensors()) XRT_RETURN_IF_ERROR(AddTensor(info, *arch));
+  for (const GgufTensorInfo& info : file_.tensors()) {
+    if (info.name == kRopeFreqsTensor) continue;  // read into config_.rope_scaling
+    XRT_RETURN_IF_ERROR(AddTensor(info, *arch));
+  }
 
   XRT_ASSIGN_OR_RETURN(tokenizer_, TokenizerFromGguf(file_));
   if (file_.Has("tokenizer.chat_template")) {
@@ -321,13 +332,32 @@ Expected<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
     return xrt::InvalidArgumentError("{}: rope scaling factor {} must be > 0", f.path(),
                                      c.rope_scaling.factor);
   }
-  if (HasTensor(f, "rope_freqs.weight")) {
-    // llama.cpp stores Llama 3.1-style rope scaling as precomputed per-frequency
-    // factors instead of the parameters DecoderConfig carries.
-    return xrt::UnimplementedError(
-        "{}: tensor 'rope_freqs.weight': precomputed rope frequency factors (llama3 rope "
-        "scaling) are not supported",
-        f.path());
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (t.name != kRopeFreqsTensor) continue;
+    // llama.cpp stores Llama 3 rope scaling as per-frequency divisors, computed at
+    // conversion from the HF parameters (which the GGUF does not keep).
+    const int64_t n = c.head_dim / 2;
+    if (t.ne.size() != 1 || t.ne[0] != n) {
+      return xrt::DataLossError("{}: tensor '{}': shape [{}], expected [{}] (head_dim / 2)",
+                                f.path(), t.name, fmt::join(t.ne, ", "), n);
+    }
+    if (!c.rope_scaling.type.empty() && c.rope_scaling.type != "none") {
+      return xrt::InvalidArgumentError(
+          "{}: tensor '{}' and rope scaling type '{}' both scale the rope frequencies", f.path(),
+          t.name, c.rope_scaling.type);
+    }
+    std::vector<float> factors(n);
+    XRT_RETURN_IF_ERROR(ConvertToF32(t.dtype, t.data, t.nbytes, n, factors.data())
+                            .WithContext(fmt::format("{}: tensor '{}'", f.path(), t.name)));
+    for (int64_t i = 0; i < n; ++i) {
+      if (!(factors[i] > 0) || !std::isfinite(factors[i])) {
+        return xrt::DataLossError("{}: tensor '{}': factor {} is {}, not a positive number",
+                                  f.path(), t.name, i, factors[i]);
+      }
+    }
+    c.rope_scaling = RopeScaling();
+    c.rope_scaling.type = "freq_factors";
+    c.rope_scaling.freq_factors = std::move(factors);
   }
 
   if (f.Has(p + "vocab_size")) {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -73,6 +74,8 @@ struct TinyOptions {
   bool permute = true;                 // store q/k permuted (llama convention)
   std::string skip_key;                // metadata key to leave out
   std::vector<uint64_t> k_ne = {kD, kKV* kHd};
+  std::vector<float> rope_freqs;  // written as rope_freqs.weight [size] when not empty
+  std::vector<std::pair<std::string, float>> extra_f32_keys;  // more float metadata
   // Writes the tokenizer.ggml.* keys instead of the default 6-token vocabulary
   // and returns the vocabulary size.
   std::function<uint64_t(GgufWriter&)> tokenizer;
@@ -144,6 +147,8 @@ std::string TinyGguf(const TinyOptions& o = TinyOptions()) {
   w.TensorF32("blk.0.attn_output.weight", {kH * kHd, kD}, Iota(kD * kH * kHd, 400));
   if (o.o_bias) w.TensorF32("blk.0.attn_output.bias", {kD}, Iota(kD, 450));
   for (const std::string& name : o.extra_f32) w.TensorF32(name, {kD}, Iota(kD, 0));
+  if (!o.rope_freqs.empty()) w.TensorF32("rope_freqs.weight", {o.rope_freqs.size()}, o.rope_freqs);
+  for (const auto& [key, value] : o.extra_f32_keys) w.KvF32(key, value);
   w.TensorF32("blk.0.ffn_norm.weight", {kD}, Iota(kD, 2));
   w.TensorF32("blk.0.ffn_gate.weight", {kD, kF}, Iota(kD * kF, 500));
   w.TensorF32("blk.0.ffn_up.weight", {kD, kF}, Iota(kD * kF, 600));
@@ -458,6 +463,40 @@ TEST(GgufModelSourceTest, AttentionOutputBiasAndUnusedTensors) {
       << src.status().message();
   EXPECT_TRUE(Contains(src.status().message(), "'blk.0.attn_rot_embd.weight'"));
   EXPECT_TRUE(Contains(src.status().message(), "'model.layers.0.mlp.down_proj.bias'"));
+}
+
+// rope_freqs.weight (llama.cpp's Llama 3 rope scaling) becomes the config's
+// freq_factors, not a tensor of the model; a wrong shape, a factor that is not
+// positive, or a second rope scaling is an error naming the tensor.
+TEST(GgufModelSourceTest, RopeFreqsBecomeFreqFactors) {
+  TempDir dir;
+  TinyOptions o;
+  o.rope_freqs = {1.0f, 1.5f, 4.0f, 8.0f};  // head_dim 8: 4 frequencies
+  Expected<std::unique_ptr<ModelSource>> src = OpenTiny(dir, o);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  const RopeScaling& r = (*src)->config().rope_scaling;
+  EXPECT_EQ(r.type, "freq_factors");
+  EXPECT_EQ(r.freq_factors, o.rope_freqs);
+  for (const std::string& name : (*src)->tensor_names()) EXPECT_EQ(name.find("rope"), name.npos);
+  EXPECT_TRUE(ValidateDecoderTensors(**src).ok());
+
+  auto error = [&](const TinyOptions& bad) {
+    Expected<std::unique_ptr<ModelSource>> s = OpenTiny(dir, bad);
+    EXPECT_FALSE(s.ok());
+    return s.ok() ? std::string() : s.status().message();
+  };
+  TinyOptions bad = o;
+  bad.rope_freqs = {1.0f, 2.0f};
+  EXPECT_TRUE(Contains(error(bad), "tensor 'rope_freqs.weight': shape [2], expected [4]"))
+      << error(bad);
+  bad.rope_freqs = {1.0f, 0.0f, 2.0f, 3.0f};
+  EXPECT_TRUE(Contains(error(bad), "tensor 'rope_freqs.weight': factor 1 is 0"));
+  bad.rope_freqs = {1.0f, 2.0f, -std::numeric_limits<float>::infinity(), 3.0f};
+  EXPECT_TRUE(Contains(error(bad), "factor 2 is -inf"));
+  bad = o;
+  bad.extra_f32_keys = {{"llama.rope.scaling.factor", 4.0f}};
+  bad.extra_f32_keys.push_back({"llama.rope.scale_linear", 4.0f});
+  EXPECT_TRUE(Contains(error(bad), "both scale the rope frequencies")) << error(bad);
 }
 
 TEST(GgufModelSourceTest, NameMapping) {

@@ -57,11 +57,15 @@ enum class SourceDType {
 const char* SourceDTypeName(SourceDType t);
 
 struct RopeScaling {
-  std::string type = "none";  // "none" | "llama3" | "linear"
+  std::string type = "none";  // "none" | "llama3" | "linear" | "freq_factors"
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 0;
+  // type "freq_factors" (a GGUF's rope_freqs.weight, how llama.cpp stores Llama 3
+  // rope scaling): head_dim / 2 divisors of the rope frequencies, as ggml's rope
+  // applies them (inv_freq[i] / freq_factors[i]).
+  std::vector<float> freq_factors;
 };
 
 // Decoder config, Llama family (Llama, Mistral, Qwen2).

@@ -110,7 +110,8 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderNumerics,
                          ::testing::Values("llama_gqa", "llama_tied", "llama_attn_bias",
-                                           "qwen2_bias", "mistral", "gguf/mixed", "gguf/tied_q4_1"),
+                                           "qwen2_bias", "mistral", "gguf/mixed", "gguf/tied_q4_1",
+                                           "gguf/llama3_rope"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return ParamName(info.param);
                          });
