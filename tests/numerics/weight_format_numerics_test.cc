@@ -16,6 +16,7 @@
 // runtime/kernels/weight_format_test's.)
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -196,6 +197,80 @@ TEST(DynamicRows, RowWiseCommandsOfTheBucketedExecutablesAreMarked) {
   }
   EXPECT_GT(marked, 10);
   EXPECT_GT(attention, 0);
+}
+
+}  // namespace
+
+namespace {
+
+// GGUF K-quants are kept as they are (--weight-dtype auto): every linear
+// weight and the tied table (Q6_K, also the lm_head) in its own format, once,
+// with exactly the GGUF's bytes per weight (the lossless repack keeps
+// ggml's 4.5 / 5.5 / 6.5625 bits). Their numerics against HF are
+// decoder_numerics_test's (gguf/kquants).
+TEST(KQuants, AutoKeepsGgufKQuantTensors) {
+  const fs::path gguf = fs::path(XCC_SOURCE_DIR) / "tests/fixtures/gguf/kquants/model.gguf";
+  const fs::path dir = fs::temp_directory_path() / "xcc_weight_format_kquants";
+  fs::create_directories(dir);
+  xcc::CompileOptions o;
+  o.model_path = gguf.string();
+  o.output_path = (dir / "auto.xpk").string();
+  o.quiet = true;
+  o.limits.max_num_seqs = 2;
+  o.limits.max_model_len = 64;
+  o.limits.max_num_batched_tokens = 16;
+  o.token_buckets = {16};
+  auto summary = xcc::Compile(o);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(summary->weight_notes.empty())
+      << "nothing is dequantized: " << summary->weight_notes.front();
+
+  auto source = xcc::ModelSource::Open(gguf.string());
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  uint64_t gguf_kquant_bytes = 0;
+  for (const std::string& name : (*source)->tensor_names()) {
+    auto t = (*source)->tensor(name);
+    ASSERT_TRUE(t.ok());
+    if ((*t)->dtype == xcc::SourceDType::kQ4_K || (*t)->dtype == xcc::SourceDType::kQ5_K ||
+        (*t)->dtype == xcc::SourceDType::kQ6_K)
+      gguf_kquant_bytes += (*t)->nbytes;
+  }
+  auto a = xrt::Artifact::Open(o.output_path);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  uint64_t kquant_bytes = 0;
+  int tables = 0;
+  std::map<xpk::DType, int> by_dtype;
+  for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
+    const xpk::Weight* w = *(*a)->weight(i);
+    ++by_dtype[w->dtype()];
+    const bool kquant = w->dtype() == xpk::DType::q4_k || w->dtype() == xpk::DType::q5_k ||
+                        w->dtype() == xpk::DType::q6_k;
+    if (kquant) {
+      kquant_bytes += w->size();
+      EXPECT_EQ(w->layout(), xpk::WeightLayout::packed_panels) << w->name()->str();
+    } else {
+      EXPECT_EQ(w->shape()->size(), 1u)
+          << w->name()->str() << " is " << xpk::EnumNameDType(w->dtype());  // norms, rope
+    }
+    if (w->name()->str().find("embed_tokens") != std::string::npos) {
+      ++tables;
+      EXPECT_EQ(w->dtype(), xpk::DType::q6_k);
+    }
+  }
+  EXPECT_EQ(tables, 1) << "the tied table is stored once";
+  EXPECT_GT(by_dtype[xpk::DType::q4_k], 0);
+  EXPECT_GT(by_dtype[xpk::DType::q5_k], 0);
+  EXPECT_GT(by_dtype[xpk::DType::q6_k], 0);
+  EXPECT_EQ(kquant_bytes, gguf_kquant_bytes);
+  EXPECT_EQ(summary->weight_formats["q6_k"].weights, by_dtype[xpk::DType::q6_k]);
+
+  // There is no quantizer to K-quants: asking for one is an error that says so.
+  o.weight_dtype = "q4_k";
+  auto rejected = xcc::Compile(o);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_NE(rejected.status().ToString().find("quantizing to q4_k is not supported"),
+            std::string::npos)
+      << rejected.status().ToString();
 }
 
 }  // namespace
