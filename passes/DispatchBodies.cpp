@@ -232,8 +232,8 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   const bool six = format == xrt::WeightFormat::kQ6_K;
   const bool five = format == xrt::WeightFormat::kQ5_K;
   const int64_t sbBytes = xrt::SuperBlockBytes(format);
-  const int subRows = six ? 16 : 32;
-  const int64_t lowAt = six ? 2624 : five ? 1536 : 512;
+  const int subRows = xrt::KSubBlockRows(format);
+  const int64_t lowAt = xrt::KLowQuantsOffset(format);
   // Per lane: byte lane % 16 of a k-row's low nibbles (high nibble for lanes
   // >= 16), and byte lane / 8, bit lane % 8 of a k-row's bit words.
   Value nibbleByte = idxRem(e, lane, 16);
@@ -250,17 +250,20 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
     Value dmin;
     if (!six)
       dmin = halfToF32(
-          e, e.load(i16s, {idxAdd(e, idxAdd(e, half, e.index(32)), lane)}));
+          e, e.load(i16s,
+                    {idxAdd(e, idxAdd(e, half, e.index(xrt::kKDminOffset / 2)),
+                            lane)}));
     Value laneBase = idxAdd(e, base, lane);
     Value col0 = idxMul(e, sb, xrt::kSuperBlock);
     for (int s = 0; s < xrt::kSuperBlock / subRows; ++s) {
       Value mul, sub;
       if (six) {
-        Value sc = at(laneBase, 64 + s * 32);
+        Value sc = at(laneBase, xrt::kK6ScalesOffset + s * 32);
         mul = e.mul(d, b.create<arith::SIToFPOp>(loc, b.getF32Type(), sc));
       } else {
-        Value lo = at(laneBase, 128 + s * 32);
-        Value hi = shr(at(laneBase, 384 + s / 2 * 32), i8c(4 * (s % 2)));
+        Value lo = at(laneBase, xrt::kKScaleLoOffset + s * 32);
+        Value hi = shr(at(laneBase, xrt::kKScaleHiOffset + s / 2 * 32),
+                       i8c(4 * (s % 2)));
         Value sc = bor(band(lo, 15), shl(band(hi, 3), 4));
         Value m = bor(shr(lo, i8c(4)), shl(band(shr(hi, i8c(2)), 3), 4));
         mul = e.mul(d, toF32(sc));
@@ -274,14 +277,16 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
         Value x;
         if (six) {
           Value words = idxAdd(e, idxAdd(e, base, idxMul(e, row, 8)), bitByte);
-          Value bit4 = band(shr(at(words, 576), bitShift), 1);
-          Value bit5 = band(shr(at(words, 580), bitShift), 1);
+          Value bit4 = band(shr(at(words, xrt::kK6HighOffset), bitShift), 1);
+          Value bit5 =
+              band(shr(at(words, xrt::kK6HighOffset + 4), bitShift), 1);
           q = bor(q, bor(shl(bit4, 4), shl(bit5, 5)));
           x = e.mul(mul, e.sub(toF32(q), e.f32(32.0f)));
         } else {
           if (five) {
             Value word = idxAdd(e, idxAdd(e, base, idxMul(e, row, 4)), bitByte);
-            q = bor(q, shl(band(shr(at(word, 512), bitShift), 1), 4));
+            q = bor(q, shl(band(shr(at(word, xrt::kK5HighOffset), bitShift), 1),
+                           4));
           }
           x = e.sub(e.mul(mul, toF32(q)), sub);
         }

@@ -372,22 +372,6 @@ struct KFactors {
   __m512 mul0, mul1, add0, add1;
 };
 
-template <WeightFormat F>
-constexpr int KSubRows() {
-  return F == WeightFormat::kQ6_K ? 16 : 32;
-}
-
-// Offset of the low 4 bits of the quants within a super-block.
-template <WeightFormat F>
-constexpr int64_t KLowQuantsOffset() {
-  return F == WeightFormat::kQ6_K ? 2624 : F == WeightFormat::kQ5_K ? 1536 : 512;
-}
-
-template <WeightFormat F>
-constexpr int64_t KSuperBlockBytes() {
-  return F == WeightFormat::kQ6_K ? 6720 : F == WeightFormat::kQ5_K ? 5632 : 4608;
-}
-
 XRT_TARGET_AVX512 inline __m512i LoadU8x16(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -399,7 +383,7 @@ XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
   const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
   const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
   if constexpr (F == WeightFormat::kQ6_K) {
-    const uint8_t* sc = sb + 64 + s * kPackNR;
+    const uint8_t* sc = sb + kK6ScalesOffset + s * kPackNR;
     const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
     const __m512i sc1 =
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
@@ -408,14 +392,14 @@ XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
     k.add0 = k.add1 = _mm512_setzero_ps();
   } else {
     const __m512 dmin0 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 64)));
-    const __m512 dmin1 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 96)));
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKDminOffset)));
+    const __m512 dmin1 = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKDminOffset + 32)));
     const __m128i shift = _mm_cvtsi32_si128(4 * (s % 2));
     const __m512i low4 = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
     const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-    const uint8_t* lo_at = sb + 128 + s * kPackNR;
-    const uint8_t* hi_at = sb + 384 + s / 2 * kPackNR;
+    const uint8_t* lo_at = sb + kKScaleLoOffset + s * kPackNR;
+    const uint8_t* hi_at = sb + kKScaleHiOffset + s / 2 * kPackNR;
     __m512 mul[2], add[2];
     const __m512 d[2] = {d0, d1}, dmin[2] = {dmin0, dmin1};
     for (int h = 0; h < 2; ++h) {
@@ -442,7 +426,7 @@ XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFactors& k, __m512* w0,
                                          __m512* w1) {
-  const __m512i x = LoadU8x16(sb + KLowQuantsOffset<F>() + kk * 16);
+  const __m512i x = LoadU8x16(sb + KLowQuantsOffset(F) + kk * 16);
   __m512i q0 = _mm512_and_si512(x, _mm512_set1_epi32(15));
   __m512i q1 = _mm512_srli_epi32(x, 4);
   if constexpr (F == WeightFormat::kQ4_K) {
@@ -450,7 +434,7 @@ XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFacto
     *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
   } else if constexpr (F == WeightFormat::kQ5_K) {
     uint32_t bits;
-    std::memcpy(&bits, sb + 512 + kk * 4, 4);
+    std::memcpy(&bits, sb + kK5HighOffset + kk * 4, 4);
     const __m512i sixteen = _mm512_set1_epi32(16);
     q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits), q0, sixteen);
     q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits >> 16), q1, sixteen);
@@ -458,7 +442,7 @@ XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFacto
     *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
   } else {
     uint32_t bits[2];
-    std::memcpy(bits, sb + 576 + kk * 8, 8);
+    std::memcpy(bits, sb + kK6HighOffset + kk * 8, 8);
     const __m512i sixteen = _mm512_set1_epi32(16), thirty_two = _mm512_set1_epi32(32);
     q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits[0]), q0, sixteen);
     q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits[0] >> 16), q1, sixteen);
@@ -480,9 +464,9 @@ XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64
     KFactors fac{};
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t k = k0 + r;
-      const uint8_t* sb = panel + k / kSuperBlock * KSuperBlockBytes<F>();
+      const uint8_t* sb = panel + k / kSuperBlock * SuperBlockBytes(F);
       const int kk = static_cast<int>(k % kSuperBlock);
-      if (r == 0 || kk % KSubRows<F>() == 0) fac = LoadKFactors<F>(sb, kk / KSubRows<F>());
+      if (r == 0 || kk % KSubBlockRows(F) == 0) fac = LoadKFactors<F>(sb, kk / KSubBlockRows(F));
       DecodeKRow<F>(sb, kk, fac, &w0, &w1);
       _mm512_store_ps(out + r * kPackNR, w0);
       _mm512_store_ps(out + r * kPackNR + 16, w1);
@@ -563,8 +547,8 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
     for (int i = 0; i < R; ++i) acc[p][i][0] = acc[p][i][1] = _mm512_setzero_ps();
   __m512 w0[P], w1[P];
   if constexpr (IsKQuant(F)) {
-    constexpr int kSub = KSubRows<F>(), kSubs = kSuperBlock / kSub;
-    constexpr int64_t kBytes = KSuperBlockBytes<F>(), kLines = kBytes / 64;
+    constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
+    constexpr int64_t kBytes = SuperBlockBytes(F), kLines = kBytes / 64;
     for (int64_t blk = 0; blk < g.k / kSuperBlock; ++blk) {
       for (int s = 0; s < kSubs; ++s) {
         KFactors fac[P];

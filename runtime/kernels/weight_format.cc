@@ -120,19 +120,6 @@ int WeightFormatBlockSize(WeightFormat f) {
   return IsQuantizedFormat(f) ? kQuantGroup : IsKQuantFormat(f) ? kSuperBlock : 1;
 }
 
-int64_t SuperBlockBytes(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kQ4_K:
-      return 4608;
-    case WeightFormat::kQ5_K:
-      return 5632;
-    case WeightFormat::kQ6_K:
-      return 6720;
-    default:
-      return 0;
-  }
-}
-
 int64_t QuantGroupBytes(WeightFormat f) {
   switch (f) {
     case WeightFormat::kQ8_0:
@@ -266,11 +253,6 @@ struct KQuantColumn {
   uint8_t q[kSuperBlock] = {};  // quants: 0..15, 0..31, 0..63
 };
 
-// Offsets within a panel's super-block (weight_format.h).
-constexpr int64_t kKScaleLo = 128, kKScaleHi = 384, kKQuants4 = 512;  // q4_k
-constexpr int64_t kK5High = 512, kK5Quants = 1536;                    // q5_k
-constexpr int64_t kK6Scales = 64, kK6High = 576, kK6Quants = 2624;    // q6_k
-
 // Decodes one ggml block (block_q4_K / block_q5_K / block_q6_K) of one row.
 void ParseGgmlKBlock(WeightFormat f, const uint8_t* b, KQuantColumn* c) {
   if (f == WeightFormat::kQ6_K) {
@@ -328,26 +310,27 @@ void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
     std::memcpy(words + (kk * (f == WeightFormat::kQ6_K ? 2 : 1) + word) * 4, &v, 4);
   };
   if (f == WeightFormat::kQ6_K) {
-    for (int s = 0; s < 16; ++s) sb[kK6Scales + s * kPackNR + j] = static_cast<uint8_t>(c.scale[s]);
+    for (int s = 0; s < 16; ++s)
+      sb[kK6ScalesOffset + s * kPackNR + j] = static_cast<uint8_t>(c.scale[s]);
     for (int kk = 0; kk < kSuperBlock; ++kk) {
-      sb[kK6Quants + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
-      or_bit(sb + kK6High, kk, 0, (c.q[kk] >> 4) & 1);
-      or_bit(sb + kK6High, kk, 1, (c.q[kk] >> 5) & 1);
+      sb[KLowQuantsOffset(f) + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
+      or_bit(sb + kK6HighOffset, kk, 0, (c.q[kk] >> 4) & 1);
+      or_bit(sb + kK6HighOffset, kk, 1, (c.q[kk] >> 5) & 1);
     }
     return;
   }
-  StoreU16(sb + 64 + 2 * j, c.dmin);
+  StoreU16(sb + kKDminOffset + 2 * j, c.dmin);
   for (int s = 0; s < 8; ++s) {
-    sb[kKScaleLo + s * kPackNR + j] =
+    sb[kKScaleLoOffset + s * kPackNR + j] =
         static_cast<uint8_t>((c.scale[s] & 15) | (c.min[s] & 15) << 4);
     const int hi = (c.scale[s] >> 4) | (c.min[s] >> 4) << 2;
-    sb[kKScaleHi + s / 2 * kPackNR + j] |= static_cast<uint8_t>(hi << (4 * (s % 2)));
+    sb[kKScaleHiOffset + s / 2 * kPackNR + j] |= static_cast<uint8_t>(hi << (4 * (s % 2)));
   }
   const bool five = f == WeightFormat::kQ5_K;
-  const int64_t quants = five ? kK5Quants : kKQuants4;
+  const int64_t quants = KLowQuantsOffset(f);
   for (int kk = 0; kk < kSuperBlock; ++kk) {
     sb[quants + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
-    if (five) or_bit(sb + kK5High, kk, 0, (c.q[kk] >> 4) & 1);
+    if (five) or_bit(sb + kK5HighOffset, kk, 0, (c.q[kk] >> 4) & 1);
   }
 }
 
@@ -358,39 +341,36 @@ void KSubBlockFactors(WeightFormat f, const uint8_t* sb, int s, float* mul, floa
   for (int j = 0; j < kPackNR; ++j) {
     const float d = HalfToFloat(LoadU16(sb + 2 * j));
     if (f == WeightFormat::kQ6_K) {
-      mul[j] = d * static_cast<float>(static_cast<int8_t>(sb[kK6Scales + s * kPackNR + j]));
+      mul[j] = d * static_cast<float>(static_cast<int8_t>(sb[kK6ScalesOffset + s * kPackNR + j]));
       continue;
     }
-    const int lo = sb[kKScaleLo + s * kPackNR + j];
-    const int hi = sb[kKScaleHi + s / 2 * kPackNR + j] >> (4 * (s % 2));
+    const int lo = sb[kKScaleLoOffset + s * kPackNR + j];
+    const int hi = sb[kKScaleHiOffset + s / 2 * kPackNR + j] >> (4 * (s % 2));
     const int sc = (lo & 15) | (hi & 3) << 4;
     const int m = (lo >> 4) | ((hi >> 2) & 3) << 4;
     mul[j] = d * static_cast<float>(sc);
-    sub[j] = HalfToFloat(LoadU16(sb + 64 + 2 * j)) * static_cast<float>(m);
+    sub[j] = HalfToFloat(LoadU16(sb + kKDminOffset + 2 * j)) * static_cast<float>(m);
   }
 }
 
 // Quant of column j at k-row kk of a panel's super-block.
 int KQuant(WeightFormat f, const uint8_t* sb, int kk, int j) {
-  const int64_t lo_at = f == WeightFormat::kQ6_K   ? kK6Quants
-                        : f == WeightFormat::kQ5_K ? kK5Quants
-                                                   : kKQuants4;
-  const uint8_t byte = sb[lo_at + kk * 16 + j % 16];
+  const uint8_t byte = sb[KLowQuantsOffset(f) + kk * 16 + j % 16];
   int q = j < 16 ? byte & 15 : byte >> 4;
   auto bit = [&](int64_t words_at, int per_row, int word) {
     uint32_t v;
     std::memcpy(&v, sb + words_at + (kk * per_row + word) * 4, 4);
     return static_cast<int>((v >> j) & 1u);
   };
-  if (f == WeightFormat::kQ5_K) q |= bit(kK5High, 1, 0) << 4;
-  if (f == WeightFormat::kQ6_K) q |= bit(kK6High, 2, 0) << 4 | bit(kK6High, 2, 1) << 5;
+  if (f == WeightFormat::kQ5_K) q |= bit(kK5HighOffset, 1, 0) << 4;
+  if (f == WeightFormat::kQ6_K) q |= bit(kK6HighOffset, 2, 0) << 4 | bit(kK6HighOffset, 2, 1) << 5;
   return q;
 }
 
 // DequantizePanelRows for the K-quants (any k0).
 void DequantizeKQuantRows(WeightFormat f, const uint8_t* panel, int64_t k0, int64_t rows,
                           float* out) {
-  const int sub_rows = f == WeightFormat::kQ6_K ? 16 : 32;
+  const int sub_rows = KSubBlockRows(f);
   const int64_t sb_bytes = SuperBlockBytes(f);
   float mul[kPackNR], sub[kPackNR];
   for (int64_t r = 0; r < rows; ++r) {

@@ -136,7 +136,26 @@ bool IsKQuantFormat(WeightFormat f);
 
 // Bytes of one super-block (kSuperBlock k-rows of a panel) of a K-quant:
 // 4608, 5632, 6720; 0 for the others.
-int64_t SuperBlockBytes(WeightFormat f);
+constexpr int64_t SuperBlockBytes(WeightFormat f) {
+  return f == WeightFormat::kQ4_K   ? 4608
+         : f == WeightFormat::kQ5_K ? 5632
+         : f == WeightFormat::kQ6_K ? 6720
+                                    : 0;
+}
+
+// Byte offsets within a K-quant super-block of a panel (the layout above).
+inline constexpr int64_t kKDminOffset = 64;      // q4_k, q5_k: dmin
+inline constexpr int64_t kKScaleLoOffset = 128;  // q4_k, q5_k: scale_lo
+inline constexpr int64_t kKScaleHiOffset = 384;  // q4_k, q5_k: scale_hi
+inline constexpr int64_t kK5HighOffset = 512;    // q5_k: qh
+inline constexpr int64_t kK6ScalesOffset = 64;   // q6_k: scales
+inline constexpr int64_t kK6HighOffset = 576;    // q6_k: qh
+// Where the low 4 bits of the quants start: q4_k 512, q5_k 1536, q6_k 2624.
+constexpr int64_t KLowQuantsOffset(WeightFormat f) {
+  return f == WeightFormat::kQ6_K ? 2624 : f == WeightFormat::kQ5_K ? 1536 : 512;
+}
+// k-rows per sub-block: 16 for q6_k, 32 for q4_k / q5_k.
+constexpr int KSubBlockRows(WeightFormat f) { return f == WeightFormat::kQ6_K ? 16 : 32; }
 
 // Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
 // 576, 640; 0 for the others.
