@@ -364,10 +364,12 @@ XRT_TARGET_AVX512 inline void Decode16BitRow(const uint8_t* panel, int64_t k, __
   }
 }
 
-// K-quants: the factors of one sub-block for columns 0-15 / 16-31. q4_k,
-// q5_k: w = fma(mul, q, add) with mul = d * sc and add = -(dmin * m), both
-// exact products (and d * sc * q exact), so the one rounding is the sum's,
-// as in the portable decoder's product - sub; q6_k: w = mul * (q - 32).
+// K-quants: the factors of one sub-block for columns 0-15 / 16-31, w =
+// fma(mul, q, add). q4_k, q5_k: mul = d * sc and add = -(dmin * m), both
+// exact products (and d * sc * q exact), so the one rounding is the sum's, as
+// in the portable decoder's product - sub. q6_k: mul = d * sc (exact) and add
+// = -32 * mul (exact), so the fma rounds mul * (q - 32) once, as the portable
+// decoder's product does (a zero weight's sign may differ; see matmul.h).
 struct KFactors {
   __m512 mul0, mul1, add0, add1;
 };
@@ -389,7 +391,8 @@ XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
     k.mul0 = _mm512_mul_ps(d0, _mm512_cvtepi32_ps(sc0));
     k.mul1 = _mm512_mul_ps(d1, _mm512_cvtepi32_ps(sc1));
-    k.add0 = k.add1 = _mm512_setzero_ps();
+    k.add0 = _mm512_mul_ps(k.mul0, _mm512_set1_ps(-32.0f));
+    k.add1 = _mm512_mul_ps(k.mul1, _mm512_set1_ps(-32.0f));
   } else {
     const __m512 dmin0 =
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKDminOffset)));
@@ -448,10 +451,8 @@ XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFacto
     q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits[0] >> 16), q1, sixteen);
     q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits[1]), q0, thirty_two);
     q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits[1] >> 16), q1, thirty_two);
-    q0 = _mm512_sub_epi32(q0, thirty_two);
-    q1 = _mm512_sub_epi32(q1, thirty_two);
-    *w0 = _mm512_mul_ps(k.mul0, _mm512_cvtepi32_ps(q0));
-    *w1 = _mm512_mul_ps(k.mul1, _mm512_cvtepi32_ps(q1));
+    *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
+    *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
   }
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernels/test_util.h"
+
 namespace xrt {
 namespace {
 
@@ -218,28 +220,8 @@ constexpr WeightFormat kPackedFormats[] = {
     WeightFormat::kF16,  WeightFormat::kBF16, WeightFormat::kQ8_0, WeightFormat::kQ4_0,
     WeightFormat::kQ4_1, WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
-// n rows of random ggml K-quant blocks (random quants and scales; d and
-// dmin random f16 values of either sign around 0.01).
-std::vector<uint8_t> RandomKQuantRows(WeightFormat format, int64_t n, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t row_bytes = GgmlRowBytes(format, k), block_bytes = row_bytes / (k / kSuperBlock);
-  std::vector<uint8_t> rows(std::max<int64_t>(n * row_bytes, 1));
-  for (auto& b : rows) b = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
-  for (int64_t b = 0; b < n * row_bytes / block_bytes; ++b) {
-    uint8_t* block = rows.data() + b * block_bytes;
-    const uint16_t d = FloatToHalf(scale(rng)), dmin = FloatToHalf(scale(rng));
-    if (format == WeightFormat::kQ6_K) {
-      std::memcpy(block + 208, &d, 2);
-    } else {
-      std::memcpy(block, &d, 2);
-      std::memcpy(block + 2, &dmin, 2);
-    }
-  }
-  return rows;
-}
-
-// A weight W [n][k] packed in `format` (quantized from random values) and
+// A weight W [n][k] packed in `format` (quantized from random values; the
+// K-quants from random ggml blocks) and
 // the same weight dequantized and packed as f32.
 struct FormatWeights {
   std::vector<uint8_t> packed;
@@ -250,9 +232,7 @@ FormatWeights MakeFormatWeights(WeightFormat format, int64_t n, int64_t k, uint3
   FormatWeights fw;
   fw.packed.assign(PackedWeightBytes(format, n, k) + 64, 0);
   if (IsKQuantFormat(format)) {
-    const std::vector<uint8_t> blocks = RandomKQuantRows(format, n, k, seed);
-    PackWeightsFromBlocks(format, blocks.data(), n, k, static_cast<size_t>(GgmlRowBytes(format, k)),
-                          fw.packed.data());
+    testing::PackRandomKQuant(format, n, k, seed, fw.packed.data());
   } else {
     const std::vector<float> w = RandomVector(std::max<int64_t>(n * k, 1), seed);
     PackWeightsFrom(format, w.data(), n, k, fw.packed.data());
