@@ -26,6 +26,7 @@
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/lora.h"
 #include "runtime/kernels/matmul.h"
+#include "runtime/kernels/test_util.h"
 #include "runtime/kernels/weight_format.h"
 
 #ifdef XRT_BENCH_HAVE_OPENBLAS
@@ -83,7 +84,9 @@ Weights MakeWeights(int64_t n, int64_t k, int64_t cold_bytes, bool pack,
   std::vector<float> raw(n * k);
   FillRandom(raw.data(), n * k, 7);
   float* first = w.data.get();
-  if (pack) {
+  if (pack && IsKQuantFormat(format)) {
+    testing::PackRandomKQuant(format, n, k, 7, first);  // no K-quant quantizer
+  } else if (pack) {
     PackWeightsFrom(format, raw.data(), n, k, first);
   } else {
     std::memcpy(first, raw.data(), raw.size() * 4);
@@ -202,6 +205,22 @@ void MatmulFormatShapes(benchmark::internal::Benchmark* b) {
   b->MinTime(0.2);
 }
 BENCHMARK(BM_XrtMatmulFormat)->Apply(MatmulFormatShapes);
+
+// The K-quants next to q8_0 / q4_1 at Llama-3.2-1B's shapes (q/o 2048x2048,
+// MLP gate/up 8192x2048 and down 2048x8192; SmolLM2's K = 576 is not a
+// multiple of 256), random ggml blocks.
+void MatmulKQuantShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"format", "M", "N", "K", "threads"});
+  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_1, WeightFormat::kQ4_K,
+                         WeightFormat::kQ5_K, WeightFormat::kQ6_K})
+    for (int threads : {1, 2})
+      for (int64_t m : {1, 128})
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 2048}, {8192, 2048}, {2048, 8192}})
+          b->Args({static_cast<int64_t>(f), m, n, k, threads});
+  b->UseRealTime();
+  b->MinTime(0.2);
+}
+BENCHMARK(BM_XrtMatmulFormat)->Name("BM_XrtMatmulKQuant")->Apply(MatmulKQuantShapes);
 
 void MatmulShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "N", "K", "threads"});

@@ -535,6 +535,9 @@ static_assert(static_cast<int>(xrt::WeightFormat::kBF16) == static_cast<int>(xpk
 static_assert(static_cast<int>(xrt::WeightFormat::kQ8_0) == static_cast<int>(xpk::DType::q8_0));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_0) == static_cast<int>(xpk::DType::q4_0));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_1) == static_cast<int>(xpk::DType::q4_1));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ4_K) == static_cast<int>(xpk::DType::q4_k));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ5_K) == static_cast<int>(xpk::DType::q5_k));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ6_K) == static_cast<int>(xpk::DType::q6_k));
 
 // The packed format that holds a source tensor's values exactly and has a
 // kernel, if any.
@@ -552,6 +555,12 @@ std::optional<xrt::WeightFormat> LosslessFormat(SourceDType t) {
       return xrt::WeightFormat::kQ4_0;
     case SourceDType::kQ4_1:
       return xrt::WeightFormat::kQ4_1;
+    case SourceDType::kQ4_K:
+      return xrt::WeightFormat::kQ4_K;
+    case SourceDType::kQ5_K:
+      return xrt::WeightFormat::kQ5_K;
+    case SourceDType::kQ6_K:
+      return xrt::WeightFormat::kQ6_K;
     default:
       return std::nullopt;
   }
@@ -569,6 +578,11 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
     if (!xrt::WeightFormatFromName(policy, &f))
       return xrt::InvalidArgumentError(
           "--weight-dtype: '{}' is not one of auto, f32, f16, bf16, q8_0, q4_0, q4_1", policy);
+    if (xrt::IsKQuantFormat(f))
+      return xrt::InvalidArgumentError(
+          "--weight-dtype: quantizing to {} is not supported (no K-quant quantizer); "
+          "--weight-dtype auto keeps a GGUF's Q4_K / Q5_K / Q6_K tensors as they are",
+          policy);
     forced = f;
   }
   std::map<std::string, xrt::WeightFormat> chosen;  // by weight name

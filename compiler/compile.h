@@ -39,9 +39,10 @@ struct CompileOptions {
   std::vector<std::pair<std::string, std::string>> lora_modules;
   // How linear weights and embedding tables are stored (runtime/kernels/weight_format.h):
   // "auto" keeps each tensor's own format where a kernel exists for it (GGUF Q8_0 / Q4_0 /
-  // Q4_1, f16 / bf16 safetensors; other block types are dequantized to f32); "f32",
-  // "f16", "bf16", "q8_0", "q4_0", "q4_1" convert or quantize every one of them (a weight
-  // whose K is not a multiple of the format's block stays f32).
+  // Q4_1 / Q4_K / Q5_K / Q6_K, f16 / bf16 safetensors; other block types are dequantized to
+  // f32); "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1" convert or quantize every one of them
+  // (a weight whose K is not a multiple of the format's block stays f32); "q4_k", "q5_k",
+  // "q6_k" are rejected (no K-quant quantizer).
   std::string weight_dtype = "auto";
   std::string target = "host";
   std::vector<std::string> dump_ir_after;

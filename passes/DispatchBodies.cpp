@@ -198,6 +198,104 @@ Value bf16ToF32(Emitter &e, Value bits) {
   return b.create<arith::BitcastOp>(e.loc(), b.getF32Type(), shifted);
 }
 
+// Row `lane` of a K-quant table (q4_k, q5_k, q6_k; the panel at byte
+// `panelBase`) into out[r, 0 .. cols): super-blocks of 256 k-rows, each value
+// computed as the kernels do (weight_format.h): q4_k / q5_k (d * sc) * q -
+// dmin * m, q6_k (d * sc) * (q - 32), the products d * sc, dmin * m and
+// q4_k / q5_k's product with q exact in f32.
+void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
+                     Value i16s, Value panelBase, Value lane, int64_t cols,
+                     Value out, Value r) {
+  OpBuilder &b = e.builder();
+  Location loc = e.loc();
+  auto i8c = [&](int64_t v) {
+    return b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(v)).getResult();
+  };
+  auto band = [&](Value x, int64_t m) {
+    return b.create<arith::AndIOp>(loc, x, i8c(m)).getResult();
+  };
+  auto shr = [&](Value x, Value s) {
+    return b.create<arith::ShRUIOp>(loc, x, s).getResult();
+  };
+  auto shl = [&](Value x, int64_t s) {
+    return b.create<arith::ShLIOp>(loc, x, i8c(s)).getResult();
+  };
+  auto bor = [&](Value x, Value y) {
+    return b.create<arith::OrIOp>(loc, x, y).getResult();
+  };
+  auto toF32 = [&](Value x) {
+    return b.create<arith::UIToFPOp>(loc, b.getF32Type(), x).getResult();
+  };
+  auto at = [&](Value base, int64_t off) {
+    return e.load(bytes, {idxAdd(e, base, e.index(off))});
+  };
+  const bool six = format == xrt::WeightFormat::kQ6_K;
+  const bool five = format == xrt::WeightFormat::kQ5_K;
+  const int64_t sbBytes = xrt::SuperBlockBytes(format);
+  const int subRows = xrt::KSubBlockRows(format);
+  const int64_t lowAt = xrt::KLowQuantsOffset(format);
+  // Per lane: byte lane % 16 of a k-row's low nibbles (high nibble for lanes
+  // >= 16), and byte lane / 8, bit lane % 8 of a k-row's bit words.
+  Value nibbleByte = idxRem(e, lane, 16);
+  Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, lane,
+                                       e.index(16));
+  Value nibbleShift = b.create<arith::SelectOp>(loc, high, i8c(4), i8c(0));
+  Value bitByte = idxDiv(e, lane, 8);
+  Value bitShift =
+      b.create<arith::IndexCastOp>(loc, b.getI8Type(), idxRem(e, lane, 8));
+  e.loop(0, cols / xrt::kSuperBlock, [&](Value sb) {
+    Value base = idxAdd(e, panelBase, idxMul(e, sb, sbBytes));
+    Value half = idxDiv(e, base, 2);
+    Value d = halfToF32(e, e.load(i16s, {idxAdd(e, half, lane)}));
+    Value dmin;
+    if (!six)
+      dmin = halfToF32(
+          e, e.load(i16s,
+                    {idxAdd(e, idxAdd(e, half, e.index(xrt::kKDminOffset / 2)),
+                            lane)}));
+    Value laneBase = idxAdd(e, base, lane);
+    Value col0 = idxMul(e, sb, xrt::kSuperBlock);
+    for (int s = 0; s < xrt::kSuperBlock / subRows; ++s) {
+      Value mul, sub;
+      if (six) {
+        Value sc = at(laneBase, xrt::kK6ScalesOffset + s * 32);
+        mul = e.mul(d, b.create<arith::SIToFPOp>(loc, b.getF32Type(), sc));
+      } else {
+        Value lo = at(laneBase, xrt::kKScaleLoOffset + s * 32);
+        Value hi = shr(at(laneBase, xrt::kKScaleHiOffset + s / 2 * 32),
+                       i8c(4 * (s % 2)));
+        Value sc = bor(band(lo, 15), shl(band(hi, 3), 4));
+        Value m = bor(shr(lo, i8c(4)), shl(band(shr(hi, i8c(2)), 3), 4));
+        mul = e.mul(d, toF32(sc));
+        sub = e.mul(dmin, toF32(m));
+      }
+      e.loop(0, subRows, [&](Value kk) {
+        Value row = idxAdd(e, kk, e.index(s * subRows));
+        Value rowBase = idxAdd(e, base, idxMul(e, row, 16));
+        Value q = band(
+            shr(at(idxAdd(e, rowBase, nibbleByte), lowAt), nibbleShift), 15);
+        Value x;
+        if (six) {
+          Value words = idxAdd(e, idxAdd(e, base, idxMul(e, row, 8)), bitByte);
+          Value bit4 = band(shr(at(words, xrt::kK6HighOffset), bitShift), 1);
+          Value bit5 =
+              band(shr(at(words, xrt::kK6HighOffset + 4), bitShift), 1);
+          q = bor(q, bor(shl(bit4, 4), shl(bit5, 5)));
+          x = e.mul(mul, e.sub(toF32(q), e.f32(32.0f)));
+        } else {
+          if (five) {
+            Value word = idxAdd(e, idxAdd(e, base, idxMul(e, row, 4)), bitByte);
+            q = bor(q, shl(band(shr(at(word, xrt::kK5HighOffset), bitShift), 1),
+                           4));
+          }
+          x = e.sub(e.mul(mul, toF32(q)), sub);
+        }
+        e.store(x, out, {r, idxAdd(e, col0, row)});
+      });
+    }
+  });
+}
+
 // Embedding lookup from a table in the packed layout of the matmul kernels
 // (runtime/kernels/weight_format.h): row `id` of W [N][K] is column
 // id % nr of panel id / nr. Each value is dequantized exactly as the matmul
@@ -245,6 +343,12 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
             });
             return;
           }
+          case xrt::WeightFormat::kQ4_K:
+          case xrt::WeightFormat::kQ5_K:
+          case xrt::WeightFormat::kQ6_K:
+            gatherKQuantRow(e, format, bytes, i16s,
+                            idxMul(e, panel, panelBytes), lane, cols, out, r);
+            return;
           case xrt::WeightFormat::kQ8_0:
           case xrt::WeightFormat::kQ4_0:
           case xrt::WeightFormat::kQ4_1:

@@ -13,7 +13,8 @@ Outputs (see tests/fixtures/README.md for the schemas):
                     reference.json (+ reference_all_logits.f32) computed with
                     HF transformers in float32, eager attention.
   gguf/<name>/      tiny random Llama models written as GGUF (model.gguf: tensors
-                    quantized by gguf-py to Q8_0 / Q4_0 / Q4_1 / F16 / BF16, q/k rows
+                    quantized by gguf-py to Q8_0 / Q4_0 / Q4_1 / F16 / BF16, or to
+                    Q4_K / Q5_K / Q6_K by this script's quantize_k, q/k rows
                     permuted as llama.cpp's converter does, byte-level BPE tokenizer
                     metadata) plus reference.json (+ reference_all_logits.f32) computed
                     by transformers on the GGUF it loads (dequantized to float32).
@@ -665,6 +666,16 @@ GGUF_MODELS = {
         seed=3204, tied=False, rope_scaling=dict(LLAMA3_SCALING),
         types=dict(token_embd="F32", output="F32", **{k: ["F32", "F32"] for k in (
             "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")})),
+    # K-quants (a Q4_K_M-style mix): tied Q6_K table (also the lm_head), every linear
+    # Q4_K / Q5_K / Q6_K, gate/up in one format per layer (they fuse), q/k/v in three.
+    # K-quants need K % 256 == 0, so hidden and intermediate are 256.
+    "kquants": dict(
+        seed=3303, tied=True,
+        config=dict(hidden_size=256, intermediate_size=256, head_dim=64),
+        types=dict(token_embd="Q6_K",
+                   attn_q=["Q4_K", "Q5_K"], attn_k=["Q5_K", "Q4_K"], attn_v=["Q6_K", "Q4_K"],
+                   attn_output=["Q4_K", "Q6_K"], ffn_gate=["Q4_K", "Q5_K"],
+                   ffn_up=["Q4_K", "Q5_K"], ffn_down=["Q6_K", "Q4_K"])),
 }
 GGUF_FILE = "model.gguf"
 GGUF_CONFIG = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
@@ -679,6 +690,85 @@ GGUF_LAYER_NAMES = {
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
 }
+
+
+def gguf_config(spec):
+    return {**GGUF_CONFIG, **spec.get("config", {})}
+
+
+# ---- K-quants. gguf-py dequantizes Q4_K / Q5_K / Q6_K but has no quantizer (ggml's
+# is an iterative search). This one is a plain per-sub-block min/max (Q4_K, Q5_K) or
+# absmax (Q6_K) rounding into ggml's block encodings (ggml-common.h): good enough to
+# make a model whose dequantized weights are near the float32 ones; the fixtures'
+# reference is transformers on the file as written, whatever quantizer wrote it.
+def _f16(x):
+    return np.asarray(x, dtype=np.float32).astype(np.float16)
+
+
+def quantize_k(arr, qtype_name):
+    """float32 [rows, K] (K % 256 == 0) -> uint8 [rows, K / 256 * block bytes]."""
+    rows, k = arr.shape
+    x = arr.reshape(-1, 256).astype(np.float32)  # one super-block per row
+    nb = x.shape[0]
+    if qtype_name == "Q6_K":
+        sub = x.reshape(nb, 16, 16)
+        amax_i = np.abs(sub).argmax(axis=-1)
+        peak = np.take_along_axis(sub, amax_i[..., None], axis=-1)[..., 0]
+        scale = peak / -32.0  # signed, so the peak maps to q = 0 (like ggml)
+        d = _f16(np.abs(scale).max(axis=-1) / 127.0)
+        df = d.astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sc = np.where(df[:, None] > 0, np.round(scale / df[:, None]), 0)
+        sc = np.clip(sc, -128, 127).astype(np.int8)
+        step = df[:, None] * sc.astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(step[..., None] != 0, np.round(sub / step[..., None]), 0)
+        q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(nb, 256)
+        ql = np.zeros((nb, 128), np.uint8)
+        qh = np.zeros((nb, 64), np.uint8)
+        for h in range(2):
+            b = q[:, 128 * h:128 * h + 128]
+            ql[:, 64 * h:64 * h + 32] = (b[:, 0:32] & 15) | ((b[:, 64:96] & 15) << 4)
+            ql[:, 64 * h + 32:64 * h + 64] = (b[:, 32:64] & 15) | ((b[:, 96:128] & 15) << 4)
+            qh[:, 32 * h:32 * h + 32] = ((b[:, 0:32] >> 4) | ((b[:, 32:64] >> 4) << 2)
+                                         | ((b[:, 64:96] >> 4) << 4) | ((b[:, 96:128] >> 4) << 6))
+        blocks = np.concatenate([ql, qh, sc.view(np.uint8), d.reshape(nb, 1).view(np.uint8)],
+                                axis=1)
+        return blocks.reshape(rows, -1)
+    levels = 15 if qtype_name == "Q4_K" else 31
+    sub = x.reshape(nb, 8, 32)
+    lo = np.minimum(sub.min(axis=-1), 0.0)
+    scale = (sub.max(axis=-1) - lo) / levels
+    d = _f16(scale.max(axis=-1) / 63.0)
+    dmin = _f16((-lo).max(axis=-1) / 63.0)
+    df, dminf = d.astype(np.float32), dmin.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(df[:, None] > 0, np.round(scale / df[:, None]), 0)
+        m = np.where(dminf[:, None] > 0, np.round(-lo / dminf[:, None]), 0)
+    sc = np.clip(sc, 0, 63).astype(np.uint8)
+    m = np.clip(m, 0, 63).astype(np.uint8)
+    step = df[:, None] * sc.astype(np.float32)
+    offset = dminf[:, None] * m.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(step[..., None] > 0, np.round((sub + offset[..., None]) / step[..., None]), 0)
+    q = np.clip(q, 0, levels).astype(np.uint8).reshape(nb, 256)
+    scales = np.zeros((nb, 12), np.uint8)
+    for j in range(4):
+        scales[:, j] = sc[:, j] | ((sc[:, j + 4] >> 4) << 6)
+        scales[:, j + 4] = m[:, j] | ((m[:, j + 4] >> 4) << 6)
+        scales[:, j + 8] = (sc[:, j + 4] & 15) | ((m[:, j + 4] & 15) << 4)
+    qs = np.zeros((nb, 128), np.uint8)
+    for c in range(4):
+        qs[:, 32 * c:32 * c + 32] = (q[:, 64 * c:64 * c + 32] & 15) | (
+            (q[:, 64 * c + 32:64 * c + 64] & 15) << 4)
+    parts = [d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8), scales]
+    if qtype_name == "Q5_K":
+        qh = np.zeros((nb, 32), np.uint8)
+        for s_ in range(8):
+            qh |= ((q[:, 32 * s_:32 * s_ + 32] >> 4) & 1) << s_
+        parts.append(qh)
+    parts.append(qs)
+    return np.concatenate(parts, axis=1).reshape(rows, -1)
 
 
 def rotary_rows_to_gguf(w, n_head):
@@ -696,7 +786,7 @@ def rotary_rows_from_gguf(w, n_head):
 
 def gguf_tensors(model, spec):
     """(gguf name, HF name, ggml type name, float32 array in GGUF row order) per tensor."""
-    cfg = GGUF_CONFIG
+    cfg = gguf_config(spec)
     out = []
     for name, p in model.state_dict().items():
         w = p.detach().float().numpy()
@@ -760,7 +850,7 @@ def llama3_rope_freq_factors(cfg, scaling):
 
 def write_gguf(path, model, spec, raw_tok, ids, chat_template):
     import gguf
-    cfg = GGUF_CONFIG
+    cfg = gguf_config(spec)
     w = gguf.GGUFWriter(path, "llama")
     w.add_name("xcc tiny gguf")
     add_llama_hparams(w, cfg, VOCAB_SIZE)
@@ -786,7 +876,10 @@ def write_gguf(path, model, spec, raw_tok, ids, chat_template):
     types = {}
     for gname, _, qtype, arr in gguf_tensors(model, spec):
         q = gguf.GGMLQuantizationType[qtype]
-        data = gguf.quants.quantize(arr, q)
+        if qtype.endswith("_K"):
+            data = quantize_k(arr, qtype)
+        else:
+            data = gguf.quants.quantize(arr, q)
         w.add_tensor(gname, data, raw_dtype=q)
         types[gname] = qtype
     if spec.get("rope_scaling"):
@@ -799,11 +892,11 @@ def write_gguf(path, model, spec, raw_tok, ids, chat_template):
     return types
 
 
-def expected_hf_weights(path):
+def expected_hf_weights(path, spec):
     """The HF float32 weights a GGUF stands for, computed here independently of
     transformers: gguf-py's dequantize + the inverse rotary row permutation."""
     import gguf
-    cfg = GGUF_CONFIG
+    cfg = gguf_config(spec)
     r = gguf.GGUFReader(path)
     inv = {v: k for k, v in GGUF_LAYER_NAMES.items()}
     out = {}
@@ -855,7 +948,7 @@ def make_gguf(name, spec, out_root, corpus):
     os.makedirs(d)
     raw = train_tokenizer("gpt2", GGUF_SPECIALS, VOCAB_SIZE)
     ids = {"bos": raw.token_to_id("<s>"), "eos": [raw.token_to_id("</s>")]}
-    kw = {k: v for k, v in GGUF_CONFIG.items()}
+    kw = gguf_config(spec)
     rope = spec.get("rope_scaling")
     cfg = LlamaConfig(vocab_size=VOCAB_SIZE, bos_token_id=ids["bos"], eos_token_id=ids["eos"][0],
                       tie_word_embeddings=spec["tied"], rope_scaling=rope, **kw)
@@ -876,7 +969,7 @@ def make_gguf(name, spec, out_root, corpus):
     # vocabulary; the encodings below never produce it
     assert len(tok) == VOCAB_SIZE + 1 and tok.convert_ids_to_tokens(VOCAB_SIZE) == "<|endoftext|>"
     # transformers' weights == our own dequantization + un-permutation of the file
-    expected = expected_hf_weights(path)
+    expected = expected_hf_weights(path, spec)
     got = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     if spec["tied"]:
         assert "lm_head.weight" not in expected

@@ -2,7 +2,10 @@
 """Writes tests/fixtures/quant/ggml_blocks.h: a small fixed f32 matrix and its
 ggml encodings made by the `gguf` PyPI package (gguf.quants.quantize, whose
 Q8_0/Q4_0/Q4_1 quantizers reproduce ggml's quantize_row_*_ref bit for bit),
-for runtime/kernels/weight_format_test.cc.
+and random Q4_K / Q5_K / Q6_K blocks (gguf-py has no K-quant quantizer: random
+bytes with finite f16 scales, which is every block ggml can read) with
+gguf-py's dequantization of them (gguf.quants.dequantize), for
+runtime/kernels/weight_format_test.cc.
 
     pip install gguf==0.19.0 numpy==2.4.6
     python3 tests/gen_quant_fixtures.py --out tests/fixtures/quant/ggml_blocks.h
@@ -11,9 +14,10 @@ import argparse
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
-from gguf.quants import quantize
+from gguf.quants import dequantize, quantize
 
 N, K = 4, 64  # 4 rows of 2 blocks of 32
+KQ_N, KQ_K = 2, 512  # K-quants: 2 rows of 2 super-blocks of 256
 
 
 def matrix() -> np.ndarray:
@@ -30,6 +34,23 @@ def matrix() -> np.ndarray:
     w[3, :32] = np.concatenate(([-8.0], np.arange(-7.5, 7.6, 0.5))).astype(np.float32)
     w[3, 32:] = np.concatenate(([127.0], np.arange(-15.5, 15.0, 1.0))).astype(np.float32)
     return w
+
+
+def kquant_blocks(qtype) -> np.ndarray:
+    """KQ_N rows of random `qtype` blocks [KQ_N][row bytes] with chosen f16 scales:
+    ordinary, negative, subnormal, zero and large d / dmin."""
+    rng = np.random.default_rng(20261124 + int(qtype))
+    block_bytes = {T.Q4_K: 144, T.Q5_K: 176, T.Q6_K: 210}[qtype]
+    blocks = rng.integers(0, 256, size=(KQ_N * KQ_K // 256, block_bytes), dtype=np.uint8)
+    d = np.array([0.0123, -0.0371, 3e-6, 250.0], dtype=np.float16)
+    dmin = np.array([0.0041, 0.0, -0.02, 6e-7], dtype=np.float16)
+    for i, blk in enumerate(blocks):
+        if qtype == T.Q6_K:
+            blk[208:210] = d[i % 4 : i % 4 + 1].view(np.uint8)
+        else:
+            blk[0:2] = d[i % 4 : i % 4 + 1].view(np.uint8)
+            blk[2:4] = dmin[i % 4 : i % 4 + 1].view(np.uint8)
+    return blocks.reshape(KQ_N, -1)
 
 
 def c_lines(items: list[str], per_line: int) -> list[str]:
@@ -64,6 +85,18 @@ def main() -> None:
         blocks = np.ascontiguousarray(quantize(w, qtype)).view(np.uint8).tobytes()
         out.append(f"// {qtype.name}: kN rows in ggml's row-major encoding.")
         out.append(c_bytes(name, blocks))
+    out.append("// K-quants: random blocks of kKqN rows x kKqK values and gguf-py's")
+    out.append("// dequantization of them (f32 bits).")
+    out.append(f"inline constexpr int kKqN = {KQ_N};")
+    out.append(f"inline constexpr int kKqK = {KQ_K};")
+    for name, qtype in [("Q4_K", T.Q4_K), ("Q5_K", T.Q5_K), ("Q6_K", T.Q6_K)]:
+        blocks = kquant_blocks(qtype)
+        values = dequantize(blocks, qtype).astype(np.float32).reshape(KQ_N, KQ_K)
+        assert np.isfinite(values).all()
+        out.append(c_bytes(f"k{name}", blocks.tobytes()))
+        out.append(f"inline constexpr uint32_t k{name}Values[{KQ_N * KQ_K}] = {{")
+        out += c_lines([f"0x{b:08x}u" for b in values.view(np.uint32).reshape(-1)], 8)
+        out.append("};")
     out.append("}  // namespace quant_fixture")
     with open(args.out, "w") as f:
         f.write("\n".join(out) + "\n")

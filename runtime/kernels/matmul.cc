@@ -297,6 +297,10 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
 // Per k-row of a panel: the 32 column values as two zmm (columns 0-15, 16-31),
 // equal to DequantizePanelRows' values (see matmul.h on zeros' signs).
 
+constexpr bool IsKQuant(WeightFormat f) {
+  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K;
+}
+
 // Per group of a q format: scale (and the added term: min for q4_1, -8 *
 // scale for q4_0, exact) of columns 0-15 and 16-31.
 struct GroupScales {
@@ -360,12 +364,115 @@ XRT_TARGET_AVX512 inline void Decode16BitRow(const uint8_t* panel, int64_t k, __
   }
 }
 
+// K-quants: the factors of one sub-block for columns 0-15 / 16-31, w =
+// fma(mul, q, add). q4_k, q5_k: mul = d * sc and add = -(dmin * m), both
+// exact products (and d * sc * q exact), so the one rounding is the sum's, as
+// in the portable decoder's product - sub. q6_k: mul = d * sc (exact) and add
+// = -32 * mul (exact), so the fma rounds mul * (q - 32) once, as the portable
+// decoder's product does (a zero weight's sign may differ; see matmul.h).
+struct KFactors {
+  __m512 mul0, mul1, add0, add1;
+};
+
+XRT_TARGET_AVX512 inline __m512i LoadU8x16(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Sub-block `s` of the super-block at `sb`.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
+  KFactors k;
+  const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+  const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+  if constexpr (F == WeightFormat::kQ6_K) {
+    const uint8_t* sc = sb + kK6ScalesOffset + s * kPackNR;
+    const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    const __m512i sc1 =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
+    k.mul0 = _mm512_mul_ps(d0, _mm512_cvtepi32_ps(sc0));
+    k.mul1 = _mm512_mul_ps(d1, _mm512_cvtepi32_ps(sc1));
+    k.add0 = _mm512_mul_ps(k.mul0, _mm512_set1_ps(-32.0f));
+    k.add1 = _mm512_mul_ps(k.mul1, _mm512_set1_ps(-32.0f));
+  } else {
+    const __m512 dmin0 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKDminOffset)));
+    const __m512 dmin1 = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKDminOffset + 32)));
+    const __m128i shift = _mm_cvtsi32_si128(4 * (s % 2));
+    const __m512i low4 = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
+    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    const uint8_t* lo_at = sb + kKScaleLoOffset + s * kPackNR;
+    const uint8_t* hi_at = sb + kKScaleHiOffset + s / 2 * kPackNR;
+    __m512 mul[2], add[2];
+    const __m512 d[2] = {d0, d1}, dmin[2] = {dmin0, dmin1};
+    for (int h = 0; h < 2; ++h) {
+      const __m512i lo = LoadU8x16(lo_at + 16 * h);
+      const __m512i hi = _mm512_srl_epi32(LoadU8x16(hi_at + 16 * h), shift);
+      const __m512i sc = _mm512_or_si512(_mm512_and_si512(lo, low4),
+                                         _mm512_slli_epi32(_mm512_and_si512(hi, two), 4));
+      const __m512i m =
+          _mm512_or_si512(_mm512_srli_epi32(lo, 4),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), two), 4));
+      mul[h] = _mm512_mul_ps(d[h], _mm512_cvtepi32_ps(sc));
+      const __m512 dm = _mm512_mul_ps(dmin[h], _mm512_cvtepi32_ps(m));
+      add[h] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), sign));
+    }
+    k.mul0 = mul[0];
+    k.mul1 = mul[1];
+    k.add0 = add[0];
+    k.add1 = add[1];
+  }
+  return k;
+}
+
+// k-row `kk` (0..255) of the super-block at `sb`.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFactors& k, __m512* w0,
+                                         __m512* w1) {
+  const __m512i x = LoadU8x16(sb + KLowQuantsOffset(F) + kk * 16);
+  __m512i q0 = _mm512_and_si512(x, _mm512_set1_epi32(15));
+  __m512i q1 = _mm512_srli_epi32(x, 4);
+  if constexpr (F == WeightFormat::kQ4_K) {
+    *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
+    *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
+  } else if constexpr (F == WeightFormat::kQ5_K) {
+    uint32_t bits;
+    std::memcpy(&bits, sb + kK5HighOffset + kk * 4, 4);
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits), q0, sixteen);
+    q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits >> 16), q1, sixteen);
+    *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
+    *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
+  } else {
+    uint32_t bits[2];
+    std::memcpy(bits, sb + kK6HighOffset + kk * 8, 8);
+    const __m512i sixteen = _mm512_set1_epi32(16), thirty_two = _mm512_set1_epi32(32);
+    q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits[0]), q0, sixteen);
+    q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits[0] >> 16), q1, sixteen);
+    q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits[1]), q0, thirty_two);
+    q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits[1] >> 16), q1, thirty_two);
+    *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
+    *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
+  }
+}
+
 // DequantizePanelRows on AVX-512 (out is 64-byte aligned).
 template <WeightFormat F>
 XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64_t rows,
                                          float* out) {
   __m512 w0, w1;
-  if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+  if constexpr (IsKQuant(F)) {
+    KFactors fac{};
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t k = k0 + r;
+      const uint8_t* sb = panel + k / kSuperBlock * SuperBlockBytes(F);
+      const int kk = static_cast<int>(k % kSuperBlock);
+      if (r == 0 || kk % KSubBlockRows(F) == 0) fac = LoadKFactors<F>(sb, kk / KSubBlockRows(F));
+      DecodeKRow<F>(sb, kk, fac, &w0, &w1);
+      _mm512_store_ps(out + r * kPackNR, w0);
+      _mm512_store_ps(out + r * kPackNR + 16, w1);
+    }
+  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
     for (int64_t r = 0; r < rows; ++r) {
       Decode16BitRow<F>(panel, k0 + r, &w0, &w1);
       _mm512_store_ps(out + r * kPackNR, w0);
@@ -440,7 +547,40 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) acc[p][i][0] = acc[p][i][1] = _mm512_setzero_ps();
   __m512 w0[P], w1[P];
-  if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+  if constexpr (IsKQuant(F)) {
+    constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
+    constexpr int64_t kBytes = SuperBlockBytes(F), kLines = kBytes / 64;
+    for (int64_t blk = 0; blk < g.k / kSuperBlock; ++blk) {
+      for (int s = 0; s < kSubs; ++s) {
+        KFactors fac[P];
+        const uint8_t* sb[P];
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p) {
+          sb[p] = g.panel + p * g.panel_bytes + blk * kBytes;
+          // This sub-block's share of the super-block's lines, ahead.
+          const char* pf = reinterpret_cast<const char*>(sb[p]) + kGemvPrefetchBytes;
+          for (int64_t line = s * kLines / kSubs; line < (s + 1) * kLines / kSubs; ++line) {
+            _mm_prefetch(pf + line * 64, _MM_HINT_T1);
+          }
+          fac[p] = LoadKFactors<F>(sb[p], s);
+        }
+        const float* a = g.a + blk * kSuperBlock + s * kSub;
+#pragma GCC unroll 2
+        for (int kk = 0; kk < kSub; ++kk) {
+#pragma GCC unroll 2
+          for (int p = 0; p < P; ++p) {
+            DecodeKRow<F>(sb[p], s * kSub + kk, fac[p], &w0[p], &w1[p]);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; ++i) {
+              const __m512 av = _mm512_set1_ps(a[i * g.lda + kk]);
+              acc[p][i][0] = _mm512_fmadd_ps(av, w0[p], acc[p][i][0]);
+              acc[p][i][1] = _mm512_fmadd_ps(av, w1[p], acc[p][i][1]);
+            }
+          }
+        }
+      }
+    }
+  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
     for (int64_t k = 0; k < g.k; ++k) {
 #pragma GCC unroll 2
       for (int p = 0; p < P; ++p) {
@@ -532,6 +672,12 @@ GemvFn GemvKernel(WeightFormat f, int rows, int panels) {
       return GemvFor<WeightFormat::kQ4_0>(rows, panels);
     case WeightFormat::kQ4_1:
       return GemvFor<WeightFormat::kQ4_1>(rows, panels);
+    case WeightFormat::kQ4_K:
+      return GemvFor<WeightFormat::kQ4_K>(rows, panels);
+    case WeightFormat::kQ5_K:
+      return GemvFor<WeightFormat::kQ5_K>(rows, panels);
+    case WeightFormat::kQ6_K:
+      return GemvFor<WeightFormat::kQ6_K>(rows, panels);
     case WeightFormat::kF32:
       break;
   }
@@ -658,6 +804,12 @@ DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
       return DequantForFormat<WeightFormat::kQ4_0>(isa);
     case WeightFormat::kQ4_1:
       return DequantForFormat<WeightFormat::kQ4_1>(isa);
+    case WeightFormat::kQ4_K:
+      return DequantForFormat<WeightFormat::kQ4_K>(isa);
+    case WeightFormat::kQ5_K:
+      return DequantForFormat<WeightFormat::kQ5_K>(isa);
+    case WeightFormat::kQ6_K:
+      return DequantForFormat<WeightFormat::kQ6_K>(isa);
     case WeightFormat::kF32:
       break;
   }

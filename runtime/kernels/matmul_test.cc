@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernels/test_util.h"
+
 namespace xrt {
 namespace {
 
@@ -214,11 +216,12 @@ TEST(MatmulTest, BatchInvariance) {
 // is bit-identical to the f32 Matmul on its dequantized values, on every ISA
 // path, for every M (so batch invariance carries over).
 
-constexpr WeightFormat kPackedFormats[] = {WeightFormat::kF16, WeightFormat::kBF16,
-                                           WeightFormat::kQ8_0, WeightFormat::kQ4_0,
-                                           WeightFormat::kQ4_1};
+constexpr WeightFormat kPackedFormats[] = {
+    WeightFormat::kF16,  WeightFormat::kBF16, WeightFormat::kQ8_0, WeightFormat::kQ4_0,
+    WeightFormat::kQ4_1, WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
-// A weight W [n][k] packed in `format` (quantized from random values) and
+// A weight W [n][k] packed in `format` (quantized from random values; the
+// K-quants from random ggml blocks) and
 // the same weight dequantized and packed as f32.
 struct FormatWeights {
   std::vector<uint8_t> packed;
@@ -226,10 +229,14 @@ struct FormatWeights {
 };
 
 FormatWeights MakeFormatWeights(WeightFormat format, int64_t n, int64_t k, uint32_t seed) {
-  const std::vector<float> w = RandomVector(std::max<int64_t>(n * k, 1), seed);
   FormatWeights fw;
   fw.packed.assign(PackedWeightBytes(format, n, k) + 64, 0);
-  PackWeightsFrom(format, w.data(), n, k, fw.packed.data());
+  if (IsKQuantFormat(format)) {
+    testing::PackRandomKQuant(format, n, k, seed, fw.packed.data());
+  } else {
+    const std::vector<float> w = RandomVector(std::max<int64_t>(n * k, 1), seed);
+    PackWeightsFrom(format, w.data(), n, k, fw.packed.data());
+  }
   std::vector<float> rows(std::max<int64_t>(n * k, 1));
   for (int64_t r = 0; r < n; ++r) {
     DequantizePackedRow(format, fw.packed.data(), n, k, r, rows.data() + r * k);
@@ -262,9 +269,10 @@ TEST(MatmulFormatsTest, BitIdenticalToDequantizedF32) {
   ThreadPool pool(2);
   uint32_t seed = 100;
   for (WeightFormat format : kPackedFormats) {
-    const bool quantized = WeightFormatBlockSize(format) > 1;
-    const std::vector<int64_t> ks =
-        quantized ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{1, 7, 32, 300};
+    const int block = WeightFormatBlockSize(format);
+    const std::vector<int64_t> ks = block == kSuperBlock ? std::vector<int64_t>{256, 512, 768}
+                                    : block > 1          ? std::vector<int64_t>{32, 96, 288}
+                                                         : std::vector<int64_t>{1, 7, 32, 300};
     for (int64_t k : ks) {
       for (int64_t n : {1, 31, 33, 70}) {
         const FormatWeights fw = MakeFormatWeights(format, n, k, seed++);
@@ -301,8 +309,9 @@ TEST(MatmulFormatsTest, BitIdenticalToDequantizedF32) {
 // for up to kGemvMaxRows rows, decoded tiles above), any thread count.
 TEST(MatmulFormatsTest, BatchInvariance) {
   ThreadPool pool(2);
-  const int64_t n = 70, k = 288;
+  const int64_t n = 70;
   for (WeightFormat format : kPackedFormats) {
+    const int64_t k = IsKQuantFormat(format) ? 512 : 288;
     const FormatWeights fw = MakeFormatWeights(format, n, k, 7);
     const std::vector<float> bias = RandomVector(n, 8);
     const std::vector<float> x = RandomVector(k + 1, 9);

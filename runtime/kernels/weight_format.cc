@@ -86,13 +86,20 @@ const char* WeightFormatName(WeightFormat f) {
       return "q4_0";
     case WeightFormat::kQ4_1:
       return "q4_1";
+    case WeightFormat::kQ4_K:
+      return "q4_k";
+    case WeightFormat::kQ5_K:
+      return "q5_k";
+    case WeightFormat::kQ6_K:
+      return "q6_k";
   }
   return "?";
 }
 
 bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
-                         WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1}) {
+                         WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
+                         WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K}) {
     if (name == WeightFormatName(f)) {
       *out = f;
       return true;
@@ -105,7 +112,13 @@ bool IsQuantizedFormat(WeightFormat f) {
   return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
 }
 
-int WeightFormatBlockSize(WeightFormat f) { return IsQuantizedFormat(f) ? kQuantGroup : 1; }
+bool IsKQuantFormat(WeightFormat f) {
+  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K;
+}
+
+int WeightFormatBlockSize(WeightFormat f) {
+  return IsQuantizedFormat(f) ? kQuantGroup : IsKQuantFormat(f) ? kSuperBlock : 1;
+}
 
 int64_t QuantGroupBytes(WeightFormat f) {
   switch (f) {
@@ -128,6 +141,10 @@ int64_t PackedPanelBytes(WeightFormat f, int64_t K) {
     case WeightFormat::kF16:
     case WeightFormat::kBF16:
       return K * kPackNR * 2;
+    case WeightFormat::kQ4_K:
+    case WeightFormat::kQ5_K:
+    case WeightFormat::kQ6_K:
+      return K / kSuperBlock * SuperBlockBytes(f);
     default:
       return K / kQuantGroup * QuantGroupBytes(f);
   }
@@ -150,6 +167,10 @@ int64_t GgmlRowBytes(WeightFormat f, int64_t K) {
       return K / kQuantGroup * (2 + 16);
     case WeightFormat::kQ4_1:
       return K / kQuantGroup * (4 + 16);
+    case WeightFormat::kQ4_K:
+    case WeightFormat::kQ5_K:
+    case WeightFormat::kQ6_K:
+      return K / kSuperBlock * (SuperBlockBytes(f) / kPackNR);
   }
   return 0;
 }
@@ -224,6 +245,152 @@ void QuantizeBlockQ4_1(const float* x, uint8_t* block) {
 // Bytes per value of the 16/32-bit formats.
 int64_t ElementBytes(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : 2; }
 
+// ---- K-quants: one column's super-block, unpacked. ----
+struct KQuantColumn {
+  uint16_t d = 0, dmin = 0;     // f16 bits (dmin: q4_k / q5_k only)
+  int scale[16] = {};           // 6-bit scales (8 sub-blocks) or int8 scales (q6_k, 16)
+  int min[8] = {};              // 6-bit mins (q4_k / q5_k)
+  uint8_t q[kSuperBlock] = {};  // quants: 0..15, 0..31, 0..63
+};
+
+// Decodes one ggml block (block_q4_K / block_q5_K / block_q6_K) of one row.
+void ParseGgmlKBlock(WeightFormat f, const uint8_t* b, KQuantColumn* c) {
+  if (f == WeightFormat::kQ6_K) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    for (int s = 0; s < 16; ++s) c->scale[s] = static_cast<int8_t>(b[192 + s]);
+    c->d = LoadU16(b + 208);
+    // Value i: half h = i / 128, quarter t = (i % 128) / 32, l = i % 32: low
+    // bits in ql[64h + l + 32 (t & 1)] (high nibble for t >= 2), high bits
+    // in qh[32h + l] at bit 2t.
+    for (int i = 0; i < kSuperBlock; ++i) {
+      const int h = i / 128, t = (i % 128) / 32, l = i % 32;
+      const uint8_t lo_byte = ql[64 * h + l + 32 * (t & 1)];
+      const int lo = t >= 2 ? lo_byte >> 4 : lo_byte & 15;
+      const int hi = (qh[32 * h + l] >> (2 * t)) & 3;
+      c->q[i] = static_cast<uint8_t>(lo | hi << 4);
+    }
+    return;
+  }
+  c->d = LoadU16(b);
+  c->dmin = LoadU16(b + 2);
+  const uint8_t* sc = b + 4;  // 12 bytes: 6-bit scales and mins of 8 sub-blocks
+  for (int s = 0; s < 8; ++s) {
+    if (s < 4) {
+      c->scale[s] = sc[s] & 63;
+      c->min[s] = sc[s + 4] & 63;
+    } else {
+      c->scale[s] = (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
+      c->min[s] = (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+    }
+  }
+  // Value i: sub-block s = i / 32, l = i % 32: nibble s % 2 of qs[32 (s / 2)
+  // + l]; q5_k adds bit s of qh[l] as bit 4.
+  const bool five = f == WeightFormat::kQ5_K;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + (five ? 48 : 16);
+  for (int i = 0; i < kSuperBlock; ++i) {
+    const int s = i / 32, l = i % 32;
+    const uint8_t byte = qs[32 * (s / 2) + l];
+    int q = s % 2 ? byte >> 4 : byte & 15;
+    if (five) q |= ((qh[l] >> s) & 1) << 4;
+    c->q[i] = static_cast<uint8_t>(q);
+  }
+}
+
+// Writes column j of a panel's super-block `sb` (zeroed beforehand).
+void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
+  StoreU16(sb + 2 * j, c.d);
+  const int byte = j % 16, shift = j < 16 ? 0 : 4;
+  auto or_bit = [&](uint8_t* words, int kk, int word, int bit) {
+    if (!bit) return;
+    uint32_t v;
+    std::memcpy(&v, words + (kk * (f == WeightFormat::kQ6_K ? 2 : 1) + word) * 4, 4);
+    v |= 1u << j;
+    std::memcpy(words + (kk * (f == WeightFormat::kQ6_K ? 2 : 1) + word) * 4, &v, 4);
+  };
+  if (f == WeightFormat::kQ6_K) {
+    for (int s = 0; s < 16; ++s)
+      sb[kK6ScalesOffset + s * kPackNR + j] = static_cast<uint8_t>(c.scale[s]);
+    for (int kk = 0; kk < kSuperBlock; ++kk) {
+      sb[KLowQuantsOffset(f) + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
+      or_bit(sb + kK6HighOffset, kk, 0, (c.q[kk] >> 4) & 1);
+      or_bit(sb + kK6HighOffset, kk, 1, (c.q[kk] >> 5) & 1);
+    }
+    return;
+  }
+  StoreU16(sb + kKDminOffset + 2 * j, c.dmin);
+  for (int s = 0; s < 8; ++s) {
+    sb[kKScaleLoOffset + s * kPackNR + j] =
+        static_cast<uint8_t>((c.scale[s] & 15) | (c.min[s] & 15) << 4);
+    const int hi = (c.scale[s] >> 4) | (c.min[s] >> 4) << 2;
+    sb[kKScaleHiOffset + s / 2 * kPackNR + j] |= static_cast<uint8_t>(hi << (4 * (s % 2)));
+  }
+  const bool five = f == WeightFormat::kQ5_K;
+  const int64_t quants = KLowQuantsOffset(f);
+  for (int kk = 0; kk < kSuperBlock; ++kk) {
+    sb[quants + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
+    if (five) or_bit(sb + kK5HighOffset, kk, 0, (c.q[kk] >> 4) & 1);
+  }
+}
+
+// Per-column f32 factors of sub-block `s` of a panel's super-block: w =
+// mul[j] * q - sub[j] (q4_k / q5_k, sub = dmin * m) or mul[j] * (q - 32)
+// (q6_k, sub unused).
+void KSubBlockFactors(WeightFormat f, const uint8_t* sb, int s, float* mul, float* sub) {
+  for (int j = 0; j < kPackNR; ++j) {
+    const float d = HalfToFloat(LoadU16(sb + 2 * j));
+    if (f == WeightFormat::kQ6_K) {
+      mul[j] = d * static_cast<float>(static_cast<int8_t>(sb[kK6ScalesOffset + s * kPackNR + j]));
+      continue;
+    }
+    const int lo = sb[kKScaleLoOffset + s * kPackNR + j];
+    const int hi = sb[kKScaleHiOffset + s / 2 * kPackNR + j] >> (4 * (s % 2));
+    const int sc = (lo & 15) | (hi & 3) << 4;
+    const int m = (lo >> 4) | ((hi >> 2) & 3) << 4;
+    mul[j] = d * static_cast<float>(sc);
+    sub[j] = HalfToFloat(LoadU16(sb + kKDminOffset + 2 * j)) * static_cast<float>(m);
+  }
+}
+
+// Quant of column j at k-row kk of a panel's super-block.
+int KQuant(WeightFormat f, const uint8_t* sb, int kk, int j) {
+  const uint8_t byte = sb[KLowQuantsOffset(f) + kk * 16 + j % 16];
+  int q = j < 16 ? byte & 15 : byte >> 4;
+  auto bit = [&](int64_t words_at, int per_row, int word) {
+    uint32_t v;
+    std::memcpy(&v, sb + words_at + (kk * per_row + word) * 4, 4);
+    return static_cast<int>((v >> j) & 1u);
+  };
+  if (f == WeightFormat::kQ5_K) q |= bit(kK5HighOffset, 1, 0) << 4;
+  if (f == WeightFormat::kQ6_K) q |= bit(kK6HighOffset, 2, 0) << 4 | bit(kK6HighOffset, 2, 1) << 5;
+  return q;
+}
+
+// DequantizePanelRows for the K-quants (any k0).
+void DequantizeKQuantRows(WeightFormat f, const uint8_t* panel, int64_t k0, int64_t rows,
+                          float* out) {
+  const int sub_rows = KSubBlockRows(f);
+  const int64_t sb_bytes = SuperBlockBytes(f);
+  float mul[kPackNR], sub[kPackNR];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t k = k0 + r;
+    const uint8_t* sb = panel + k / kSuperBlock * sb_bytes;
+    const int kk = static_cast<int>(k % kSuperBlock);
+    if (r == 0 || kk % sub_rows == 0) KSubBlockFactors(f, sb, kk / sub_rows, mul, sub);
+    float* dst = out + r * kPackNR;
+    for (int j = 0; j < kPackNR; ++j) {
+      const int q = KQuant(f, sb, kk, j);
+      if (f == WeightFormat::kQ6_K) {
+        dst[j] = mul[j] * static_cast<float>(q - 32);
+      } else {
+        const float product = mul[j] * static_cast<float>(q);  // exact
+        dst[j] = product - sub[j];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
@@ -246,10 +413,16 @@ void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
     case WeightFormat::kQ4_1:
       for (int64_t g = 0; g < K / kQuantGroup; ++g) QuantizeBlockQ4_1(x + g * 32, out + g * 20);
       return;
+    case WeightFormat::kQ4_K:
+    case WeightFormat::kQ5_K:
+    case WeightFormat::kQ6_K:
+      assert(false && "K-quant quantizers are not implemented");
+      return;
   }
 }
 
 void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out) {
+  assert(!IsKQuantFormat(f));
   if (f == WeightFormat::kF32) {
     PackWeights(w, N, K, static_cast<float*>(out));
     return;
@@ -272,6 +445,15 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
     const uint8_t* src = blocks + static_cast<size_t>(n) * row_bytes;
     uint8_t* panel = dst + n / kPackNR * panel_bytes;
     const int j = static_cast<int>(n % kPackNR);
+    if (IsKQuantFormat(f)) {
+      const int64_t sb_bytes = SuperBlockBytes(f), block_bytes = sb_bytes / kPackNR;
+      KQuantColumn column;
+      for (int64_t b = 0; b < K / kSuperBlock; ++b) {
+        ParseGgmlKBlock(f, src + b * block_bytes, &column);
+        StoreKColumn(f, column, j, panel + b * sb_bytes);
+      }
+      continue;
+    }
     if (!IsQuantizedFormat(f)) {
       const int64_t e = ElementBytes(f);
       for (int64_t k = 0; k < K; ++k) {
@@ -308,6 +490,10 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
 void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, int64_t rows,
                          float* out) {
   const uint8_t* panel = static_cast<const uint8_t*>(panel_bytes);
+  if (IsKQuantFormat(f)) {
+    DequantizeKQuantRows(f, panel, k0, rows, out);
+    return;
+  }
   if (!IsQuantizedFormat(f)) {
     const int64_t e = ElementBytes(f);
     const uint8_t* src = panel + k0 * kPackNR * e;

@@ -33,9 +33,31 @@
 // bit for bit: scale and min are f16, q has at most 8 bits, so the products
 // are exact in f32 and only q4_1's sum rounds (once).
 //
+// K-quants (ggml's Q4_K, Q5_K, Q6_K; the same bytes per weight as ggml: 4.5,
+// 5.5 and 6.5625 bits): K / 256 super-blocks of 256 k-values (kSuperBlock),
+// each super-block of a panel is (offsets in bytes, column j at index j)
+//   q4_k (4608 bytes): d uint16_t[32] @0, dmin uint16_t[32] @64 (f16 bits),
+//       scale_lo uint8_t[8][32] @128, scale_hi uint8_t[4][32] @384,
+//       qs [256 k-rows][16] @512 (4-bit quants, nibbles as q4_0)
+//   q5_k (5632 bytes): as q4_k up to @512, then qh uint32_t[256] @512 (bit j
+//       of k-row kk's word: bit 4 of column j's quant), qs [256][16] @1536
+//   q6_k (6720 bytes): d uint16_t[32] @0, scales int8_t[16][32] @64,
+//       qh uint32_t[256][2] @576 (bit j of word 0 / 1: bit 4 / 5 of column
+//       j's quant), ql [256][16] @2624 (low 4 bits, nibbles as q4_0)
+//   q4_k / q5_k: sub-block s (k-rows 32s..32s+31) has a 6-bit scale sc and
+//   6-bit min m per column: sc = (lo & 15) | (hi & 3) << 4,
+//   m = (lo >> 4) | ((hi >> 2) & 3) << 4 with lo = scale_lo[s][j],
+//   hi = scale_hi[s / 2][j] >> (4 * (s % 2)).
+//   q6_k: sub-block s (k-rows 16s..16s+15) has the scale scales[s][j].
+// Values: q4_k, q5_k: (d * sc) * q - dmin * m with d * sc and dmin * m each
+// an f32 product (exact), q in 0..15 / 0..31 (the product with q is exact,
+// so only the subtraction rounds); q6_k: (d * sc) * (q - 32), q in 0..63
+// (d * sc exact, the product with q rounds once). These are ggml's
+// (dequantize_row_q4_K etc.) and gguf-py's values bit for bit.
+//
 // Formats that need K % 32 == 0 (the q formats): BlockSize(format) == 32;
-// GGUF guarantees it for tensors stored in those types. The 16/32-bit formats
-// have BlockSize 1.
+// the K-quants need K % 256 == 0 (BlockSize 256). GGUF guarantees it for
+// tensors stored in those types. The 16/32-bit formats have BlockSize 1.
 #pragma once
 
 #include <cstddef>
@@ -52,14 +74,18 @@ enum class WeightFormat : uint8_t {
   kQ8_0 = 6,
   kQ4_0 = 7,
   kQ4_1 = 8,
+  kQ4_K = 9,
+  kQ5_K = 10,
+  kQ6_K = 11,
 };
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1".
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k".
 const char* WeightFormatName(WeightFormat f);
 // The inverse; false if `name` is not a format.
 bool WeightFormatFromName(std::string_view name, WeightFormat* out);
 
-// k-values per quantization group (32 for the q formats, else 1). A packed
+// k-values per quantization group (32 for the q formats, 256 for the
+// K-quants, else 1). A packed
 // weight's K must be a multiple of it.
 int WeightFormatBlockSize(WeightFormat f);
 
@@ -78,13 +104,17 @@ int64_t PackedWeightBytes(WeightFormat f, int64_t N, int64_t K);
 // q4_0: d = max / -8 where max is the first value of largest magnitude,
 // q = min(15, trunc(x * id + 8.5)); q4_1: d = (max - min) / 15, m = min,
 // q = min(15, trunc((x - min) * id + 0.5)). f16/bf16 round to nearest even.
-// Deterministic; single-threaded.
+// Deterministic; single-threaded. Precondition: `f` is not a K-quant (their
+// quantizers are not implemented; K-quant weights come from GGUF blocks).
 void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out);
 
 // Packs W [N][K] given in ggml's row-major block encoding of the same format
 // (each row is K / 32 blocks: q8_0 {f16 d, int8 qs[32]}, q4_0 {f16 d,
-// uint8 qs[16]}, q4_1 {f16 d, f16 m, uint8 qs[16]}; for f16/bf16 plain
-// 16-bit rows) into `out`, losslessly: the packed weight dequantizes to
+// uint8 qs[16]}, q4_1 {f16 d, f16 m, uint8 qs[16]}; the K-quants are K / 256
+// blocks of ggml's block_q4_K {f16 d, dmin; uint8 scales[12]; uint8 qs[128]},
+// block_q5_K {f16 d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]},
+// block_q6_K {uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d}; for
+// f16/bf16 plain 16-bit rows) into `out`, losslessly: the packed weight dequantizes to
 // exactly the values ggml's dequantization of `blocks` gives. `row_bytes` is
 // the byte size of one source row.
 void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int64_t K,
@@ -98,17 +128,48 @@ constexpr int kQuantGroup = 32;
 // True for q8_0, q4_0, q4_1.
 bool IsQuantizedFormat(WeightFormat f);
 
+// k-values per super-block of the K-quants.
+constexpr int kSuperBlock = 256;
+
+// True for q4_k, q5_k, q6_k.
+bool IsKQuantFormat(WeightFormat f);
+
+// Bytes of one super-block (kSuperBlock k-rows of a panel) of a K-quant:
+// 4608, 5632, 6720; 0 for the others.
+constexpr int64_t SuperBlockBytes(WeightFormat f) {
+  return f == WeightFormat::kQ4_K   ? 4608
+         : f == WeightFormat::kQ5_K ? 5632
+         : f == WeightFormat::kQ6_K ? 6720
+                                    : 0;
+}
+
+// Byte offsets within a K-quant super-block of a panel (the layout above).
+inline constexpr int64_t kKDminOffset = 64;      // q4_k, q5_k: dmin
+inline constexpr int64_t kKScaleLoOffset = 128;  // q4_k, q5_k: scale_lo
+inline constexpr int64_t kKScaleHiOffset = 384;  // q4_k, q5_k: scale_hi
+inline constexpr int64_t kK5HighOffset = 512;    // q5_k: qh
+inline constexpr int64_t kK6ScalesOffset = 64;   // q6_k: scales
+inline constexpr int64_t kK6HighOffset = 576;    // q6_k: qh
+// Where the low 4 bits of the quants start: q4_k 512, q5_k 1536, q6_k 2624.
+constexpr int64_t KLowQuantsOffset(WeightFormat f) {
+  return f == WeightFormat::kQ6_K ? 2624 : f == WeightFormat::kQ5_K ? 1536 : 512;
+}
+// k-rows per sub-block: 16 for q6_k, 32 for q4_k / q5_k.
+constexpr int KSubBlockRows(WeightFormat f) { return f == WeightFormat::kQ6_K ? 16 : 32; }
+
 // Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
 // 576, 640; 0 for the others.
 int64_t QuantGroupBytes(WeightFormat f);
 
 // Bytes of one row of K values in ggml's encoding (the `row_bytes` of a dense
 // GGUF tensor for PackWeightsFromBlocks): f32 4K, f16/bf16 2K, q8_0 34K/32,
-// q4_0 18K/32, q4_1 20K/32. Precondition: K % WeightFormatBlockSize(f) == 0.
+// q4_0 18K/32, q4_1 20K/32, q4_k 144K/256, q5_k 176K/256, q6_k 210K/256.
+// Precondition: K % WeightFormatBlockSize(f) == 0.
 int64_t GgmlRowBytes(WeightFormat f, int64_t K);
 
 // Encodes one row x[K] in ggml's encoding of `f` (GgmlRowBytes(f, K) bytes)
-// with the rounding described at PackWeightsFrom.
+// with the rounding described at PackWeightsFrom. Precondition: not a
+// K-quant.
 void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out);
 
 // Dequantizes k-rows [k0, k0 + rows) of one panel (starting at `panel`) into

@@ -16,9 +16,11 @@
 namespace xrt {
 namespace {
 
-constexpr WeightFormat kAllFormats[] = {WeightFormat::kF32,  WeightFormat::kF16,
-                                        WeightFormat::kBF16, WeightFormat::kQ8_0,
-                                        WeightFormat::kQ4_0, WeightFormat::kQ4_1};
+constexpr WeightFormat kAllFormats[] = {
+    WeightFormat::kF32,  WeightFormat::kF16,  WeightFormat::kBF16,
+    WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
+    WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+constexpr WeightFormat kKQuants[] = {WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
 uint32_t Bits(float f) {
   uint32_t b;
@@ -45,8 +47,78 @@ float DecodeHalf(uint16_t h) {
 }
 uint16_t U16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
+// K-quants, following the loops of ggml's dequantize_row_q{4,5,6}_K: per
+// super-block of 256, q4_k / q5_k walk 4 chunks of 64 values (two sub-blocks:
+// low then high nibbles of 32 bytes; q5_k's 5th bit from qh at bit 2c / 2c+1),
+// q6_k 2 halves of 128 (4 quarters of 32 from 64 ql bytes and 32 qh bytes).
+void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void DecodeGgmlKBlock(WeightFormat f, const uint8_t* blk, float* y) {
+  if (f == WeightFormat::kQ6_K) {
+    const uint8_t* ql = blk;
+    const uint8_t* qh = blk + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const float d = DecodeHalf(U16(blk + 208));
+    for (int half = 0; half < 2; ++half) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        const float d1 = d * static_cast<float>(sc[is]), d2 = d * static_cast<float>(sc[is + 2]);
+        const float d3 = d * static_cast<float>(sc[is + 4]),
+                    d4 = d * static_cast<float>(sc[is + 6]);
+        y[l] = d1 * static_cast<float>(q1);
+        y[l + 32] = d2 * static_cast<float>(q2);
+        y[l + 64] = d3 * static_cast<float>(q3);
+        y[l + 96] = d4 * static_cast<float>(q4);
+      }
+      y += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+    return;
+  }
+  const bool five = f == WeightFormat::kQ5_K;
+  const float d = DecodeHalf(U16(blk)), dmin = DecodeHalf(U16(blk + 2));
+  const uint8_t* scales = blk + 4;
+  const uint8_t* qh = blk + 16;
+  const uint8_t* q = blk + (five ? 48 : 16);
+  for (int c = 0; c < 4; ++c) {
+    int sc, m;
+    ScaleMinK4(2 * c, scales, &sc, &m);
+    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+    ScaleMinK4(2 * c + 1, scales, &sc, &m);
+    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+    for (int l = 0; l < 32; ++l) {
+      const int hi1 = five && (qh[l] & (1 << (2 * c))) ? 16 : 0;
+      const int hi2 = five && (qh[l] & (2 << (2 * c))) ? 16 : 0;
+      const float p1 = d1 * static_cast<float>((q[l] & 0xF) + hi1);
+      const float p2 = d2 * static_cast<float>((q[l] >> 4) + hi2);
+      y[64 * c + l] = p1 - m1;
+      y[64 * c + 32 + l] = p2 - m2;
+    }
+    q += 32;
+  }
+}
+
 std::vector<float> DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
   std::vector<float> out(k);
+  if (f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K) {
+    const int64_t bytes = f == WeightFormat::kQ4_K ? 144 : f == WeightFormat::kQ5_K ? 176 : 210;
+    for (int64_t b = 0; b < k / 256; ++b) DecodeGgmlKBlock(f, row + b * bytes, &out[b * 256]);
+    return out;
+  }
   for (int64_t i = 0; i < k; ++i) {
     const int64_t b = i / 32, j = i % 32;
     switch (f) {
@@ -77,6 +149,8 @@ std::vector<float> DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) 
         out[i] = product + DecodeHalf(U16(blk + 2));
         break;
       }
+      default:
+        break;
     }
   }
   return out;
@@ -100,7 +174,7 @@ const uint8_t* FixtureBlocks(WeightFormat f) {
       return quant_fixture::kF16;
     case WeightFormat::kBF16:
       return quant_fixture::kBF16;
-    case WeightFormat::kF32:
+    default:
       break;
   }
   return nullptr;
@@ -121,7 +195,8 @@ TEST(WeightFormatTest, NamesRoundTrip) {
     EXPECT_EQ(back, f);
   }
   WeightFormat out = WeightFormat::kQ8_0;
-  EXPECT_FALSE(WeightFormatFromName("q4_k", &out));
+  EXPECT_FALSE(WeightFormatFromName("q2_k", &out));
+  EXPECT_FALSE(WeightFormatFromName("Q4_K", &out));
   EXPECT_FALSE(WeightFormatFromName("", &out));
   EXPECT_EQ(out, WeightFormat::kQ8_0);
   EXPECT_STREQ(WeightFormatName(WeightFormat::kQ4_1), "q4_1");
@@ -142,6 +217,22 @@ TEST(WeightFormatTest, Sizes) {
   EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ4_0, 64), 36);
   EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ4_1, 64), 40);
   EXPECT_EQ(GgmlRowBytes(WeightFormat::kBF16, 5), 10);
+  // K-quants: ggml's bits per weight (4.5, 5.5, 6.5625) in both encodings.
+  EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kQ4_K), 256);
+  EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kQ6_K), 256);
+  EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ4_K, 512), 2 * 144);
+  EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ5_K, 256), 176);
+  EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ6_K, 768), 3 * 210);
+  for (WeightFormat f : kKQuants) {
+    EXPECT_EQ(PackedPanelBytes(f, 512), kPackNR * GgmlRowBytes(f, 512)) << WeightFormatName(f);
+    EXPECT_EQ(SuperBlockBytes(f) % 64, 0);
+  }
+  EXPECT_EQ(PackedPanelBytes(WeightFormat::kQ4_K, 256), 4608);
+  EXPECT_EQ(PackedPanelBytes(WeightFormat::kQ5_K, 256), 5632);
+  EXPECT_EQ(PackedWeightBytes(WeightFormat::kQ6_K, 33, 256), 2 * 6720);
+  EXPECT_TRUE(IsKQuantFormat(WeightFormat::kQ5_K));
+  EXPECT_FALSE(IsKQuantFormat(WeightFormat::kQ4_1));
+  EXPECT_FALSE(IsQuantizedFormat(WeightFormat::kQ4_K));
 }
 
 TEST(WeightFormatTest, HalfConversions) {
@@ -244,8 +335,12 @@ TEST(WeightFormatTest, LayoutBytes) {
 // on random block bytes (every bit pattern of quants and finite scales).
 TEST(WeightFormatTest, BlocksRoundTrip) {
   std::mt19937 rng(5);
+  using Shapes = std::vector<std::pair<int64_t, int64_t>>;
   for (WeightFormat f : kAllFormats) {
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 32}, {31, 64}, {33, 96}, {70, 32}}) {
+    const bool kquant = IsKQuantFormat(f);
+    const Shapes shapes = kquant ? Shapes{{1, 256}, {31, 512}, {33, 768}, {70, 256}}
+                                 : Shapes{{1, 32}, {31, 64}, {33, 96}, {70, 32}};
+    for (auto [n, k] : shapes) {
       const int64_t row_bytes = GgmlRowBytes(f, k);
       std::vector<uint8_t> blocks(n * row_bytes);
       for (auto& b : blocks) b = static_cast<uint8_t>(rng());
@@ -258,6 +353,16 @@ TEST(WeightFormatTest, BlocksRoundTrip) {
           for (int64_t i = 0; i < k; ++i) row[2 * i + 1] &= 0x3f;
         } else if (f32) {
           for (int64_t i = 0; i < k; ++i) row[4 * i + 3] &= 0x3f;
+        } else if (kquant) {
+          const int64_t bb = row_bytes / (k / 256);
+          for (int64_t b = 0; b < k / 256; ++b) {
+            if (f == WeightFormat::kQ6_K) {
+              row[b * bb + 209] &= 0xbf;  // d finite (any sign)
+            } else {
+              row[b * bb + 1] &= 0xbf;  // d, dmin finite
+              row[b * bb + 3] &= 0xbf;
+            }
+          }
         } else {
           const int64_t bb = row_bytes / (k / 32);
           for (int64_t b = 0; b < k / 32; ++b) {
@@ -287,6 +392,96 @@ TEST(WeightFormatTest, BlocksRoundTrip) {
             ASSERT_EQ(block[kk * kPackNR + j], 0.0f) << WeightFormatName(f);
           }
         }
+      }
+    }
+  }
+}
+
+// Hand-checked bytes of the K-quant layouts: one row (column 0) and a padded
+// panel.
+TEST(WeightFormatTest, KQuantLayoutBytes) {
+  // q4_k: d = 0x3c00, dmin = 0x3800; sub-block 5's scale 0x2b (lo 0xb, hi 2)
+  // and min 0x1d (lo 0xd, hi 1): scales[9] = 0xdb, scales[1] holds the scale
+  // high bits (bits 6-7 = 2), scales[5] the min high bits (bits 6-7 = 1).
+  std::vector<uint8_t> q4(144, 0);
+  q4[1] = 0x3c;
+  q4[3] = 0x38;
+  q4[4 + 9] = 0xdb;
+  q4[4 + 1] = 0x80;
+  q4[4 + 5] = 0x40;
+  q4[16 + 32 * 2 + 7] = 0x9e;  // values 128 + 7 (low nibble e) and 160 + 7 (high 9)
+  std::vector<uint8_t> p4(PackedWeightBytes(WeightFormat::kQ4_K, 1, 256), 0xEE);
+  PackWeightsFromBlocks(WeightFormat::kQ4_K, q4.data(), 1, 256, 144, p4.data());
+  EXPECT_EQ(p4[1], 0x3c);
+  EXPECT_EQ(p4[64 + 1], 0x38);
+  EXPECT_EQ(p4[2], 0);                             // column 1: padding
+  EXPECT_EQ(p4[128 + 5 * 32], 0xdb);               // scale_lo[5][0]: sc & 15 | (m & 15) << 4
+  EXPECT_EQ(p4[384 + 2 * 32], (2 | 1 << 2) << 4);  // scale_hi[2][0], sub-block 5 (odd)
+  EXPECT_EQ(p4[512 + 135 * 16], 0x0e);             // k-row 135, column 0 (low nibble)
+  EXPECT_EQ(p4[512 + 167 * 16], 0x09);
+  float row[256];
+  DequantizePackedRow(WeightFormat::kQ4_K, p4.data(), 1, 256, 0, row);
+  EXPECT_EQ(row[167], 1.0f * 0x2b * 9 - 0.5f * 0x1d);
+  EXPECT_EQ(row[135], 0.0f);  // sub-block 4: scale and min 0
+
+  // q6_k: d = 0x4000 (2); scales[3] = -5; value 100 (half 0, quarter 3,
+  // l = 4) = 0x2a: low nibble a in ql[32 + 4] >> 4, high bits 2 in qh[4]
+  // bits 6-7; value 200 (half 1, quarter 2, l = 8) = 0x11: ql[64 + 8] low
+  // bits... high nibble 1, qh[32 + 8] bits 4-5 = 1.
+  std::vector<uint8_t> q6(210, 0);
+  q6[209] = 0x40;
+  q6[192 + 6] = static_cast<uint8_t>(-5);
+  q6[192 + 12] = 7;
+  q6[32 + 4] = 0xa0;
+  q6[128 + 4] = 0x80;
+  q6[64 + 8] = 0x10;
+  q6[128 + 32 + 8] = 0x10;
+  std::vector<uint8_t> p6(PackedWeightBytes(WeightFormat::kQ6_K, 17, 256), 0xEE);
+  std::vector<uint8_t> rows6(17 * 210, 0);
+  std::memcpy(rows6.data() + 16 * 210, q6.data(), 210);  // row 16: column 16
+  PackWeightsFromBlocks(WeightFormat::kQ6_K, rows6.data(), 17, 256, 210, p6.data());
+  EXPECT_EQ(p6[2 * 16 + 1], 0x40);
+  EXPECT_EQ(static_cast<int8_t>(p6[64 + 6 * 32 + 16]), -5);
+  EXPECT_EQ(p6[64 + 12 * 32 + 16], 7);
+  EXPECT_EQ(p6[2624 + 100 * 16], 0xa0);  // column 16: high nibble of byte 0
+  uint32_t bits[2];
+  std::memcpy(bits, p6.data() + 576 + 100 * 8, 8);
+  EXPECT_EQ(bits[0], 0u);
+  EXPECT_EQ(bits[1], 1u << 16);
+  std::memcpy(bits, p6.data() + 576 + 200 * 8, 8);
+  EXPECT_EQ(bits[0], 1u << 16);
+  EXPECT_EQ(bits[1], 0u);
+  DequantizePackedRow(WeightFormat::kQ6_K, p6.data(), 17, 256, 16, row);
+  EXPECT_EQ(row[100], 2.0f * -5 * (0x2a - 32));
+  EXPECT_EQ(row[200], 2.0f * 7 * (0x11 - 32));
+  EXPECT_EQ(row[0], 0.0f);
+}
+
+// The K-quants dequantize as gguf-py does (committed fixture blocks), both
+// through the packed layout and through the independent decoder.
+TEST(WeightFormatTest, KQuantDequantizationMatchesGguf) {
+  const int64_t n = quant_fixture::kKqN, k = quant_fixture::kKqK;
+  const struct {
+    WeightFormat f;
+    const uint8_t* blocks;
+    const uint32_t* values;
+  } cases[] = {
+      {WeightFormat::kQ4_K, quant_fixture::kQ4_K, quant_fixture::kQ4_KValues},
+      {WeightFormat::kQ5_K, quant_fixture::kQ5_K, quant_fixture::kQ5_KValues},
+      {WeightFormat::kQ6_K, quant_fixture::kQ6_K, quant_fixture::kQ6_KValues},
+  };
+  for (const auto& c : cases) {
+    const int64_t row_bytes = GgmlRowBytes(c.f, k);
+    std::vector<uint8_t> packed(PackedWeightBytes(c.f, n, k));
+    PackWeightsFromBlocks(c.f, c.blocks, n, k, static_cast<size_t>(row_bytes), packed.data());
+    std::vector<float> got(k);
+    for (int64_t r = 0; r < n; ++r) {
+      DequantizePackedRow(c.f, packed.data(), n, k, r, got.data());
+      const std::vector<float> independent = DecodeGgmlRow(c.f, c.blocks + r * row_bytes, k);
+      for (int64_t i = 0; i < k; ++i) {
+        ASSERT_EQ(Bits(got[i]), c.values[r * k + i])
+            << WeightFormatName(c.f) << " " << r << " " << i;
+        ASSERT_EQ(Bits(independent[i]), c.values[r * k + i]) << WeightFormatName(c.f);
       }
     }
   }

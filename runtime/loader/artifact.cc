@@ -651,6 +651,9 @@ uint64_t DTypeSize(xpk::DType dtype) {
     case xpk::DType::q8_0:
     case xpk::DType::q4_0:
     case xpk::DType::q4_1:
+    case xpk::DType::q4_k:
+    case xpk::DType::q5_k:
+    case xpk::DType::q6_k:
       return 0;
   }
   return 0;
@@ -681,6 +684,15 @@ bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
       return true;
     case xpk::DType::q4_1:
       *out = WeightFormat::kQ4_1;
+      return true;
+    case xpk::DType::q4_k:
+      *out = WeightFormat::kQ4_K;
+      return true;
+    case xpk::DType::q5_k:
+      *out = WeightFormat::kQ5_K;
+      return true;
+    case xpk::DType::q6_k:
+      *out = WeightFormat::kQ6_K;
       return true;
     case xpk::DType::i32:
     case xpk::DType::i64:

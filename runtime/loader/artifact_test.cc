@@ -852,6 +852,20 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
   EXPECT_EQ(LoadError(bad),
             "model.xpk: weight 1 'lm_head.weight': q8_0 weight has K = 16, not a multiple of its "
             "block size 32");
+  // K-quants (format 1.5): packed only, K a multiple of 256.
+  for (xpk::DType kquant : {xpk::DType::q4_k, xpk::DType::q5_k, xpk::DType::q6_k}) {
+    const std::string name = xpk::EnumNameDType(kquant);
+    bad = bytes;
+    w = ManifestOf(bad)->weights()->Get(0);
+    Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(kquant));
+    EXPECT_EQ(LoadError(bad), "model.xpk: weight 0 'model.embed_tokens.weight': dtype " + name +
+                                  " is block-quantized: only packed_panels");
+    bad = bytes;
+    w = ManifestOf(bad)->weights()->Get(1);
+    Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(kquant));
+    EXPECT_EQ(LoadError(bad), "model.xpk: weight 1 'lm_head.weight': " + name +
+                                  " weight has K = 16, not a multiple of its block size 256");
+  }
   bad = bytes;
   w = ManifestOf(bad)->weights()->Get(1);
   Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(xpk::DType::bf16));

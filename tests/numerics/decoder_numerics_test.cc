@@ -1,7 +1,8 @@
 // Numerics of compiled decoders against HF transformers references.
 //
 // For every tiny fixture model (tests/fixtures/models/* and the GGUF ones,
-// tests/fixtures/gguf/*/model.gguf with Q8_0 / Q4_0 / Q4_1 / F16 / BF16 tensors,
+// tests/fixtures/gguf/*/model.gguf with Q8_0 / Q4_0 / Q4_1 / F16 / BF16 tensors and
+// Q4_K / Q5_K / Q6_K ones (gguf/kquants, tied Q6_K table),
 // made by tests/gen_model_fixtures.py): compile it twice, once with buckets covering a
 // 128-token budget and once with a single 16-token bucket (so prompts are
 // prefilled in 16-token chunks), then for every reference prompt check that
@@ -111,7 +112,7 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderNumerics,
                          ::testing::Values("llama_gqa", "llama_tied", "llama_attn_bias",
                                            "qwen2_bias", "mistral", "gguf/mixed", "gguf/tied_q4_1",
-                                           "gguf/llama3_rope"),
+                                           "gguf/llama3_rope", "gguf/kquants"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return ParamName(info.param);
                          });

@@ -16,6 +16,7 @@
 // runtime/kernels/weight_format_test's.)
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,7 @@
 #include "compiler/frontend/model_source.h"
 #include "compiler/frontend/test_util.h"
 #include "runtime/executor/model_runner.h"
+#include "runtime/kernels/test_util.h"
 #include "runtime/kernels/weight_format.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
@@ -196,6 +198,208 @@ TEST(DynamicRows, RowWiseCommandsOfTheBucketedExecutablesAreMarked) {
   }
   EXPECT_GT(marked, 10);
   EXPECT_GT(attention, 0);
+}
+
+}  // namespace
+
+namespace {
+
+// GGUF K-quants are kept as they are (--weight-dtype auto): every linear
+// weight and the tied table (Q6_K, also the lm_head) in its own format, once,
+// with exactly the GGUF's bytes per weight (the lossless repack keeps
+// ggml's 4.5 / 5.5 / 6.5625 bits). Their numerics against HF are
+// decoder_numerics_test's (gguf/kquants).
+TEST(KQuants, AutoKeepsGgufKQuantTensors) {
+  const fs::path gguf = fs::path(XCC_SOURCE_DIR) / "tests/fixtures/gguf/kquants/model.gguf";
+  const fs::path dir = fs::temp_directory_path() / "xcc_weight_format_kquants";
+  fs::create_directories(dir);
+  xcc::CompileOptions o;
+  o.model_path = gguf.string();
+  o.output_path = (dir / "auto.xpk").string();
+  o.quiet = true;
+  o.limits.max_num_seqs = 2;
+  o.limits.max_model_len = 64;
+  o.limits.max_num_batched_tokens = 16;
+  o.token_buckets = {16};
+  auto summary = xcc::Compile(o);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(summary->weight_notes.empty())
+      << "nothing is dequantized: " << summary->weight_notes.front();
+
+  auto source = xcc::ModelSource::Open(gguf.string());
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  uint64_t gguf_kquant_bytes = 0;
+  for (const std::string& name : (*source)->tensor_names()) {
+    auto t = (*source)->tensor(name);
+    ASSERT_TRUE(t.ok());
+    if ((*t)->dtype == xcc::SourceDType::kQ4_K || (*t)->dtype == xcc::SourceDType::kQ5_K ||
+        (*t)->dtype == xcc::SourceDType::kQ6_K)
+      gguf_kquant_bytes += (*t)->nbytes;
+  }
+  auto a = xrt::Artifact::Open(o.output_path);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  uint64_t kquant_bytes = 0;
+  int tables = 0;
+  std::map<xpk::DType, int> by_dtype;
+  for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
+    const xpk::Weight* w = *(*a)->weight(i);
+    ++by_dtype[w->dtype()];
+    const bool kquant = w->dtype() == xpk::DType::q4_k || w->dtype() == xpk::DType::q5_k ||
+                        w->dtype() == xpk::DType::q6_k;
+    if (kquant) {
+      kquant_bytes += w->size();
+      EXPECT_EQ(w->layout(), xpk::WeightLayout::packed_panels) << w->name()->str();
+    } else {
+      EXPECT_EQ(w->shape()->size(), 1u)
+          << w->name()->str() << " is " << xpk::EnumNameDType(w->dtype());  // norms, rope
+    }
+    if (w->name()->str().find("embed_tokens") != std::string::npos) {
+      ++tables;
+      EXPECT_EQ(w->dtype(), xpk::DType::q6_k);
+    }
+  }
+  EXPECT_EQ(tables, 1) << "the tied table is stored once";
+  EXPECT_GT(by_dtype[xpk::DType::q4_k], 0);
+  EXPECT_GT(by_dtype[xpk::DType::q5_k], 0);
+  EXPECT_GT(by_dtype[xpk::DType::q6_k], 0);
+  EXPECT_EQ(kquant_bytes, gguf_kquant_bytes);
+  EXPECT_EQ(summary->weight_formats["q6_k"].weights, by_dtype[xpk::DType::q6_k]);
+
+  // There is no quantizer to K-quants: asking for one is an error that says so.
+  o.weight_dtype = "q4_k";
+  auto rejected = xcc::Compile(o);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_NE(rejected.status().ToString().find("quantizing to q4_k is not supported"),
+            std::string::npos)
+      << rejected.status().ToString();
+}
+
+}  // namespace
+
+namespace {
+
+// The packed embedding lookup and the matmuls on every K-quant, end to end:
+// a tiny GGUF whose table, lm_head and linears are random K-quant blocks
+// (hidden 256, one layer, a 6-token vocabulary) against the same GGUF with
+// every tensor replaced by its F32 dequantization (weight_format.h's values,
+// which weight_format_test checks against gguf-py). Prompt logits and greedy
+// tokens must be bit-identical. Tied (the table is the lm_head) and untied.
+struct KQuantModel {
+  xrt::WeightFormat table, output;  // output: kF32 = tied
+  xrt::WeightFormat attn, mlp;
+};
+
+uint32_t GgmlType(xrt::WeightFormat f) {
+  switch (f) {
+    case xrt::WeightFormat::kQ4_K:
+      return xcc::testing::kTQ4_K;
+    case xrt::WeightFormat::kQ5_K:
+      return xcc::testing::kTQ5_K;
+    default:
+      return xcc::testing::kTQ6_K;
+  }
+}
+
+// Writes the quantized and the dequantized GGUF of `m`.
+void WriteKQuantGgufs(const KQuantModel& m, const fs::path& quantized, const fs::path& f32) {
+  using xcc::testing::GgufWriter;
+  constexpr int64_t kD = 256, kHeads = 4, kKv = 2, kHd = 64, kVocab = 6;
+  GgufWriter wq, wf;
+  for (GgufWriter* w : {&wq, &wf}) {
+    w->KvString("general.architecture", "llama");
+    w->KvString("general.name", "kquant tables");
+    w->KvU32("llama.embedding_length", kD);
+    w->KvU32("llama.block_count", 1);
+    w->KvU32("llama.feed_forward_length", kD);
+    w->KvU32("llama.attention.head_count", kHeads);
+    w->KvU32("llama.attention.head_count_kv", kKv);
+    w->KvU32("llama.context_length", 512);
+    w->KvU32("llama.rope.dimension_count", kHd);
+    w->KvF32("llama.rope.freq_base", 10000.0f);
+    w->KvF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    w->KvString("tokenizer.ggml.model", "gpt2");
+    w->KvString("tokenizer.ggml.pre", "smollm");
+    w->KvStringArray("tokenizer.ggml.tokens",
+                     {"a", "b", "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"});
+    w->KvI32Array("tokenizer.ggml.token_type", {1, 1, 1, 3, 3, 3});
+    w->KvStringArray("tokenizer.ggml.merges", {"a b"});
+    w->KvU32("tokenizer.ggml.bos_token_id", 4);
+    w->KvU32("tokenizer.ggml.eos_token_id", 3);
+    w->KvBool("tokenizer.ggml.add_bos_token", false);
+    w->KvString("tokenizer.chat_template", "{{ messages }}");
+  }
+  uint32_t seed = 1;
+  auto add = [&](const std::string& name, int64_t n, int64_t k, xrt::WeightFormat f) {
+    const std::vector<uint8_t> rows = xrt::testing::RandomKQuantRows(f, n, k, seed++);
+    wq.Tensor(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, GgmlType(f),
+              std::string(rows.begin(), rows.end()));
+    std::vector<uint8_t> packed(xrt::PackedWeightBytes(f, n, k));
+    xrt::PackWeightsFromBlocks(f, rows.data(), n, k, xrt::GgmlRowBytes(f, k), packed.data());
+    std::vector<float> values(n * k);
+    for (int64_t r = 0; r < n; ++r)
+      xrt::DequantizePackedRow(f, packed.data(), n, k, r, values.data() + r * k);
+    wf.TensorF32(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, values);
+  };
+  auto norm = [&](const std::string& name) {
+    std::vector<float> ones(kD);
+    for (int64_t i = 0; i < kD; ++i) ones[i] = 1.0f + 0.01f * static_cast<float>(i % 7);
+    wq.TensorF32(name, {kD}, ones);
+    wf.TensorF32(name, {kD}, ones);
+  };
+  add("token_embd.weight", kVocab, kD, m.table);
+  norm("blk.0.attn_norm.weight");
+  add("blk.0.attn_q.weight", kHeads * kHd, kD, m.attn);
+  add("blk.0.attn_k.weight", kKv * kHd, kD, m.attn);
+  add("blk.0.attn_v.weight", kKv * kHd, kD, m.attn);
+  add("blk.0.attn_output.weight", kD, kHeads * kHd, m.mlp);
+  norm("blk.0.ffn_norm.weight");
+  add("blk.0.ffn_gate.weight", kD, kD, m.mlp);
+  add("blk.0.ffn_up.weight", kD, kD, m.mlp);
+  add("blk.0.ffn_down.weight", kD, kD, m.attn);
+  norm("output_norm.weight");
+  if (m.output != xrt::WeightFormat::kF32) add("output.weight", kVocab, kD, m.output);
+  xcc::testing::WriteFile(quantized.string(), wq.Build());
+  xcc::testing::WriteFile(f32.string(), wf.Build());
+}
+
+TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
+  using F = xrt::WeightFormat;
+  const KQuantModel models[] = {
+      {F::kQ4_K, F::kQ5_K, F::kQ6_K, F::kQ4_K},  // untied
+      {F::kQ5_K, F::kQ6_K, F::kQ4_K, F::kQ5_K},  // untied
+      {F::kQ4_K, F::kF32, F::kQ5_K, F::kQ6_K},   // tied Q4_K table
+  };
+  const json prompts =
+      json::array({json{{"ids", {4, 0, 1, 2, 0, 0, 1}}}, json{{"ids", {1}}},
+                   json{{"ids", {2, 2, 1, 0, 5, 4, 3, 0, 1, 2, 2, 1, 0, 0, 1, 2, 0, 1, 1, 1}}}});
+  for (const KQuantModel& m : models) {
+    const std::string label = std::string(xrt::WeightFormatName(m.table)) + "_" +
+                              (m.output == F::kF32 ? "tied" : xrt::WeightFormatName(m.output));
+    SCOPED_TRACE(label);
+    const fs::path dir = fs::temp_directory_path() / ("xcc_kquant_tables_" + label);
+    fs::create_directories(dir);
+    WriteKQuantGgufs(m, dir / "quantized.gguf", dir / "f32.gguf");
+    const std::string quantized =
+        CompileWith((dir / "quantized.gguf").string(), "auto", dir / "quantized.xpk");
+    const std::string f32 = CompileWith((dir / "f32.gguf").string(), "auto", dir / "f32.xpk");
+    auto a = xrt::Artifact::Open(quantized);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
+      const xpk::Weight* w = *(*a)->weight(i);
+      if (w->name()->str().find("embed_tokens") != std::string::npos)
+        EXPECT_EQ(w->dtype(), static_cast<xpk::DType>(m.table)) << "the table stays a K-quant";
+    }
+    PromptRuns q = RunPrompts(quantized, prompts);
+    PromptRuns r = RunPrompts(f32, prompts);
+    ASSERT_EQ(q.logits.size(), prompts.size());
+    ASSERT_EQ(r.logits.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(q.logits[i].size(), r.logits[i].size());
+      EXPECT_EQ(std::memcmp(q.logits[i].data(), r.logits[i].data(), q.logits[i].size() * 4), 0)
+          << "prompt " << i << " logits differ";
+      EXPECT_EQ(q.tokens[i], r.tokens[i]) << "prompt " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -26,8 +26,8 @@ def XG_WeightOp : XG_Op<"weight", [Pure]> {
     along dimension 0 (`sources`), and after weight packing a linear weight carries
     the panel width of its packed layout (`pack_nr`); its type stays the logical
     `[N, K]` shape. `format` is how the artifact stores it (runtime/kernels/
-    weight_format.h: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"; absent means
-    f32). Formats other than f32 are for linear weights and embedding tables, which
+    weight_format.h: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k",
+    "q6_k"; absent means f32). Formats other than f32 are for linear weights and embedding tables, which
     read the packed layout; they hold exactly the f32 values the op computes with.
 
     ```mlir

@@ -97,3 +97,24 @@ func.func @packed_into_generated(%x: tensor<4x32xf32>) -> tensor<4x32xf32> attri
   %y = xg.add %x, %w : tensor<4x32xf32>, tensor<4x32xf32> -> tensor<4x32xf32>
   return %y : tensor<4x32xf32>
 }
+
+// -----
+
+// A q6_k table: 2 panels of 32 columns, one 256-k super-block each (6720
+// bytes: f16 d, int8 scales, bit words, low nibbles). Each value is
+// (d * scale) * (q - 32) with q = nibble | bit4 << 4 | bit5 << 5.
+// CHECK-LABEL: func.func @embedding_0(
+// CHECK-SAME: %[[T:.*]]: memref<13440xi8>
+// CHECK: memref.view %[[T]][%{{.*}}][] : memref<13440xi8> to memref<6720xi16>
+// CHECK: arith.bitcast %{{.*}} : i16 to f16
+// CHECK: arith.sitofp %{{.*}} : i8 to f32
+// CHECK: arith.shrui %{{.*}} : i8
+// CHECK: arith.ori
+// CHECK: arith.uitofp %{{.*}} : i8 to f32
+// CHECK: arith.subf
+// CHECK: arith.mulf
+func.func @q6_k_table(%ids: tensor<4xi32>) -> tensor<4x256xf32> attributes {xg.entry} {
+  %t = xg.weight "embed" {format = "q6_k", pack_nr = 32 : i64} : tensor<64x256xf32>
+  %x = xg.embedding %t, %ids : tensor<64x256xf32>, tensor<4xi32> -> tensor<4x256xf32>
+  return %x : tensor<4x256xf32>
+}

@@ -319,3 +319,11 @@ func.func @weight_format_block() {
   %w = xg.weight "w" {format = "q4_0"} : tensor<4x48xf32>
   return
 }
+
+// -----
+
+func.func @weight_kquant_block() {
+  // expected-error @+1 {{a q6_k weight must be [N, K] with K a multiple of 256, got 'tensor<4x288xf32>'}}
+  %w = xg.weight "w" {format = "q6_k"} : tensor<4x288xf32>
+  return
+}

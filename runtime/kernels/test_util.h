@@ -1,0 +1,49 @@
+// Test and benchmark helpers for the kernels: weights in the K-quant formats,
+// which have no quantizer (weight_format.h), made from random ggml blocks.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/kernels/weight_format.h"
+
+namespace xrt {
+namespace testing {
+
+// n rows of random ggml blocks of the K-quant `format` (GgmlRowBytes(format,
+// k) bytes each; k % kSuperBlock == 0): random quants and 6-bit / int8
+// scales, d and dmin random f16 values of either sign in [-0.02, 0.02], so
+// every block is finite. Deterministic for a seed.
+inline std::vector<uint8_t> RandomKQuantRows(WeightFormat format, int64_t n, int64_t k,
+                                             uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t row_bytes = GgmlRowBytes(format, k), block_bytes = row_bytes / (k / kSuperBlock);
+  std::vector<uint8_t> rows(std::max<int64_t>(n * row_bytes, 1));
+  for (auto& b : rows) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  for (int64_t b = 0; b < n * row_bytes / block_bytes; ++b) {
+    uint8_t* block = rows.data() + b * block_bytes;
+    const uint16_t d = FloatToHalf(scale(rng)), dmin = FloatToHalf(scale(rng));
+    if (format == WeightFormat::kQ6_K) {
+      std::memcpy(block + 208, &d, 2);  // block_q6_K {ql, qh, scales, d}
+    } else {
+      std::memcpy(block, &d, 2);  // block_q4_K / block_q5_K {d, dmin, ...}
+      std::memcpy(block + 2, &dmin, 2);
+    }
+  }
+  return rows;
+}
+
+// W [n][k] in `format` packed (PackedWeightBytes(format, n, k) bytes at `out`)
+// from random ggml blocks.
+inline void PackRandomKQuant(WeightFormat format, int64_t n, int64_t k, uint32_t seed, void* out) {
+  const std::vector<uint8_t> rows = RandomKQuantRows(format, n, k, seed);
+  PackWeightsFromBlocks(format, rows.data(), n, k, static_cast<size_t>(GgmlRowBytes(format, k)),
+                        out);
+}
+
+}  // namespace testing
+}  // namespace xrt
