@@ -187,7 +187,7 @@ def write_gguf(path, seed):
         types[i] = gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL
     merges = tj["model"]["merges"]
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre("default")  # the GPT-2 split; llama.cpp refuses the name "gpt2"
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
