@@ -185,6 +185,18 @@ FEATURE_CASES = [
   "|{{ missing|rejectattr('x')|list }}|{{ messages[2].tool_calls|map(attribute='function')|list }}"
   "|{{ messages[2].tool_calls|selectattr('function')|list }}|{{ messages[3].tool_calls|map(attribute='id')|list }}",
   {"messages": TOOL_MESSAGES}),
+ # integer edges (64-bit: jinja2's results where they fit), int/abs filters, code point
+ # indexing and slicing with steps, split/replace/strip/indent/count edges
+ ("{{ -7 // -1 }} {{ 7 % -2 }} {{ -7 % -2 }} {{ (-1) ** 65 }} {{ 2 ** 62 }} {{ 0 ** 0 }} {{ 2 ** -1 }}"
+  " {{ 9223372036854775807 // -1 }} {{ -9223372036854775807 - 1 }} {{ (-9223372036854775807 - 1) % 3 }}"
+  " {{ (-9223372036854775807 - 1) // 3 }} {{ -9223372036854775807|abs }} {{ 9 is divisibleby(-1) }}", {}),
+ ("{{ 'nan'|int }} {{ 'x'|int(7) }} {{ ' 12 '|int }} {{ '1e3'|int }} {{ -3.9|int }} {{ 'héllo'[1] }}{{ 'héllo'[-4] }}"
+  "|{{ 'héllo'[1:4] }}|{{ 'héllo'[::-2] }}|{{ 'héllo'[4:1:-1] }}|{{ [1,2,3][5:1:-2] }}|{{ 'héllo'[9:] }}"
+  "|{{ 'é a é'.split('é') }}|{{ 'aé'|replace('', '-') }}|{{ '\u3000x \u3000'.strip() }}|{{ ' x  y '.split(none, 1) }}"
+  "|{{ 'ab'|reverse }}|{{ 'a\nb\n\nc'|indent(-2, true) }}|{{ 'a\nb'|indent(3) }}|{{ 'é'|list }}"
+  "|{{ 'a ab abab'.count('ab') }}{{ 'xx'.find('') }}{{ 'aXbX'.find('X') }}|{{ 'xyx'.strip('x') }}", {}),
+ # a namespace that holds itself prints as {...}, as Python's repr does
+ ("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}|{{ [ns] }}|{{ ns.me.me.a }}", {}),
 ]
 
 

@@ -172,5 +172,132 @@ TEST(ChatTemplate, CopiesShareTheParsedTemplate) {
   EXPECT_EQ(*out, "y!");
 }
 
+// Python integers never overflow; ours are 64-bit, and an overflow is an error
+// (never a wrapped value, never undefined behaviour).
+TEST(ChatTemplate, IntegerOverflowIsAnError) {
+  for (const char* src :
+       {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+        "{{ 4611686018427387904 * 2 }}", "{{ 2 ** 63 }}", "{{ 3 ** 40 }}",
+        "{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}",
+        "{{ (-9223372036854775807 - 1)|abs }}", "{{ [9223372036854775807, 1]|sum }}",
+        "{{ '99999999999999999999'|int }}", "{{ 1e300|int }}", "{{ '1e300'|int }}"}) {
+    Status s = RenderError(src);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << src;
+    EXPECT_NE(s.message().find("integer overflow"), std::string::npos)
+        << src << ": " << s.ToString();
+  }
+  Status s = RenderError("{{ (1e308 * 10)|int }}");
+  EXPECT_NE(s.message().find("cannot convert float infinity"), std::string::npos) << s.ToString();
+  s = ParseError("{{ 99999999999999999999 }}");
+  EXPECT_NE(s.message().find("does not fit in 64 bits"), std::string::npos) << s.ToString();
+  // The largest values still work, and ranges and slices near the limits do not wrap.
+  EXPECT_EQ(RenderOrDie("{{ 9223372036854775806 + 1 }} {{ -9223372036854775807 - 1 }}"),
+            "9223372036854775807 -9223372036854775808");
+  EXPECT_EQ(RenderOrDie("{{ range(9223372036854775800, 9223372036854775807, 5)|list }}"),
+            "[9223372036854775800, 9223372036854775805]");
+  EXPECT_EQ(RenderOrDie("{{ range(0, -9223372036854775807 - 1, -9223372036854775807 - 1)|list }}"),
+            "[0]");
+  EXPECT_EQ(
+      RenderOrDie("{{ [1, 2, 3][1::9223372036854775807] }}{{ 'abc'[2::-9223372036854775807] }}"),
+      "[2]c");
+}
+
+// Nesting is bounded where it is parsed, so neither the parser nor rendering
+// nor destroying the tree can run out of stack.
+TEST(ChatTemplate, DeepNestingIsAnError) {
+  auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  const int kDeep = 5000;  // far past the limits; what overflowed the stack before
+  for (const std::string& src :
+       {"{{ " + repeat("(", kDeep) + "1" + repeat(")", kDeep) + " }}",
+        "{{ " + repeat("-", kDeep) + "1 }}", "{{ " + repeat("not ", kDeep) + "1 }}",
+        "{{ " + repeat("[", kDeep) + repeat("]", kDeep) + " }}",
+        "{{ 1" + repeat(" + 1", kDeep) + " }}", "{{ x" + repeat(".a", kDeep) + " }}",
+        "{{ x" + repeat("|trim", kDeep) + " }}", "{{ x" + repeat("()", kDeep) + " }}",
+        "{{ 1" + repeat(" if 1 else 1", kDeep) + " }}"}) {
+    Status s = ParseError(src);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("nest more than 256 levels deep"), std::string::npos)
+        << s.ToString();
+  }
+  Status s = ParseError(repeat("{% if 1 %}", kDeep) + repeat("{% endif %}", kDeep));
+  EXPECT_NE(s.message().find("blocks nest more than 128 levels deep"), std::string::npos)
+      << s.ToString();
+  // Within the limits, deep templates work.
+  EXPECT_EQ(RenderOrDie("{{ " + repeat("(", 200) + "1" + repeat(")", 200) + repeat(" + 1", 200) +
+                        " }}" + repeat("{% if 1 %}", 100) + "x" + repeat("{% endif %}", 100)),
+            "201x");
+  // Runtime nesting: macro recursion, and values nested in a loop.
+  s = RenderError("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}");
+  EXPECT_NE(s.message().find("depth limit exceeded"), std::string::npos) << s.ToString();
+  s = RenderError(
+      "{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}"
+      "{% endfor %}");
+  EXPECT_NE(s.message().find("nest more than 256 levels deep"), std::string::npos) << s.ToString();
+  // JSON variables nested too deeply (a request's tool arguments, say) are refused.
+  const json deep = json::parse(repeat("[", 1000) + repeat("]", 1000));
+  s = RenderError("{{ x }}", {{"x", deep}});
+  EXPECT_NE(s.message().find("nest more than 256 levels deep"), std::string::npos) << s.ToString();
+}
+
+// Every render has a budget of steps and a size limit on what it builds, so a
+// template cannot hang a server thread or exhaust its memory.
+TEST(ChatTemplate, WorkAndMemoryAreBounded) {
+  constexpr size_t kMaxItems = size_t{1} << 20;
+  for (const char* src :
+       {"{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}",
+        "{% for i in range(1000000) %}{{ range(1000000)|length }}{% endfor %}",
+        "{% set s = 'x' * 10000000 %}{% for i in range(1000000) %}{{ 'y' in s }}{% endfor %}"}) {
+    Status s = RenderError(src);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("did not finish within"), std::string::npos)
+        << src << ": " << s.ToString();
+  }
+  for (const char* src :
+       {"{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+        "{% endfor %}",
+        "{{ 'x' * 1000000000000 }}", "{{ ('x' * 1000000) * 1000 }}", "{{ 'x'|indent(1000000000) }}",
+        "{{ 1|tojson(indent=1000000000) }}", "{{ ('x' * 1000)|replace('', 'y' * 40000) }}",
+        "{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}"}) {
+    Status s = RenderError(src);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("over the chat template limit of 32 MiB"), std::string::npos)
+        << src << ": " << s.ToString();
+  }
+  // (A list of a million items takes as many steps to make; JSON variables are not made
+  // by the template, and are checked too.)
+  json ctx = {{"big", json::array()}};
+  ctx["big"].get_ref<json::array_t&>().resize(kMaxItems + 1);
+  for (const char* src :
+       {"{{ range(2000000)|length }}", "{{ ('x' * 2000000)|list|length }}", "{{ big|length }}"}) {
+    Status s = RenderError(src, ctx);
+    EXPECT_NE(s.message().find("over the chat template limit of 1048576"), std::string::npos)
+        << src << ": " << s.ToString();
+  }
+  // A namespace that holds itself renders, and is freed (the sanitizer build checks).
+  EXPECT_EQ(RenderOrDie("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns.me[0].me|length }}"),
+            "1");
+}
+
+// The budget is far above what real templates need: a long conversation with
+// long messages renders through a real template.
+TEST(ChatTemplate, LongConversationsFitTheBudget) {
+  auto t = ChatTemplate::Parse(
+      "{% for m in messages %}{% if loop.first and m.role != 'system' %}<|system|>default\n{% "
+      "endif %}<|{{ m.role }}|>{{ m.content | trim }}{% if not loop.last %}\n{% endif %}{% "
+      "endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  const std::string content(1000, 'w');
+  for (int i = 0; i < 4000; ++i)
+    messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", content}});
+  auto out = ApplyChatTemplate(*t, messages, true, "<s>", "</s>");
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_GT(out->size(), 4000u * 1000u);
+}
+
 }  // namespace
 }  // namespace xrt

@@ -17,15 +17,6 @@
 
 namespace xrt::chat {
 
-// Thrown inside xrt_chat only. `raised` marks raise_exception('...') from the
-// template, whose message is passed through unchanged.
-struct TemplateError : std::runtime_error {
-  TemplateError(std::string msg, int line = 0, int col = 0, bool raised = false)
-      : std::runtime_error(std::move(msg)), line(line), col(col), raised(raised) {}
-  int line, col;
-  bool raised;
-};
-
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -50,6 +41,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0, col = 0;
+  int depth = 1;  // levels of the tree from here down (kMaxExprDepth at most)
   Value literal;
   std::string name;  // name, attribute, filter, test or operator
   ExprPtr a, b, c;
@@ -88,6 +80,12 @@ struct Node {
   std::string name;  // kMacro
   std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro (default may be null)
 };
+
+// How deep the parser lets expressions and blocks nest: the tree is walked
+// recursively (rendered, and destroyed), so its depth bounds the stack. Python
+// stops jinja2 far earlier (its recursion limit), at about 100 parentheses.
+inline constexpr int kMaxExprDepth = 256;
+inline constexpr int kMaxBlockDepth = 128;
 
 // Parses `source` as a jinja2 template with HF's settings (trim_blocks,
 // lstrip_blocks, keep_trailing_newline=False). Throws TemplateError with the

@@ -6,8 +6,10 @@
 // call each get their own frame, so {% set %} inside them does not leak out
 // (as in jinja2); namespace() objects are shared and mutable.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -20,11 +22,99 @@ namespace {
 enum class Flow { kNormal, kBreak, kContinue };
 
 constexpr int kMaxCallDepth = 64;
-constexpr int64_t kMaxRange = 1 << 20;
+// Eval / ExecNode calls nested at once (Python's default recursion limit is
+// also 1000 frames); kMaxExprDepth and kMaxBlockDepth bound one expression or
+// block, this bounds them through macro calls.
+constexpr int kMaxRecursion = 1000;
+// A macro call copies the template's top frame and sets up its own: it costs
+// as much as this many steps.
+constexpr uint64_t kMacroCallSteps = 32;
+
+// ---------------------------------------------------------------- integers
+// Python integers never overflow; ours are 64-bit, and overflowing is an error.
+
+[[noreturn]] void IntegerOverflow() {
+  throw TemplateError("integer overflow: the result does not fit in 64 bits");
+}
+
+int64_t CheckedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) IntegerOverflow();
+  return r;
+}
+int64_t CheckedSub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) IntegerOverflow();
+  return r;
+}
+int64_t CheckedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) IntegerOverflow();
+  return r;
+}
+
+// Python's int(float): truncation; infinity and NaN cannot convert.
+int64_t FloatToInt(double d) {
+  if (std::isnan(d)) throw TemplateError("cannot convert float NaN to integer");
+  if (std::isinf(d)) throw TemplateError("cannot convert float infinity to integer");
+  d = std::trunc(d);
+  if (d < -9223372036854775808.0 || d >= 9223372036854775808.0) IntegerOverflow();
+  return static_cast<int64_t>(d);
+}
+
+// How many of start, start + step, ... lie before `stop` (Python's range
+// length), without overflowing.
+uint64_t RangeLength(int64_t start, int64_t stop, int64_t step) {
+  if (step > 0 && start < stop)
+    return (static_cast<uint64_t>(stop) - static_cast<uint64_t>(start) - 1) /
+               static_cast<uint64_t>(step) +
+           1;
+  if (step < 0 && start > stop)
+    return (static_cast<uint64_t>(start) - static_cast<uint64_t>(stop) - 1) /
+               (static_cast<uint64_t>(-(step + 1)) + 1) +
+           1;
+  return 0;
+}
+
+// The steps a value costs to make or to scan once: its bytes or items.
+uint64_t Cost(const Value& v) {
+  if (v.is_string()) return 1 + v.str().size() / kBytesPerStep;
+  if (v.is_list()) return 1 + v.list().size();
+  if (v.is_dict()) return 1 + v.dict().items.size();
+  return 1;
+}
+
+// hay.find(needle, from), never quadratic. A plain search costs up to
+// needle.size() compares per byte, and is charged so; long needles (which HF
+// templates never search for) go through Knuth-Morris-Pratt, linear in both,
+// at a step per two bytes (its inner loop is not memchr).
+size_t FindText(const std::string& hay, const std::string& needle, size_t from = 0) {
+  if (from > hay.size()) return std::string::npos;
+  constexpr size_t kShortNeedle = 32;
+  if (needle.size() <= kShortNeedle) {
+    size_t at = hay.find(needle, from);
+    SpendBytes(((at == std::string::npos ? hay.size() : at + needle.size()) - from) *
+               std::max<size_t>(1, needle.size()));
+    return at;
+  }
+  Spend(1 + (hay.size() - from + needle.size()) / 2);
+  std::vector<size_t> border(needle.size());  // longest proper border of needle[0..i]
+  for (size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = border[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    border[i] = k;
+  }
+  for (size_t i = from, k = 0; i < hay.size(); ++i) {
+    while (k > 0 && hay[i] != needle[k]) k = border[k - 1];
+    if (hay[i] == needle[k]) ++k;
+    if (k == needle.size()) return i + 1 - k;
+  }
+  return std::string::npos;
+}
 
 // ---------------------------------------------------------------- strings
 
-bool IsPySpace(const std::string& cp) {
+bool IsPySpace(std::string_view cp) {
   if (cp.size() == 1) {
     unsigned char c = static_cast<unsigned char>(cp[0]);
     return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f);
@@ -39,26 +129,31 @@ bool IsPySpace(const std::string& cp) {
          static_cast<unsigned char>(cp[2]) <= 0x8a;
 }
 
-std::string Join(const std::vector<std::string>& cps, size_t begin, size_t end) {
-  std::string out;
-  for (size_t i = begin; i < end; ++i) out += cps[i];
-  return out;
+// The code point at byte i of s.
+std::string_view CodePointAt(const std::string& s, size_t i) {
+  return std::string_view(s).substr(i, CodePointLength(s, i));
 }
 
 // Python str.strip / lstrip / rstrip; chars == nullptr strips whitespace.
 std::string PyStrip(const std::string& s, const std::string* chars, bool left, bool right) {
-  std::vector<std::string> cps = SplitCodePoints(s);
-  std::vector<std::string> set;
-  if (chars) set = SplitCodePoints(*chars);
-  auto strip_it = [&](const std::string& cp) {
+  SpendBytes(s.size() + (chars ? chars->size() : 0));
+  std::vector<std::string_view> set;
+  if (chars)
+    for (size_t i = 0; i < chars->size(); i += CodePointLength(*chars, i))
+      set.push_back(CodePointAt(*chars, i));
+  auto strip_it = [&](std::string_view cp) {
     return chars ? std::find(set.begin(), set.end(), cp) != set.end() : IsPySpace(cp);
   };
-  size_t b = 0, e = cps.size();
+  size_t b = 0;
   if (left)
-    while (b < e && strip_it(cps[b])) ++b;
-  if (right)
-    while (e > b && strip_it(cps[e - 1])) --e;
-  return Join(cps, b, e);
+    while (b < s.size() && strip_it(CodePointAt(s, b))) b += CodePointLength(s, b);
+  size_t e = s.size();
+  if (right) {  // the end of the last code point kept
+    e = b;
+    for (size_t i = b; i < s.size(); i += CodePointLength(s, i))
+      if (!strip_it(CodePointAt(s, i))) e = i + CodePointLength(s, i);
+  }
+  return s.substr(b, e - b);
 }
 
 std::string AsciiUpper(std::string s) {
@@ -95,49 +190,49 @@ std::string PyCapitalize(const std::string& s) {
 
 std::string PyReplace(const std::string& s, const std::string& from, const std::string& to,
                       int64_t count) {
-  if (from.empty()) {
-    std::vector<std::string> cps = SplitCodePoints(s);
-    std::string out;
-    int64_t n = 0;
-    for (const auto& cp : cps) {
-      if (count < 0 || n < count) out += to, ++n;
-      out += cp;
+  std::string out;
+  int64_t n = 0;
+  if (from.empty()) {  // `to` before every code point and at the end
+    for (size_t i = 0; i < s.size(); i += CodePointLength(s, i)) {
+      if (count < 0 || n < count) AppendBounded(&out, to), ++n;
+      AppendBounded(&out, CodePointAt(s, i));
     }
-    if (count < 0 || n < count) out += to;
+    if (count < 0 || n < count) AppendBounded(&out, to);
     return out;
   }
-  std::string out;
   size_t pos = 0;
-  int64_t n = 0;
   while (count < 0 || n < count) {
-    size_t hit = s.find(from, pos);
+    size_t hit = FindText(s, from, pos);
     if (hit == std::string::npos) break;
-    out.append(s, pos, hit - pos);
-    out += to;
+    AppendBounded(&out, std::string_view(s).substr(pos, hit - pos));
+    AppendBounded(&out, to);
     pos = hit + from.size();
     ++n;
   }
-  out.append(s, pos, std::string::npos);
+  AppendBounded(&out, std::string_view(s).substr(pos));
   return out;
 }
 
 std::vector<std::string> PySplit(const std::string& s, const Value& sep, int64_t maxsplit) {
   std::vector<std::string> out;
+  auto add = [&](size_t b, size_t e) {
+    CheckListSize(out.size() + 1);
+    out.push_back(s.substr(b, e - b));
+  };
   if (sep.is_none() || sep.is_undefined()) {
-    std::vector<std::string> cps = SplitCodePoints(s);
+    SpendBytes(s.size());
+    auto space_at = [&](size_t i) { return IsPySpace(CodePointAt(s, i)); };
     size_t i = 0;
     while (true) {
-      while (i < cps.size() && IsPySpace(cps[i])) ++i;
-      if (i >= cps.size()) break;
+      while (i < s.size() && space_at(i)) i += CodePointLength(s, i);
+      if (i >= s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        size_t e = cps.size();
-        while (e > i && IsPySpace(cps[e - 1])) --e;
-        out.push_back(Join(cps, i, e));
+        add(i, s.size());  // the rest as it is, as Python keeps it
         break;
       }
       size_t j = i;
-      while (j < cps.size() && !IsPySpace(cps[j])) ++j;
-      out.push_back(Join(cps, i, j));
+      while (j < s.size() && !space_at(j)) j += CodePointLength(s, j);
+      add(i, j);
       i = j;
     }
     return out;
@@ -146,17 +241,22 @@ std::vector<std::string> PySplit(const std::string& s, const Value& sep, int64_t
   if (d.empty()) throw TemplateError("empty separator");
   size_t pos = 0;
   while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
-    size_t hit = s.find(d, pos);
+    size_t hit = FindText(s, d, pos);
     if (hit == std::string::npos) break;
-    out.push_back(s.substr(pos, hit - pos));
+    add(pos, hit);
     pos = hit + d.size();
   }
-  out.push_back(s.substr(pos));
+  add(pos, s.size());
   return out;
 }
 
 std::string HtmlEscape(const std::string& s) {
+  size_t size = s.size();
+  for (char c : s) size += c == '&' || c == '"' || c == '\'' ? 4 : c == '<' || c == '>' ? 3 : 0;
+  CheckStringSize(size);
+  SpendBytes(size);
   std::string out;
+  out.reserve(size);
   for (char c : s) {
     switch (c) {
       case '&':
@@ -193,6 +293,9 @@ struct JsonOptions {
 };
 
 void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
+  // The escaped text is 1 to 12 bytes per input byte: checked before and after.
+  CheckStringSize(out->size() + s.size() + 2);
+  SpendBytes(s.size());
   *out += '"';
   for (size_t i = 0; i < s.size();) {
     unsigned char c = static_cast<unsigned char>(s[i]);
@@ -246,13 +349,16 @@ void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
     i += n;
   }
   *out += '"';
+  CheckStringSize(out->size());
 }
 
 void JsonDump(const Value& v, const JsonOptions& o, int level, std::string* out) {
   auto newline = [&](int lvl) {
-    *out += '\n';
-    for (int i = 0; i < lvl; ++i) *out += o.indent;
+    AppendBounded(out, "\n");
+    for (int i = 0; i < lvl; ++i) AppendBounded(out, o.indent);
   };
+  Spend(1);
+  CheckStringSize(out->size());
   switch (v.kind()) {
     case Value::Kind::kNone:
       *out += "null";
@@ -334,7 +440,14 @@ class Interpreter {
  public:
   explicit Interpreter(const Value& context) : context_(context) { scopes_.emplace_back(); }
 
+  // Namespaces are the only values that change, so the only ones that can
+  // end up holding themselves; emptying them all at the end frees such cycles.
+  ~Interpreter() {
+    for (const auto& ns : namespaces_) ns->items.clear();
+  }
+
   std::string Run(const NodeList& nodes) {
+    RenderBudget budget;
     std::string out;
     Exec(nodes, &out);
     return out;
@@ -371,13 +484,34 @@ class Interpreter {
     return Flow::kNormal;
   }
 
+  // One level of Eval / ExecNode recursion, for as long as it lives.
+  class Recursion {
+   public:
+    template <typename At>
+    Recursion(int* depth, const At& at) : depth_(depth) {
+      if (*depth_ >= kMaxRecursion)
+        throw TemplateError(
+            fmt::format("the template recursed more than {} levels deep", kMaxRecursion), at.line,
+            at.col);
+      ++*depth_;
+    }
+    ~Recursion() { --*depth_; }
+    Recursion(const Recursion&) = delete;
+    Recursion& operator=(const Recursion&) = delete;
+
+   private:
+    int* depth_;
+  };
+
   Flow ExecNode(const Node& n, std::string* out) {
+    Recursion rec(&recursion_, n);
+    Spend(1);
     switch (n.kind) {
       case Node::Kind::kText:
-        *out += n.text;
+        AppendBounded(out, n.text);
         return Flow::kNormal;
       case Node::Kind::kOutput:
-        *out += Eval(*n.expr).ToString();
+        AppendBounded(out, Eval(*n.expr).ToString());
         return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& br : n.branches)
@@ -432,6 +566,7 @@ class Interpreter {
     const int64_t len = static_cast<int64_t>(items.size());
     Flow result = Flow::kNormal;
     for (int64_t i = 0; i < len; ++i) {
+      Spend(1);
       auto loop = std::make_shared<ValueDict>();
       loop->items = {
           {"index", Value(i + 1)},
@@ -499,6 +634,7 @@ class Interpreter {
       }
       std::vector<Frame> saved;
       saved.swap(scopes_);
+      Spend(kMacroCallSteps + saved.front().size());
       scopes_.push_back(saved.front());
       scopes_.emplace_back();
       ++depth_;
@@ -568,20 +704,23 @@ class Interpreter {
           throw TemplateError("range() takes 1 to 3 arguments");
         }
         if (step == 0) throw TemplateError("range() step must not be zero");
+        uint64_t n = RangeLength(start, stop, step);
+        CheckListSize(n);
+        Spend(n);
         ValueList out;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-          if (static_cast<int64_t>(out.size()) >= kMaxRange)
-            throw TemplateError("range() is too large");
-          out.emplace_back(i);
-        }
+        out.reserve(n);
+        for (uint64_t k = 0; k < n; ++k)  // start + k * step: in range, since k < n
+          out.emplace_back(
+              static_cast<int64_t>(static_cast<uint64_t>(start) + k * static_cast<uint64_t>(step)));
         return Value::List(std::move(out));
       });
     }
     if (name == "namespace" || name == "dict") {
       bool ns = name == "namespace";
-      return Value::Function(name, [ns](CallArgs& a) {
+      return Value::Function(name, [this, ns](CallArgs& a) {
         auto d = std::make_shared<ValueDict>();
         d->is_namespace = ns;
+        if (ns) namespaces_.push_back(d);
         for (const auto& p : a.positional) {
           if (!p.is_dict())
             throw TemplateError(
@@ -614,7 +753,11 @@ class Interpreter {
       Fail(e, v.undefined_hint().empty() ? "value is undefined" : v.undefined_hint());
   }
 
+  // Builtins charge the budget for the work they do beyond one step: what they
+  // make (Cost of the result) and what they scan (Cost of the input).
   Value Eval(const Expr& e) {
+    Recursion rec(&recursion_, e);
+    Spend(1);
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.literal;
@@ -623,7 +766,7 @@ class Interpreter {
       case Expr::Kind::kList: {
         ValueList items;
         for (const auto& a : e.args) items.push_back(Eval(*a));
-        return Value::List(std::move(items));
+        return At(e, [&] { return Value::List(std::move(items)); });
       }
       case Expr::Kind::kDict: {
         auto d = std::make_shared<ValueDict>();
@@ -632,7 +775,7 @@ class Interpreter {
           if (!k.is_string()) Fail(*e.dict_keys[i], "dict keys must be strings");
           d->Set(k.str(), Eval(*e.args[i]));
         }
-        return Value::Dict(d);
+        return At(e, [&] { return Value::Dict(d); });
       }
       case Expr::Kind::kAttr: {
         Value obj = Eval(*e.a);
@@ -656,17 +799,27 @@ class Interpreter {
           Fail(e, fmt::format("'{}' object is not callable", callee.TypeName()));
         CallArgs args = EvalArgs(e);
         if (depth_ >= kMaxCallDepth) Fail(e, "call depth limit exceeded");
-        return At(e, [&] { return callee.callable().fn(args); });
+        Value r = At(e, [&] { return callee.callable().fn(args); });
+        At(e, [&] { Spend(Cost(r)); });
+        return r;
       }
       case Expr::Kind::kFilter: {
         Value v = Eval(*e.a);
         CallArgs args = EvalArgs(e);
-        return At(e, [&] { return ApplyFilter(e.name, v, args); });
+        Value r = At(e, [&] {
+          Spend(Cost(v));
+          return ApplyFilter(e.name, v, args);
+        });
+        At(e, [&] { Spend(Cost(r)); });
+        return r;
       }
       case Expr::Kind::kTest: {
         Value v = Eval(*e.a);
         CallArgs args = EvalArgs(e);
-        bool r = At(e, [&] { return ApplyTest(e.name, v, args); });
+        bool r = At(e, [&] {
+          Spend(Cost(v));
+          return ApplyTest(e.name, v, args);
+        });
         return Value(e.negated ? !r : r);
       }
       case Expr::Kind::kUnary: {
@@ -676,12 +829,19 @@ class Interpreter {
         if (!v.is_number())
           Fail(e, fmt::format("bad operand type for unary {}: '{}'", e.name, v.TypeName()));
         if (e.name == "+") return v.is_float() ? v : Value(v.as_int());
-        return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
+        if (v.is_float()) return Value(-v.as_double());
+        return At(e, [&] { return Value(CheckedSub(0, v.as_int())); });
       }
       case Expr::Kind::kBinary: {
         Value l = Eval(*e.a);
         Value r = Eval(*e.b);
-        if (e.name == "~") return Value(l.ToString() + r.ToString());
+        if (e.name == "~") {
+          return At(e, [&] {
+            std::string out = l.ToString();
+            AppendBounded(&out, r.ToString());
+            return Value(std::move(out));
+          });
+        }
         RequireDefined(*e.a, l);
         RequireDefined(*e.b, r);
         return At(e, [&] { return Arith(e.name, l, r); });
@@ -733,11 +893,11 @@ class Interpreter {
     }
     int64_t step = idx[2];
     if (step == 0) Fail(e, "slice step cannot be zero");
-    std::vector<std::string> cps;
+    std::vector<size_t> cps;  // code point offsets
     int64_t n;
     if (obj.is_string()) {
-      cps = SplitCodePoints(obj.str());
-      n = static_cast<int64_t>(cps.size());
+      cps = CodePointOffsets(obj.str());
+      n = static_cast<int64_t>(cps.size()) - 1;
     } else if (obj.is_list()) {
       n = static_cast<int64_t>(obj.list().size());
     } else {
@@ -756,20 +916,31 @@ class Interpreter {
     };
     int64_t start = adjust(idx[0], given[0], step < 0 ? n - 1 : 0);
     int64_t stop = adjust(idx[1], given[1], step < 0 ? -1 : n);
-    std::vector<int64_t> picks;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picks.push_back(i);
+    // Picks start + k * step for k < count: all within [-1, n], so no overflow.
+    const uint64_t count = RangeLength(start, stop, step);
+    Spend(count);
+    auto pick = [&](uint64_t k) {
+      return static_cast<size_t>(start + static_cast<int64_t>(k) * step);
+    };
     if (obj.is_string()) {
+      const std::string& str = obj.str();
       std::string out;
-      for (int64_t i : picks) out += cps[static_cast<size_t>(i)];
+      if (step == 1) return Value(str.substr(cps[pick(0)], cps[pick(count)] - cps[pick(0)]));
+      for (uint64_t k = 0; k < count; ++k) {
+        size_t i = pick(k);
+        out.append(str, cps[i], cps[i + 1] - cps[i]);
+      }
       return Value(std::move(out));
     }
     ValueList out;
-    for (int64_t i : picks) out.push_back(obj.list()[static_cast<size_t>(i)]);
-    return Value::List(std::move(out));
+    out.reserve(count);
+    for (uint64_t k = 0; k < count; ++k) out.push_back(obj.list()[pick(k)]);
+    return At(e, [&] { return Value::List(std::move(out)); });
   }
 
   static Value GetItem(const Value& obj, const Value& key) {
     if (obj.is_dict()) {
+      Spend(obj.dict().items.size() / 16);  // a linear search
       if (!key.is_string()) return Value::Undefined(fmt::format("dict has no key {}", key.Repr()));
       if (const Value* v = obj.dict().Find(key.str())) return *v;
       return Value::Undefined(fmt::format("'dict object' has no attribute '{}'", key.str()));
@@ -783,18 +954,21 @@ class Interpreter {
           return Value::Undefined(fmt::format("list index {} out of range", key.as_int()));
         return obj.list()[static_cast<size_t>(i)];
       }
-      std::vector<std::string> cps = SplitCodePoints(obj.str());
-      int64_t n = static_cast<int64_t>(cps.size());
-      if (i < 0) i += n;
-      if (i < 0 || i >= n)
+      const std::string& str = obj.str();
+      if (i < 0) i += static_cast<int64_t>(CodePointCount(str));
+      SpendBytes(str.size());
+      size_t at = 0;
+      for (int64_t k = 0; k < i && at < str.size(); ++k) at += CodePointLength(str, at);
+      if (i < 0 || at >= str.size())
         return Value::Undefined(fmt::format("string index {} out of range", key.as_int()));
-      return Value(cps[static_cast<size_t>(i)]);
+      return Value(std::string(CodePointAt(str, at)));
     }
     return Value::Undefined(fmt::format("'{}' object has no item {}", obj.TypeName(), key.Repr()));
   }
 
   Value GetAttr(const Value& obj, const std::string& name) {
     if (obj.is_dict()) {
+      Spend(obj.dict().items.size() / 16);  // a linear search
       if (!obj.dict().is_namespace) {
         Value m = BoundMethod(obj, name);
         if (!m.is_undefined()) return m;
@@ -814,7 +988,10 @@ class Interpreter {
   static Value BoundMethod(const Value& self, const std::string& name) {
     auto method = [&](std::function<Value(const Value&, CallArgs&)> f) {
       Value s = self;
-      return Value::Function(name, [s, f](CallArgs& a) { return f(s, a); });
+      return Value::Function(name, [s, f](CallArgs& a) {
+        Spend(Cost(s));  // methods scan their string or dict once
+        return f(s, a);
+      });
     };
     auto str_arg = [&](const CallArgs& a, size_t i, const char* what) -> std::string {
       Value v = a.Get(i, nullptr);
@@ -908,8 +1085,8 @@ class Interpreter {
         for (size_t i = 0; i < list.size(); ++i) {
           if (!list[i].is_string())
             throw TemplateError(fmt::format("sequence item {}: expected str", i));
-          if (i) out += s.str();
-          out += list[i].str();
+          if (i) AppendBounded(&out, s.str());
+          AppendBounded(&out, list[i].str());
         }
         return Value(std::move(out));
       });
@@ -920,14 +1097,16 @@ class Interpreter {
         std::string sub = str_arg(a, 0, find ? "find" : "count");
         const std::string& x = s.str();
         if (find) {
-          size_t p = x.find(sub);
+          size_t p = FindText(x, sub);
           return Value(p == std::string::npos
                            ? int64_t{-1}
                            : static_cast<int64_t>(CodePointCount(x.substr(0, p))));
         }
         if (sub.empty()) return Value(static_cast<int64_t>(CodePointCount(x) + 1));
         int64_t n = 0;
-        for (size_t p = x.find(sub); p != std::string::npos; p = x.find(sub, p + sub.size())) ++n;
+        for (size_t p = FindText(x, sub); p != std::string::npos;
+             p = FindText(x, sub, p + sub.size()))
+          ++n;
         return Value(n);
       });
     }
@@ -946,9 +1125,10 @@ class Interpreter {
     }
     if (name == "isspace" || name == "isdigit" || name == "isalpha" || name == "isalnum") {
       return method([name](const Value& s, CallArgs&) {
-        std::vector<std::string> cps = SplitCodePoints(s.str());
-        if (cps.empty()) return Value(false);
-        for (const auto& cp : cps) {
+        const std::string& str = s.str();
+        if (str.empty()) return Value(false);
+        for (size_t i = 0; i < str.size(); i += CodePointLength(str, i)) {
+          std::string_view cp = CodePointAt(str, i);
           bool ok;
           if (name == "isspace")
             ok = IsPySpace(cp);
@@ -981,8 +1161,12 @@ class Interpreter {
         return keys;
       }
       case Value::Kind::kString: {
+        const std::string& str = v.str();
+        CheckListSize(CodePointCount(str));
         ValueList out;
-        for (auto& cp : SplitCodePoints(v.str())) out.emplace_back(std::move(cp));
+        for (size_t i = 0; i < str.size(); i += CodePointLength(str, i))
+          out.emplace_back(std::string(CodePointAt(str, i)));
+        Spend(out.size());
         return out;
       }
       default:
@@ -998,10 +1182,16 @@ class Interpreter {
     bool nums = l.is_number() && r.is_number();
     bool ints = nums && !l.is_float() && !r.is_float();
     if (op == "+") {
-      if (ints) return Value(l.as_int() + r.as_int());
+      if (ints) return Value(CheckedAdd(l.as_int(), r.as_int()));
       if (nums) return Value(l.as_double() + r.as_double());
-      if (l.is_string() && r.is_string()) return Value(l.str() + r.str());
+      if (l.is_string() && r.is_string()) {
+        std::string out = l.str();
+        AppendBounded(&out, r.str());
+        return Value(std::move(out));
+      }
       if (l.is_list() && r.is_list()) {
+        CheckListSize(l.list().size() + r.list().size());
+        Spend(l.list().size() + r.list().size());
         ValueList out = l.list();
         out.insert(out.end(), r.list().begin(), r.list().end());
         return Value::List(std::move(out));
@@ -1009,27 +1199,34 @@ class Interpreter {
       throw bad();
     }
     if (op == "-") {
-      if (ints) return Value(l.as_int() - r.as_int());
+      if (ints) return Value(CheckedSub(l.as_int(), r.as_int()));
       if (nums) return Value(l.as_double() - r.as_double());
       throw bad();
     }
     if (op == "*") {
-      if (ints) return Value(l.as_int() * r.as_int());
+      if (ints) return Value(CheckedMul(l.as_int(), r.as_int()));
       if (nums) return Value(l.as_double() * r.as_double());
       const Value* seq = (l.is_string() || l.is_list())   ? &l
                          : (r.is_string() || r.is_list()) ? &r
                                                           : nullptr;
       const Value* cnt = seq == &l ? &r : &l;
       if (seq && (cnt->is_int() || cnt->is_bool())) {
-        int64_t n = std::max<int64_t>(0, cnt->as_int());
-        if (n > kMaxRange) throw TemplateError("repetition count too large");
+        // Sizes up to kMax* (well under 2^32) times a count up to 2^32 cannot overflow.
+        const uint64_t n = static_cast<uint64_t>(std::clamp<int64_t>(cnt->as_int(), 0, 1LL << 32));
         if (seq->is_string()) {
-          std::string out;
-          for (int64_t i = 0; i < n; ++i) out += seq->str();
+          CheckStringSize(n * seq->str().size());
+          SpendBytes(n * seq->str().size());
+          const size_t total = n * seq->str().size();
+          std::string out = n ? seq->str() : std::string();
+          out.reserve(total);
+          while (out.size() < total)  // doubling: a few large copies
+            out.append(out, 0, std::min(out.size(), total - out.size()));
           return Value(std::move(out));
         }
+        CheckListSize(n * seq->list().size());
+        Spend(n * seq->list().size());
         ValueList out;
-        for (int64_t i = 0; i < n; ++i)
+        for (uint64_t i = 0; i < n; ++i)
           out.insert(out.end(), seq->list().begin(), seq->list().end());
         return Value::List(std::move(out));
       }
@@ -1045,18 +1242,22 @@ class Interpreter {
         throw TemplateError(op == "%" ? "modulo by zero" : "division by zero");
       if (ints) {
         int64_t a = l.as_int(), b = r.as_int();
-        int64_t q = a / b;
-        if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-        return op == "//" ? Value(q) : Value(a - q * b);
+        if (b == -1) return op == "//" ? Value(CheckedSub(0, a)) : Value(int64_t{0});
+        int64_t q = a / b, m = a % b;  // truncated, then floored as Python does
+        if (m != 0 && ((m < 0) != (b < 0))) --q, m += b;
+        return op == "//" ? Value(q) : Value(m);
       }
       double a = l.as_double(), b = r.as_double();
       double q = std::floor(a / b);
       return op == "//" ? Value(q) : Value(a - q * b);
     }
     if (op == "**") {
-      if (ints && r.as_int() >= 0) {
-        int64_t out = 1;
-        for (int64_t i = 0; i < r.as_int() && i < 64; ++i) out *= l.as_int();
+      if (ints && r.as_int() >= 0) {  // by squaring
+        int64_t out = 1, base = l.as_int();
+        for (int64_t e = r.as_int(); e > 0; e >>= 1) {
+          if (e & 1) out = CheckedMul(out, base);
+          if (e > 1) base = CheckedMul(base, base);
+        }
         return Value(out);
       }
       return Value(std::pow(l.as_double(), r.as_double()));
@@ -1066,11 +1267,16 @@ class Interpreter {
 
   // -1 / 0 / 1, Python ordering for numbers, strings and lists.
   static int Order(const Value& l, const Value& r, const std::string& op) {
+    Spend(1);
     if (l.is_number() && r.is_number()) {
       double a = l.as_double(), b = r.as_double();
       return a < b ? -1 : a > b ? 1 : 0;
     }
-    if (l.is_string() && r.is_string()) return l.str() < r.str() ? -1 : l.str() > r.str() ? 1 : 0;
+    if (l.is_string() && r.is_string()) {
+      SpendBytes(std::min(l.str().size(), r.str().size()));
+      int c = l.str().compare(r.str());
+      return c < 0 ? -1 : c > 0 ? 1 : 0;
+    }
     if (l.is_list() && r.is_list()) {
       const auto &a = l.list(), &b = r.list();
       for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
@@ -1091,12 +1297,13 @@ class Interpreter {
         if (!item.is_string())
           throw TemplateError(fmt::format("'in <string>' requires string as left operand, not {}",
                                           item.TypeName()));
-        return container.str().find(item.str()) != std::string::npos;
+        return FindText(container.str(), item.str()) != std::string::npos;
       case Value::Kind::kList:
         for (const auto& v : container.list())
           if (v.Equals(item)) return true;
         return false;
       case Value::Kind::kDict:
+        Spend(container.dict().items.size() / 16);
         return item.is_string() && container.dict().Find(item.str()) != nullptr;
       case Value::Kind::kUndefined:
         return false;
@@ -1166,7 +1373,7 @@ class Interpreter {
       if (name == "even") return x % 2 == 0;
       int64_t d = arg().as_int();
       if (d == 0) throw TemplateError("divisibleby 0");
-      return x % d == 0;
+      return d == -1 || x % d == 0;
     }
     throw TemplateError(fmt::format("unknown test '{}'", name));
   }
@@ -1187,8 +1394,14 @@ class Interpreter {
                                                          : cur.undefined_hint());
       }
       bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-      Value item =
-          GetItem(cur, numeric ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
+      Value key(part);
+      if (numeric) {  // an index too large for 64 bits is out of range anyway
+        errno = 0;
+        long long index = std::strtoll(part.c_str(), nullptr, 10);
+        key = Value(errno == ERANGE ? std::numeric_limits<int64_t>::max()
+                                    : static_cast<int64_t>(index));
+      }
+      Value item = GetItem(cur, key);
       cur = item.is_undefined() && !numeric ? GetAttr(cur, part) : item;
       if (dot == std::string::npos) return cur;
       pos = dot + 1;
@@ -1276,9 +1489,13 @@ class Interpreter {
     if (name == "list") return Value::List(Iterate(v, 0, 0));
     if (name == "reverse") {
       if (v.is_string()) {
-        std::vector<std::string> cps = SplitCodePoints(v.str());
-        std::reverse(cps.begin(), cps.end());
-        return Value(Join(cps, 0, cps.size()));
+        const std::string& str = v.str();
+        std::vector<size_t> cps = CodePointOffsets(str);
+        std::string out;
+        out.reserve(str.size());
+        for (size_t i = cps.size() - 1; i > 0; --i)
+          out.append(str, cps[i - 1], cps[i] - cps[i - 1]);
+        return Value(std::move(out));
       }
       ValueList items = Iterate(v, 0, 0);
       std::reverse(items.begin(), items.end());
@@ -1299,6 +1516,7 @@ class Interpreter {
       for (const auto& kv : v.dict().items)
         out.push_back(Value::List({Value(kv.first), kv.second}));
       std::stable_sort(out.begin(), out.end(), [](const Value& x, const Value& y) {
+        SpendBytes(x.list()[0].str().size() + y.list()[0].str().size());
         return AsciiLower(x.list()[0].str()) < AsciiLower(y.list()[0].str());
       });
       return Value::List(std::move(out));
@@ -1308,9 +1526,11 @@ class Interpreter {
       Value attr = a.Get(1, "attribute", Value::None());
       std::string out;
       ValueList items = Iterate(v, 0, 0);
+      const std::string sep_text = sep.ToString();
       for (size_t i = 0; i < items.size(); ++i) {
-        if (i) out += sep.ToString();
-        out += (attr.is_string() ? Attribute(items[i], attr.str()) : items[i]).ToString();
+        if (i) AppendBounded(&out, sep_text);
+        AppendBounded(&out,
+                      (attr.is_string() ? Attribute(items[i], attr.str()) : items[i]).ToString());
       }
       return Value(std::move(out));
     }
@@ -1320,7 +1540,9 @@ class Interpreter {
       Value indent = a.Get(0, "indent", Value::None());
       if (indent.is_int()) {
         o.indent_set = true;
-        o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
+        const int64_t width = std::max<int64_t>(0, indent.as_int());
+        CheckStringSize(static_cast<uint64_t>(width));
+        o.indent = std::string(static_cast<size_t>(width), ' ');
       } else if (indent.is_string()) {
         o.indent_set = true;
         o.indent = indent.str();
@@ -1338,16 +1560,22 @@ class Interpreter {
     }
     if (name == "int") {
       Value dflt = a.Get(0, "default", Value(int64_t{0}));
+      // jinja2: int(value), else int(float(value)), else the default; NaN
+      // has no integer (the default), infinity raises.
       if (v.is_int() || v.is_bool()) return Value(v.as_int());
-      if (v.is_float()) return Value(static_cast<int64_t>(v.as_double()));
+      auto from_float = [&](double d) { return std::isnan(d) ? dflt : Value(FloatToInt(d)); };
+      if (v.is_float()) return from_float(v.as_double());
       if (v.is_string()) {
         std::string s = PyStrip(v.str(), nullptr, true, true);
         char* end = nullptr;
+        errno = 0;
         long long x = std::strtoll(s.c_str(), &end, 10);
-        if (!s.empty() && end && *end == '\0') return Value(static_cast<int64_t>(x));
+        if (!s.empty() && end && *end == '\0') {
+          if (errno == ERANGE) IntegerOverflow();
+          return Value(static_cast<int64_t>(x));
+        }
         double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end && *end == '\0' && std::isfinite(d))
-          return Value(static_cast<int64_t>(d));
+        if (!s.empty() && end && *end == '\0') return from_float(d);
       }
       return dflt;
     }
@@ -1364,7 +1592,7 @@ class Interpreter {
     }
     if (name == "abs") {
       if (v.is_float()) return Value(std::fabs(v.as_double()));
-      if (v.is_number()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+      if (v.is_number()) return Value(v.as_int() < 0 ? CheckedSub(0, v.as_int()) : v.as_int());
       throw TemplateError(fmt::format("bad operand type for abs(): '{}'", v.TypeName()));
     }
     if (name == "round") {
@@ -1438,8 +1666,14 @@ class Interpreter {
       Value width = a.Get(0, "width", Value(int64_t{4}));
       bool first = a.Get(1, "first", Value(false)).Truthy();
       bool blank = a.Get(2, "blank", Value(false)).Truthy();
-      std::string pad =
-          width.is_string() ? width.str() : std::string(static_cast<size_t>(width.as_int()), ' ');
+      std::string pad;
+      if (width.is_string()) {
+        pad = width.str();
+      } else {  // " " * width, as Python: none when negative
+        const int64_t n = std::max<int64_t>(0, width.as_int());
+        CheckStringSize(static_cast<uint64_t>(n));
+        pad.assign(static_cast<size_t>(n), ' ');
+      }
       std::string s = need_string(), out;
       size_t pos = 0;
       bool first_line = true;
@@ -1447,10 +1681,10 @@ class Interpreter {
         size_t nl = s.find('\n', pos);
         std::string line = s.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
         bool is_blank = PyStrip(line, nullptr, true, true).empty();
-        if ((first_line ? first : true) && (blank || !is_blank)) out += pad;
-        out += line;
+        if ((first_line ? first : true) && (blank || !is_blank)) AppendBounded(&out, pad);
+        AppendBounded(&out, line);
         if (nl == std::string::npos) break;
-        out += '\n';
+        AppendBounded(&out, "\n");
         pos = nl + 1;
         first_line = false;
       }
@@ -1463,7 +1697,9 @@ class Interpreter {
 
   const Value& context_;
   std::vector<Frame> scopes_;
-  int depth_ = 0;
+  int depth_ = 0;      // macro calls in progress
+  int recursion_ = 0;  // Eval / ExecNode calls in progress (see Recursion)
+  std::vector<std::shared_ptr<ValueDict>> namespaces_;  // every namespace() made
 };
 
 }  // namespace

@@ -9,7 +9,9 @@
 //  * lstrip_blocks: spaces and tabs between the start of a line and a block or
 //    comment tag are dropped (not for "{%+");
 //  * one trailing newline at the end of the source is dropped.
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 
@@ -212,7 +214,11 @@ class Lexer {
           t.f = std::strtod(num.c_str(), nullptr);
         } else {
           t.type = Token::Type::kInt;
+          errno = 0;
           t.i = std::strtoll(num.c_str(), nullptr, 10);
+          if (errno == ERANGE)
+            throw TemplateError(fmt::format("integer literal {} does not fit in 64 bits", num),
+                                t.line, t.col);
         }
         p = q;
       } else if (c == '\'' || c == '"') {
@@ -355,6 +361,7 @@ class Parser {
   // cursor just after that name and stores it in *stop.
   NodeList ParseBody(const std::set<std::string>& stops, std::string* stop, const char* opener,
                      int oline, int ocol) {
+    Nesting nest(&block_depth_, kMaxBlockDepth, "blocks", oline, ocol);
     NodeList nodes;
     while (idx_ < items_.size()) {
       Item& item = items_[idx_];
@@ -538,6 +545,7 @@ class Parser {
   // ---- expressions ----
 
   ExprPtr ParseExpr(bool with_condexpr = true) {
+    Nesting nest(&expr_depth_, kMaxExprDepth, "expressions", Peek().line, Peek().col);
     ExprPtr e = ParseOr();
     while (with_condexpr && Peek().type == Token::Type::kName && Peek().text == "if") {
       Token t = Next();
@@ -545,7 +553,7 @@ class Parser {
       c->a = ParseOr();  // condition
       c->b = std::move(e);
       if (AcceptName("else")) c->c = ParseExpr();
-      e = std::move(c);
+      e = Seal(std::move(c));
     }
     return e;
   }
@@ -557,7 +565,7 @@ class Parser {
       auto n = NewExpr(Expr::Kind::kOr, t.line, t.col);
       n->a = std::move(e);
       n->b = ParseAnd();
-      e = std::move(n);
+      e = Seal(std::move(n));
     }
     return e;
   }
@@ -569,7 +577,7 @@ class Parser {
       auto n = NewExpr(Expr::Kind::kAnd, t.line, t.col);
       n->a = std::move(e);
       n->b = ParseNot();
-      e = std::move(n);
+      e = Seal(std::move(n));
     }
     return e;
   }
@@ -577,10 +585,11 @@ class Parser {
   ExprPtr ParseNot() {
     if (Peek().type == Token::Type::kName && Peek().text == "not") {
       Token t = Next();
+      Nesting nest(&expr_depth_, kMaxExprDepth, "expressions", t.line, t.col);
       auto n = NewExpr(Expr::Kind::kUnary, t.line, t.col);
       n->name = "not";
       n->a = ParseNot();
-      return n;
+      return Seal(std::move(n));
     }
     return ParseCompare();
   }
@@ -613,7 +622,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->args.push_back(ParseMath1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? Seal(std::move(cmp)) : std::move(first);
   }
 
   ExprPtr Binary(ExprPtr lhs, const Token& op, ExprPtr rhs) {
@@ -621,7 +630,7 @@ class Parser {
     n->name = op.text;
     n->a = std::move(lhs);
     n->b = std::move(rhs);
-    return n;
+    return Seal(std::move(n));
   }
 
   ExprPtr ParseMath1() {
@@ -664,9 +673,11 @@ class Parser {
     ExprPtr e;
     if (PeekOp("-") || PeekOp("+")) {
       Token t = Next();
+      Nesting nest(&expr_depth_, kMaxExprDepth, "expressions", t.line, t.col);
       e = NewExpr(Expr::Kind::kUnary, t.line, t.col);
       e->name = t.text;
       e->a = ParseUnary(false);
+      e = Seal(std::move(e));
     } else {
       e = ParsePrimary();
     }
@@ -706,7 +717,7 @@ class Parser {
               if (PeekOp(")")) break;
               list->args.push_back(ParseExpr());
             }
-            e = std::move(list);
+            e = Seal(std::move(list));
           }
           ExpectOp(")");
           return e;
@@ -718,7 +729,7 @@ class Parser {
             if (!AcceptOp(",")) break;
           }
           ExpectOp("]");
-          return list;
+          return Seal(std::move(list));
         }
         if (t.text == "{") {
           auto dict = NewExpr(Expr::Kind::kDict, t.line, t.col);
@@ -729,7 +740,7 @@ class Parser {
             if (!AcceptOp(",")) break;
           }
           ExpectOp("}");
-          return dict;
+          return Seal(std::move(dict));
         }
         break;
       default:
@@ -748,12 +759,12 @@ class Parser {
           auto n = NewExpr(Expr::Kind::kAttr, dot.line, dot.col);
           n->name = name.text;
           n->a = std::move(e);
-          e = std::move(n);
+          e = Seal(std::move(n));
         } else if (name.type == Token::Type::kInt) {
           auto n = NewExpr(Expr::Kind::kItem, dot.line, dot.col);
           n->a = std::move(e);
           n->b = Literal(Value(name.i), name);
-          e = std::move(n);
+          e = Seal(std::move(n));
         } else {
           Fail(name, "expected an attribute name after '.'");
         }
@@ -777,7 +788,7 @@ class Parser {
         } else {
           n->b = std::move(start);
         }
-        e = std::move(n);
+        e = Seal(std::move(n));
       } else if (PeekOp("(")) {
         e = ParseCall(std::move(e));
       } else {
@@ -791,7 +802,7 @@ class Parser {
     auto n = NewExpr(Expr::Kind::kCall, lp.line, lp.col);
     n->a = std::move(callee);
     ParseArgs(n.get());
-    return n;
+    return Seal(std::move(n));
   }
 
   // After '(' : positional and name=value arguments up to ')'.
@@ -819,7 +830,7 @@ class Parser {
         n->name = ExpectName("a filter name");
         n->a = std::move(e);
         if (AcceptOp("(")) ParseArgs(n.get());
-        e = std::move(n);
+        e = Seal(std::move(n));
       } else if (Peek().type == Token::Type::kName && Peek().text == "is") {
         Token is = Next();
         auto n = NewExpr(Expr::Kind::kTest, is.line, is.col);
@@ -838,7 +849,7 @@ class Parser {
             Fail(t, "tests cannot be chained with 'is'");
           n->args.push_back(ParsePostfix(ParsePrimary()));
         }
-        e = std::move(n);
+        e = Seal(std::move(n));
       } else if (PeekOp("(")) {
         e = ParseCall(std::move(e));
       } else {
@@ -894,6 +905,41 @@ class Parser {
         return "'" + t.text + "'";
     }
   }
+  // Counts one level of parser recursion for as long as it lives.
+  class Nesting {
+   public:
+    Nesting(int* depth, int limit, const char* what, int line, int col) : depth_(depth) {
+      if (++*depth_ > limit) {
+        --*depth_;
+        throw TemplateError(fmt::format("{} nest more than {} levels deep", what, limit), line,
+                            col);
+      }
+    }
+    ~Nesting() { --*depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    int* depth_;
+  };
+
+  // Records how deep the finished node `e` reaches; a chain of operators,
+  // filters or attributes deepens the tree without recursing in the parser.
+  static ExprPtr Seal(ExprPtr e) {
+    int d = 0;
+    for (const Expr* c : {e->a.get(), e->b.get(), e->c.get()})
+      if (c) d = std::max(d, c->depth);
+    for (const auto& c : e->args)
+      if (c) d = std::max(d, c->depth);
+    for (const auto& c : e->dict_keys) d = std::max(d, c->depth);
+    for (const auto& kv : e->kwargs) d = std::max(d, kv.second->depth);
+    e->depth = d + 1;
+    if (e->depth > kMaxExprDepth)
+      throw TemplateError(fmt::format("expressions nest more than {} levels deep", kMaxExprDepth),
+                          e->line, e->col);
+    return e;
+  }
+
   [[noreturn]] static void Fail(const Token& t, const std::string& msg) {
     throw TemplateError(msg, t.line, t.col);
   }
@@ -920,6 +966,7 @@ class Parser {
 
   std::vector<Item> items_;
   size_t idx_ = 0;
+  int expr_depth_ = 0, block_depth_ = 0;  // parser recursion now (see Nesting)
   const std::vector<Token>* toks_ = nullptr;
   size_t tok_ = 0;
 };

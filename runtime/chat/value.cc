@@ -1,11 +1,60 @@
 #include "runtime/chat/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 namespace xrt::chat {
+
+namespace {
+thread_local RenderBudget* t_budget = nullptr;  // the innermost on this thread
+}  // namespace
+
+RenderBudget::RenderBudget(uint64_t steps) : outer_(t_budget) {
+  left_ = total_ = outer_ ? std::min(steps, outer_->left_) : steps;
+  t_budget = this;
+}
+
+RenderBudget::~RenderBudget() {
+  t_budget = outer_;
+  if (outer_) outer_->left_ -= total_ - left_;
+}
+
+void Spend(uint64_t steps) {
+  RenderBudget* b = t_budget;
+  if (!b) return;
+  if (steps > b->left_) {
+    b->left_ = 0;
+    throw TemplateError(fmt::format(
+        "the chat template did not finish within {} steps (a loop that never ends, or values "
+        "that keep growing?)",
+        b->total_));
+  }
+  b->left_ -= steps;
+}
+
+void CheckStringSize(size_t bytes) {
+  if (bytes > kMaxStringBytes)
+    throw TemplateError(
+        fmt::format("a string of {} bytes is over the chat template limit of {} MiB", bytes,
+                    kMaxStringBytes >> 20));
+}
+
+void CheckListSize(size_t items) {
+  if (items > kMaxListItems)
+    throw TemplateError(fmt::format("a list of {} items is over the chat template limit of {}",
+                                    items, kMaxListItems));
+}
+
+void AppendBounded(std::string* out, std::string_view piece) {
+  CheckStringSize(out->size() + piece.size());
+  SpendBytes(piece.size());
+  out->append(piece);
+}
 
 const Value* ValueDict::Find(const std::string& key) const {
   for (const auto& kv : items)
@@ -23,9 +72,14 @@ void ValueDict::Set(const std::string& key, Value value) {
   items.emplace_back(key, std::move(value));
 }
 
+const std::string& Value::Empty() {
+  static const std::string kEmpty;
+  return kEmpty;
+}
+
 Value Value::Undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 
@@ -38,11 +92,16 @@ Value Value::None() {
 Value::Value(bool b) : kind_(Kind::kBool), b_(b) {}
 Value::Value(int64_t v) : kind_(Kind::kInt), i_(v) {}
 Value::Value(double v) : kind_(Kind::kFloat), f_(v) {}
-Value::Value(std::string s) : kind_(Kind::kString), s_(std::move(s)) {}
+Value::Value(std::string s)
+    : kind_(Kind::kString), s_(std::make_shared<const std::string>(std::move(s))) {}
 
 Value Value::List(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
+  v.depth_ = 1;
+  for (const Value& item : items) v.depth_ = std::max(v.depth_, item.depth_ + 1);
+  if (v.depth_ > kMaxNesting)
+    throw TemplateError(fmt::format("lists and dicts nest more than {} levels deep", kMaxNesting));
   v.list_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
@@ -50,6 +109,11 @@ Value Value::List(ValueList items) {
 Value Value::Dict(std::shared_ptr<ValueDict> dict) {
   Value v;
   v.kind_ = Kind::kDict;
+  v.depth_ = 1;
+  if (!dict->is_namespace)
+    for (const auto& kv : dict->items) v.depth_ = std::max(v.depth_, kv.second.depth_ + 1);
+  if (v.depth_ > kMaxNesting)
+    throw TemplateError(fmt::format("lists and dicts nest more than {} levels deep", kMaxNesting));
   v.dict_ = std::move(dict);
   return v;
 }
@@ -73,7 +137,7 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return f_ != 0.0;
     case Kind::kString:
-      return !s_.empty();
+      return !str().empty();
     case Kind::kList:
       return !list_->empty();
     case Kind::kDict:
@@ -149,45 +213,78 @@ static std::string PyStringRepr(const std::string& s) {
 }
 
 std::string Value::ToString() const {
-  switch (kind_) {
-    case Kind::kUndefined:
-      return "";
-    case Kind::kNone:
-      return "None";
-    case Kind::kBool:
-      return b_ ? "True" : "False";
-    case Kind::kInt:
-      return std::to_string(i_);
-    case Kind::kFloat:
-      return PythonFloatRepr(f_);
-    case Kind::kString:
-      return s_;
-    case Kind::kList: {
-      std::string out = "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
-        if (i) out += ", ";
-        out += (*list_)[i].Repr();
-      }
-      return out + "]";
-    }
-    case Kind::kDict: {
-      std::string out = dict_->is_namespace ? "<Namespace {" : "{";
-      for (size_t i = 0; i < dict_->items.size(); ++i) {
-        if (i) out += ", ";
-        out += PyStringRepr(dict_->items[i].first) + ": " + dict_->items[i].second.Repr();
-      }
-      return out + (dict_->is_namespace ? "}>" : "}");
-    }
-    case Kind::kCallable:
-      return "<function " + fn_->name + ">";
-  }
-  return "";
+  if (kind_ == Kind::kString) return str();
+  std::vector<const ValueDict*> open;
+  std::string out;
+  Print(false, 0, &open, &out);
+  return out;
 }
 
 std::string Value::Repr() const {
-  if (kind_ == Kind::kString) return PyStringRepr(s_);
-  if (kind_ == Kind::kUndefined) return "Undefined";
-  return ToString();
+  std::vector<const ValueDict*> open;
+  std::string out;
+  Print(true, 0, &open, &out);
+  return out;
+}
+
+// str() (repr = false) or repr() of this value appended to *out. `open` holds
+// the namespaces being printed: one met again prints as {...}, as Python's
+// dict repr does for itself.
+void Value::Print(bool repr, int level, std::vector<const ValueDict*>* open,
+                  std::string* out) const {
+  if (level > 2 * kMaxNesting)
+    throw TemplateError(
+        fmt::format("a value nests more than {} levels deep to print", 2 * kMaxNesting));
+  switch (kind_) {
+    case Kind::kUndefined:
+      AppendBounded(out, repr ? "Undefined" : "");
+      return;
+    case Kind::kNone:
+      AppendBounded(out, "None");
+      return;
+    case Kind::kBool:
+      AppendBounded(out, b_ ? "True" : "False");
+      return;
+    case Kind::kInt:
+      AppendBounded(out, std::to_string(i_));
+      return;
+    case Kind::kFloat:
+      AppendBounded(out, PythonFloatRepr(f_));
+      return;
+    case Kind::kString:
+      AppendBounded(out, repr ? PyStringRepr(str()) : str());
+      return;
+    case Kind::kList:
+      AppendBounded(out, "[");
+      for (size_t i = 0; i < list_->size(); ++i) {
+        if (i) AppendBounded(out, ", ");
+        (*list_)[i].Print(true, level + 1, open, out);
+      }
+      AppendBounded(out, "]");
+      return;
+    case Kind::kDict: {
+      const bool ns = dict_->is_namespace;
+      if (ns) AppendBounded(out, "<Namespace ");
+      if (std::find(open->begin(), open->end(), dict_.get()) != open->end()) {
+        AppendBounded(out, ns ? "{...}>" : "{...}");
+        return;
+      }
+      open->push_back(dict_.get());
+      AppendBounded(out, "{");
+      for (size_t i = 0; i < dict_->items.size(); ++i) {
+        if (i) AppendBounded(out, ", ");
+        AppendBounded(out, PyStringRepr(dict_->items[i].first));
+        AppendBounded(out, ": ");
+        dict_->items[i].second.Print(true, level + 1, open, out);
+      }
+      AppendBounded(out, ns ? "}>" : "}");
+      open->pop_back();
+      return;
+    }
+    case Kind::kCallable:
+      AppendBounded(out, "<function " + fn_->name + ">");
+      return;
+  }
 }
 
 std::string Value::TypeName() const {
@@ -215,6 +312,7 @@ std::string Value::TypeName() const {
 }
 
 bool Value::Equals(const Value& o) const {
+  Spend(1);
   if (is_number() && o.is_number()) {
     if (is_float() || o.is_float()) return as_double() == o.as_double();
     return as_int() == o.as_int();
@@ -225,7 +323,8 @@ bool Value::Equals(const Value& o) const {
     case Kind::kNone:
       return true;
     case Kind::kString:
-      return s_ == o.s_;
+      SpendBytes(std::min(str().size(), o.str().size()));
+      return str() == o.str();
     case Kind::kList: {
       if (list_ == o.list_) return true;
       if (list_->size() != o.list_->size()) return false;
@@ -272,17 +371,20 @@ static size_t Utf8Len(unsigned char lead) {
   return 1;  // invalid byte: count it as one unit
 }
 
-std::vector<std::string> SplitCodePoints(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    size_t n = std::min(Utf8Len(static_cast<unsigned char>(s[i])), s.size() - i);
-    out.emplace_back(s, i, n);
-    i += n;
-  }
+size_t CodePointLength(const std::string& s, size_t i) {
+  return std::min(Utf8Len(static_cast<unsigned char>(s[i])), s.size() - i);
+}
+
+std::vector<size_t> CodePointOffsets(const std::string& s) {
+  SpendBytes(s.size());
+  std::vector<size_t> out;
+  for (size_t i = 0; i < s.size(); i += CodePointLength(s, i)) out.push_back(i);
+  out.push_back(s.size());
   return out;
 }
 
 size_t CodePointCount(const std::string& s) {
+  SpendBytes(s.size());
   size_t n = 0;
   for (size_t i = 0; i < s.size(); i += Utf8Len(static_cast<unsigned char>(s[i]))) ++n;
   return n;

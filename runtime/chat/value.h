@@ -13,13 +13,68 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace xrt::chat {
+
+// Thrown inside xrt_chat only. `raised` marks raise_exception('...') from the
+// template, whose message is passed through unchanged.
+struct TemplateError : std::runtime_error {
+  TemplateError(std::string msg, int line = 0, int col = 0, bool raised = false)
+      : std::runtime_error(std::move(msg)), line(line), col(col), raised(raised) {}
+  int line, col;
+  bool raised;
+};
+
+// What one render may build, so that no template (a model's, or one from a
+// fuzzer) can exhaust memory or the stack. Python has no such limits (its
+// integers and strings grow without bound); HF templates stay far below them.
+inline constexpr size_t kMaxStringBytes = size_t{32} << 20;  // any string built, and the output
+inline constexpr size_t kMaxListItems = size_t{1} << 20;     // any list built
+inline constexpr int kMaxNesting = 256;                      // lists/dicts inside each other
+
+// A render runs on a budget of steps, so that a template that loops for ever
+// or keeps building bigger values stops with an error instead of holding a
+// server thread. A step is one node or expression evaluated, one list item, or
+// kBytesPerStep bytes of text made, searched, compared or printed. HF templates
+// take about a hundred steps per message (bytes included).
+inline constexpr uint64_t kMaxRenderSteps = uint64_t{1} << 20;
+inline constexpr size_t kBytesPerStep = 256;
+
+// The budget of the render running on this thread, for as long as it lives.
+// Budgets nest: an inner one never has more than what its outer one has left,
+// and what it spends is spent from the outer one too (so a caller, a fuzzer
+// say, can run renders on a tighter budget than RenderTemplate's own).
+class RenderBudget {
+ public:
+  explicit RenderBudget(uint64_t steps = kMaxRenderSteps);
+  ~RenderBudget();
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+
+ private:
+  friend void Spend(uint64_t steps);
+  uint64_t left_, total_;
+  RenderBudget* outer_;
+};
+
+// Takes `steps` from this thread's RenderBudget (none: free); TemplateError
+// when it runs out.
+void Spend(uint64_t steps);
+inline void SpendBytes(size_t bytes) { Spend(1 + bytes / kBytesPerStep); }
+
+// Throw TemplateError when a string of `bytes` / a list of `items` would pass
+// the limits above.
+void CheckStringSize(size_t bytes);
+void CheckListSize(size_t items);
+// *out += piece, within kMaxStringBytes.
+void AppendBounded(std::string* out, std::string_view piece);
 
 class Value;
 struct CallArgs;
@@ -52,12 +107,16 @@ class Value {
   Value(double v);                                  // NOLINT
   Value(std::string s);                             // NOLINT
   Value(const char* s) : Value(std::string(s)) {}   // NOLINT
+  // Lists and (non-namespace) dicts are immutable once made: both throw
+  // TemplateError past kMaxNesting levels. A namespace counts as one level
+  // whatever it holds, since it can change (and even hold itself).
   static Value List(ValueList items);
   static Value Dict(std::shared_ptr<ValueDict> dict);
   static Value Function(std::string name, std::function<Value(CallArgs&)> fn);
 
+  // TemplateError past kMaxNesting levels or kMaxListItems items.
   template <typename Json>
-  static Value FromJson(const Json& j);
+  static Value FromJson(const Json& j, int level = 0);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -75,16 +134,18 @@ class Value {
   bool as_bool() const { return b_; }
   int64_t as_int() const { return is_bool() ? (b_ ? 1 : 0) : i_; }
   double as_double() const { return is_float() ? f_ : static_cast<double>(as_int()); }
-  const std::string& str() const { return s_; }             // kString
-  const ValueList& list() const { return *list_; }          // kList
-  const ValueDict& dict() const { return *dict_; }          // kDict
-  ValueDict& mutable_dict() const { return *dict_; }        // kDict (namespaces)
-  const Callable& callable() const { return *fn_; }         // kCallable
-  const std::string& undefined_hint() const { return s_; }  // kUndefined
+  const std::string& str() const { return s_ ? *s_ : Empty(); }  // kString
+  const ValueList& list() const { return *list_; }               // kList
+  const ValueDict& dict() const { return *dict_; }               // kDict
+  ValueDict& mutable_dict() const { return *dict_; }             // kDict (namespaces)
+  const Callable& callable() const { return *fn_; }              // kCallable
+  const std::string& undefined_hint() const { return str(); }    // kUndefined
 
   // Python truthiness.
   bool Truthy() const;
-  // Python str(): what {{ value }} prints.
+  // Python str(): what {{ value }} prints. A namespace inside itself prints
+  // as {...}, as in Python; TemplateError past kMaxStringBytes or 2 *
+  // kMaxNesting levels.
   std::string ToString() const;
   // Python repr(): how the value prints inside a list or dict.
   std::string Repr() const;
@@ -94,11 +155,15 @@ class Value {
   bool Equals(const Value& other) const;
 
  private:
+  static const std::string& Empty();
+  void Print(bool repr, int level, std::vector<const ValueDict*>* open, std::string* out) const;
+
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
+  int depth_ = 0;  // lists/dicts: levels of nesting (see List)
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  std::shared_ptr<const std::string> s_;  // shared: copying a Value never copies text
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<Callable> fn_;
@@ -116,12 +181,17 @@ struct CallArgs {
 // Formats a double the way Python's repr(float) does ("1.0", "0.1", "1e-05").
 std::string PythonFloatRepr(double v);
 
-// UTF-8 helpers: split into code points (each a std::string), and join back.
-std::vector<std::string> SplitCodePoints(const std::string& s);
+// UTF-8 code points, as Python str indexes them.
+// (Invalid bytes count as one code point each.)
+size_t CodePointLength(const std::string& s, size_t i);      // bytes of the one at byte i
+std::vector<size_t> CodePointOffsets(const std::string& s);  // starts, then s.size()
 size_t CodePointCount(const std::string& s);
 
 template <typename Json>
-Value Value::FromJson(const Json& j) {
+Value Value::FromJson(const Json& j, int level) {
+  if (level >= kMaxNesting)
+    throw TemplateError("the template variables nest more than " + std::to_string(kMaxNesting) +
+                        " levels deep");
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       return None();
@@ -129,23 +199,27 @@ Value Value::FromJson(const Json& j) {
       return Value(j.template get<bool>());
     case nlohmann::json::value_t::number_integer:
       return Value(j.template get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned:
-      return Value(static_cast<int64_t>(j.template get<uint64_t>()));
+    case nlohmann::json::value_t::number_unsigned: {
+      uint64_t u = j.template get<uint64_t>();  // past int64: the nearest float
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
+      return Value(static_cast<int64_t>(u));
+    }
     case nlohmann::json::value_t::number_float:
       return Value(j.template get<double>());
     case nlohmann::json::value_t::string:
       return Value(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
       ValueList items;
+      CheckListSize(j.size());
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
+      for (const auto& e : j) items.push_back(FromJson(e, level + 1));
       return List(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       auto d = std::make_shared<ValueDict>();
       d->items.reserve(j.size());
       for (auto it = j.begin(); it != j.end(); ++it)
-        d->items.emplace_back(it.key(), FromJson(it.value()));
+        d->items.emplace_back(it.key(), FromJson(it.value(), level + 1));
       return Dict(std::move(d));
     }
     default:
