@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_parse.h"
 #include "schemas/abi.h"
 
 namespace xrt {
@@ -106,7 +107,7 @@ Expected<std::vector<TraceRequest>> ReadTrace(const std::string& path, const Enc
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j = ParseJsonBounded(line);
     if (j.is_discarded() || !j.is_object())
       return InvalidArgumentError("{}:{}: not a JSON object", path, line_no);
     TraceRequest r;

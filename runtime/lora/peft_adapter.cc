@@ -19,6 +19,7 @@
 #include "compiler/frontend/hf_config.h"
 #include "compiler/frontend/model_source.h"
 #include "compiler/frontend/safetensors.h"
+#include "runtime/base/json_parse.h"
 
 namespace xrt {
 namespace {
@@ -194,7 +195,12 @@ AdapterConfig ParseAdapterConfig(const std::string& dir, Problems* p) {
     p->Add(text.status().message());
     return c;
   }
-  Json cfg = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  Json cfg = ParseJsonBounded<Json>(*text, &too_deep);
+  if (too_deep) {
+    p->Add(fmt::format("{}: nests more than {} levels deep", kConfigFile, kMaxJsonDepth));
+    return c;
+  }
   if (cfg.is_discarded() || !cfg.is_object()) {
     p->Add(fmt::format("{}: not a JSON object", kConfigFile));
     return c;

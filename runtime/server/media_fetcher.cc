@@ -16,6 +16,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/server/openai_protocol.h"
 
 namespace xrt {
@@ -257,7 +258,7 @@ Expected<int> ParseImageLimit(std::string_view text) {
     return static_cast<int>(v);
   };
   if (!t.empty() && t[0] == '{') {
-    nlohmann::json j = nlohmann::json::parse(t, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j = ParseJsonBounded(t);
     if (!j.is_object())
       return InvalidArgumentError("--limit-mm-per-prompt: '{}' is not a JSON object", t);
     int limit = -1;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace xrt {
@@ -98,7 +99,10 @@ class FieldReader {
 };
 
 Expected<Json> ParseBody(std::string_view body) {
-  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  Json j = ParseJsonBounded<Json>(body, &too_deep);
+  if (too_deep)
+    return InvalidArgumentError("request body nests more than {} levels deep", kMaxJsonDepth);
   if (j.is_discarded()) return InvalidArgumentError("request body is not valid JSON");
   if (!j.is_object())
     return InvalidArgumentError("request body must be a JSON object, got {}", JsonTypeName(j));

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/chat/chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_import.h"
@@ -118,6 +119,25 @@ TEST(OpenAiProtocol, RejectsBadCompletionRequests) {
         << c.body << " -> " << r.status().message();
     EXPECT_EQ(ApiErrorFromStatus(r.status(), param).http_status, 400);
   }
+}
+
+// Bodies nested deeper than kMaxJsonDepth are refused while parsing (copying or
+// printing such a value would overflow the stack), and up to it they parse.
+TEST(OpenAiProtocol, RejectsDeeplyNestedBodies) {
+  auto nested = [](int levels) {  // a "tools" value `levels` deep inside the body
+    return R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":)" +
+           std::string(levels, '[') + std::string(levels, ']') + "}";
+  };
+  for (int levels : {kMaxJsonDepth, 100000}) {
+    auto r = ParseChatRequest(nested(levels));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(),
+              "request body nests more than " + std::to_string(kMaxJsonDepth) + " levels deep");
+    EXPECT_EQ(ApiErrorFromStatus(r.status(), "").http_status, 400);
+  }
+  // One level less (the body object and kMaxJsonDepth - 1 lists) parses.
+  auto r = ParseChatRequest(nested(kMaxJsonDepth - 1));
+  EXPECT_TRUE(r.ok()) << r.status().message();
 }
 
 TEST(OpenAiProtocol, ParsesChatRequest) {

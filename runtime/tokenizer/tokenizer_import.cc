@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/base/json_parse.h"
 #include "runtime/base/mapped_file.h"
 #include "runtime/tokenizer/utf8.h"
 
@@ -73,7 +74,9 @@ class JsonFile {
 Expected<json> ReadJson(const std::string& path) {
   XRT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
   const char* begin = reinterpret_cast<const char*>(file.data());
-  json j = json::parse(begin, begin + file.size(), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  json j = ParseJsonBounded<json>(std::string_view(begin, file.size()), &too_deep);
+  if (too_deep) return DataLossError("{}: nests more than {} levels deep", path, kMaxJsonDepth);
   if (j.is_discarded()) return DataLossError("{}: not valid JSON", path);
   if (!j.is_object()) return DataLossError("{}: expected a JSON object at the top level", path);
   return j;
