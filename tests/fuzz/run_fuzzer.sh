@@ -6,6 +6,11 @@
 # ("" for none). Exits non-zero on a crash, a sanitizer report, a failed check, a slow
 # input (-timeout) or running out of memory; the input that did it is kept in
 # ARTIFACT_DIR (libFuzzer also prints it in base64 when it is small).
+#
+# The mutations follow a fixed seed (XCC_FUZZ_SEED, default 1), so a ctest run is
+# reproducible and a slower machine runs a prefix of the same inputs: a red fuzz test
+# means a change broke something, not that this run was lucky. XCC_FUZZ_SEED=0 lets
+# libFuzzer pick a seed, for exploring (README "Fuzzing and sanitizers").
 set -eu
 fuzzer=$1 seconds=$2 artifacts=$3 dict=$4
 shift 4
@@ -23,5 +28,6 @@ for seed in "$@"; do
 done
 set --
 if [ -n "$dict" ]; then set -- -dict="$dict"; fi
-"$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+"$fuzzer" -seed="${XCC_FUZZ_SEED:-1}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 \
   -artifact_prefix="$artifacts/" "$@" "$work/corpus"
