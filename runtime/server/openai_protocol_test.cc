@@ -124,9 +124,12 @@ TEST(OpenAiProtocol, RejectsBadCompletionRequests) {
 // Bodies nested deeper than kMaxJsonDepth are refused while parsing (copying or
 // printing such a value would overflow the stack), and up to it they parse.
 TEST(OpenAiProtocol, RejectsDeeplyNestedBodies) {
-  auto nested = [](int levels) {  // a "tools" value `levels` deep inside the body
-    return R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":)" +
-           std::string(levels, '[') + std::string(levels, ']') + "}";
+  // The body object, then "tools", a tool, its function and its parameters, then lists:
+  // `levels` + 1 levels in all.
+  auto nested = [](int levels) {
+    return R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+           R"("tools":[{"function":{"name":"f","parameters":{"x":)" +
+           std::string(levels - 4, '[') + std::string(levels - 4, ']') + "}}}]}";
   };
   for (int levels : {kMaxJsonDepth, 100000}) {
     auto r = ParseChatRequest(nested(levels));
@@ -181,6 +184,26 @@ TEST(OpenAiProtocol, RejectsBadChatRequests) {
        "top_logprobs", "[0, 20]"},
       {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs",
        "boolean"},
+      // tools: the shape vLLM's ChatCompletionToolsParam accepts
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}})", "tools",
+       "'tools' must be a list of tools, got object"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[[]]})", "tools[0]",
+       "'tools[0]' must be an object, got array"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"code"}]})",
+       "tools[0].type", "'tools[0].type' must be \"function\""},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
+       "tools[0].function", "'tools[0].function' is required"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"function":"f"}]})",
+       "tools[0].function", "'tools[0].function' must be an object, got string"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[
+          {"function":{"name":"f"}},{"function":{"name":""}}]})",
+       "tools[1].function.name", "'tools[1].function.name' must be a non-empty string"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[
+          {"function":{"name":"f","description":1}}]})",
+       "tools[0].function.description", "must be a string, got integer"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[
+          {"function":{"name":"f","parameters":[]}}]})",
+       "tools[0].function.parameters", "must be an object, got array"},
   };
   for (const BadCase& c : cases) {
     std::string param;
