@@ -87,6 +87,25 @@ struct Node {
 inline constexpr int kMaxExprDepth = 256;
 inline constexpr int kMaxBlockDepth = 128;
 
+// One level of recursion counted in *depth for as long as it lives; past
+// `limit` levels, TemplateError "<what> more than <limit> levels deep" at
+// line:col. The parser and the interpreter bound their recursion with it.
+class NestingGuard {
+ public:
+  NestingGuard(int* depth, int limit, const char* what, int line, int col) : depth_(depth) {
+    if (*depth_ >= limit)
+      throw TemplateError(
+          std::string(what) + " more than " + std::to_string(limit) + " levels deep", line, col);
+    ++*depth_;
+  }
+  ~NestingGuard() { --*depth_; }
+  NestingGuard(const NestingGuard&) = delete;
+  NestingGuard& operator=(const NestingGuard&) = delete;
+
+ private:
+  int* depth_;
+};
+
 // Parses `source` as a jinja2 template with HF's settings (trim_blocks,
 // lstrip_blocks, keep_trailing_newline=False). Throws TemplateError with the
 // 1-based line and column of the problem.

@@ -484,27 +484,8 @@ class Interpreter {
     return Flow::kNormal;
   }
 
-  // One level of Eval / ExecNode recursion, for as long as it lives.
-  class Recursion {
-   public:
-    template <typename At>
-    Recursion(int* depth, const At& at) : depth_(depth) {
-      if (*depth_ >= kMaxRecursion)
-        throw TemplateError(
-            fmt::format("the template recursed more than {} levels deep", kMaxRecursion), at.line,
-            at.col);
-      ++*depth_;
-    }
-    ~Recursion() { --*depth_; }
-    Recursion(const Recursion&) = delete;
-    Recursion& operator=(const Recursion&) = delete;
-
-   private:
-    int* depth_;
-  };
-
   Flow ExecNode(const Node& n, std::string* out) {
-    Recursion rec(&recursion_, n);
+    NestingGuard rec(&recursion_, kMaxRecursion, "the template recursed", n.line, n.col);
     Spend(1);
     switch (n.kind) {
       case Node::Kind::kText:
@@ -756,7 +737,7 @@ class Interpreter {
   // Builtins charge the budget for the work they do beyond one step: what they
   // make (Cost of the result) and what they scan (Cost of the input).
   Value Eval(const Expr& e) {
-    Recursion rec(&recursion_, e);
+    NestingGuard rec(&recursion_, kMaxRecursion, "the template recursed", e.line, e.col);
     Spend(1);
     switch (e.kind) {
       case Expr::Kind::kLiteral:
@@ -940,7 +921,6 @@ class Interpreter {
 
   static Value GetItem(const Value& obj, const Value& key) {
     if (obj.is_dict()) {
-      Spend(obj.dict().items.size() / 16);  // a linear search
       if (!key.is_string()) return Value::Undefined(fmt::format("dict has no key {}", key.Repr()));
       if (const Value* v = obj.dict().Find(key.str())) return *v;
       return Value::Undefined(fmt::format("'dict object' has no attribute '{}'", key.str()));
@@ -968,7 +948,6 @@ class Interpreter {
 
   Value GetAttr(const Value& obj, const std::string& name) {
     if (obj.is_dict()) {
-      Spend(obj.dict().items.size() / 16);  // a linear search
       if (!obj.dict().is_namespace) {
         Value m = BoundMethod(obj, name);
         if (!m.is_undefined()) return m;
@@ -1214,9 +1193,9 @@ class Interpreter {
         // Sizes up to kMax* (well under 2^32) times a count up to 2^32 cannot overflow.
         const uint64_t n = static_cast<uint64_t>(std::clamp<int64_t>(cnt->as_int(), 0, 1LL << 32));
         if (seq->is_string()) {
-          CheckStringSize(n * seq->str().size());
-          SpendBytes(n * seq->str().size());
           const size_t total = n * seq->str().size();
+          CheckStringSize(total);
+          SpendBytes(total);
           std::string out = n ? seq->str() : std::string();
           out.reserve(total);
           while (out.size() < total)  // doubling: a few large copies
@@ -1303,7 +1282,6 @@ class Interpreter {
           if (v.Equals(item)) return true;
         return false;
       case Value::Kind::kDict:
-        Spend(container.dict().items.size() / 16);
         return item.is_string() && container.dict().Find(item.str()) != nullptr;
       case Value::Kind::kUndefined:
         return false;
@@ -1698,7 +1676,7 @@ class Interpreter {
   const Value& context_;
   std::vector<Frame> scopes_;
   int depth_ = 0;      // macro calls in progress
-  int recursion_ = 0;  // Eval / ExecNode calls in progress (see Recursion)
+  int recursion_ = 0;  // Eval / ExecNode calls in progress (NestingGuard)
   std::vector<std::shared_ptr<ValueDict>> namespaces_;  // every namespace() made
 };
 

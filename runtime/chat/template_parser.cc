@@ -361,7 +361,7 @@ class Parser {
   // cursor just after that name and stores it in *stop.
   NodeList ParseBody(const std::set<std::string>& stops, std::string* stop, const char* opener,
                      int oline, int ocol) {
-    Nesting nest(&block_depth_, kMaxBlockDepth, "blocks", oline, ocol);
+    NestingGuard nest(&block_depth_, kMaxBlockDepth, "blocks nest", oline, ocol);
     NodeList nodes;
     while (idx_ < items_.size()) {
       Item& item = items_[idx_];
@@ -545,7 +545,7 @@ class Parser {
   // ---- expressions ----
 
   ExprPtr ParseExpr(bool with_condexpr = true) {
-    Nesting nest(&expr_depth_, kMaxExprDepth, "expressions", Peek().line, Peek().col);
+    NestingGuard nest(&expr_depth_, kMaxExprDepth, "expressions nest", Peek().line, Peek().col);
     ExprPtr e = ParseOr();
     while (with_condexpr && Peek().type == Token::Type::kName && Peek().text == "if") {
       Token t = Next();
@@ -585,7 +585,7 @@ class Parser {
   ExprPtr ParseNot() {
     if (Peek().type == Token::Type::kName && Peek().text == "not") {
       Token t = Next();
-      Nesting nest(&expr_depth_, kMaxExprDepth, "expressions", t.line, t.col);
+      NestingGuard nest(&expr_depth_, kMaxExprDepth, "expressions nest", t.line, t.col);
       auto n = NewExpr(Expr::Kind::kUnary, t.line, t.col);
       n->name = "not";
       n->a = ParseNot();
@@ -673,7 +673,7 @@ class Parser {
     ExprPtr e;
     if (PeekOp("-") || PeekOp("+")) {
       Token t = Next();
-      Nesting nest(&expr_depth_, kMaxExprDepth, "expressions", t.line, t.col);
+      NestingGuard nest(&expr_depth_, kMaxExprDepth, "expressions nest", t.line, t.col);
       e = NewExpr(Expr::Kind::kUnary, t.line, t.col);
       e->name = t.text;
       e->a = ParseUnary(false);
@@ -905,24 +905,6 @@ class Parser {
         return "'" + t.text + "'";
     }
   }
-  // Counts one level of parser recursion for as long as it lives.
-  class Nesting {
-   public:
-    Nesting(int* depth, int limit, const char* what, int line, int col) : depth_(depth) {
-      if (++*depth_ > limit) {
-        --*depth_;
-        throw TemplateError(fmt::format("{} nest more than {} levels deep", what, limit), line,
-                            col);
-      }
-    }
-    ~Nesting() { --*depth_; }
-    Nesting(const Nesting&) = delete;
-    Nesting& operator=(const Nesting&) = delete;
-
-   private:
-    int* depth_;
-  };
-
   // Records how deep the finished node `e` reaches; a chain of operators,
   // filters or attributes deepens the tree without recursing in the parser.
   static ExprPtr Seal(ExprPtr e) {
@@ -966,7 +948,7 @@ class Parser {
 
   std::vector<Item> items_;
   size_t idx_ = 0;
-  int expr_depth_ = 0, block_depth_ = 0;  // parser recursion now (see Nesting)
+  int expr_depth_ = 0, block_depth_ = 0;  // parser recursion now (NestingGuard)
   const std::vector<Token>* toks_ = nullptr;
   size_t tok_ = 0;
 };

@@ -57,6 +57,7 @@ void AppendBounded(std::string* out, std::string_view piece) {
 }
 
 const Value* ValueDict::Find(const std::string& key) const {
+  Spend(items.size() / 16);  // a linear search
   for (const auto& kv : items)
     if (kv.first == key) return &kv.second;
   return nullptr;
@@ -95,13 +96,17 @@ Value::Value(double v) : kind_(Kind::kFloat), f_(v) {}
 Value::Value(std::string s)
     : kind_(Kind::kString), s_(std::make_shared<const std::string>(std::move(s))) {}
 
+void Value::CheckDepth() const {
+  if (depth_ > kMaxNesting)
+    throw TemplateError(fmt::format("lists and dicts nest more than {} levels deep", kMaxNesting));
+}
+
 Value Value::List(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
   v.depth_ = 1;
   for (const Value& item : items) v.depth_ = std::max(v.depth_, item.depth_ + 1);
-  if (v.depth_ > kMaxNesting)
-    throw TemplateError(fmt::format("lists and dicts nest more than {} levels deep", kMaxNesting));
+  v.CheckDepth();
   v.list_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
@@ -112,8 +117,7 @@ Value Value::Dict(std::shared_ptr<ValueDict> dict) {
   v.depth_ = 1;
   if (!dict->is_namespace)
     for (const auto& kv : dict->items) v.depth_ = std::max(v.depth_, kv.second.depth_ + 1);
-  if (v.depth_ > kMaxNesting)
-    throw TemplateError(fmt::format("lists and dicts nest more than {} levels deep", kMaxNesting));
+  v.CheckDepth();
   v.dict_ = std::move(dict);
   return v;
 }

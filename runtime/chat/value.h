@@ -156,6 +156,7 @@ class Value {
 
  private:
   static const std::string& Empty();
+  void CheckDepth() const;  // TemplateError past kMaxNesting
   void Print(bool repr, int level, std::vector<const ValueDict*>* open, std::string* out) const;
 
   Kind kind_ = Kind::kUndefined;

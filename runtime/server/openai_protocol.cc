@@ -401,28 +401,24 @@ Status ParseChatFields(FieldReader& r, OpenAiRequest* request) {
     for (size_t i = 0; i < tools->size(); ++i) {
       const Json& t = (*tools)[i];
       const std::string at = fmt::format("tools[{}]", i);
-      auto bad = [&](const std::string& field, const char* want, const Json& got) {
-        return r.Fail(
-            field, InvalidArgumentError("'{}' must be {}, got {}", field, want, JsonTypeName(got)));
-      };
-      if (!t.is_object()) return bad(at, "an object", t);
+      if (!t.is_object()) return r.TypeError(at, "an object", t);
       auto type = t.find("type");
       if (type != t.end() && !(type->is_string() && *type == "function"))
         return r.Fail(at + ".type", InvalidArgumentError("'{}.type' must be \"function\"", at));
       auto fn = t.find("function");
       if (fn == t.end())
         return r.Fail(at + ".function", InvalidArgumentError("'{}.function' is required", at));
-      if (!fn->is_object()) return bad(at + ".function", "an object", *fn);
+      if (!fn->is_object()) return r.TypeError(at + ".function", "an object", *fn);
       auto name = fn->find("name");
       if (name == fn->end() || !name->is_string() || name->get_ref<const std::string&>().empty())
         return r.Fail(at + ".function.name",
                       InvalidArgumentError("'{}.function.name' must be a non-empty string", at));
       auto desc = fn->find("description");
       if (desc != fn->end() && !desc->is_null() && !desc->is_string())
-        return bad(at + ".function.description", "a string", *desc);
+        return r.TypeError(at + ".function.description", "a string", *desc);
       auto params = fn->find("parameters");
       if (params != fn->end() && !params->is_null() && !params->is_object())
-        return bad(at + ".function.parameters", "an object", *params);
+        return r.TypeError(at + ".function.parameters", "an object", *params);
     }
     req.tools = *tools;
   }
