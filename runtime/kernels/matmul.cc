@@ -33,7 +33,25 @@ void PackWeights(const float* w, int64_t N, int64_t K, float* out) {
   }
 }
 
+const char* ComputeTypeName(ComputeType c) { return c == ComputeType::kBF16 ? "bf16" : "f32"; }
+
+bool ComputeTypeFromName(const std::string& name, ComputeType* out) {
+  if (name == "f32") {
+    *out = ComputeType::kF32;
+  } else if (name == "bf16") {
+    *out = ComputeType::kBF16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 namespace {
+
+// RoundToBf16Operand over n floats in place.
+void RoundToBf16Portable(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = RoundToBf16Operand(x[i]);
+}
 
 // One call runs an R x kPackNR tile (R <= the ISA's MR) of C from R rows of A
 // and one packed panel over one range of K (a k-block). The running sums of
@@ -294,6 +312,25 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+// RoundToBf16Operand on 16 lanes.
+XRT_TARGET_AVX512 inline __m512 RoundToBf16Avx512(__m512 x) {
+  const __m512i b = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x00400000));
+  const __mmask16 tiny = _mm512_testn_epi32_mask(b, _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_and_epi32(r, tiny, b, _mm512_set1_epi32(int(0x80000000u)));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u))));
+}
+
+// RoundToBf16Portable on AVX-512 (n % 16 == 0).
+XRT_TARGET_AVX512 void RoundToBf16Block(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_storeu_ps(x + i, RoundToBf16Avx512(_mm512_loadu_ps(x + i)));
+}
+
 // Per k-row of a panel: the 32 column values as two zmm (columns 0-15, 16-31),
 // equal to DequantizePanelRows' values (see matmul.h on zeros' signs).
 
@@ -539,7 +576,9 @@ XRT_TARGET_AVX512 inline void StoreOutputs(const GemvArgs& g, int i, int col0, _
   _mm512_mask_storeu_ps(c + 16, m1, v1);
 }
 
-template <WeightFormat F, int R, int P>
+// Bf16: the decoded weights are rounded to bf16 operands in registers (A
+// comes rounded).
+template <WeightFormat F, int R, int P, bool Bf16>
 XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
   __m512 acc[P][R][2];
 #pragma GCC unroll 8
@@ -570,6 +609,10 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
 #pragma GCC unroll 2
           for (int p = 0; p < P; ++p) {
             DecodeKRow<F>(sb[p], s * kSub + kk, fac[p], &w0[p], &w1[p]);
+            if constexpr (Bf16) {
+              w0[p] = RoundToBf16Avx512(w0[p]);
+              w1[p] = RoundToBf16Avx512(w1[p]);
+            }
 #pragma GCC unroll 4
             for (int i = 0; i < R; ++i) {
               const __m512 av = _mm512_set1_ps(a[i * g.lda + kk]);
@@ -588,6 +631,10 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
         _mm_prefetch(reinterpret_cast<const char*>(panel + k * kPackNR * 2 + kGemvPrefetchBytes),
                      _MM_HINT_T1);
         Decode16BitRow<F>(panel, k, &w0[p], &w1[p]);
+        if constexpr (Bf16) {
+          w0[p] = RoundToBf16Avx512(w0[p]);
+          w1[p] = RoundToBf16Avx512(w1[p]);
+        }
 #pragma GCC unroll 4
         for (int i = 0; i < R; ++i) {
           const __m512 av = _mm512_set1_ps(g.a[i * g.lda + k]);
@@ -618,6 +665,10 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
 #pragma GCC unroll 2
         for (int p = 0; p < P; ++p) {
           DecodeQuantRow<F>(q[p], kk, sc[p], &w0[p], &w1[p]);
+          if constexpr (Bf16) {
+            w0[p] = RoundToBf16Avx512(w0[p]);
+            w1[p] = RoundToBf16Avx512(w1[p]);
+          }
 #pragma GCC unroll 4
           for (int i = 0; i < R; ++i) {
             const __m512 av = _mm512_set1_ps(a[i * g.lda + kk]);
@@ -641,43 +692,49 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
 // Panels per fused-kernel call for R rows.
 constexpr int GemvPanels(int rows) { return rows <= 2 ? 2 : 1; }
 
-template <WeightFormat F>
+template <WeightFormat F, bool Bf16>
 GemvFn GemvFor(int rows, int panels) {
   switch (rows * 4 + panels) {
     case 1 * 4 + 1:
-      return &GemvAvx512<F, 1, 1>;
+      return &GemvAvx512<F, 1, 1, Bf16>;
     case 1 * 4 + 2:
-      return &GemvAvx512<F, 1, 2>;
+      return &GemvAvx512<F, 1, 2, Bf16>;
     case 2 * 4 + 1:
-      return &GemvAvx512<F, 2, 1>;
+      return &GemvAvx512<F, 2, 1, Bf16>;
     case 2 * 4 + 2:
-      return &GemvAvx512<F, 2, 2>;
+      return &GemvAvx512<F, 2, 2, Bf16>;
     case 3 * 4 + 1:
-      return &GemvAvx512<F, 3, 1>;
+      return &GemvAvx512<F, 3, 1, Bf16>;
     case 4 * 4 + 1:
-      return &GemvAvx512<F, 4, 1>;
+      return &GemvAvx512<F, 4, 1, Bf16>;
   }
   return nullptr;
 }
 
-GemvFn GemvKernel(WeightFormat f, int rows, int panels) {
+template <WeightFormat F>
+GemvFn GemvFor(int rows, int panels, ComputeType compute) {
+  return compute == ComputeType::kBF16 ? GemvFor<F, true>(rows, panels)
+                                       : GemvFor<F, false>(rows, panels);
+}
+
+GemvFn GemvKernel(WeightFormat f, int rows, int panels, ComputeType c) {
   switch (f) {
     case WeightFormat::kF16:
-      return GemvFor<WeightFormat::kF16>(rows, panels);
+      return GemvFor<WeightFormat::kF16>(rows, panels, c);
     case WeightFormat::kBF16:
-      return GemvFor<WeightFormat::kBF16>(rows, panels);
+      return GemvFor<WeightFormat::kBF16>(rows, panels, c);
     case WeightFormat::kQ8_0:
-      return GemvFor<WeightFormat::kQ8_0>(rows, panels);
+      return GemvFor<WeightFormat::kQ8_0>(rows, panels, c);
     case WeightFormat::kQ4_0:
-      return GemvFor<WeightFormat::kQ4_0>(rows, panels);
+      return GemvFor<WeightFormat::kQ4_0>(rows, panels, c);
     case WeightFormat::kQ4_1:
-      return GemvFor<WeightFormat::kQ4_1>(rows, panels);
+      return GemvFor<WeightFormat::kQ4_1>(rows, panels, c);
     case WeightFormat::kQ4_K:
-      return GemvFor<WeightFormat::kQ4_K>(rows, panels);
+      return GemvFor<WeightFormat::kQ4_K>(rows, panels, c);
     case WeightFormat::kQ5_K:
-      return GemvFor<WeightFormat::kQ5_K>(rows, panels);
+      return GemvFor<WeightFormat::kQ5_K>(rows, panels, c);
     case WeightFormat::kQ6_K:
-      return GemvFor<WeightFormat::kQ6_K>(rows, panels);
+      return GemvFor<WeightFormat::kQ6_K>(rows, panels, c);
     case WeightFormat::kF32:
       break;
   }
@@ -688,14 +745,29 @@ GemvFn GemvKernel(WeightFormat f, int rows, int panels) {
 // of GemvPanels(m) consecutive panels.
 void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
   const int rows = static_cast<int>(args.m);
+  const float* a = args.a;
+  int64_t lda = args.lda;
+  if (args.compute == ComputeType::kBF16) {
+    // The rows of A rounded once here rather than per panel in the kernel.
+    thread_local std::vector<float> rounded;
+    rounded.resize(rows * args.k);
+    for (int i = 0; i < rows; ++i)
+      for (int64_t kk = 0; kk < args.k; ++kk)
+        rounded[i * args.k + kk] = RoundToBf16Operand(args.a[i * args.lda + kk]);
+    a = rounded.data();
+    lda = args.k;
+  }
+  const GemvFn kernel_for_count[3] = {
+      nullptr, GemvKernel(args.w_format, rows, 1, args.compute),
+      GemvPanels(rows) > 1 ? GemvKernel(args.w_format, rows, 2, args.compute) : nullptr};
   const int per_unit = GemvPanels(rows);
   const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
   const int64_t units = (panels + per_unit - 1) / per_unit;
   const int64_t panel_bytes = PackedPanelBytes(args.w_format, args.k);
   auto run_units = [&](int64_t u0, int64_t u1) {
     GemvArgs g;
-    g.a = args.a;
-    g.lda = args.lda;
+    g.a = a;
+    g.lda = lda;
     g.panel_bytes = panel_bytes;
     g.k = args.k;
     g.ldc = args.ldc;
@@ -708,7 +780,7 @@ void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
       g.bias = args.bias ? args.bias + col0 : nullptr;
       g.c = args.c + col0;
       g.ncols = static_cast<int>(std::min<int64_t>(count * kPackNR, args.n - col0));
-      GemvKernel(args.w_format, rows, count)(g);
+      kernel_for_count[count](g);
     }
   };
   RunUnits(units, pool, run_units);
@@ -783,6 +855,11 @@ void DequantRowsPortable(const uint8_t* panel, int64_t k0, int64_t rows, float* 
   DequantizePanelRows(F, panel, k0, rows, out);
 }
 
+// f32 panel rows copied out (kBF16 rounds them in the decoded block).
+void CopyRowsF32(const uint8_t* panel, int64_t k0, int64_t rows, float* out) {
+  std::memcpy(out, panel + k0 * kPackNR * sizeof(float), rows * kPackNR * sizeof(float));
+}
+
 template <WeightFormat F>
 DequantFn DequantForFormat(CpuIsa isa) {
 #if defined(__x86_64__)
@@ -811,7 +888,7 @@ DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
     case WeightFormat::kQ6_K:
       return DequantForFormat<WeightFormat::kQ6_K>(isa);
     case WeightFormat::kF32:
-      break;
+      return &CopyRowsF32;
   }
   return nullptr;
 }
@@ -833,8 +910,10 @@ struct RowTiling {
 };
 
 // Packs rows [r0, r1) of A into the row tiles of RowTiling(r1 - r0, mr):
-// tile j starts at out + Start(j)*k and is [k][Height(j)].
-void PackRows(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int mr, float* out) {
+// tile j starts at out + Start(j)*k and is [k][Height(j)]; each value as a
+// bf16 operand when `round`.
+void PackRows(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int mr, bool round,
+              float* out) {
   const RowTiling tiling(r1 - r0, mr);
   for (int64_t j = 0; j < tiling.count; ++j) {
     const int rows = tiling.Height(j);
@@ -845,7 +924,11 @@ void PackRows(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, in
       const int64_t k1 = std::min(k, k0 + 16);
       for (int i = 0; i < rows; ++i) {
         const float* src = a + (r + i) * lda;
-        for (int64_t kk = k0; kk < k1; ++kk) tile[kk * rows + i] = src[kk];
+        if (round) {
+          for (int64_t kk = k0; kk < k1; ++kk) tile[kk * rows + i] = RoundToBf16Operand(src[kk]);
+        } else {
+          for (int64_t kk = k0; kk < k1; ++kk) tile[kk * rows + i] = src[kk];
+        }
       }
     }
   }
@@ -871,7 +954,7 @@ PackedBlock& ThreadPackedBlock() {
 }
 std::atomic<uint64_t> g_matmul_calls{0};
 
-// Per-thread decoded k-block of a panel (non-f32 formats).
+// Per-thread decoded k-block of a panel (non-f32 formats, or kBF16).
 float* DecodedBlock() {
   alignas(64) thread_local float block[kKBlock * kPackNR];
   return block;
@@ -902,7 +985,17 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
 
   const IsaKernels& kern = KernelsFor(isa);
   const WeightFormat format = args.w_format;
-  const DequantFn dequant = format == WeightFormat::kF32 ? nullptr : DequantFor(isa, format);
+  const bool bf16 = args.compute == ComputeType::kBF16;
+  // The weights through the decoded block: packed formats, and f32 rounded.
+  const DequantFn dequant =
+      format == WeightFormat::kF32 && !bf16 ? nullptr : DequantFor(isa, format);
+  void (*round_block)(float*, int64_t) = nullptr;
+  if (bf16) {
+    round_block = &RoundToBf16Portable;
+#if defined(__x86_64__)
+    if (isa == CpuIsa::kAvx512) round_block = &RoundToBf16Block;
+#endif
+  }
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = kern.mr;
   const int64_t m = args.m, n = args.n, k = args.k;
@@ -929,7 +1022,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const int64_t r0 = blk * block_rows;
       const int64_t r1 = std::min(m, r0 + block_rows);
       if (blk != current_block) {
-        if (r1 - r0 == 1) {
+        if (r1 - r0 == 1 && !bf16) {
           block_a = args.a + r0 * args.lda;  // one row is already [K][1]
         } else {
           PackedBlock& packed = ThreadPackedBlock();
@@ -937,7 +1030,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
             if (packed.data.size() < static_cast<size_t>((r1 - r0) * k)) {
               packed.data.resize((r1 - r0) * k);
             }
-            PackRows(args.a, args.lda, r0, r1, k, mr, packed.data.data());
+            PackRows(args.a, args.lda, r0, r1, k, mr, bf16, packed.data.data());
             packed.call = call;
             packed.block = blk;
           }
@@ -974,6 +1067,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           // stream sequentially (hardware prefetch), so no L2 plan.
           float* decoded = DecodedBlock();
           dequant(panel_bytes_p, k0, t.k, decoded);
+          if (round_block) round_block(decoded, t.k * kPackNR);
           t.panel = decoded;
         } else {
           t.panel = panel + k0 * kPackNR;

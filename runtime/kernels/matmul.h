@@ -32,6 +32,19 @@
 // (BestCpuIsa()); the AVX-512, AVX2 and scalar paths all use fused
 // multiply-adds in this order (the scalar path via std::fma).
 //
+// Compute types (MatmulArgs::compute). kF32 is the chain above on the f32
+// values. kBF16 is the same chain on bf16 operands: every a[i][k] and w[j][k]
+// is first replaced by RoundToBf16Operand of it (round to nearest even to 8
+// significant bits; bf16 subnormals read as a signed zero, as AMX and the
+// AVX512_BF16 conversions read them). A product of two bf16 values is exact
+// in f32, so each fma adds an exact product with one rounding, and everything
+// said above about batch invariance holds for kBF16 too. This is what a bf16
+// tile unit (AMX TDPBF16PS) multiplies; the order it sums in is its own (two
+// interleaved chains per instruction), so an AMX kernel needs an AVX-512
+// twin of that order for M below its tile height to stay batch invariant.
+// On CPUs without bf16 units kBF16 is slower than kF32 (the operands are
+// rounded in registers): it exists for its numerics contract.
+//
 // (The sign of a zero weight may differ between the paths' decoders: q4_0's
 // 0 * negative scale is -0 in DequantizePackedRow, +0 from the AVX-512
 // decoder's fma(scale, q, -8 * scale). It cannot change a result for finite
@@ -42,8 +55,9 @@
 // (nullptr: run on the caller). It is thread-compatible: concurrent calls are
 // fine as long as their C ranges do not overlap each other or their inputs.
 // Each thread that runs tiles keeps a thread-local buffer of packed A rows
-// (about max(1 MiB, 56*K bytes)), of running sums and (non-f32 formats) a
-// 32 KiB decoded panel block; nothing else is allocated.
+// (about max(1 MiB, 56*K bytes)), of running sums and (non-f32 formats or
+// kBF16) a 32 KiB decoded panel block; the fused decode kernel's caller keeps
+// one of its rows of A rounded (kBF16); nothing else is allocated.
 //
 // Performance shape: rows of A are packed per row block (k-major tiles of up
 // to 14 rows on AVX-512) and kept in L2 while the weight panels stream past;
@@ -58,6 +72,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/cpu_isa.h"
@@ -77,6 +93,35 @@ int64_t PackedWeightFloats(int64_t N, int64_t K);
 // bytes for the artifact); single-threaded.
 void PackWeights(const float* w, int64_t N, int64_t K, float* out);
 
+// What a matmul multiplies (Command.compute in the artifact).
+enum class ComputeType : uint8_t {
+  kF32 = 0,   // the operands' f32 values
+  kBF16 = 1,  // the operands rounded to bf16 (RoundToBf16Operand), f32 sums
+};
+
+// "f32", "bf16"; FromName accepts those and returns false otherwise.
+const char* ComputeTypeName(ComputeType c);
+bool ComputeTypeFromName(const std::string& name, ComputeType* out);
+
+// x as the bf16 operand of a kBF16 matmul, widened back to f32: rounded to
+// nearest even at 8 significant bits (overflowing to infinity like any
+// rounding), a subnormal bf16 (|x| < 2^-126) as a zero of x's sign, NaN kept
+// a (quiet) NaN.
+inline float RoundToBf16Operand(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  if ((b & 0x7f800000u) == 0) {
+    b &= 0x80000000u;  // zero or subnormal
+  } else if ((b & 0x7fffffffu) > 0x7f800000u) {
+    b |= 0x00400000u;  // NaN: quiet it; no rounding carry into the exponent
+  } else {
+    b += 0x7fffu + ((b >> 16) & 1u);
+  }
+  b &= 0xffff0000u;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
 struct MatmulArgs {
   const float* a = nullptr;  // A [M][K], row stride lda (>= K)
   int64_t lda = 0;
@@ -89,6 +134,7 @@ struct MatmulArgs {
   int64_t ldc = 0;
   int64_t m = 0, n = 0, k = 0;
   bool accumulate = false;  // C += A·Wᵀ (+bias) instead of C =
+  ComputeType compute = ComputeType::kF32;
 };
 
 // C = A·Wᵀ (+ bias) (+ C if accumulate), on the best ISA of this CPU.

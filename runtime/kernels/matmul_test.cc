@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -337,6 +338,161 @@ TEST(MatmulFormatsTest, BatchInvariance) {
       }
     }
   }
+}
+
+// ---- kBF16 compute: bit-identical to the scalar chain on bf16 operands.
+
+using testing::Bits;
+using testing::FromBits;
+
+TEST(RoundToBf16OperandTest, RoundsToNearestEvenAndFlushesSubnormals) {
+  const float one = 1.0f, ulp = std::ldexp(1.0f, -7);  // bf16 spacing at 1
+  EXPECT_EQ(RoundToBf16Operand(one), one);
+  EXPECT_EQ(RoundToBf16Operand(one + ulp / 2), one);                // tie to even (down)
+  EXPECT_EQ(RoundToBf16Operand(one + 3 * ulp / 2), one + 2 * ulp);  // tie to even (up)
+  EXPECT_EQ(RoundToBf16Operand(std::nextafter(one + ulp / 2, 2.0f)), one + ulp);
+  EXPECT_EQ(RoundToBf16Operand(-(one + 3 * ulp / 2)), -(one + 2 * ulp));
+  EXPECT_EQ(Bits(RoundToBf16Operand(-0.0f)), 0x80000000u);
+  EXPECT_EQ(RoundToBf16Operand(std::numeric_limits<float>::min()),
+            std::numeric_limits<float>::min());
+  // Subnormals read as zeros of their sign, however close to 2^-126.
+  EXPECT_EQ(Bits(RoundToBf16Operand(FromBits(0x007fffffu))), 0u);
+  EXPECT_EQ(Bits(RoundToBf16Operand(FromBits(0x80000001u))), 0x80000000u);
+  // The largest bf16 stays; halfway above it, and FLT_MAX, round to infinity.
+  EXPECT_EQ(Bits(RoundToBf16Operand(FromBits(0x7f7f0000u))), 0x7f7f0000u);
+  EXPECT_EQ(Bits(RoundToBf16Operand(FromBits(0x7f7f8000u))), 0x7f800000u);
+  EXPECT_EQ(Bits(RoundToBf16Operand(std::numeric_limits<float>::max())), 0x7f800000u);
+  EXPECT_EQ(Bits(RoundToBf16Operand(-std::numeric_limits<float>::infinity())), 0xff800000u);
+  // NaNs stay NaNs, whatever their payload (no carry into the sign).
+  for (uint32_t nan : {0x7f800001u, 0x7fffffffu, 0xff800001u, 0x7fc00000u})
+    EXPECT_TRUE(std::isnan(RoundToBf16Operand(FromBits(nan)))) << std::hex << nan;
+  EXPECT_EQ(Bits(RoundToBf16Operand(FromBits(0xff800001u))) >> 31, 1u);
+  // Every normal finite value: the weight converter's rounding (FloatToBFloat16).
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    const float x = FromBits(rng());
+    if (!std::isfinite(x) || std::fpclassify(x) == FP_SUBNORMAL) continue;
+    ASSERT_EQ(Bits(RoundToBf16Operand(x)), Bits(BFloat16ToFloat(FloatToBFloat16(x))))
+        << std::hex << Bits(x);
+  }
+}
+
+// c = (acc ? c : 0) + (chain + bias) over bf16 operands: matmul.h's kBF16
+// contract computed directly from W's dequantized rows.
+std::vector<float> Bf16Reference(const std::vector<float>& a, int64_t lda,
+                                 const std::vector<float>& w_rows, const float* bias,
+                                 const std::vector<float>& c0, int64_t ldc, int64_t m, int64_t n,
+                                 int64_t k, bool accumulate) {
+  std::vector<float> c = c0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float dot = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk)
+        dot = std::fma(RoundToBf16Operand(a[i * lda + kk]), RoundToBf16Operand(w_rows[j * k + kk]),
+                       dot);
+      float v = bias ? dot + bias[j] : dot;
+      c[i * ldc + j] = accumulate ? c0[i * ldc + j] + v : v;
+    }
+  return c;
+}
+
+TEST(MatmulBf16Test, BitIdenticalToTheBf16ChainOnEveryPathAndFormat) {
+  ThreadPool pool(2);
+  uint32_t seed = 300;
+  std::vector<WeightFormat> formats = {WeightFormat::kF32};
+  formats.insert(formats.end(), std::begin(kPackedFormats), std::end(kPackedFormats));
+  for (WeightFormat format : formats) {
+    const int block = WeightFormatBlockSize(format);
+    const std::vector<int64_t> ks = block == kSuperBlock ? std::vector<int64_t>{256, 512}
+                                    : block > 1          ? std::vector<int64_t>{32, 288}
+                                                         : std::vector<int64_t>{1, 7, 300};
+    for (int64_t k : ks) {
+      for (int64_t n : {1, 33, 70}) {
+        std::vector<uint8_t> packed;
+        std::vector<float> w_rows(std::max<int64_t>(n * k, 1));
+        if (format == WeightFormat::kF32) {
+          w_rows = RandomVector(std::max<int64_t>(n * k, 1), seed++);
+          std::vector<float> p = Pack(w_rows, n, k);
+          packed.assign(reinterpret_cast<uint8_t*>(p.data()),
+                        reinterpret_cast<uint8_t*>(p.data() + p.size()));
+        } else {
+          packed = MakeFormatWeights(format, n, k, seed++).packed;
+          for (int64_t r = 0; r < n; ++r)
+            DequantizePackedRow(format, packed.data(), n, k, r, w_rows.data() + r * k);
+        }
+        const std::vector<float> bias = RandomVector(n, seed++);
+        for (int64_t m : {1, 2, 3, 4, 5, 13, 29}) {
+          const int64_t lda = k + 1, ldc = n + 3;
+          std::vector<float> a = RandomVector(m * lda, seed++);
+          // Operands whose rounding matters: subnormals (read as zero), values
+          // halfway between two bf16s, and a large magnitude.
+          a[0] = FromBits(0x00400000u);
+          if (a.size() > 2) a[1] = 1.0f + std::ldexp(1.0f, -8);
+          if (a.size() > 3) a[2] = -3.0e5f;
+          const std::vector<float> c0 = RandomVector(m * ldc, seed++);
+          const bool with_bias = (m + n) % 2 == 0, accumulate = (m + k) % 2 == 1;
+          const float* b = with_bias ? bias.data() : nullptr;
+          const std::vector<float> want =
+              Bf16Reference(a, lda, w_rows, b, c0, ldc, m, n, k, accumulate);
+          for (CpuIsa isa : SupportedIsas()) {
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              std::vector<float> got = c0;
+              MatmulArgs args;
+              args.a = a.data();
+              args.lda = lda;
+              args.packed_w = packed.data();
+              args.w_format = format;
+              args.bias = b;
+              args.c = got.data();
+              args.ldc = ldc;
+              args.m = m;
+              args.n = n;
+              args.k = k;
+              args.accumulate = accumulate;
+              args.compute = ComputeType::kBF16;
+              MatmulWithIsa(args, p, isa);
+              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                  << WeightFormatName(format) << " " << CpuIsaName(isa) << " m=" << m << " n=" << n
+                  << " k=" << k << " bias=" << with_bias << " acc=" << accumulate
+                  << " threads=" << (p ? 2 : 1);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// kBF16 is a different computation: on random data it differs from kF32,
+// by about bf16's relative precision.
+TEST(MatmulBf16Test, DiffersFromF32ByBf16Precision) {
+  const int64_t m = 3, n = 40, k = 256;
+  const std::vector<float> a = RandomVector(m * k, 1), w = RandomVector(n * k, 2);
+  const std::vector<float> packed = Pack(w, n, k);
+  std::vector<float> c32(m * n), c16(m * n);
+  MatmulArgs args;
+  args.a = a.data();
+  args.lda = k;
+  args.packed_w = packed.data();
+  args.ldc = n;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.c = c32.data();
+  Matmul(args, nullptr);
+  args.c = c16.data();
+  args.compute = ComputeType::kBF16;
+  Matmul(args, nullptr);
+  double max_rel = 0;
+  int differ = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    differ += c32[i] != c16[i];
+    double mag = 0;
+    for (int64_t kk = 0; kk < k; ++kk) mag += std::fabs(a[i / n * k + kk] * w[i % n * k + kk]);
+    max_rel = std::max(max_rel, std::fabs(c32[i] - c16[i]) / mag);
+  }
+  EXPECT_GT(differ, m * n * 9 / 10);
+  EXPECT_LE(max_rel, 2 * std::ldexp(1.0, -8));  // two operands, each within 2^-9
 }
 
 TEST(MatmulTest, ZeroSizedIsNoOp) {

@@ -13,6 +13,17 @@
 namespace xrt {
 namespace testing {
 
+inline uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+inline float FromBits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
 // n rows of random ggml blocks of the K-quant `format` (GgmlRowBytes(format,
 // k) bytes each; k % kSuperBlock == 0): random quants and 6-bit / int8
 // scales, d and dmin random f16 values of either sign in [-0.02, 0.02], so

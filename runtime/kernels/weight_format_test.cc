@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/kernels/matmul.h"
+#include "runtime/kernels/test_util.h"
 #include "tests/fixtures/quant/ggml_blocks.h"
 
 namespace xrt {
@@ -22,16 +23,8 @@ constexpr WeightFormat kAllFormats[] = {
     WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 constexpr WeightFormat kKQuants[] = {WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float FromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+using testing::Bits;
+using testing::FromBits;
 
 // ---- An independent decoder of ggml's row-major encodings (block layouts as
 // in ggml-common.h: q8_0 {f16 d; int8 qs[32]}, q4_0 {f16 d; uint8 qs[16]},
