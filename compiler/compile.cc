@@ -77,7 +77,8 @@ struct CommandDesc {
   std::vector<int64_t> iparams;
   std::vector<float> fparams;
   std::string label;
-  bool dynamic_rows = false;  // Command.dynamic_rows
+  bool dynamic_rows = false;                         // Command.dynamic_rows
+  xpk::ComputeType compute = xpk::ComputeType::f32;  // Command.compute (matmul)
 };
 
 struct ExecutableDesc {
@@ -268,7 +269,9 @@ class Emitter {
                            {B::kBias, op.getBias()},
                            {B::kAcc, op.getAccumulator()}})
       XRT_RETURN_IF_ERROR(Bind(u, role, v));
-    return Finish(op, u);
+    XRT_ASSIGN_OR_RETURN(CommandDesc c, Finish(op, u));
+    c.compute = o_.compute == "bf16" ? xpk::ComputeType::bf16 : xpk::ComputeType::f32;
+    return c;
   }
 
   Expected<CommandDesc> EmitAttention(xg::PagedAttentionOp op) {
@@ -763,6 +766,8 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     llvm::errs() << fmt::format("[{:6.1f}s] ", t) << msg << "\n";
   };
 
+  if (xrt::ComputeType compute; !xrt::ComputeTypeFromName(o.compute, &compute))
+    return xrt::InvalidArgumentError("--compute: '{}' is not one of f32, bf16", o.compute);
   progress("reading " + o.model_path);
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> source, ModelSource::Open(o.model_path));
   const DecoderConfig& cfg = source->config();
@@ -946,6 +951,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
       {"cpu", code.cpu},
       {"pack_nr", std::to_string(xrt::kPackNR)},
       {"weight_dtype", o.weight_dtype},
+      {"compute", o.compute},
   };
   if (vision) {
     prov.options.push_back({"image_buckets", JoinInts(imageBuckets)});
@@ -1035,7 +1041,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
                                           fbb.CreateVectorOfStructs(c.bindings),
                                           c.iparams.empty() ? 0 : fbb.CreateVector(c.iparams),
                                           c.fparams.empty() ? 0 : fbb.CreateVector(c.fparams),
-                                          fbb.CreateString(c.label), c.dynamic_rows));
+                                          fbb.CreateString(c.label), c.dynamic_rows, c.compute));
       exes.push_back(xpk::CreateExecutable(fbb, fbb.CreateString(e.name), e.kind, e.num_tokens,
                                            e.num_reqs, e.num_images, e.lora_mode, inputs, outputs,
                                            e.io_size, e.arena_size, fbb.CreateVector(cmds)));

@@ -44,6 +44,10 @@ struct CompileOptions {
   // (a weight whose K is not a multiple of the format's block stays f32); "q4_k", "q5_k",
   // "q6_k" are rejected (no K-quant quantizer).
   std::string weight_dtype = "auto";
+  // What every linear layer's matmul multiplies (runtime/kernels/matmul.h, ComputeType):
+  // "f32", or "bf16" (activations and weights rounded to bf16, sums in f32; for bf16
+  // matrix units). Attention, norms and LoRA stay f32.
+  std::string compute = "f32";
   std::string target = "host";
   std::vector<std::string> dump_ir_after;
   bool quiet = false;  // no progress / summary on stderr

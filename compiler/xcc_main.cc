@@ -100,6 +100,13 @@ int main(int argc, char** argv) {
                    "16-bit), f32, f16, bf16, q8_0, q4_0, q4_1 (converted or quantized at "
                    "compile time; there is no quantizer to q4_k/q5_k/q6_k)")
       ->capture_default_str();
+  compile
+      ->add_option("--compute", co.compute,
+                   "What the linear layers' matmuls multiply: f32, or bf16 (activations and "
+                   "weights rounded to bf16, products summed in f32: the numerics of bf16 matrix "
+                   "units; on CPUs without them it is slower, and its deviation from f32 is "
+                   "in the README)")
+      ->capture_default_str();
   compile->add_option("--target", co.target, "host, x86-64-v3, x86-64-v4 or an LLVM CPU name")
       ->capture_default_str();
   compile->add_option("--dump-ir-after", co.dump_ir_after,
@@ -206,6 +213,8 @@ int main(int argc, char** argv) {
       for (const auto& [format, use] : summary->weight_formats)
         std::fprintf(stderr, "    %-6s         %lld weights, %s\n", format.c_str(),
                      static_cast<long long>(use.weights), Bytes(use.bytes).c_str());
+      if (co.compute != "f32")
+        std::fprintf(stderr, "  compute          %s (linear layers)\n", co.compute.c_str());
       for (const std::string& note : summary->weight_notes)
         std::fprintf(stderr, "  note: %s\n", note.c_str());
       if (!summary->image_buckets.empty())

@@ -25,6 +25,7 @@ struct Executor::PreparedCommand {
   DispatchFn fn = nullptr;
   std::vector<void*> ptrs;
   WeightFormat w_format = WeightFormat::kF32;  // matmul: the bound weight's format
+  ComputeType compute = ComputeType::kF32;     // matmul: Command.compute
 };
 
 struct Executor::Prepared {
@@ -153,6 +154,8 @@ Status Executor::Prepare() {
       }
       if (c->kind() == xpk::CommandKind::ukernel && c->ukernel() == xpk::Ukernel::matmul) {
         XRT_ASSIGN_OR_RETURN(pc.w_format, MatmulWeightFormat(a, *e, *c));
+        pc.compute =
+            c->compute() == xpk::ComputeType::bf16 ? ComputeType::kBF16 : ComputeType::kF32;
       }
       for (const xpk::Binding* b : *c->bindings()) {
         void* ptr = nullptr;
@@ -233,7 +236,8 @@ Status Executor::Run(const xpk::Executable& e, int64_t active_rows) {
                             ? "dispatch"
                             : std::string(xpk::EnumNameUkernel(c.ukernel()));
     if (c.kind() == xpk::CommandKind::ukernel && c.ukernel() == xpk::Ukernel::matmul)
-      label += std::string(" ") + WeightFormatName(pc.w_format);
+      label += fmt::format(" {}{}", WeightFormatName(pc.w_format),
+                           pc.compute == ComputeType::kBF16 ? " (bf16 compute)" : "");
     CommandProfile::Entry& entry = profile_->by_label[label];
     ++entry.calls;
     entry.seconds += seconds;
@@ -272,6 +276,7 @@ Status Executor::RunCommand(const PreparedCommand& pc, const xpk::Executable& e,
         args.a = call.Ptr<const float>(B::kA);
         args.packed_w = call.Ptr<const void>(B::kW);
         args.w_format = pc.w_format;
+        args.compute = pc.compute;
         args.c = call.Ptr<float>(B::kC);
         args.bias = call.Ptr<const float>(B::kBias);
         if (const float* acc = call.Ptr<const float>(B::kAcc)) {

@@ -511,6 +511,16 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
           c->kind() == xpk::CommandKind::dispatch ? "dispatch" : xpk::EnumNameUkernel(c->ukernel()),
           xpk::EnumNameExecutableKind(e.kind()));
   }
+  if (c->compute() != xpk::ComputeType::f32) {
+    if (c->compute() != xpk::ComputeType::bf16)
+      return DataLossError("{}: unknown compute type {}", label, static_cast<int>(c->compute()));
+    if (c->kind() != xpk::CommandKind::ukernel || c->ukernel() != xpk::Ukernel::matmul)
+      return DataLossError("{}: compute {} on a {} command (only a matmul has a compute type)",
+                           label, xpk::EnumNameComputeType(c->compute()),
+                           c->kind() == xpk::CommandKind::dispatch
+                               ? "dispatch"
+                               : xpk::EnumNameUkernel(c->ukernel()));
+  }
   for (uint32_t bi = 0; bi < Count(c->bindings()); ++bi) {
     XRT_RETURN_IF_ERROR(
         ValidateBinding(m, e, c->bindings()->Get(bi), fmt::format("{} binding {}", label, bi)));

@@ -70,6 +70,8 @@ struct FakeParams {
   uint64_t arena_binding_offset = 0;
   xpk::Ukernel matmul_ukernel = xpk::Ukernel::matmul;
   uint32_t matmul_iparams = 8;
+  xpk::ComputeType matmul_compute = xpk::ComputeType::f32;
+  xpk::ComputeType dispatch_compute = xpk::ComputeType::f32;
   uint32_t dispatch_function = 1;
   uint32_t kv_layer = 1;
   std::string second_executable_name = "lm_logits_r4";
@@ -172,9 +174,10 @@ struct Fake {
       std::vector<flatbuffers::Offset<xpk::Command>> commands = {
           xpk::CreateCommandDirect(fbb, xpk::CommandKind::dispatch, p.dispatch_function,
                                    xpk::Ukernel::none, 4, &dispatch_bindings, nullptr, nullptr,
-                                   "layers.0.embed"),
+                                   "layers.0.embed", false, p.dispatch_compute),
           xpk::CreateCommandDirect(fbb, xpk::CommandKind::ukernel, 0, p.matmul_ukernel, 0,
-                                   &matmul_bindings, &mm_iparams, nullptr, "lm_head.matmul"),
+                                   &matmul_bindings, &mm_iparams, nullptr, "lm_head.matmul", false,
+                                   p.matmul_compute),
       };
       std::vector<flatbuffers::Offset<xpk::Executable>> exes = {
           xpk::CreateExecutableDirect(fbb, "lm_step_t16", xpk::ExecutableKind::lm_step, 16, 4, 0,
@@ -916,6 +919,19 @@ TEST(ArtifactCorrupt, BadCommands) {
     p.matmul_ukernel = xpk::Ukernel::paged_attention;
     EXPECT_THAT(LoadError(Fake(p).Bytes(false)),
                 HasSubstr("ukernel paged_attention takes 10 bindings, got 3"));
+  }
+  {
+    FakeParams p;
+    p.matmul_compute = xpk::ComputeType::bf16;  // a matmul may compute in bf16
+    EXPECT_EQ(LoadError(Fake(p).Bytes(false)), "<loaded fine>");
+    p.matmul_compute = static_cast<xpk::ComputeType>(7);
+    EXPECT_EQ(LoadError(Fake(p).Bytes(false)),
+              "model.xpk: executable 'lm_step_t16' command 1: unknown compute type 7");
+    p.matmul_compute = xpk::ComputeType::f32;
+    p.dispatch_compute = xpk::ComputeType::bf16;
+    EXPECT_EQ(LoadError(Fake(p).Bytes(false)),
+              "model.xpk: executable 'lm_step_t16' command 0: compute bf16 on a dispatch command "
+              "(only a matmul has a compute type)");
   }
   {
     FakeParams p;

@@ -266,6 +266,8 @@ json ExecutableJson(const xpk::Executable& e) {
       jc["workgroups"] = c->workgroups();
     } else {
       jc["ukernel"] = xpk::EnumNameUkernel(c->ukernel());
+      if (c->ukernel() == xpk::Ukernel::matmul)
+        jc["compute"] = xpk::EnumNameComputeType(c->compute());
     }
     json bindings = json::array();
     for (uint32_t b = 0; b < Count(c->bindings()); ++b) {
