@@ -25,15 +25,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using xcc::testing::DecoderFixtureDir;
+using xcc::testing::DecoderModelPath;
+using xcc::testing::FixtureParamName;
 using xcc::testing::ReadJson;
-
-// A fixture name as a gtest parameter / file name: "gguf/mixed" -> "gguf_mixed".
-std::string ParamName(std::string name) {
-  for (char& c : name) {
-    if (c == '/') c = '_';
-  }
-  return name;
-}
 
 struct Artifacts {
   std::string wide;     // buckets 16..128, budget 128
@@ -42,25 +37,12 @@ struct Artifacts {
 
 class DecoderNumerics : public ::testing::TestWithParam<std::string> {
  protected:
-  // "gguf/<name>" is tests/fixtures/gguf/<name>/; any other name tests/fixtures/models/<name>/.
-  static bool IsGguf(const std::string& name) { return name.rfind("gguf/", 0) == 0; }
-
-  static fs::path FixtureDir(const std::string& name) {
-    const fs::path fixtures = fs::path(XCC_SOURCE_DIR) / "tests/fixtures";
-    return IsGguf(name) ? fixtures / name : fixtures / "models" / name;
-  }
-
-  // What the compiler is given: the HF directory, or the GGUF file in it.
-  static fs::path ModelPath(const std::string& name) {
-    return IsGguf(name) ? FixtureDir(name) / "model.gguf" : FixtureDir(name);
-  }
-
   Artifacts Compile(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("xcc_numerics_" + ParamName(name));
+    fs::path dir = fs::temp_directory_path() / ("xcc_numerics_" + FixtureParamName(name));
     fs::create_directories(dir);
     Artifacts a{(dir / "wide.xpk").string(), (dir / "chunked.xpk").string()};
     xcc::CompileOptions o;
-    o.model_path = ModelPath(name).string();
+    o.model_path = DecoderModelPath(name).string();
     o.quiet = true;
     o.limits.max_num_seqs = 4;
     o.limits.max_model_len = 256;
@@ -79,21 +61,14 @@ class DecoderNumerics : public ::testing::TestWithParam<std::string> {
 
 TEST_P(DecoderNumerics, MatchesTransformers) {
   const std::string name = GetParam();
-  json ref = ReadJson(FixtureDir(name) / "reference.json");
+  json ref = ReadJson(DecoderFixtureDir(name) / "reference.json");
   Artifacts a = Compile(name);
   for (const std::string& path : {a.wide, a.chunked}) {
-    xrt::ModelRunnerParams rp;
-    rp.artifact_path = path;
-    rp.num_threads = getenv("XCC_TEST_THREADS") ? atoi(getenv("XCC_TEST_THREADS")) : 2;
-    auto runner = xrt::ModelRunner::Create(rp);
-    ASSERT_TRUE(runner.ok()) << runner.status().ToString();
-    xrt::EngineCoreParams cp = (*runner)->engine_core_params();
-    cp.enable_prefix_caching = false;  // every prompt computed from scratch
-    auto core = xrt::EngineCore::Create(cp);
-    ASSERT_TRUE(core.ok()) << core.status().ToString();
+    auto engine = xcc::testing::OpenEngine(path);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     for (const json& p : ref["prompts"]) {
       SCOPED_TRACE(name + " " + p["name"].get<std::string>() + " via " + path);
-      auto result = xcc::testing::Greedy(**core, p["ids"].get<std::vector<int32_t>>(), 32);
+      auto result = xcc::testing::Greedy(*engine->core, p["ids"].get<std::vector<int32_t>>(), 32);
       ASSERT_TRUE(result.status.ok()) << result.status.ToString();
       const std::vector<float>& logits = result.prompt_logits;
 
@@ -110,11 +85,9 @@ TEST_P(DecoderNumerics, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderNumerics,
-                         ::testing::Values("llama_gqa", "llama_tied", "llama_attn_bias",
-                                           "qwen2_bias", "mistral", "gguf/mixed", "gguf/tied_q4_1",
-                                           "gguf/llama3_rope", "gguf/kquants"),
+                         ::testing::ValuesIn(xcc::testing::kDecoderFixtures),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           return ParamName(info.param);
+                           return FixtureParamName(info.param);
                          });
 
 }  // namespace

@@ -2,10 +2,13 @@
 // generate` takes), for the numerics tests.
 #pragma once
 
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/engine/engine_core.h"
+#include "runtime/executor/model_runner.h"
 
 namespace xcc::testing {
 
@@ -15,6 +18,27 @@ struct GreedyResult {
   std::vector<float> prompt_logits;  // of the prompt's last position
   std::string finish_reason;
 };
+
+// An artifact opened for the numerics tests: its runner and an engine core on it
+// (prefix caching off: every prompt computed from scratch). Threads: XCC_TEST_THREADS,
+// else 2.
+struct TestEngine {
+  std::unique_ptr<xrt::ModelRunner> runner;
+  std::unique_ptr<xrt::EngineCore> core;
+};
+
+inline xrt::Expected<TestEngine> OpenEngine(const std::string& artifact) {
+  xrt::ModelRunnerParams rp;
+  rp.artifact_path = artifact;
+  const char* threads = std::getenv("XCC_TEST_THREADS");
+  rp.num_threads = threads ? std::atoi(threads) : 2;
+  TestEngine e;
+  XRT_ASSIGN_OR_RETURN(e.runner, xrt::ModelRunner::Create(rp));
+  xrt::EngineCoreParams cp = e.runner->engine_core_params();
+  cp.enable_prefix_caching = false;
+  XRT_ASSIGN_OR_RETURN(e.core, xrt::EngineCore::Create(cp));
+  return e;
+}
 
 // Generates `max_tokens` tokens past every EOS, greedily.
 // `lora`: the adapter to run with (null: the base model).
@@ -40,6 +64,22 @@ inline GreedyResult Greedy(xrt::EngineCore& core, const std::vector<int32_t>& pr
     if (o.finish_reason == "error" && r.status.ok()) r.status = xrt::InternalError("{}", o.error);
   });
   return r;
+}
+
+// How many leading tokens of a and b are equal.
+inline size_t LeadingAgreement(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+// The leading greedy steps of a reference whose top1-top2 margins are all at least
+// `min_margin`: where another correct implementation must pick the same tokens (at
+// a near tie, rounding may pick either).
+inline size_t DecisiveSteps(const std::vector<float>& margins, float min_margin) {
+  size_t n = 0;
+  while (n < margins.size() && margins[n] >= min_margin) ++n;
+  return n;
 }
 
 }  // namespace xcc::testing

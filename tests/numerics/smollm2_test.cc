@@ -5,6 +5,7 @@
 // which fetches the file); skipped without it.
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,23 +21,36 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(SmolLM2, GreedyTokensMatchTransformers) {
-  const char* gguf = std::getenv("XCC_SMOLLM2_GGUF");
-  if (!gguf || !*gguf) GTEST_SKIP() << "XCC_SMOLLM2_GGUF is not set";
-  std::ifstream in(fs::path(XCC_SOURCE_DIR) / "tests/fixtures/smollm2/reference.json");
-  nlohmann::json ref = nlohmann::json::parse(in);
+// Per process: several checkouts may run this test at once on one machine.
+std::string TempArtifact(const std::string& tag) {
+  return (fs::temp_directory_path() /
+          ("xcc_smollm2_test_" + tag + std::to_string(::getpid()) + ".xpk"))
+      .string();
+}
 
-  // Per process: several checkouts may run this test at once on one machine.
-  const std::string artifact =
-      (fs::temp_directory_path() / ("xcc_smollm2_test_" + std::to_string(::getpid()) + ".xpk"))
-          .string();
+xcc::CompileOptions SmolOptions(const char* gguf, const std::string& output) {
   xcc::CompileOptions o;
   o.model_path = gguf;
-  o.output_path = artifact;
+  o.output_path = output;
   o.quiet = true;
   o.limits.max_num_seqs = 4;
   o.limits.max_num_batched_tokens = 64;
   o.limits.max_model_len = 512;
+  return o;
+}
+
+nlohmann::json Reference(const char* file) {
+  std::ifstream in(fs::path(XCC_SOURCE_DIR) / "tests/fixtures/smollm2" / file);
+  return nlohmann::json::parse(in);
+}
+
+TEST(SmolLM2, GreedyTokensMatchTransformers) {
+  const char* gguf = std::getenv("XCC_SMOLLM2_GGUF");
+  if (!gguf || !*gguf) GTEST_SKIP() << "XCC_SMOLLM2_GGUF is not set";
+  nlohmann::json ref = Reference("reference.json");
+
+  const std::string artifact = TempArtifact("");
+  xcc::CompileOptions o = SmolOptions(gguf, artifact);
   auto s = xcc::Compile(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   // A second compile of the same inputs gives the same bytes.
@@ -68,6 +82,45 @@ TEST(SmolLM2, GreedyTokensMatchTransformers) {
     std::vector<int32_t> expected = p["greedy_ids"].get<std::vector<int32_t>>();
     expected.resize(20);
     EXPECT_EQ(result.tokens, expected);
+  }
+  fs::remove(artifact);
+}
+
+// --compute bf16 on real weights: the greedy tokens of HF with bf16 linears
+// (reference_bf16.json, tests/gen_bf16_references.py) up to its first near tie,
+// and how far they agree with float32's (printed; the README's table).
+TEST(SmolLM2, Bf16ComputeGreedyTokensMatchTheBf16Reference) {
+  const char* gguf = std::getenv("XCC_SMOLLM2_GGUF");
+  if (!gguf || !*gguf) GTEST_SKIP() << "XCC_SMOLLM2_GGUF is not set";
+  const nlohmann::json ref = Reference("reference.json"), ref16 = Reference("reference_bf16.json");
+  ASSERT_EQ(ref["prompts"].size(), ref16["prompts"].size());
+  const std::string artifact = TempArtifact("bf16_");
+  xcc::CompileOptions o = SmolOptions(gguf, artifact);
+  o.compute = "bf16";
+  auto s = xcc::Compile(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto engine = xcc::testing::OpenEngine(artifact);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  constexpr size_t kTokens = 32;
+  constexpr float kMinMargin = 2e-2f;
+  for (size_t i = 0; i < ref["prompts"].size(); ++i) {
+    const auto& p = ref["prompts"][i];
+    const auto& p16 = ref16["prompts"][i];
+    SCOPED_TRACE(p["prompt_text"].get<std::string>());
+    const auto ids = p["prompt_ids"].get<std::vector<int32_t>>();
+    ASSERT_EQ(ids, p16["prompt_ids"].get<std::vector<int32_t>>());
+    auto result = xcc::testing::Greedy(*engine->core, ids, kTokens);
+    ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+    const auto want16 = p16["greedy_ids"].get<std::vector<int32_t>>();
+    const auto margins = p16["greedy_margins"].get<std::vector<float>>();
+    const size_t decisive = std::min(kTokens, xcc::testing::DecisiveSteps(margins, kMinMargin));
+    auto agreeing = [&](const std::vector<int32_t>& want) {
+      return xcc::testing::LeadingAgreement(result.tokens, want);
+    };
+    EXPECT_GE(agreeing(want16), decisive)
+        << "differs from the bf16 reference before step " << decisive << ", its first near tie";
+    std::printf("bf16 compute: %zu / %zu greedy tokens as float32's (bf16 reference: %zu)\n",
+                agreeing(p["greedy_ids"].get<std::vector<int32_t>>()), kTokens, agreeing(want16));
   }
   fs::remove(artifact);
 }

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Writes reference_bf16.json beside each decoder fixture's reference.json: what
+`xcc compile --compute bf16` must compute, by an independent implementation.
+
+  python3 tests/gen_bf16_references.py                  # every fixture under tests/fixtures
+  python3 tests/gen_bf16_references.py --smollm2-gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf
+
+The model is HF transformers' (float32, eager attention), loaded exactly as
+tests/gen_model_fixtures.py loads it for reference.json (and checked to give its
+logits), with one change: every nn.Linear computes runtime/kernels/matmul.h's kBF16
+contract. Its input and weight are rounded to bfloat16 (round to nearest even;
+values below 2^-126 in magnitude read as zeros of their sign) and widened back to
+float32, so every product is exact; each output is one float32 sum over k = 0..K-1
+in order, then the bias. Everything else (embeddings, norms, rope, attention,
+softmax) stays float32, as in xrt. For each reference prompt it records the
+last-position logits and the greedy continuation (no-cache argmax loop, with the
+top1-top2 margins; SmolLM2: model.generate with its KV cache).
+
+Only used to (re)generate fixtures; CI never runs it, so it may import torch.
+Deterministic: single thread, no sampling.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_model_fixtures as gm  # noqa: E402
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def bf16_operand(x):
+    import torch
+    tiny = x.abs() < 2.0 ** -126
+    x = torch.where(tiny, x * 0.0, x)  # keeps the sign of zero
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
+def bf16_linear(x, w, bias):
+    """x @ w.T (+ bias) as the kBF16 contract sums it: per output, one float32 chain over
+    k = 0..K-1 in order, each step adding the (exact) product of two bf16 operands with one
+    rounding, then the bias. Same arithmetic as xrt's kernels, written independently."""
+    import torch
+    xb, wb = bf16_operand(x), bf16_operand(w)
+    acc = torch.zeros(x.shape[:-1] + (w.shape[0],), dtype=torch.float32)
+    for k in range(x.shape[-1]):
+        acc = acc + xb[..., k:k + 1] * wb[:, k]  # the product is exact: one rounding per step
+    return acc if bias is None else acc + bias
+
+
+def use_bf16_linears(model):
+    import torch
+    count = 0
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear):
+            def forward(x, mod=mod):
+                return bf16_linear(x, mod.weight, mod.bias)
+            mod.forward = forward
+            count += 1
+    assert count > 0
+    return count
+
+
+def greedy_nocache(model, ids, n):
+    import torch
+    seq, gen, margins = list(ids), [], []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([seq]), use_cache=False).logits[0, -1].float()
+            top2 = torch.topk(logits, 2)
+            t = int(top2.indices[0])
+            gen.append(t)
+            margins.append(gm.f32(float(top2.values[0] - top2.values[1])))
+            seq.append(t)
+    return gen, margins
+
+
+def greedy_cached(model, ids, n):
+    """greedy_nocache's tokens and margins through model.generate (KV cache, one new
+    position per step): the same arithmetic per position, affordable on a real model."""
+    import torch
+    from transformers import GenerationConfig
+    inp = torch.tensor([ids], dtype=torch.long)
+    gc = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=0,
+                          eos_token_id=None, pad_token_id=0, bos_token_id=None, num_beams=1,
+                          repetition_penalty=1.0, use_cache=True, output_scores=True,
+                          return_dict_in_generate=True)
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        with torch.no_grad():
+            out = model.generate(inp, attention_mask=torch.ones_like(inp), generation_config=gc)
+    finally:
+        model.generation_config = saved
+    gen = out.sequences[0, len(ids):].tolist()
+    margins = []
+    for step, scores in enumerate(out.scores):
+        top2 = torch.topk(scores[0].float(), 2)
+        assert int(top2.indices[0]) == gen[step]
+        margins.append(gm.f32(float(top2.values[0] - top2.values[1])))
+    return gen, margins
+
+
+def last_logits(model, ids):
+    import torch
+    with torch.no_grad():
+        return model(torch.tensor([ids]), use_cache=False).logits[0, -1].float().numpy()
+
+
+def write(path, model_desc, linears, prompts):
+    gm.dump_json(path, {
+        "format": 1,
+        "model": model_desc,
+        "generator": "tests/gen_bf16_references.py",
+        "versions": gm.versions(),
+        "compute": ("transformers float32 eager; every nn.Linear (%d) on bf16 operands: input "
+                    "and weight rounded to bfloat16 (nearest even, |x| < 2^-126 -> signed zero), "
+                    "f32 products and sums" % linears),
+        "prompts": prompts,
+    })
+    print(f"  wrote {path}")
+
+
+def fixture_prompts(model, ref):
+    prompts = []
+    for p in ref["prompts"]:
+        logits = last_logits(model, p["ids"])
+        gen, margins = greedy_nocache(model, p["ids"], len(p["greedy_ids"]))
+        f32_logits = np.asarray(p["last_logits"], dtype=np.float32)
+        agree = next((i for i, (a, b) in enumerate(zip(gen, p["greedy_ids"])) if a != b),
+                     len(gen))
+        print(f"    {p['name']:12s} max|bf16-f32 logits|={np.abs(logits - f32_logits).max():.4f}"
+              f" greedy agrees with f32 for {agree}/{len(gen)} tokens,"
+              f" min margin {min(margins):.4f}")
+        prompts.append({"name": p["name"], "last_logits": gm.f32_list(logits),
+                        "greedy_ids": gen, "greedy_margins": margins})
+    return prompts
+
+
+def make_fixture(d):
+    import torch
+    from transformers import AutoModelForCausalLM
+    name = os.path.relpath(d, FIXTURES)
+    print(f"== {name}")
+    with open(os.path.join(d, "reference.json"), encoding="utf-8") as fh:
+        ref = json.load(fh)
+    if os.path.exists(os.path.join(d, gm.GGUF_FILE)):
+        model, _ = gm.load_gguf_model(d)
+        scaling = gm.GGUF_MODELS[os.path.basename(d)].get("rope_scaling")
+        if scaling:
+            # transformers' GGUF loader ignores rope_freqs.weight; reference.json is the HF
+            # model with its llama3 rope_scaling (see gen_model_fixtures.make_gguf), so
+            # give the loaded model that rotary embedding.
+            model.config.rope_parameters = dict(model.config.rope_parameters, **scaling)
+            model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
+                                                     attn_implementation="eager")
+        model.eval()
+    # Unpatched, it is the model reference.json was computed from.
+    for p in ref["prompts"]:
+        diff = np.abs(last_logits(model, p["ids"]) - np.asarray(p["last_logits"])).max()
+        assert diff <= 1e-4, f"{name} {p['name']}: not reference.json's model ({diff})"
+    linears = use_bf16_linears(model)
+    write(os.path.join(d, "reference_bf16.json"), ref.get("model", name), linears,
+          fixture_prompts(model, ref))
+
+
+def make_smollm2(gguf_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+    d = os.path.join(FIXTURES, "smollm2")
+    print(f"== smollm2 ({gguf_path})")
+    with open(os.path.join(d, "reference.json"), encoding="utf-8") as fh:
+        ref = json.load(fh)
+    gdir, gfile = os.path.split(os.path.abspath(gguf_path))
+    model = AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gfile, dtype=torch.float32,
+                                                 attn_implementation="eager")
+    model.eval()
+    for c in ref["prompts"]:
+        gen, _ = greedy_cached(model, c["prompt_ids"], len(c["greedy_ids"]))
+        assert gen == c["greedy_ids"], "not reference.json's model"
+    linears = use_bf16_linears(model)
+    prompts = []
+    for c in ref["prompts"]:
+        gen, margins = greedy_cached(model, c["prompt_ids"], len(c["greedy_ids"]))
+        agree = next((i for i, (a, b) in enumerate(zip(gen, c["greedy_ids"])) if a != b),
+                     len(gen))
+        print(f"    greedy agrees with f32 for {agree}/{len(gen)} tokens,"
+              f" min margin {min(margins):.4f}")
+        prompts.append({"prompt_ids": c["prompt_ids"], "greedy_ids": gen,
+                        "greedy_margins": margins})
+    write(os.path.join(d, "reference_bf16.json"), "SmolLM2-135M-Instruct " + gfile, linears,
+          prompts)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fixtures", nargs="*", default=None,
+                    help="fixture directories relative to tests/fixtures (default: every "
+                         "models/* and gguf/* with a reference.json)")
+    ap.add_argument("--smollm2-gguf", default=None,
+                    help="also write smollm2/reference_bf16.json from this GGUF")
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(1)
+    dirs = args.fixtures
+    if dirs is None:
+        dirs = sorted(os.path.relpath(os.path.dirname(p), FIXTURES)
+                      for sub in ("models", "gguf")
+                      for p in __import__("glob").glob(os.path.join(FIXTURES, sub, "*",
+                                                                     "reference.json")))
+    for rel in dirs:
+        make_fixture(os.path.join(FIXTURES, rel))
+    if args.smollm2_gguf:
+        make_smollm2(args.smollm2_gguf)
+
+
+if __name__ == "__main__":
+    main()
