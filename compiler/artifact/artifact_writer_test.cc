@@ -67,7 +67,9 @@ struct Case {
 // 64 KiB when `big_align`).
 std::vector<WeightPlacement> AddSegments(ArtifactWriter& w, bool code_first, bool big_align) {
   std::vector<WeightPlacement> placed;
-  if (code_first) EXPECT_TRUE(w.AddSegment(xpk::SegmentKind::code, Pattern(100, 1)).ok());
+  if (code_first) {
+    EXPECT_TRUE(w.AddSegment(xpk::SegmentKind::code, Pattern(100, 1)).ok());
+  }
   static const std::vector<uint8_t> big = Pattern((size_t{4} << 20) + 1, 2);
   const std::vector<uint8_t> small = Pattern(3, 3), other = Pattern(5000, 4);
   placed.push_back(w.AppendWeight(big.data(), big.size()));

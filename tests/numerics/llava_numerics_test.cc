@@ -232,19 +232,12 @@ TEST_P(LlavaNumerics, EngineMatchesTransformers) {
     if (chunked) o.token_buckets = {16};
     auto compiled = xcc::Compile(o);
     ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
-    xrt::ModelRunnerParams rp;
-    rp.artifact_path = o.output_path;
-    rp.num_threads = 2;
-    auto runner = xrt::ModelRunner::Create(rp);
-    ASSERT_TRUE(runner.ok()) << runner.status().ToString();
-    xrt::EngineCoreParams cp = (*runner)->engine_core_params();
-    cp.enable_prefix_caching = false;
-    auto core = xrt::EngineCore::Create(cp);
-    ASSERT_TRUE(core.ok()) << core.status().ToString();
+    auto engine = xcc::testing::OpenEngine(o.output_path);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     for (const json& c : ref["cases"]) {
       SCOPED_TRACE(name + " " + c["name"].get<std::string>() + " via " + o.output_path);
-      auto result = xcc::testing::Greedy(**core, c["input_ids"].get<std::vector<int32_t>>(), 32,
-                                         CaseImages(name, c, tpi, image_token));
+      auto result = xcc::testing::Greedy(*engine->core, c["input_ids"].get<std::vector<int32_t>>(),
+                                         32, CaseImages(name, c, tpi, image_token));
       ASSERT_TRUE(result.status.ok()) << result.status.ToString();
       const std::vector<float> expected = c["last_logits"].get<std::vector<float>>();
       ASSERT_EQ(result.prompt_logits.size(), expected.size());

@@ -102,19 +102,11 @@ struct PromptRuns {
 
 PromptRuns RunPrompts(const std::string& artifact, const json& prompts) {
   PromptRuns run;
-  xrt::ModelRunnerParams rp;
-  rp.artifact_path = artifact;
-  rp.num_threads = 2;
-  auto runner = xrt::ModelRunner::Create(rp);
-  EXPECT_TRUE(runner.ok()) << runner.status().ToString();
-  if (!runner.ok()) return run;
-  xrt::EngineCoreParams cp = (*runner)->engine_core_params();
-  cp.enable_prefix_caching = false;
-  auto core = xrt::EngineCore::Create(cp);
-  EXPECT_TRUE(core.ok()) << core.status().ToString();
-  if (!core.ok()) return run;
+  auto engine = xcc::testing::OpenEngine(artifact);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  if (!engine.ok()) return run;
   for (const json& p : prompts) {
-    auto r = xcc::testing::Greedy(**core, p["ids"].get<std::vector<int32_t>>(), 16);
+    auto r = xcc::testing::Greedy(*engine->core, p["ids"].get<std::vector<int32_t>>(), 16);
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
     run.logits.push_back(r.prompt_logits);
     run.tokens.push_back(r.tokens);
@@ -386,8 +378,9 @@ TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
       const xpk::Weight* w = *(*a)->weight(i);
-      if (w->name()->str().find("embed_tokens") != std::string::npos)
+      if (w->name()->str().find("embed_tokens") != std::string::npos) {
         EXPECT_EQ(w->dtype(), static_cast<xpk::DType>(m.table)) << "the table stays a K-quant";
+      }
     }
     PromptRuns q = RunPrompts(quantized, prompts);
     PromptRuns r = RunPrompts(f32, prompts);
