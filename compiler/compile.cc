@@ -129,10 +129,15 @@ std::string LabelOf(Operation* op) {
 class Emitter {
  public:
   // `loraTargets`: the LoRA target modules in Manifest.lora.targets order (the index
-  // lora_a / lora_b bindings carry), with their in/out features.
+  // lora_a / lora_b bindings carry), with their in/out features. `matmulCompute`: the
+  // compute type of every linear's matmul (--compute).
   Emitter(const CompileOptions& o, int64_t maxNumSeqs, int64_t maxBlocksPerReq, int64_t blockSize,
-          const std::vector<xrt::LoraTarget>& loraTargets)
-      : o_(o), maxNumSeqs_(maxNumSeqs), maxBlocksPerReq_(maxBlocksPerReq), blockSize_(blockSize) {
+          const std::vector<xrt::LoraTarget>& loraTargets, xpk::ComputeType matmulCompute)
+      : o_(o),
+        maxNumSeqs_(maxNumSeqs),
+        maxBlocksPerReq_(maxBlocksPerReq),
+        blockSize_(blockSize),
+        matmulCompute_(matmulCompute) {
     for (size_t i = 0; i < loraTargets.size(); ++i)
       loraTargetIndex_[loraTargets[i].name] = {static_cast<uint32_t>(i), &loraTargets[i]};
   }
@@ -270,7 +275,7 @@ class Emitter {
                            {B::kAcc, op.getAccumulator()}})
       XRT_RETURN_IF_ERROR(Bind(u, role, v));
     XRT_ASSIGN_OR_RETURN(CommandDesc c, Finish(op, u));
-    c.compute = o_.compute == "bf16" ? xpk::ComputeType::bf16 : xpk::ComputeType::f32;
+    c.compute = matmulCompute_;
     return c;
   }
 
@@ -519,6 +524,7 @@ class Emitter {
 
   const CompileOptions& o_;
   int64_t maxNumSeqs_, maxBlocksPerReq_, blockSize_;
+  xpk::ComputeType matmulCompute_;
   std::vector<std::string> functions_;
   std::map<std::string, uint32_t> functionIndex_;
   std::vector<WeightDesc> weights_;
@@ -766,7 +772,8 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     llvm::errs() << fmt::format("[{:6.1f}s] ", t) << msg << "\n";
   };
 
-  if (xrt::ComputeType compute; !xrt::ComputeTypeFromName(o.compute, &compute))
+  xrt::ComputeType compute;
+  if (!xrt::ComputeTypeFromName(o.compute, &compute))
     return xrt::InvalidArgumentError("--compute: '{}' is not one of f32, bf16", o.compute);
   progress("reading " + o.model_path);
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> source, ModelSource::Open(o.model_path));
@@ -888,7 +895,9 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   if (failed(RunGraphPipeline(*module, po)))
     return xrt::InternalError("graph pipeline failed:\n{}", diags.text());
 
-  Emitter emitter(o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size, loraSpec.targets);
+  Emitter emitter(
+      o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size, loraSpec.targets,
+      compute == xrt::ComputeType::kBF16 ? xpk::ComputeType::bf16 : xpk::ComputeType::f32);
   XRT_RETURN_IF_ERROR(emitter.Run(*module));
 
   // Code.

@@ -21,6 +21,7 @@ Deterministic: single thread, no sampling.
 """
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -213,7 +214,7 @@ def main():
     if dirs is None:
         dirs = sorted(os.path.relpath(os.path.dirname(p), FIXTURES)
                       for sub in ("models", "gguf")
-                      for p in __import__("glob").glob(os.path.join(FIXTURES, sub, "*",
+                      for p in glob.glob(os.path.join(FIXTURES, sub, "*",
                                                                      "reference.json")))
     for rel in dirs:
         make_fixture(os.path.join(FIXTURES, rel))

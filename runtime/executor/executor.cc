@@ -237,7 +237,9 @@ Status Executor::Run(const xpk::Executable& e, int64_t active_rows) {
                             : std::string(xpk::EnumNameUkernel(c.ukernel()));
     if (c.kind() == xpk::CommandKind::ukernel && c.ukernel() == xpk::Ukernel::matmul)
       label += fmt::format(" {}{}", WeightFormatName(pc.w_format),
-                           pc.compute == ComputeType::kBF16 ? " (bf16 compute)" : "");
+                           pc.compute == ComputeType::kF32
+                               ? ""
+                               : fmt::format(" ({} compute)", ComputeTypeName(pc.compute)));
     CommandProfile::Entry& entry = profile_->by_label[label];
     ++entry.calls;
     entry.seconds += seconds;

@@ -250,7 +250,7 @@ FormatWeights MakeFormatWeights(WeightFormat format, int64_t n, int64_t k, uint3
 // C [m][ldc] (+)= A [m][k] (row stride k + 1) times the packed weight.
 void RunFormatInto(const float* a, int64_t m, int64_t n, int64_t k, const void* packed,
                    WeightFormat format, const float* bias, bool accumulate, float* c, int64_t ldc,
-                   ThreadPool* pool, CpuIsa isa) {
+                   ThreadPool* pool, CpuIsa isa, ComputeType compute = ComputeType::kF32) {
   MatmulArgs args;
   args.a = a;
   args.lda = k + 1;
@@ -263,6 +263,7 @@ void RunFormatInto(const float* a, int64_t m, int64_t n, int64_t k, const void* 
   args.n = n;
   args.k = k;
   args.accumulate = accumulate;
+  args.compute = compute;
   MatmulWithIsa(args, pool, isa);
 }
 
@@ -422,7 +423,7 @@ TEST(MatmulBf16Test, BitIdenticalToTheBf16ChainOnEveryPathAndFormat) {
         }
         const std::vector<float> bias = RandomVector(n, seed++);
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29}) {
-          const int64_t lda = k + 1, ldc = n + 3;
+          const int64_t lda = k + 1, ldc = n + 3;  // RunFormatInto's lda
           std::vector<float> a = RandomVector(m * lda, seed++);
           // Operands whose rounding matters: subnormals (read as zero), values
           // halfway between two bf16s, and a large magnitude.
@@ -437,20 +438,8 @@ TEST(MatmulBf16Test, BitIdenticalToTheBf16ChainOnEveryPathAndFormat) {
           for (CpuIsa isa : SupportedIsas()) {
             for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
               std::vector<float> got = c0;
-              MatmulArgs args;
-              args.a = a.data();
-              args.lda = lda;
-              args.packed_w = packed.data();
-              args.w_format = format;
-              args.bias = b;
-              args.c = got.data();
-              args.ldc = ldc;
-              args.m = m;
-              args.n = n;
-              args.k = k;
-              args.accumulate = accumulate;
-              args.compute = ComputeType::kBF16;
-              MatmulWithIsa(args, p, isa);
+              RunFormatInto(a.data(), m, n, k, packed.data(), format, b, accumulate, got.data(),
+                            ldc, p, isa, ComputeType::kBF16);
               ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
                   << WeightFormatName(format) << " " << CpuIsaName(isa) << " m=" << m << " n=" << n
                   << " k=" << k << " bias=" << with_bias << " acc=" << accumulate

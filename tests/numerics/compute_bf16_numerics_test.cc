@@ -20,19 +20,17 @@
 //    is not zero: the mode does what it says.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "compiler/compile.h"
 #include "runtime/executor/model_runner.h"
+#include "tests/numerics/decoder_artifacts.h"
 #include "tests/numerics/fixture_io.h"
 #include "tests/numerics/greedy.h"
 
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 using xcc::testing::DecoderFixtureDir;
 using xcc::testing::LeadingAgreement;
@@ -49,34 +47,6 @@ float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-// Compiles fixture `name` with --compute bf16, into a wide and a chunked artifact.
-std::vector<std::string> CompileBf16(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("xcc_bf16_" + xcc::testing::FixtureParamName(name));
-  fs::create_directories(dir);
-  xcc::CompileOptions o;
-  o.model_path = xcc::testing::DecoderModelPath(name).string();
-  o.quiet = true;
-  o.compute = "bf16";
-  o.limits.max_num_seqs = 4;
-  o.limits.max_model_len = 256;
-  o.limits.max_num_batched_tokens = 128;
-  o.output_path = (dir / "wide.xpk").string();
-  std::vector<std::string> out;
-  if (auto s = xcc::Compile(o); s.ok())
-    out.push_back(o.output_path);
-  else
-    ADD_FAILURE() << s.status().ToString();
-  o.limits.max_num_batched_tokens = 16;
-  o.token_buckets = {16};
-  o.output_path = (dir / "chunked.xpk").string();
-  if (auto s = xcc::Compile(o); s.ok())
-    out.push_back(o.output_path);
-  else
-    ADD_FAILURE() << s.status().ToString();
-  return out;
-}
-
 TEST(ComputeBf16, MatchesTheBf16ReferenceAndReportsTheDeviation) {
   size_t prompts = 0, exact = 0;
   std::printf(
@@ -87,8 +57,9 @@ TEST(ComputeBf16, MatchesTheBf16ReferenceAndReportsTheDeviation) {
     const json ref = ReadJson(DecoderFixtureDir(name) / "reference.json");
     const json ref16 = ReadJson(DecoderFixtureDir(name) / "reference_bf16.json");
     ASSERT_EQ(ref["prompts"].size(), ref16["prompts"].size());
-    const std::vector<std::string> artifacts = CompileBf16(name);
-    ASSERT_EQ(artifacts.size(), 2u);
+    auto compiled = xcc::testing::CompileDecoderFixture(name, "bf16");
+    ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+    const std::string artifacts[] = {compiled->wide, compiled->chunked};
 
     std::vector<xcc::testing::GreedyResult> wide;
     float max_vs_f32 = 0, max_vs_bf16 = 0;

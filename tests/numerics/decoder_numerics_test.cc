@@ -9,61 +9,32 @@
 // the last-position logits match HF's within 1e-4 (max abs) and that the
 // 32-token greedy continuation matches token for token, with both artifacts.
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "compiler/compile.h"
 #include "runtime/executor/model_runner.h"
+#include "tests/numerics/decoder_artifacts.h"
 #include "tests/numerics/fixture_io.h"
 #include "tests/numerics/greedy.h"
 
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 using xcc::testing::DecoderFixtureDir;
-using xcc::testing::DecoderModelPath;
 using xcc::testing::FixtureParamName;
 using xcc::testing::ReadJson;
 
-struct Artifacts {
-  std::string wide;     // buckets 16..128, budget 128
-  std::string chunked;  // one 16-token bucket, budget 16
-};
-
-class DecoderNumerics : public ::testing::TestWithParam<std::string> {
- protected:
-  Artifacts Compile(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("xcc_numerics_" + FixtureParamName(name));
-    fs::create_directories(dir);
-    Artifacts a{(dir / "wide.xpk").string(), (dir / "chunked.xpk").string()};
-    xcc::CompileOptions o;
-    o.model_path = DecoderModelPath(name).string();
-    o.quiet = true;
-    o.limits.max_num_seqs = 4;
-    o.limits.max_model_len = 256;
-    o.limits.max_num_batched_tokens = 128;
-    o.output_path = a.wide;
-    auto s = xcc::Compile(o);
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    o.limits.max_num_batched_tokens = 16;
-    o.token_buckets = {16};
-    o.output_path = a.chunked;
-    s = xcc::Compile(o);
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return a;
-  }
-};
+class DecoderNumerics : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DecoderNumerics, MatchesTransformers) {
   const std::string name = GetParam();
   json ref = ReadJson(DecoderFixtureDir(name) / "reference.json");
-  Artifacts a = Compile(name);
-  for (const std::string& path : {a.wide, a.chunked}) {
+  auto a = xcc::testing::CompileDecoderFixture(name);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  for (const std::string& path : {a->wide, a->chunked}) {
     auto engine = xcc::testing::OpenEngine(path);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     for (const json& p : ref["prompts"]) {
