@@ -122,7 +122,8 @@ void TimeRotating(benchmark::State& state, const Weights& w, const Call& call) {
 // copies of `cold_bytes` in all), with a bias or accumulating into C.
 void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads,
                   int64_t cold_bytes, bool bias, bool accumulate,
-                  WeightFormat format = WeightFormat::kF32) {
+                  WeightFormat format = WeightFormat::kF32,
+                  ComputeType compute = ComputeType::kF32) {
   Weights w = MakeWeights(n, k, cold_bytes, /*pack=*/true, format);
   Buffer a = Allocate(m * k), c = Allocate(m * n);
   FillRandom(a.get(), m * k, 1);
@@ -140,6 +141,7 @@ void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int 
   args.n = n;
   args.k = k;
   args.accumulate = accumulate;
+  args.compute = compute;
   TimeRotating(state, w, [&](const float* packed_w) {
     args.packed_w = packed_w;
     Matmul(args, pool);
@@ -147,6 +149,7 @@ void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int 
   SetCounters(state, m, n, k, PackedWeightBytes(format, n, k));
   std::string label = CpuIsaName(BestCpuIsa());
   if (format != WeightFormat::kF32) label = label + " " + WeightFormatName(format);
+  if (compute != ComputeType::kF32) label = label + " " + ComputeTypeName(compute) + " compute";
   state.SetLabel(label);
 }
 
@@ -180,27 +183,36 @@ void BM_OpenBlasSgemm(benchmark::State& state) {
 #endif
 
 // xrt Matmul on a weight packed in another format (weight_format.h),
-// quantized from random values. Args: format (WeightFormat value), M, N, K,
-// threads. GBps counts the packed bytes: the fraction of the DRAM read
-// bandwidth a decode GEMV reaches.
+// quantized from random values. Args: format (WeightFormat value), compute
+// (ComputeType value: 0 f32, 2 int8), M, N, K, threads. GBps counts the packed bytes: the fraction
+// of the DRAM read bandwidth a decode GEMV reaches.
 void BM_XrtMatmulFormat(benchmark::State& state) {
-  const int64_t m = state.range(1);
-  RunXrtMatmul(state, m, state.range(2), state.range(3), static_cast<int>(state.range(4)),
+  const int64_t m = state.range(2);
+  RunXrtMatmul(state, m, state.range(3), state.range(4), static_cast<int>(state.range(5)),
                m <= 16 ? kColdBytes : 0, /*bias=*/true, /*accumulate=*/false,
-               static_cast<WeightFormat>(state.range(0)));
+               static_cast<WeightFormat>(state.range(0)), static_cast<ComputeType>(state.range(1)));
+}
+
+// The compute types worth timing on `f`: f32, and int8 where it applies.
+std::vector<ComputeType> ComputeTypesFor(WeightFormat f) {
+  if (f == WeightFormat::kF32 || f == WeightFormat::kF16 || f == WeightFormat::kBF16) {
+    return {ComputeType::kF32};
+  }
+  return {ComputeType::kF32, ComputeType::kInt8};
 }
 
 // SmolLM2-135M's linear shapes: q/o projections, MLP up/gate, MLP down and
 // the tied lm_head (49152 x 576); decode (M = 1) and a 128-token prefill.
 void MatmulFormatShapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"format", "M", "N", "K", "threads"});
+  b->ArgNames({"format", "compute", "M", "N", "K", "threads"});
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16,
                          WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1})
-    for (int threads : {1, 2})
-      for (int64_t m : {1, 128})
-        for (auto [n, k] :
-             {std::pair<int64_t, int64_t>{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}})
-          b->Args({static_cast<int64_t>(f), m, n, k, threads});
+    for (ComputeType c : ComputeTypesFor(f))
+      for (int threads : {1, 2})
+        for (int64_t m : {1, 128})
+          for (auto [n, k] :
+               {std::pair<int64_t, int64_t>{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}})
+            b->Args({static_cast<int64_t>(f), static_cast<int64_t>(c), m, n, k, threads});
   b->UseRealTime();
   b->MinTime(0.2);
 }
@@ -210,13 +222,14 @@ BENCHMARK(BM_XrtMatmulFormat)->Apply(MatmulFormatShapes);
 // MLP gate/up 8192x2048 and down 2048x8192; SmolLM2's K = 576 is not a
 // multiple of 256), random ggml blocks.
 void MatmulKQuantShapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"format", "M", "N", "K", "threads"});
+  b->ArgNames({"format", "compute", "M", "N", "K", "threads"});
   for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_1, WeightFormat::kQ4_K,
                          WeightFormat::kQ5_K, WeightFormat::kQ6_K})
-    for (int threads : {1, 2})
-      for (int64_t m : {1, 128})
-        for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 2048}, {8192, 2048}, {2048, 8192}})
-          b->Args({static_cast<int64_t>(f), m, n, k, threads});
+    for (ComputeType c : ComputeTypesFor(f))
+      for (int threads : {1, 2})
+        for (int64_t m : {1, 128})
+          for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 2048}, {8192, 2048}, {2048, 8192}})
+            b->Args({static_cast<int64_t>(f), static_cast<int64_t>(c), m, n, k, threads});
   b->UseRealTime();
   b->MinTime(0.2);
 }

@@ -774,7 +774,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
 
   xrt::ComputeType compute;
   if (!xrt::ComputeTypeFromName(o.compute, &compute))
-    return xrt::InvalidArgumentError("--compute: '{}' is not one of f32, bf16", o.compute);
+    return xrt::InvalidArgumentError("--compute: '{}' is not one of f32, bf16, int8", o.compute);
   progress("reading " + o.model_path);
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> source, ModelSource::Open(o.model_path));
   const DecoderConfig& cfg = source->config();
@@ -895,9 +895,10 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
   if (failed(RunGraphPipeline(*module, po)))
     return xrt::InternalError("graph pipeline failed:\n{}", diags.text());
 
-  Emitter emitter(
-      o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size, loraSpec.targets,
-      compute == xrt::ComputeType::kBF16 ? xpk::ComputeType::bf16 : xpk::ComputeType::f32);
+  Emitter emitter(o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size, loraSpec.targets,
+                  compute == xrt::ComputeType::kBF16   ? xpk::ComputeType::bf16
+                  : compute == xrt::ComputeType::kInt8 ? xpk::ComputeType::int8
+                                                       : xpk::ComputeType::f32);
   XRT_RETURN_IF_ERROR(emitter.Run(*module));
 
   // Code.

@@ -102,10 +102,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   compile
       ->add_option("--compute", co.compute,
-                   "What the linear layers' matmuls multiply: f32, or bf16 (activations and "
+                   "What the linear layers' matmuls multiply: f32; bf16 (activations and "
                    "weights rounded to bf16, products summed in f32: the numerics of bf16 matrix "
-                   "units; on CPUs without them it is slower, and its deviation from f32 is "
-                   "in the README)")
+                   "units; on CPUs without them it is slower); or int8 (activations quantized "
+                   "to int8 per block, integer dot products with quantized weights, as "
+                   "llama.cpp: faster decode on q4/q8/K-quant weights). Deviations from f32 are "
+                   "in the README")
       ->capture_default_str();
   compile->add_option("--target", co.target, "host, x86-64-v3, x86-64-v4 or an LLVM CPU name")
       ->capture_default_str();

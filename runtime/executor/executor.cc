@@ -14,6 +14,7 @@
 #include "runtime/kernels/dense_attention.h"
 #include "runtime/kernels/lora.h"
 #include "runtime/kernels/matmul.h"
+#include "runtime/kernels/matmul_int8.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
@@ -154,8 +155,10 @@ Status Executor::Prepare() {
       }
       if (c->kind() == xpk::CommandKind::ukernel && c->ukernel() == xpk::Ukernel::matmul) {
         XRT_ASSIGN_OR_RETURN(pc.w_format, MatmulWeightFormat(a, *e, *c));
-        pc.compute =
-            c->compute() == xpk::ComputeType::bf16 ? ComputeType::kBF16 : ComputeType::kF32;
+        pc.compute = c->compute() == xpk::ComputeType::bf16 ? ComputeType::kBF16
+                     : c->compute() == xpk::ComputeType::int8 && Int8ComputeApplies(pc.w_format)
+                         ? ComputeType::kInt8
+                         : ComputeType::kF32;  // int8 on a weight without integer quants: f32
       }
       for (const xpk::Binding* b : *c->bindings()) {
         void* ptr = nullptr;

@@ -1,5 +1,7 @@
 #include "runtime/kernels/matmul.h"
 
+#include "runtime/kernels/matmul_int8.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cassert>
@@ -33,13 +35,24 @@ void PackWeights(const float* w, int64_t N, int64_t K, float* out) {
   }
 }
 
-const char* ComputeTypeName(ComputeType c) { return c == ComputeType::kBF16 ? "bf16" : "f32"; }
+const char* ComputeTypeName(ComputeType c) {
+  switch (c) {
+    case ComputeType::kBF16:
+      return "bf16";
+    case ComputeType::kInt8:
+      return "int8";
+    default:
+      return "f32";
+  }
+}
 
 bool ComputeTypeFromName(const std::string& name, ComputeType* out) {
   if (name == "f32") {
     *out = ComputeType::kF32;
   } else if (name == "bf16") {
     *out = ComputeType::kBF16;
+  } else if (name == "int8") {
+    *out = ComputeType::kInt8;
   } else {
     return false;
   }
@@ -975,6 +988,10 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   assert(args.ldc >= args.n || args.m <= 1);
   assert(args.k % WeightFormatBlockSize(args.w_format) == 0);
   if (args.m <= 0 || args.n <= 0) return;
+  if (args.compute == ComputeType::kInt8 && Int8ComputeApplies(args.w_format) && args.k > 0) {
+    MatmulInt8WithIsa(args, pool, isa);
+    return;
+  }
 #if defined(__x86_64__)
   if (isa == CpuIsa::kAvx512 && args.w_format != WeightFormat::kF32 && args.m <= kGemvMaxRows &&
       args.k > 0) {

@@ -43,7 +43,12 @@
 // interleaved chains per instruction), so an AMX kernel needs an AVX-512
 // twin of that order for M below its tile height to stay batch invariant.
 // On CPUs without bf16 units kBF16 is slower than kF32 (the operands are
-// rounded in registers): it exists for its numerics contract.
+// rounded in registers): it exists for its numerics contract. kInt8 is
+// llama.cpp's arithmetic on the formats with integer quants (q8_0, q4_0,
+// q4_1, q4_k, q5_k, q6_k): rows of A quantized to int8 per block, exact
+// integer dot products with the weights' quants, scales applied in f32 in a
+// fixed order; its contract (matmul_int8.h) is batch invariant too, and the
+// other formats run it as kF32.
 //
 // (The sign of a zero weight may differ between the paths' decoders: q4_0's
 // 0 * negative scale is -0 in DequantizePackedRow, +0 from the AVX-512
@@ -97,9 +102,10 @@ void PackWeights(const float* w, int64_t N, int64_t K, float* out);
 enum class ComputeType : uint8_t {
   kF32 = 0,   // the operands' f32 values
   kBF16 = 1,  // the operands rounded to bf16 (RoundToBf16Operand), f32 sums
+  kInt8 = 2,  // A quantized to int8, integer dot products (matmul_int8.h)
 };
 
-// "f32", "bf16"; FromName accepts those and returns false otherwise.
+// "f32", "bf16", "int8"; FromName accepts those and returns false otherwise.
 const char* ComputeTypeName(ComputeType c);
 bool ComputeTypeFromName(const std::string& name, ComputeType* out);
 

@@ -512,7 +512,7 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
           xpk::EnumNameExecutableKind(e.kind()));
   }
   if (c->compute() != xpk::ComputeType::f32) {
-    if (c->compute() != xpk::ComputeType::bf16)
+    if (c->compute() != xpk::ComputeType::bf16 && c->compute() != xpk::ComputeType::int8)
       return DataLossError("{}: unknown compute type {}", label, static_cast<int>(c->compute()));
     if (c->kind() != xpk::CommandKind::ukernel || c->ukernel() != xpk::Ukernel::matmul)
       return DataLossError("{}: compute {} on a {} command (only a matmul has a compute type)",

@@ -924,6 +924,8 @@ TEST(ArtifactCorrupt, BadCommands) {
     FakeParams p;
     p.matmul_compute = xpk::ComputeType::bf16;  // a matmul may compute in bf16
     EXPECT_EQ(LoadError(Fake(p).Bytes(false)), "<loaded fine>");
+    p.matmul_compute = xpk::ComputeType::int8;  // or in int8
+    EXPECT_EQ(LoadError(Fake(p).Bytes(false)), "<loaded fine>");
     p.matmul_compute = static_cast<xpk::ComputeType>(7);
     EXPECT_EQ(LoadError(Fake(p).Bytes(false)),
               "model.xpk: executable 'lm_step_t16' command 1: unknown compute type 7");

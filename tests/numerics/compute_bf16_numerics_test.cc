@@ -34,18 +34,13 @@ namespace {
 using nlohmann::json;
 using xcc::testing::DecoderFixtureDir;
 using xcc::testing::LeadingAgreement;
+using xcc::testing::MaxAbsDiff;
 using xcc::testing::ReadJson;
 
 constexpr float kExactTol = 1e-4f;
 constexpr double kExactShare = 0.8;
 constexpr float kFlipTol = 0.1f;
 constexpr float kMinMargin = 0.12f;
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
 
 TEST(ComputeBf16, MatchesTheBf16ReferenceAndReportsTheDeviation) {
   size_t prompts = 0, exact = 0;

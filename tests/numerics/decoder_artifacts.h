@@ -14,20 +14,24 @@ struct DecoderArtifacts {
   std::string chunked;  // one 16-token bucket, budget 16: prompts prefilled in chunks
 };
 
-// Compiles decoder fixture `name` (kDecoderFixtures) with --compute `compute` into
-// <tmp>/xcc_numerics_[<compute>_]<name>/{wide,chunked}.xpk.
-inline xrt::Expected<DecoderArtifacts> CompileDecoderFixture(const std::string& name,
-                                                             const std::string& compute = "f32") {
+// Compiles decoder fixture `name` (kDecoderFixtures) with --compute `compute` and
+// --weight-dtype `weight_dtype` into
+// <tmp>/xcc_numerics_[<compute>_][<weight_dtype>_]<name>/{wide,chunked}.xpk.
+inline xrt::Expected<DecoderArtifacts> CompileDecoderFixture(
+    const std::string& name, const std::string& compute = "f32",
+    const std::string& weight_dtype = "auto") {
   namespace fs = std::filesystem;
   const fs::path dir =
       fs::temp_directory_path() /
-      ("xcc_numerics_" + (compute == "f32" ? "" : compute + "_") + FixtureParamName(name));
+      ("xcc_numerics_" + (compute == "f32" ? "" : compute + "_") +
+       (weight_dtype == "auto" ? "" : weight_dtype + "_") + FixtureParamName(name));
   fs::create_directories(dir);
   DecoderArtifacts a{(dir / "wide.xpk").string(), (dir / "chunked.xpk").string()};
   CompileOptions o;
   o.model_path = DecoderModelPath(name).string();
   o.quiet = true;
   o.compute = compute;
+  o.weight_dtype = weight_dtype;
   o.limits.max_num_seqs = 4;
   o.limits.max_model_len = 256;
   o.limits.max_num_batched_tokens = 128;

@@ -2,6 +2,8 @@
 // generate` takes), for the numerics tests.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -71,6 +73,13 @@ inline size_t LeadingAgreement(const std::vector<int32_t>& a, const std::vector<
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
   return n;
+}
+
+// max |a[i] - b[i]| over the common length.
+inline float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
 }
 
 // The leading greedy steps of a reference whose top1-top2 margins are all at least

@@ -125,4 +125,40 @@ TEST(SmolLM2, Bf16ComputeGreedyTokensMatchTheBf16Reference) {
   fs::remove(artifact);
 }
 
+// --compute int8 on real weights (Q4_1: every linear multiplies int8 activations
+// against its 4-bit quants, as llama.cpp does): HF float32's greedy tokens up to
+// its first step with a top1-top2 margin below kInt8Margin, and the agreement
+// printed (the README's table).
+TEST(SmolLM2, Int8ComputeGreedyTokensMatchHfUpToItsNearTies) {
+  const char* gguf = std::getenv("XCC_SMOLLM2_GGUF");
+  if (!gguf || !*gguf) GTEST_SKIP() << "XCC_SMOLLM2_GGUF is not set";
+  const nlohmann::json ref = Reference("reference.json");
+  const std::string artifact = TempArtifact("int8_");
+  xcc::CompileOptions o = SmolOptions(gguf, artifact);
+  o.compute = "int8";
+  auto s = xcc::Compile(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto engine = xcc::testing::OpenEngine(artifact);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  constexpr size_t kTokens = 32;
+  constexpr float kInt8Margin = 0.5f;
+  for (const auto& p : ref["prompts"]) {
+    SCOPED_TRACE(p["prompt_text"].get<std::string>());
+    auto result =
+        xcc::testing::Greedy(*engine->core, p["prompt_ids"].get<std::vector<int32_t>>(), kTokens);
+    ASSERT_TRUE(result.status.ok()) << result.status.ToString();
+    const auto want = p["greedy_ids"].get<std::vector<int32_t>>();
+    const size_t decisive = std::min(
+        kTokens,
+        xcc::testing::DecisiveSteps(p["greedy_margins"].get<std::vector<float>>(), kInt8Margin));
+    const size_t agree = xcc::testing::LeadingAgreement(result.tokens, want);
+    EXPECT_GE(agree, decisive) << "differs from HF before step " << decisive
+                               << ", its first margin below " << kInt8Margin;
+    std::printf(
+        "int8 compute: %zu / %zu greedy tokens as HF float32's (first margin < %.1f at %zu)\n",
+        agree, kTokens, kInt8Margin, decisive);
+  }
+  fs::remove(artifact);
+}
+
 }  // namespace

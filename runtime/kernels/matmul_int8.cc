@@ -1,0 +1,606 @@
+#include "runtime/kernels/matmul_int8.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace xrt {
+
+bool Int8ComputeApplies(WeightFormat f) { return IsQuantizedFormat(f) || IsKQuantFormat(f); }
+
+int Int8ActivationBlock(WeightFormat f) { return IsKQuantFormat(f) ? kSuperBlock : kQuantGroup; }
+
+namespace {
+
+constexpr int kSumRows = 16;  // k-values per entry of sum16
+
+constexpr bool IsKQuant(WeightFormat f) {
+  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K;
+}  // k-values per entry of sum16
+
+// Step 1 of the contract for one block: d, and the quants in q.
+void QuantizeBlockPortable(const float* a, int n, int8_t* q, float* d) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int k = 0; k < n; ++k) {
+    finite = finite && std::isfinite(a[k]);
+    amax = std::max(amax, std::fabs(a[k]));
+  }
+  const float id = finite ? 127.0f / amax : 0.0f;
+  if (!finite || !std::isfinite(id)) {
+    *d = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    std::memset(q, 0, n);
+    return;
+  }
+  *d = amax / 127.0f;
+  for (int k = 0; k < n; ++k) q[k] = static_cast<int8_t>(std::nearbyint(a[k] * id));
+}
+
+void SumQuants(const int8_t* q, int64_t k, int32_t* sum16) {
+  for (int64_t s = 0; s < k / kSumRows; ++s) {
+    int32_t sum = 0;
+    for (int t = 0; t < kSumRows; ++t) sum += q[s * kSumRows + t];
+    sum16[s] = sum;
+  }
+}
+
+// ---------------------------------------------------------------- portable --
+
+uint16_t Load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Offset of the quants in a group of q8_0 / q4_0 / q4_1.
+int64_t GroupQuantsOffset(WeightFormat f) { return f == WeightFormat::kQ4_1 ? 128 : 64; }
+
+// The integer quant of column j at k-row kk of a q-format group / K-quant
+// super-block starting at `blk` (q8_0 signed; the others unsigned, before any
+// offset).
+int QuantAt(WeightFormat f, const uint8_t* blk, int kk, int j) {
+  if (f == WeightFormat::kQ8_0) return static_cast<int8_t>(blk[64 + kk * kPackNR + j]);
+  const int64_t lows = IsKQuantFormat(f) ? KLowQuantsOffset(f) : GroupQuantsOffset(f);
+  const uint8_t byte = blk[lows + kk * 16 + j % 16];
+  int q = j < 16 ? byte & 15 : byte >> 4;
+  if (f == WeightFormat::kQ5_K) {
+    q |= ((Load32(blk + kK5HighOffset + kk * 4) >> j) & 1) << 4;
+  } else if (f == WeightFormat::kQ6_K) {
+    q |= ((Load32(blk + kK6HighOffset + kk * 8) >> j) & 1) << 4;
+    q |= ((Load32(blk + kK6HighOffset + kk * 8 + 4) >> j) & 1) << 5;
+  }
+  return q;
+}
+
+// q4_k / q5_k: the 6-bit scale and min of sub-block s, column j.
+void KScaleMin(const uint8_t* sb, int s, int j, int* sc, int* m) {
+  const int lo = sb[kKScaleLoOffset + s * kPackNR + j];
+  const int hi = sb[kKScaleHiOffset + s / 2 * kPackNR + j] >> (4 * (s % 2));
+  *sc = (lo & 15) | (hi & 3) << 4;
+  *m = (lo >> 4) | ((hi >> 2) & 3) << 4;
+}
+
+// One output's sum over K (step 2) for column j of `panel`, row (q, d).
+float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const int8_t* q,
+                  const float* d) {
+  float acc = 0.0f;
+  if (IsKQuantFormat(f)) {
+    const int sub = KSubBlockRows(f);
+    for (int64_t b = 0; b < k / kSuperBlock; ++b) {
+      const uint8_t* sb = panel + b * SuperBlockBytes(f);
+      const int8_t* qa = q + b * kSuperBlock;
+      int32_t isum = 0, imin = 0;
+      for (int s = 0; s < kSuperBlock / sub; ++s) {
+        int32_t dot = 0, sum = 0;
+        for (int t = 0; t < sub; ++t) {
+          const int kk = s * sub + t;
+          const int qw = QuantAt(f, sb, kk, j) - (f == WeightFormat::kQ6_K ? 32 : 0);
+          dot += qw * qa[kk];
+          sum += qa[kk];
+        }
+        if (f == WeightFormat::kQ6_K) {
+          isum += static_cast<int8_t>(sb[kK6ScalesOffset + s * kPackNR + j]) * dot;
+        } else {
+          int sc, m;
+          KScaleMin(sb, s, j, &sc, &m);
+          isum += sc * dot;
+          imin += m * sum;
+        }
+      }
+      const float dw = HalfToFloat(Load16(sb + 2 * j));
+      acc = std::fma(dw * d[b], static_cast<float>(isum), acc);
+      if (f != WeightFormat::kQ6_K) {
+        const float dmin = HalfToFloat(Load16(sb + kKDminOffset + 2 * j));
+        acc = std::fma(-(dmin * d[b]), static_cast<float>(imin), acc);
+      }
+    }
+    return acc;
+  }
+  const int64_t group_bytes = QuantGroupBytes(f);
+  for (int64_t b = 0; b < k / kQuantGroup; ++b) {
+    const uint8_t* grp = panel + b * group_bytes;
+    const int8_t* qa = q + b * kQuantGroup;
+    int32_t dot = 0, sum = 0;
+    for (int kk = 0; kk < kQuantGroup; ++kk) {
+      const int qw = QuantAt(f, grp, kk, j) - (f == WeightFormat::kQ4_0 ? 8 : 0);
+      dot += qw * qa[kk];
+      sum += qa[kk];
+    }
+    const float dw = HalfToFloat(Load16(grp + 2 * j));
+    acc = std::fma(dw * d[b], static_cast<float>(dot), acc);
+    if (f == WeightFormat::kQ4_1) {
+      const float mw = HalfToFloat(Load16(grp + 64 + 2 * j));
+      acc = std::fma(mw * d[b], static_cast<float>(sum), acc);
+    }
+  }
+  return acc;
+}
+
+// What each work unit needs: the quantized rows and where C goes.
+struct Int8Problem {
+  const MatmulArgs* args;
+  const int8_t* q;       // [m][k]
+  const float* d;        // [m][k / block]
+  const int32_t* sum16;  // [m][k / 16]
+  int64_t blocks;        // k / block
+  int64_t panel_bytes;
+};
+
+void StorePortable(const MatmulArgs& a, int64_t i, int64_t col, float acc) {
+  float v = acc;
+  if (a.bias) v = v + a.bias[col];
+  float* c = a.c + i * a.ldc + col;
+  *c = a.accumulate ? *c + v : v;
+}
+
+// Rows [r0, r1) of one panel.
+void PanelRowsPortable(const Int8Problem& p, int64_t panel, int64_t r0, int64_t r1) {
+  const MatmulArgs& a = *p.args;
+  const uint8_t* w = static_cast<const uint8_t*>(a.packed_w) + panel * p.panel_bytes;
+  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - panel * kPackNR));
+  for (int64_t i = r0; i < r1; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      const float acc = DotPortable(a.w_format, w, j, a.k, p.q + i * a.k, p.d + i * p.blocks);
+      StorePortable(a, i, panel * kPackNR + j, acc);
+    }
+  }
+}
+
+#if defined(__x86_64__)
+
+// ----------------------------------------------------------------- AVX-512 --
+
+#define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+// Step 1 for one block of n (a multiple of 16) values.
+XRT_TARGET_AVX512 void QuantizeBlockAvx512(const float* a, int n, int8_t* q, float* d) {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (int k = 0; k < n; k += 16) {
+    const __m512 x = _mm512_loadu_ps(a + k);
+    bad |= _mm512_fpclass_ps_mask(x, 0x99);  // QNaN, +inf, -inf, SNaN
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
+  }
+  const float m = _mm512_reduce_max_ps(amax);
+  const float id = bad ? 0.0f : 127.0f / m;
+  if (bad || !std::isfinite(id)) {
+    *d = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    std::memset(q, 0, n);
+    return;
+  }
+  *d = m / 127.0f;
+  const __m512 idv = _mm512_set1_ps(id);
+  for (int k = 0; k < n; k += 16) {
+    const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(a + k), idv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtsepi32_epi8(v));
+  }
+}
+
+// Four k-rows as "quads": byte 4c + t of 128-bit lane L holds column 4L + c
+// at k-row t, so vpmaddubsw + vpmaddwd against four activation bytes
+// broadcast per dword give each column's 4-term dot product in its dword.
+// From four 16-byte k-rows at `rows` (nibble layout: byte j = column j low,
+// column j + 16 high): lo = columns 0-15, hi = columns 16-31.
+XRT_TARGET_AVX512 inline void NibbleQuads(const uint8_t* rows, __m512i* lo, __m512i* hi) {
+  const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i transpose = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
+  __m512i x = _mm512_permutexvar_epi32(gather, _mm512_loadu_si512(rows));
+  x = _mm512_shuffle_epi8(x, transpose);
+  const __m512i low4 = _mm512_set1_epi8(15);
+  *lo = _mm512_and_si512(x, low4);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+}
+
+// Four 32-byte signed k-rows (q8_0) as quads.
+XRT_TARGET_AVX512 inline void ByteQuads(const uint8_t* rows, __m512i* lo, __m512i* hi) {
+  const __m512i x = _mm512_loadu_si512(rows), y = _mm512_loadu_si512(rows + 64);
+  const __m512i pick_lo =
+      _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+  const __m512i pick_hi = _mm512_add_epi32(pick_lo, _mm512_set1_epi32(4));
+  const __m512i transpose = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
+  *lo = _mm512_shuffle_epi8(_mm512_permutex2var_epi32(x, pick_lo, y), transpose);
+  *hi = _mm512_shuffle_epi8(_mm512_permutex2var_epi32(x, pick_hi, y), transpose);
+}
+
+// Masks of the bits of four 32-bit words (word t = k-row t, bit j = column
+// j) in quad order: bit 4c + t of lane L's 16 bits is word t's bit 4L + c
+// (*lo, columns 0-15) or bit 16 + 4L + c (*hi). `words` holds the four
+// words in every 128-bit lane.
+XRT_TARGET_AVX512 inline void BitQuads(__m512i words, __mmask64* lo, __mmask64* hi) {
+  // Byte 4c + t of lane L <- byte 4t + L / 2 (+ 2 for hi) of the lane.
+  const __m512i pick_lo =
+      _mm512_set_epi32(0x0d090501, 0x0d090501, 0x0d090501, 0x0d090501, 0x0d090501, 0x0d090501,
+                       0x0d090501, 0x0d090501, 0x0c080400, 0x0c080400, 0x0c080400, 0x0c080400,
+                       0x0c080400, 0x0c080400, 0x0c080400, 0x0c080400);
+  const __m512i pick_hi = _mm512_add_epi8(pick_lo, _mm512_set1_epi8(2));
+  // ... and test bit (4L + c) % 8.
+  const __m512i bit =
+      _mm512_set_epi32(0x80808080, 0x40404040, 0x20202020, 0x10101010, 0x08080808, 0x04040404,
+                       0x02020202, 0x01010101, 0x80808080, 0x40404040, 0x20202020, 0x10101010,
+                       0x08080808, 0x04040404, 0x02020202, 0x01010101);
+  *lo = _mm512_test_epi8_mask(_mm512_shuffle_epi8(words, pick_lo), bit);
+  *hi = _mm512_test_epi8_mask(_mm512_shuffle_epi8(words, pick_hi), bit);
+}
+
+// The weight quads of k-rows 4*kq .. 4*kq+3 of a group / super-block.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* lo, __m512i* hi) {
+  if constexpr (F == WeightFormat::kQ8_0) {
+    ByteQuads(blk + 64 + kq * 4 * kPackNR, lo, hi);
+  } else if constexpr (F == WeightFormat::kQ4_0 || F == WeightFormat::kQ4_1) {
+    NibbleQuads(blk + GroupQuantsOffset(F) + kq * 64, lo, hi);
+  } else {
+    NibbleQuads(blk + KLowQuantsOffset(F) + kq * 64, lo, hi);
+    __mmask64 m_lo, m_hi;
+    if constexpr (F == WeightFormat::kQ4_K) {
+      return;
+    } else if constexpr (F == WeightFormat::kQ5_K) {
+      BitQuads(_mm512_broadcast_i32x4(_mm_loadu_si128(
+                   reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16))),
+               &m_lo, &m_hi);
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      *lo = _mm512_mask_add_epi8(*lo, m_lo, *lo, sixteen);
+      *hi = _mm512_mask_add_epi8(*hi, m_hi, *hi, sixteen);
+    } else {
+      // Four k-rows of two words: the first words (bit 4) and the second
+      // words (bit 5) each into every lane.
+      const __m512i x = _mm512_castsi256_si512(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32)));
+      const __m512i first = _mm512_set4_epi32(6, 4, 2, 0), second = _mm512_set4_epi32(7, 5, 3, 1);
+      BitQuads(_mm512_permutexvar_epi32(first, x), &m_lo, &m_hi);
+      const __m512i sixteen = _mm512_set1_epi8(16), thirty_two = _mm512_set1_epi8(32);
+      *lo = _mm512_mask_add_epi8(*lo, m_lo, *lo, sixteen);
+      *hi = _mm512_mask_add_epi8(*hi, m_hi, *hi, sixteen);
+      BitQuads(_mm512_permutexvar_epi32(second, x), &m_lo, &m_hi);
+      *lo = _mm512_mask_add_epi8(*lo, m_lo, *lo, thirty_two);
+      *hi = _mm512_mask_add_epi8(*hi, m_hi, *hi, thirty_two);
+    }
+  }
+}
+
+// Per-column 4-term dot products of unsigned weight quads `w` with the four
+// activation quants broadcast in `a`, added to `sum`.
+XRT_TARGET_AVX512 inline __m512i DotQuads(__m512i sum, __m512i w, __m512i a) {
+  return _mm512_add_epi32(sum, _mm512_madd_epi16(_mm512_maddubs_epi16(w, a), _mm512_set1_epi16(1)));
+}
+
+XRT_TARGET_AVX512 inline __m512i BroadcastQuad(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm512_set1_epi32(v);
+}
+
+XRT_TARGET_AVX512 inline __m512 HalvesToFloat(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// q4_k / q5_k sub-block s scales (sc) and mins (m) of columns 16h .. 16h+15.
+XRT_TARGET_AVX512 inline void KScaleMinAvx512(const uint8_t* sb, int s, int h, __m512i* sc,
+                                              __m512i* m) {
+  const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(sb + kKScaleLoOffset + s * kPackNR + 16 * h)));
+  const __m512i hi = _mm512_srli_epi32(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(sb + kKScaleHiOffset + s / 2 * kPackNR + 16 * h))),
+      4 * (s % 2));
+  const __m512i low4 = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
+  *sc =
+      _mm512_or_si512(_mm512_and_si512(lo, low4), _mm512_slli_epi32(_mm512_and_si512(hi, two), 4));
+  *m = _mm512_or_si512(_mm512_srli_epi32(lo, 4),
+                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), two), 4));
+}
+
+constexpr int64_t kPrefetchBytes = 8192;
+
+// R rows (i0 .. i0+R-1) of one panel over the whole of K: the weight quads
+// decoded once per four k-rows and used by every row.
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* panel, int64_t col0,
+                                       int64_t i0) {
+  const MatmulArgs& a = *p.args;
+  const int64_t k = a.k;
+  __m512 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const int8_t* qrow[R];
+  const float* drow[R];
+  const int32_t* srow[R];
+  for (int i = 0; i < R; ++i) {
+    qrow[i] = p.q + (i0 + i) * k;
+    drow[i] = p.d + (i0 + i) * p.blocks;
+    srow[i] = p.sum16 + (i0 + i) * (k / kSumRows);
+  }
+  if constexpr (IsKQuant(F)) {
+    constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
+    constexpr int64_t kBytes = SuperBlockBytes(F);
+    for (int64_t b = 0; b < k / kSuperBlock; ++b) {
+      const uint8_t* sb = panel + b * kBytes;
+      for (int64_t line = 0; line < kBytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(sb) + kPrefetchBytes + line, _MM_HINT_T1);
+      }
+      __m512i isum[R][2], imin[R][2];
+      for (int i = 0; i < R; ++i)
+        for (int h = 0; h < 2; ++h) isum[i][h] = imin[i][h] = _mm512_setzero_si512();
+      for (int s = 0; s < kSubs; ++s) {
+        __m512i dot[R][2];
+        for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int kq = s * kSub / 4; kq < (s + 1) * kSub / 4; ++kq) {
+          __m512i lo, hi;
+          WeightQuads<F>(sb, kq, &lo, &hi);
+#pragma GCC unroll 4
+          for (int i = 0; i < R; ++i) {
+            const __m512i av = BroadcastQuad(qrow[i] + b * kSuperBlock + kq * 4);
+            dot[i][0] = DotQuads(dot[i][0], lo, av);
+            dot[i][1] = DotQuads(dot[i][1], hi, av);
+          }
+        }
+        for (int h = 0; h < 2; ++h) {
+          if constexpr (F == WeightFormat::kQ6_K) {
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 16 * h)));
+            for (int i = 0; i < R; ++i) {
+              const int32_t qsum = srow[i][(b * kSuperBlock + s * kSub) / kSumRows];
+              const __m512i centered = _mm512_sub_epi32(dot[i][h], _mm512_set1_epi32(32 * qsum));
+              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(sc, centered));
+            }
+          } else {
+            __m512i sc, m;
+            KScaleMinAvx512(sb, s, h, &sc, &m);
+            for (int i = 0; i < R; ++i) {
+              const int32_t* s16 = srow[i] + (b * kSuperBlock + s * kSub) / kSumRows;
+              const __m512i qsum = _mm512_set1_epi32(s16[0] + s16[1]);
+              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(sc, dot[i][h]));
+              imin[i][h] = _mm512_add_epi32(imin[i][h], _mm512_mullo_epi32(m, qsum));
+            }
+          }
+        }
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m512 dw = HalvesToFloat(sb + 32 * h);
+        const __m512 dmin = F == WeightFormat::kQ6_K ? _mm512_setzero_ps()
+                                                     : HalvesToFloat(sb + kKDminOffset + 32 * h);
+        for (int i = 0; i < R; ++i) {
+          const __m512 da = _mm512_set1_ps(drow[i][b]);
+          acc[i][h] =
+              _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[i][h]), acc[i][h]);
+          if constexpr (F != WeightFormat::kQ6_K) {
+            const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(_mm512_mul_ps(dmin, da)), _mm512_set1_epi32(INT32_MIN)));
+            acc[i][h] = _mm512_fmadd_ps(neg, _mm512_cvtepi32_ps(imin[i][h]), acc[i][h]);
+          }
+        }
+      }
+    }
+  } else {
+    const int64_t group_bytes = QuantGroupBytes(F);
+    for (int64_t b = 0; b < k / kQuantGroup; ++b) {
+      const uint8_t* grp = panel + b * group_bytes;
+      for (int64_t line = 0; line < group_bytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(grp) + kPrefetchBytes + line, _MM_HINT_T1);
+      }
+      __m512i dot[R][2];
+      for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int kq = 0; kq < kQuantGroup / 4; ++kq) {
+        __m512i lo, hi;
+        WeightQuads<F>(grp, kq, &lo, &hi);
+        if constexpr (F == WeightFormat::kQ8_0) {
+          // Signed x signed: |w| against the activations with w's sign.
+          const __mmask64 neg_lo = _mm512_movepi8_mask(lo), neg_hi = _mm512_movepi8_mask(hi);
+          lo = _mm512_abs_epi8(lo);
+          hi = _mm512_abs_epi8(hi);
+          const __m512i zero = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int i = 0; i < R; ++i) {
+            const __m512i av = BroadcastQuad(qrow[i] + b * kQuantGroup + kq * 4);
+            dot[i][0] = DotQuads(dot[i][0], lo, _mm512_mask_sub_epi8(av, neg_lo, zero, av));
+            dot[i][1] = DotQuads(dot[i][1], hi, _mm512_mask_sub_epi8(av, neg_hi, zero, av));
+          }
+        } else {
+#pragma GCC unroll 4
+          for (int i = 0; i < R; ++i) {
+            const __m512i av = BroadcastQuad(qrow[i] + b * kQuantGroup + kq * 4);
+            dot[i][0] = DotQuads(dot[i][0], lo, av);
+            dot[i][1] = DotQuads(dot[i][1], hi, av);
+          }
+        }
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m512 dw = HalvesToFloat(grp + 32 * h);
+        for (int i = 0; i < R; ++i) {
+          const float da = drow[i][b];
+          const int32_t qsum = srow[i][2 * b] + srow[i][2 * b + 1];
+          __m512i isum = dot[i][h];
+          if constexpr (F == WeightFormat::kQ4_0) {
+            isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
+          }
+          acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da)),
+                                      _mm512_cvtepi32_ps(isum), acc[i][h]);
+          if constexpr (F == WeightFormat::kQ4_1) {
+            const __m512 mw = HalvesToFloat(grp + 64 + 32 * h);
+            acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(da)),
+                                        _mm512_set1_ps(static_cast<float>(qsum)), acc[i][h]);
+          }
+        }
+      }
+    }
+  }
+  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32  ? __mmask16(0xFFFF)
+                       : cols > 16 ? __mmask16((1u << (cols - 16)) - 1)
+                                   : __mmask16(0);
+  for (int i = 0; i < R; ++i) {
+    __m512 v0 = acc[i][0], v1 = acc[i][1];
+    if (a.bias) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, a.bias + col0));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, a.bias + col0 + 16));
+    }
+    float* c = a.c + (i0 + i) * a.ldc + col0;
+    if (a.accumulate) {
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+    }
+    _mm512_mask_storeu_ps(c, m0, v0);
+    _mm512_mask_storeu_ps(c + 16, m1, v1);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+constexpr int kRowsAvx512 = 4;
+using PanelFn = void (*)(const Int8Problem&, const uint8_t*, int64_t, int64_t);
+
+template <WeightFormat F>
+PanelFn PanelFnFor(int rows) {
+  switch (rows) {
+    case 1:
+      return &PanelRowsAvx512<F, 1>;
+    case 2:
+      return &PanelRowsAvx512<F, 2>;
+    case 3:
+      return &PanelRowsAvx512<F, 3>;
+    default:
+      return &PanelRowsAvx512<F, 4>;
+  }
+}
+
+PanelFn PanelFnAvx512(WeightFormat f, int rows) {
+  switch (f) {
+    case WeightFormat::kQ8_0:
+      return PanelFnFor<WeightFormat::kQ8_0>(rows);
+    case WeightFormat::kQ4_0:
+      return PanelFnFor<WeightFormat::kQ4_0>(rows);
+    case WeightFormat::kQ4_1:
+      return PanelFnFor<WeightFormat::kQ4_1>(rows);
+    case WeightFormat::kQ4_K:
+      return PanelFnFor<WeightFormat::kQ4_K>(rows);
+    case WeightFormat::kQ5_K:
+      return PanelFnFor<WeightFormat::kQ5_K>(rows);
+    default:
+      return PanelFnFor<WeightFormat::kQ6_K>(rows);
+  }
+}
+
+#endif  // __x86_64__
+
+// The caller's quantized rows of A, reused across calls.
+struct QuantizedRows {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sum16;
+};
+
+}  // namespace
+
+namespace {
+
+void QuantizeRowWithIsa(const float* a, int64_t k, int block, int8_t* q, float* d, int32_t* sum16,
+                        CpuIsa isa) {
+  assert(k % block == 0 && block % kSumRows == 0);
+  for (int64_t b = 0; b < k / block; ++b) {
+#if defined(__x86_64__)
+    if (isa == CpuIsa::kAvx512) {
+      QuantizeBlockAvx512(a + b * block, block, q + b * block, d + b);
+      continue;
+    }
+#endif
+    QuantizeBlockPortable(a + b * block, block, q + b * block, d + b);
+  }
+  SumQuants(q, k, sum16);
+}
+
+}  // namespace
+
+void QuantizeActivationRow(const float* a, int64_t k, int block, int8_t* q, float* d,
+                           int32_t* sum16) {
+  QuantizeRowWithIsa(a, k, block, q, d, sum16, BestCpuIsa());
+}
+
+void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
+  assert(Int8ComputeApplies(args.w_format));
+  const int64_t m = args.m, k = args.k;
+  if (m <= 0 || args.n <= 0) return;
+  const int block = Int8ActivationBlock(args.w_format);
+  thread_local QuantizedRows rows;
+  rows.q.resize(m * k);
+  rows.d.resize(m * (k / block));
+  rows.sum16.resize(m * (k / kSumRows));
+  for (int64_t i = 0; i < m; ++i) {
+    QuantizeRowWithIsa(args.a + i * args.lda, k, block, rows.q.data() + i * k,
+                       rows.d.data() + i * (k / block), rows.sum16.data() + i * (k / kSumRows),
+                       isa);
+  }
+  Int8Problem p{&args,         rows.q.data(),
+                rows.d.data(), rows.sum16.data(),
+                k / block,     PackedPanelBytes(args.w_format, k)};
+
+  // Units: (panel, group of up to 4 rows), row groups fastest, so a panel
+  // stays in cache while every row group reads it.
+  const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
+  constexpr int64_t kGroup = 4;
+  const int64_t groups = (m + kGroup - 1) / kGroup;
+  auto run_units = [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t panel = u / groups, r0 = u % groups * kGroup;
+      const int64_t r1 = std::min(m, r0 + kGroup);
+#if defined(__x86_64__)
+      if (isa == CpuIsa::kAvx512) {
+        const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
+        PanelFnAvx512(args.w_format, static_cast<int>(r1 - r0))(p, w, panel * kPackNR, r0);
+        continue;
+      }
+#endif
+      PanelRowsPortable(p, panel, r0, r1);
+    }
+  };
+  const int64_t units = panels * groups;
+  const int threads = pool ? pool->num_threads() : 1;
+  if (threads <= 1 || units == 1) {
+    run_units(0, units);
+  } else {
+    pool->ParallelForGrain(units, std::max<int64_t>(1, units / (4 * threads)), run_units);
+  }
+}
+
+}  // namespace xrt

@@ -1,0 +1,64 @@
+// The kInt8 compute type of Matmul (matmul.h): integer dot products between
+// the integer quants of a packed weight and the rows of A quantized to int8,
+// as llama.cpp multiplies its quantized weights (q8 activations), under a
+// contract that keeps batch invariance and has one exact answer per input.
+//
+// It applies to the formats with integer quants (Int8ComputeApplies: q8_0,
+// q4_0, q4_1, q4_k, q5_k, q6_k); Matmul runs kInt8 on f32/f16/bf16 weights as
+// kF32.
+//
+// 1. Activations. Row i of A is cut into blocks of Int8ActivationBlock(format)
+//    k-values (32 for q8_0/q4_0/q4_1, 256 for the K-quants). Per block, with
+//    amax = max |a| over the block:
+//      - amax not finite (an inf or NaN in the block): d = NaN, every q = 0
+//        (the outputs that read the block are NaN);
+//      - id = 127 / amax (f32) not finite (amax is 0 or tiny): d = 0, q = 0;
+//      - else d = amax / 127 (f32), q[k] = nearbyint(a[k] * id) (nearest
+//        even; within [-127, 127]).
+// 2. Per output c[i][j], the weight's blocks in increasing k, each adding
+//    to an f32 sum `acc` (from +0) with fmas whose integer parts are exact
+//    int32 sums (isum, s = sum of the block's activation quants q):
+//      q8_0:  acc = fma(d_w * d, isum, acc), isum = sum q_w * q
+//      q4_0:  the same with q_w - 8 (q_w in 0..15)
+//      q4_1:  acc = fma(d_w * d, sum q_w * q, acc); acc = fma(m_w * d, s, acc)
+//      q4_k, q5_k (per 256): isum = sum over the 8 sub-blocks of
+//             sc * (sum q_w * q), imin = sum of m * s_sub;
+//             acc = fma(d_w * d, isum, acc); acc = fma(-(dmin_w * d), imin, acc)
+//      q6_k (per 256): isum = sum over the 16 sub-blocks of sc * (sum (q_w - 32) * q);
+//             acc = fma(d_w * d, isum, acc)
+//    where d_w, m_w, dmin_w are the f16 scales as f32, sc and m the
+//    sub-block scales (weight_format.h), each product of two scales is one
+//    f32 rounding and each int32 -> f32 conversion rounds to nearest even.
+//    Then, as for kF32, c = (accumulate ? c_old : 0) + (acc + bias).
+// Every integer sum is exact (bounded well inside int32 by the quant widths),
+// so the result depends only on row i of A, column j of W, bias and c_old:
+// bit-identical whatever M, the row's position, the thread count and the ISA
+// path (the portable and the AVX-512 code compute the same values).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/base/thread_pool.h"
+#include "runtime/kernels/cpu_isa.h"
+#include "runtime/kernels/matmul.h"
+#include "runtime/kernels/weight_format.h"
+
+namespace xrt {
+
+// True for the formats kInt8 multiplies as integers.
+bool Int8ComputeApplies(WeightFormat f);
+
+// k-values per activation block for weights of format `f` (32 or 256).
+int Int8ActivationBlock(WeightFormat f);
+
+// Quantizes a[k] (k % block == 0) as step 1 says: q[k], d[k / block], and
+// sum16[k / 16], the sums of q over each 16 consecutive k (exact).
+void QuantizeActivationRow(const float* a, int64_t k, int block, int8_t* q, float* d,
+                           int32_t* sum16);
+
+// Matmul for args.compute == kInt8 on a format Int8ComputeApplies to
+// (Matmul's preconditions). `isa` picks the path (CpuIsaSupported(isa));
+// AVX2 runs the portable code.
+void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa);
+
+}  // namespace xrt

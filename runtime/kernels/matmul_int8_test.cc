@@ -1,0 +1,390 @@
+// kInt8 compute (matmul_int8.h) against a reference written from ggml's block
+// encodings (not from the packed panels the kernels read): every format, ISA
+// path, thread count and odd shape must give the reference's bits.
+#include "runtime/kernels/matmul_int8.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/kernels/matmul.h"
+#include "runtime/kernels/test_util.h"
+
+namespace xrt {
+namespace {
+
+using testing::Bits;
+
+constexpr WeightFormat kFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
+                                     WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+
+float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
+
+// n rows of random ggml blocks of `format`: random quants (q8_0's include
+// -128), f16 scales (and q4_1 mins, K-quant dmins) in [-0.02, 0.02].
+std::vector<uint8_t> RandomGgmlRows(WeightFormat format, int64_t n, int64_t k, uint32_t seed) {
+  if (IsKQuantFormat(format)) return testing::RandomKQuantRows(format, n, k, seed);
+  std::mt19937 rng(seed);
+  const int64_t row_bytes = GgmlRowBytes(format, k), block_bytes = row_bytes / (k / 32);
+  std::vector<uint8_t> rows(n * row_bytes);
+  for (auto& b : rows) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  for (int64_t b = 0; b < n * row_bytes / block_bytes; ++b) {
+    const uint16_t d = FloatToHalf(scale(rng)), m = FloatToHalf(scale(rng));
+    std::memcpy(rows.data() + b * block_bytes, &d, 2);
+    if (format == WeightFormat::kQ4_1) std::memcpy(rows.data() + b * block_bytes + 2, &m, 2);
+  }
+  return rows;
+}
+
+// One weight row decoded from ggml blocks into what the contract multiplies:
+// per k the integer quant (offsets applied: q4_0 - 8, q6_k - 32), per
+// sub-block (32 k; q6_k 16) the integer scale and min, per block (32 k or a
+// 256 super-block) the f32 scale and min / dmin.
+struct IntRow {
+  std::vector<int> q, sc, mn;
+  std::vector<float> d, m;
+};
+
+IntRow DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
+  IntRow r;
+  r.q.resize(k);
+  if (!IsKQuantFormat(f)) {
+    const int64_t bb = GgmlRowBytes(f, k) / (k / 32);
+    for (int64_t b = 0; b < k / 32; ++b) {
+      const uint8_t* blk = row + b * bb;
+      r.d.push_back(Half(blk));
+      r.m.push_back(f == WeightFormat::kQ4_1 ? Half(blk + 2) : 0.0f);
+      const uint8_t* qs = blk + (f == WeightFormat::kQ4_1 ? 4 : 2);
+      for (int e = 0; e < 32; ++e) {
+        int q;
+        if (f == WeightFormat::kQ8_0) {
+          q = static_cast<int8_t>(qs[e]);
+        } else {
+          q = e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
+          if (f == WeightFormat::kQ4_0) q -= 8;
+        }
+        r.q[b * 32 + e] = q;
+      }
+    }
+    return r;
+  }
+  const int64_t bb = GgmlRowBytes(f, k) / (k / 256);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = row + b * bb;
+    int* q = r.q.data() + b * 256;
+    if (f == WeightFormat::kQ6_K) {
+      const uint8_t* ql = blk;
+      const uint8_t* qh = blk + 128;
+      const int8_t* scales = reinterpret_cast<const int8_t*>(blk + 192);
+      r.d.push_back(Half(blk + 208));
+      for (int s = 0; s < 16; ++s) r.sc.push_back(scales[s]);
+      for (int half = 0; half < 2; ++half) {
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t* L = ql + 64 * half;
+          const uint8_t h = qh[32 * half + l];
+          q[128 * half + l] = ((L[l] & 15) | (h & 3) << 4) - 32;
+          q[128 * half + l + 32] = ((L[l + 32] & 15) | ((h >> 2) & 3) << 4) - 32;
+          q[128 * half + l + 64] = ((L[l] >> 4) | ((h >> 4) & 3) << 4) - 32;
+          q[128 * half + l + 96] = ((L[l + 32] >> 4) | ((h >> 6) & 3) << 4) - 32;
+        }
+      }
+      continue;
+    }
+    r.d.push_back(Half(blk));
+    r.m.push_back(Half(blk + 2));
+    const uint8_t* sc = blk + 4;
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        r.sc.push_back(sc[j] & 63);
+        r.mn.push_back(sc[j + 4] & 63);
+      } else {
+        r.sc.push_back((sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4);
+        r.mn.push_back((sc[j + 4] >> 4) | (sc[j] >> 6) << 4);
+      }
+    }
+    const uint8_t* qh = blk + 16;
+    const uint8_t* qs = blk + (f == WeightFormat::kQ5_K ? 48 : 16);
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; ++l) {
+        int lo = qs[32 * j + l] & 15, hi = qs[32 * j + l] >> 4;
+        if (f == WeightFormat::kQ5_K) {
+          lo += ((qh[l] >> (2 * j)) & 1) << 4;
+          hi += ((qh[l] >> (2 * j + 1)) & 1) << 4;
+        }
+        q[64 * j + l] = lo;
+        q[64 * j + 32 + l] = hi;
+      }
+    }
+  }
+  return r;
+}
+
+// Step 1 of the contract, written out: quants and scale per block.
+void ReferenceQuantize(const float* a, int64_t k, int block, std::vector<int>* q,
+                       std::vector<float>* d) {
+  q->assign(k, 0);
+  d->clear();
+  for (int64_t b = 0; b < k / block; ++b) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int e = 0; e < block; ++e) {
+      const float x = a[b * block + e];
+      if (!std::isfinite(x)) finite = false;
+      if (std::fabs(x) > amax) amax = std::fabs(x);
+    }
+    if (!finite) {
+      d->push_back(std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    const float id = 127.0f / amax;
+    if (!std::isfinite(id)) {
+      d->push_back(0.0f);
+      continue;
+    }
+    d->push_back(amax / 127.0f);
+    for (int e = 0; e < block; ++e) {
+      const float x = a[b * block + e] * id;
+      float r = std::floor(x);  // nearest, ties to even
+      const float frac = x - r;
+      if (frac > 0.5f || (frac == 0.5f && std::fmod(r, 2.0f) != 0.0f)) r += 1.0f;
+      (*q)[b * block + e] = static_cast<int>(r);
+    }
+  }
+}
+
+// Step 2 for one output.
+float ReferenceDot(WeightFormat f, const IntRow& w, const std::vector<int>& q,
+                   const std::vector<float>& d, int64_t k) {
+  float acc = 0.0f;
+  if (!IsKQuantFormat(f)) {
+    for (int64_t b = 0; b < k / 32; ++b) {
+      int32_t dot = 0, sum = 0;
+      for (int e = 0; e < 32; ++e) {
+        dot += w.q[b * 32 + e] * q[b * 32 + e];
+        sum += q[b * 32 + e];
+      }
+      acc = std::fma(w.d[b] * d[b], static_cast<float>(dot), acc);
+      if (f == WeightFormat::kQ4_1) acc = std::fma(w.m[b] * d[b], static_cast<float>(sum), acc);
+    }
+    return acc;
+  }
+  const int sub = f == WeightFormat::kQ6_K ? 16 : 32;
+  for (int64_t b = 0; b < k / 256; ++b) {
+    int32_t isum = 0, imin = 0;
+    for (int s = 0; s < 256 / sub; ++s) {
+      int32_t dot = 0, sum = 0;
+      for (int e = 0; e < sub; ++e) {
+        const int64_t kk = b * 256 + s * sub + e;
+        dot += w.q[kk] * q[kk];
+        sum += q[kk];
+      }
+      isum += w.sc[b * (256 / sub) + s] * dot;
+      if (f != WeightFormat::kQ6_K) imin += w.mn[b * 8 + s] * sum;
+    }
+    acc = std::fma(w.d[b] * d[b], static_cast<float>(isum), acc);
+    if (f != WeightFormat::kQ6_K) acc = std::fma(-(w.m[b] * d[b]), static_cast<float>(imin), acc);
+  }
+  return acc;
+}
+
+std::vector<CpuIsa> SupportedIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (CpuIsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+struct Weight {
+  std::vector<uint8_t> packed;
+  std::vector<IntRow> rows;
+};
+
+Weight MakeWeight(WeightFormat f, int64_t n, int64_t k, uint32_t seed) {
+  Weight w;
+  const std::vector<uint8_t> ggml = RandomGgmlRows(f, n, k, seed);
+  const int64_t row_bytes = GgmlRowBytes(f, k);
+  w.packed.assign(PackedWeightBytes(f, n, k) + 64, 0);
+  PackWeightsFromBlocks(f, ggml.data(), n, k, row_bytes, w.packed.data());
+  for (int64_t r = 0; r < n; ++r)
+    w.rows.push_back(DecodeGgmlRow(f, ggml.data() + r * row_bytes, k));
+  return w;
+}
+
+// C [m][n] (ldc n + 3) with A's row stride k + 5, bias and accumulate as asked.
+std::vector<float> RunInt8(const std::vector<float>& a, int64_t m, int64_t n, int64_t k,
+                           const Weight& w, WeightFormat f, const float* bias, bool accumulate,
+                           ThreadPool* pool, CpuIsa isa, ComputeType compute = ComputeType::kInt8) {
+  std::vector<float> c(m * (n + 3), 0.25f);
+  MatmulArgs args;
+  args.a = a.data();
+  args.lda = k + 5;
+  args.packed_w = w.packed.data();
+  args.w_format = f;
+  args.bias = bias;
+  args.c = c.data();
+  args.ldc = n + 3;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.accumulate = accumulate;
+  args.compute = compute;
+  MatmulWithIsa(args, pool, isa);
+  return c;
+}
+
+std::vector<float> RandomA(int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> a(m * (k + 5), 1e30f);  // the stride padding must not be read
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t kk = 0; kk < k; ++kk) a[i * (k + 5) + kk] = dist(rng);
+  return a;
+}
+
+void ExpectMatchesReference(WeightFormat f, const std::vector<float>& a, int64_t m, int64_t n,
+                            int64_t k, const Weight& w, const std::vector<float>& bias,
+                            bool accumulate, const std::vector<float>& c, const std::string& what) {
+  const int block = Int8ActivationBlock(f);
+  int bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<int> q;
+    std::vector<float> d;
+    ReferenceQuantize(a.data() + i * (k + 5), k, block, &q, &d);
+    for (int64_t j = 0; j < n; ++j) {
+      float want = ReferenceDot(f, w.rows[j], q, d, k);
+      if (!bias.empty()) want = want + bias[j];
+      if (accumulate) want = 0.25f + want;
+      const float got = c[i * (n + 3) + j];
+      if (Bits(got) != Bits(want) && !(std::isnan(got) && std::isnan(want)) && ++bad <= 3) {
+        ADD_FAILURE() << what << " c[" << i << "][" << j << "] = " << got << ", reference " << want;
+      }
+    }
+    for (int64_t j = n; j < n + 3; ++j) {
+      ASSERT_EQ(c[i * (n + 3) + j], 0.25f) << what << ": wrote past n";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
+  ThreadPool pool(2);
+  for (WeightFormat f : kFormats) {
+    const int64_t b = WeightFormatBlockSize(f);
+    for (int64_t k : {b, 3 * b}) {
+      for (int64_t n : {1, 37, 70}) {
+        const Weight w = MakeWeight(f, n, k, static_cast<uint32_t>(k * 131 + n));
+        std::vector<float> bias(n);
+        for (int64_t j = 0; j < n; ++j) bias[j] = 0.01f * static_cast<float>(j % 7) - 0.03f;
+        for (int64_t m : {1, 2, 3, 4, 5, 13, 29}) {
+          const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
+          for (CpuIsa isa : SupportedIsas()) {
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              const bool extras = (m + n) % 2 == 0;  // bias + accumulate on half the cases
+              const std::string what = std::string(WeightFormatName(f)) + " " + CpuIsaName(isa) +
+                                       (p ? " 2 threads" : "") + " m=" + std::to_string(m) +
+                                       " n=" + std::to_string(n) + " k=" + std::to_string(k);
+              const std::vector<float> c =
+                  RunInt8(a, m, n, k, w, f, extras ? bias.data() : nullptr, extras, p, isa);
+              ExpectMatchesReference(f, a, m, n, k, w, extras ? bias : std::vector<float>{}, extras,
+                                     c, what);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulInt8Test, NonFiniteZeroAndTinyActivationBlocks) {
+  for (WeightFormat f : kFormats) {
+    const int64_t k = 2 * WeightFormatBlockSize(f) * (IsKQuantFormat(f) ? 1 : 4), n = 33, m = 4;
+    const Weight w = MakeWeight(f, n, k, 99);
+    std::vector<float> a = RandomA(m, k, 5);
+    a[0 * (k + 5) + 3] = std::numeric_limits<float>::quiet_NaN();     // row 0: NaN
+    a[1 * (k + 5) + k - 1] = std::numeric_limits<float>::infinity();  // row 1: inf
+    for (int64_t kk = 0; kk < k; ++kk) {
+      a[2 * (k + 5) + kk] = 0.0f;     // row 2: zeros
+      a[3 * (k + 5) + kk] *= 1e-41f;  // row 3: subnormals, 127 / amax overflows
+    }
+    for (CpuIsa isa : SupportedIsas()) {
+      const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, isa);
+      ExpectMatchesReference(f, a, m, n, k, w, {}, false, c,
+                             std::string(WeightFormatName(f)) + " " + CpuIsaName(isa));
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_TRUE(std::isnan(c[0 * (n + 3) + j]));
+        EXPECT_TRUE(std::isnan(c[1 * (n + 3) + j]));
+        EXPECT_EQ(c[2 * (n + 3) + j], 0.0f);
+        EXPECT_EQ(c[3 * (n + 3) + j], 0.0f);
+      }
+    }
+  }
+}
+
+TEST(MatmulInt8Test, QuantizeRoundsToNearestEvenAndSumsExactly) {
+  // amax 127 makes id = 1: the quants are the values rounded.
+  std::vector<float> a(32, 0.0f);
+  const float values[] = {127.0f, 2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 1.4999999f, -126.5f, 100.0f};
+  std::copy(std::begin(values), std::end(values), a.begin());
+  std::vector<int8_t> q(32);
+  float d = 0.0f;
+  int32_t sums[2];
+  QuantizeActivationRow(a.data(), 32, 32, q.data(), &d, sums);
+  EXPECT_EQ(d, 1.0f);
+  const int want[] = {127, 2, 4, -2, 0, 0, 1, -126, 100};
+  for (int e = 0; e < 9; ++e) EXPECT_EQ(q[e], want[e]) << "value " << values[e];
+  int32_t s0 = 0, s1 = 0;
+  for (int e = 0; e < 16; ++e) s0 += q[e];
+  for (int e = 16; e < 32; ++e) s1 += q[e];
+  EXPECT_EQ(sums[0], s0);
+  EXPECT_EQ(sums[1], s1);
+}
+
+TEST(MatmulInt8Test, CloseToF32OnTheSameWeight) {
+  // The only error is the activation rounding (at most d / 2 per value) plus
+  // f32 rounding: |int8 - f32| <= sum_k |w_k| * d_block(k) / 2 (+ a little).
+  for (WeightFormat f : kFormats) {
+    const int64_t k = 2 * WeightFormatBlockSize(f) * (IsKQuantFormat(f) ? 1 : 8), n = 40, m = 3;
+    const Weight w = MakeWeight(f, n, k, 7);
+    const std::vector<float> a = RandomA(m, k, 11);
+    const std::vector<float> c8 = RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, BestCpuIsa());
+    const std::vector<float> c32 =
+        RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, BestCpuIsa(), ComputeType::kF32);
+    const int block = Int8ActivationBlock(f);
+    double worst = 0.0, differs = 0.0;
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<int> q;
+      std::vector<float> d;
+      ReferenceQuantize(a.data() + i * (k + 5), k, block, &q, &d);
+      std::vector<float> wrow(k);
+      for (int64_t j = 0; j < n; ++j) {
+        DequantizePackedRow(f, w.packed.data(), n, k, j, wrow.data());
+        double bound = 0.0, mag = 0.0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          bound += std::fabs(wrow[kk]) * d[kk / block] / 2;
+          mag += std::fabs(wrow[kk] * a[i * (k + 5) + kk]);
+        }
+        const double err = std::fabs(c8[i * (n + 3) + j] - c32[i * (n + 3) + j]);
+        EXPECT_LE(err, bound * 1.001 + 1e-5 * mag) << WeightFormatName(f) << " " << i << "," << j;
+        worst = std::max(worst, err / bound);
+        differs += err > 0.0;
+      }
+    }
+    EXPECT_GT(differs, 0) << "int8 compute gave the f32 results: the mode is not on";
+    std::printf("%s: worst |int8 - f32| / bound = %.3f\n", WeightFormatName(f), worst);
+  }
+}
+
+}  // namespace
+}  // namespace xrt
