@@ -347,10 +347,6 @@ XRT_TARGET_AVX512 void RoundToBf16Block(float* x, int64_t n) {
 // Per k-row of a panel: the 32 column values as two zmm (columns 0-15, 16-31),
 // equal to DequantizePanelRows' values (see matmul.h on zeros' signs).
 
-constexpr bool IsKQuant(WeightFormat f) {
-  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K;
-}
-
 // Per group of a q format: scale (and the added term: min for q4_1, -8 *
 // scale for q4_0, exact) of columns 0-15 and 16-31.
 struct GroupScales {
@@ -370,12 +366,6 @@ XRT_TARGET_AVX512 inline GroupScales LoadGroupScales(const uint8_t* group) {
     g.m1 = _mm512_mul_ps(g.s1, _mm512_set1_ps(-8.0f));
   }
   return g;
-}
-
-// Offset of the quants within a group.
-template <WeightFormat F>
-constexpr int QuantsOffset() {
-  return F == WeightFormat::kQ4_1 ? 128 : 64;
 }
 
 // k-row `kk` (0..31) of a group whose quants start at `q`.
@@ -511,7 +501,7 @@ template <WeightFormat F>
 XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64_t rows,
                                          float* out) {
   __m512 w0, w1;
-  if constexpr (IsKQuant(F)) {
+  if constexpr (IsKQuantFormat(F)) {
     KFactors fac{};
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t k = k0 + r;
@@ -535,7 +525,7 @@ XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64
     for (int64_t r = 0; r < rows; r += kQuantGroup) {  // k0 and rows: whole groups or the end
       const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
       const GroupScales g = LoadGroupScales<F>(group);
-      const uint8_t* q = group + QuantsOffset<F>();
+      const uint8_t* q = group + QuantGroupQuantsOffset(F);
       const int n = static_cast<int>(std::min<int64_t>(kQuantGroup, rows - r));
       for (int kk = 0; kk < n; ++kk) {
         DecodeQuantRow<F>(q, kk, g, &w0, &w1);
@@ -599,7 +589,7 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) acc[p][i][0] = acc[p][i][1] = _mm512_setzero_ps();
   __m512 w0[P], w1[P];
-  if constexpr (IsKQuant(F)) {
+  if constexpr (IsKQuantFormat(F)) {
     constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
     constexpr int64_t kBytes = SuperBlockBytes(F), kLines = kBytes / 64;
     for (int64_t blk = 0; blk < g.k / kSuperBlock; ++blk) {
@@ -670,7 +660,7 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
         const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
         for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
         sc[p] = LoadGroupScales<F>(group);
-        q[p] = group + QuantsOffset<F>();
+        q[p] = group + QuantGroupQuantsOffset(F);
       }
       const float* a = g.a + grp * kQuantGroup;
 #pragma GCC unroll 2

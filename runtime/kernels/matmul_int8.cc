@@ -21,10 +21,6 @@ namespace {
 
 constexpr int kSumRows = 16;  // k-values per entry of sum16
 
-constexpr bool IsKQuant(WeightFormat f) {
-  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K;
-}  // k-values per entry of sum16
-
 // Step 1 of the contract for one block: d, and the quants in q.
 void QuantizeBlockPortable(const float* a, int n, int8_t* q, float* d) {
   float amax = 0.0f;
@@ -53,43 +49,19 @@ void SumQuants(const int8_t* q, int64_t k, int32_t* sum16) {
 
 // ---------------------------------------------------------------- portable --
 
-uint16_t Load16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-uint32_t Load32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
+// The f16 value at p, as f32.
+float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
 }
 
-// Offset of the quants in a group of q8_0 / q4_0 / q4_1.
-int64_t GroupQuantsOffset(WeightFormat f) { return f == WeightFormat::kQ4_1 ? 128 : 64; }
-
-// The integer quant of column j at k-row kk of a q-format group / K-quant
-// super-block starting at `blk` (q8_0 signed; the others unsigned, before any
-// offset).
-int QuantAt(WeightFormat f, const uint8_t* blk, int kk, int j) {
-  if (f == WeightFormat::kQ8_0) return static_cast<int8_t>(blk[64 + kk * kPackNR + j]);
-  const int64_t lows = IsKQuantFormat(f) ? KLowQuantsOffset(f) : GroupQuantsOffset(f);
-  const uint8_t byte = blk[lows + kk * 16 + j % 16];
-  int q = j < 16 ? byte & 15 : byte >> 4;
-  if (f == WeightFormat::kQ5_K) {
-    q |= ((Load32(blk + kK5HighOffset + kk * 4) >> j) & 1) << 4;
-  } else if (f == WeightFormat::kQ6_K) {
-    q |= ((Load32(blk + kK6HighOffset + kk * 8) >> j) & 1) << 4;
-    q |= ((Load32(blk + kK6HighOffset + kk * 8 + 4) >> j) & 1) << 5;
-  }
-  return q;
-}
-
-// q4_k / q5_k: the 6-bit scale and min of sub-block s, column j.
-void KScaleMin(const uint8_t* sb, int s, int j, int* sc, int* m) {
-  const int lo = sb[kKScaleLoOffset + s * kPackNR + j];
-  const int hi = sb[kKScaleHiOffset + s / 2 * kPackNR + j] >> (4 * (s % 2));
-  *sc = (lo & 15) | (hi & 3) << 4;
-  *m = (lo >> 4) | ((hi >> 2) & 3) << 4;
+// The integer quant of column j at k-row kk of a q-format group starting at
+// `grp` (q8_0 signed; q4_0 / q4_1 unsigned, before any offset).
+int GroupQuantAt(WeightFormat f, const uint8_t* grp, int kk, int j) {
+  if (f == WeightFormat::kQ8_0) return static_cast<int8_t>(grp[64 + kk * kPackNR + j]);
+  const uint8_t byte = grp[QuantGroupQuantsOffset(f) + kk * 16 + j % 16];
+  return j < 16 ? byte & 15 : byte >> 4;
 }
 
 // One output's sum over K (step 2) for column j of `panel`, row (q, d).
@@ -106,7 +78,7 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
         int32_t dot = 0, sum = 0;
         for (int t = 0; t < sub; ++t) {
           const int kk = s * sub + t;
-          const int qw = QuantAt(f, sb, kk, j) - (f == WeightFormat::kQ6_K ? 32 : 0);
+          const int qw = KQuantAt(f, sb, kk, j) - (f == WeightFormat::kQ6_K ? 32 : 0);
           dot += qw * qa[kk];
           sum += qa[kk];
         }
@@ -119,10 +91,10 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
           imin += m * sum;
         }
       }
-      const float dw = HalfToFloat(Load16(sb + 2 * j));
+      const float dw = HalfAt(sb + 2 * j);
       acc = std::fma(dw * d[b], static_cast<float>(isum), acc);
       if (f != WeightFormat::kQ6_K) {
-        const float dmin = HalfToFloat(Load16(sb + kKDminOffset + 2 * j));
+        const float dmin = HalfAt(sb + kKDminOffset + 2 * j);
         acc = std::fma(-(dmin * d[b]), static_cast<float>(imin), acc);
       }
     }
@@ -134,14 +106,14 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
     const int8_t* qa = q + b * kQuantGroup;
     int32_t dot = 0, sum = 0;
     for (int kk = 0; kk < kQuantGroup; ++kk) {
-      const int qw = QuantAt(f, grp, kk, j) - (f == WeightFormat::kQ4_0 ? 8 : 0);
+      const int qw = GroupQuantAt(f, grp, kk, j) - (f == WeightFormat::kQ4_0 ? 8 : 0);
       dot += qw * qa[kk];
       sum += qa[kk];
     }
-    const float dw = HalfToFloat(Load16(grp + 2 * j));
+    const float dw = HalfAt(grp + 2 * j);
     acc = std::fma(dw * d[b], static_cast<float>(dot), acc);
     if (f == WeightFormat::kQ4_1) {
-      const float mw = HalfToFloat(Load16(grp + 64 + 2 * j));
+      const float mw = HalfAt(grp + 64 + 2 * j);
       acc = std::fma(mw * d[b], static_cast<float>(sum), acc);
     }
   }
@@ -266,7 +238,7 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
   if constexpr (F == WeightFormat::kQ8_0) {
     ByteQuads(blk + 64 + kq * 4 * kPackNR, lo, hi);
   } else if constexpr (F == WeightFormat::kQ4_0 || F == WeightFormat::kQ4_1) {
-    NibbleQuads(blk + GroupQuantsOffset(F) + kq * 64, lo, hi);
+    NibbleQuads(blk + QuantGroupQuantsOffset(F) + kq * 64, lo, hi);
   } else {
     NibbleQuads(blk + KLowQuantsOffset(F) + kq * 64, lo, hi);
     __mmask64 m_lo, m_hi;
@@ -347,7 +319,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
     drow[i] = p.d + (i0 + i) * p.blocks;
     srow[i] = p.sum16 + (i0 + i) * (k / kSumRows);
   }
-  if constexpr (IsKQuant(F)) {
+  if constexpr (IsKQuantFormat(F)) {
     constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
     constexpr int64_t kBytes = SuperBlockBytes(F);
     for (int64_t b = 0; b < k / kSuperBlock; ++b) {

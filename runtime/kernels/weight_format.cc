@@ -108,12 +108,24 @@ bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
   return false;
 }
 
-bool IsQuantizedFormat(WeightFormat f) {
-  return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
+int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j) {
+  const uint8_t byte = sb[KLowQuantsOffset(f) + kk * 16 + j % 16];
+  int q = j < 16 ? byte & 15 : byte >> 4;
+  auto bit = [&](int64_t words_at, int per_row, int word) {
+    uint32_t v;
+    std::memcpy(&v, sb + words_at + (kk * per_row + word) * 4, 4);
+    return static_cast<int>((v >> j) & 1u);
+  };
+  if (f == WeightFormat::kQ5_K) q |= bit(kK5HighOffset, 1, 0) << 4;
+  if (f == WeightFormat::kQ6_K) q |= bit(kK6HighOffset, 2, 0) << 4 | bit(kK6HighOffset, 2, 1) << 5;
+  return q;
 }
 
-bool IsKQuantFormat(WeightFormat f) {
-  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K;
+void KScaleMin(const uint8_t* sb, int s, int j, int* sc, int* m) {
+  const int lo = sb[kKScaleLoOffset + s * kPackNR + j];
+  const int hi = sb[kKScaleHiOffset + s / 2 * kPackNR + j] >> (4 * (s % 2));
+  *sc = (lo & 15) | (hi & 3) << 4;
+  *m = (lo >> 4) | ((hi >> 2) & 3) << 4;
 }
 
 int WeightFormatBlockSize(WeightFormat f) {
@@ -344,27 +356,11 @@ void KSubBlockFactors(WeightFormat f, const uint8_t* sb, int s, float* mul, floa
       mul[j] = d * static_cast<float>(static_cast<int8_t>(sb[kK6ScalesOffset + s * kPackNR + j]));
       continue;
     }
-    const int lo = sb[kKScaleLoOffset + s * kPackNR + j];
-    const int hi = sb[kKScaleHiOffset + s / 2 * kPackNR + j] >> (4 * (s % 2));
-    const int sc = (lo & 15) | (hi & 3) << 4;
-    const int m = (lo >> 4) | ((hi >> 2) & 3) << 4;
+    int sc, m;
+    KScaleMin(sb, s, j, &sc, &m);
     mul[j] = d * static_cast<float>(sc);
     sub[j] = HalfToFloat(LoadU16(sb + kKDminOffset + 2 * j)) * static_cast<float>(m);
   }
-}
-
-// Quant of column j at k-row kk of a panel's super-block.
-int KQuant(WeightFormat f, const uint8_t* sb, int kk, int j) {
-  const uint8_t byte = sb[KLowQuantsOffset(f) + kk * 16 + j % 16];
-  int q = j < 16 ? byte & 15 : byte >> 4;
-  auto bit = [&](int64_t words_at, int per_row, int word) {
-    uint32_t v;
-    std::memcpy(&v, sb + words_at + (kk * per_row + word) * 4, 4);
-    return static_cast<int>((v >> j) & 1u);
-  };
-  if (f == WeightFormat::kQ5_K) q |= bit(kK5HighOffset, 1, 0) << 4;
-  if (f == WeightFormat::kQ6_K) q |= bit(kK6HighOffset, 2, 0) << 4 | bit(kK6HighOffset, 2, 1) << 5;
-  return q;
 }
 
 // DequantizePanelRows for the K-quants (any k0).
@@ -380,7 +376,7 @@ void DequantizeKQuantRows(WeightFormat f, const uint8_t* panel, int64_t k0, int6
     if (r == 0 || kk % sub_rows == 0) KSubBlockFactors(f, sb, kk / sub_rows, mul, sub);
     float* dst = out + r * kPackNR;
     for (int j = 0; j < kPackNR; ++j) {
-      const int q = KQuant(f, sb, kk, j);
+      const int q = KQuantAt(f, sb, kk, j);
       if (f == WeightFormat::kQ6_K) {
         dst[j] = mul[j] * static_cast<float>(q - 32);
       } else {
@@ -462,7 +458,7 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
       continue;
     }
     const int64_t group_bytes = QuantGroupBytes(f);
-    const int64_t header = f == WeightFormat::kQ4_1 ? 128 : 64;
+    const int64_t header = QuantGroupQuantsOffset(f);
     for (int64_t g = 0; g < K / kQuantGroup; ++g) {
       uint8_t* group = panel + g * group_bytes;
       uint8_t* quants = group + header;
@@ -526,7 +522,7 @@ void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, in
       for (int j = 0; j < kPackNR; ++j) dst[j] = scale[j] * static_cast<int8_t>(q[j]);
       continue;
     }
-    const uint8_t* q = group + (f == WeightFormat::kQ4_1 ? 128 : 64) + kk * 16;
+    const uint8_t* q = group + QuantGroupQuantsOffset(f) + kk * 16;
     for (int j = 0; j < kPackNR; ++j) {
       const float v = static_cast<float>(j < 16 ? q[j] & 0x0f : q[j - 16] >> 4);
       dst[j] = f == WeightFormat::kQ4_0 ? scale[j] * (v - 8.0f) : std::fma(scale[j], v, min[j]);

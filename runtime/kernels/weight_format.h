@@ -126,13 +126,17 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
 constexpr int kQuantGroup = 32;
 
 // True for q8_0, q4_0, q4_1.
-bool IsQuantizedFormat(WeightFormat f);
+constexpr bool IsQuantizedFormat(WeightFormat f) {
+  return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
+}
 
 // k-values per super-block of the K-quants.
 constexpr int kSuperBlock = 256;
 
 // True for q4_k, q5_k, q6_k.
-bool IsKQuantFormat(WeightFormat f);
+constexpr bool IsKQuantFormat(WeightFormat f) {
+  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K;
+}
 
 // Bytes of one super-block (kSuperBlock k-rows of a panel) of a K-quant:
 // 4608, 5632, 6720; 0 for the others.
@@ -160,6 +164,17 @@ constexpr int KSubBlockRows(WeightFormat f) { return f == WeightFormat::kQ6_K ? 
 // Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
 // 576, 640; 0 for the others.
 int64_t QuantGroupBytes(WeightFormat f);
+
+// Where the quants start in a group of q8_0 / q4_0 (64) or q4_1 (128).
+constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
+  return f == WeightFormat::kQ4_1 ? 128 : 64;
+}
+
+// K-quants, portable reads of a panel's super-block `sb` (the layout above):
+// the quant of column j at k-row kk (0..255; 0..15 / 0..31 / 0..63), and the
+// 6-bit scale and min of column j in sub-block s (q4_k, q5_k).
+int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j);
+void KScaleMin(const uint8_t* sb, int s, int j, int* sc, int* m);
 
 // Bytes of one row of K values in ggml's encoding (the `row_bytes` of a dense
 // GGUF tensor for PackWeightsFromBlocks): f32 4K, f16/bf16 2K, q8_0 34K/32,
