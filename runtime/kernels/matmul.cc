@@ -519,9 +519,7 @@ XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64
       _mm512_store_ps(out + r * kPackNR + 16, w1);
     }
   } else {
-    constexpr int64_t kGroupBytes = F == WeightFormat::kQ8_0   ? 64 + 32 * kPackNR
-                                    : F == WeightFormat::kQ4_0 ? 64 + 16 * kPackNR
-                                                               : 128 + 16 * kPackNR;
+    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
     for (int64_t r = 0; r < rows; r += kQuantGroup) {  // k0 and rows: whole groups or the end
       const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
       const GroupScales g = LoadGroupScales<F>(group);
@@ -647,9 +645,7 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
       }
     }
   } else {
-    constexpr int64_t kGroupBytes = F == WeightFormat::kQ8_0   ? 64 + 32 * kPackNR
-                                    : F == WeightFormat::kQ4_0 ? 64 + 16 * kPackNR
-                                                               : 128 + 16 * kPackNR;
+    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
     const int64_t groups = g.k / kQuantGroup;
     for (int64_t grp = 0; grp < groups; ++grp) {
       GroupScales sc[P];

@@ -132,18 +132,11 @@ int WeightFormatBlockSize(WeightFormat f) {
   return IsQuantizedFormat(f) ? kQuantGroup : IsKQuantFormat(f) ? kSuperBlock : 1;
 }
 
-int64_t QuantGroupBytes(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kQ8_0:
-      return 64 + kQuantGroup * kPackNR;
-    case WeightFormat::kQ4_0:
-      return 64 + kQuantGroup * kPackNR / 2;
-    case WeightFormat::kQ4_1:
-      return 128 + kQuantGroup * kPackNR / 2;
-    default:
-      return 0;
-  }
-}
+// A group: f16 scales (and q4_1's f16 mins) for the kPackNR columns, then
+// kQuantGroup k-rows of quants (a byte or a nibble per column).
+static_assert(QuantGroupBytes(WeightFormat::kQ8_0) == 64 + kQuantGroup * kPackNR);
+static_assert(QuantGroupBytes(WeightFormat::kQ4_0) == 64 + kQuantGroup * kPackNR / 2);
+static_assert(QuantGroupBytes(WeightFormat::kQ4_1) == 128 + kQuantGroup * kPackNR / 2);
 
 int64_t PackedPanelBytes(WeightFormat f, int64_t K) {
   assert(K % WeightFormatBlockSize(f) == 0);

@@ -163,7 +163,12 @@ constexpr int KSubBlockRows(WeightFormat f) { return f == WeightFormat::kQ6_K ? 
 
 // Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
 // 576, 640; 0 for the others.
-int64_t QuantGroupBytes(WeightFormat f);
+constexpr int64_t QuantGroupBytes(WeightFormat f) {
+  return f == WeightFormat::kQ8_0   ? 1088
+         : f == WeightFormat::kQ4_0 ? 576
+         : f == WeightFormat::kQ4_1 ? 640
+                                    : 0;
+}
 
 // Where the quants start in a group of q8_0 / q4_0 (64) or q4_1 (128).
 constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
