@@ -1,4 +1,5 @@
 #include "runtime/kernels/attention.h"
+#include "runtime/kernels/test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -10,13 +11,7 @@
 namespace xrt {
 namespace {
 
-std::vector<CpuIsa> SupportedIsas() {
-  std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (CpuIsaSupported(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
+using testing::SupportedIsas;
 
 // One request of the batch: `context` positions already in the cache, then
 // `q_len` new tokens this step.

@@ -1,4 +1,5 @@
 #include "runtime/kernels/lora.h"
+#include "runtime/kernels/test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +14,8 @@
 namespace xrt {
 namespace {
 
+using testing::SupportedIsas;
+
 constexpr float kSentinel = 1234.5f;  // fills output padding that must stay untouched
 
 std::vector<float> RandomVector(int64_t n, uint32_t seed) {
@@ -21,14 +24,6 @@ std::vector<float> RandomVector(int64_t n, uint32_t seed) {
   std::vector<float> v(std::max<int64_t>(n, 1));
   for (auto& x : v) x = dist(rng);
   return v;
-}
-
-std::vector<CpuIsa> SupportedIsas() {
-  std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (CpuIsaSupported(isa)) isas.push_back(isa);
-  }
-  return isas;
 }
 
 bool SameBits(const float* a, const float* b, int64_t n) {

@@ -19,6 +19,8 @@
 namespace xrt {
 namespace {
 
+using testing::SupportedIsas;
+
 using testing::Bits;
 
 constexpr WeightFormat kFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
@@ -196,14 +198,6 @@ float ReferenceDot(WeightFormat f, const IntRow& w, const std::vector<int>& q,
     if (f != WeightFormat::kQ6_K) acc = std::fma(-(w.m[b] * d[b]), static_cast<float>(imin), acc);
   }
   return acc;
-}
-
-std::vector<CpuIsa> SupportedIsas() {
-  std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (CpuIsaSupported(isa)) isas.push_back(isa);
-  }
-  return isas;
 }
 
 struct Weight {

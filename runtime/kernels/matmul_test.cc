@@ -15,6 +15,8 @@
 namespace xrt {
 namespace {
 
+using testing::SupportedIsas;
+
 std::vector<float> RandomVector(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -27,14 +29,6 @@ std::vector<float> Pack(const std::vector<float>& w, int64_t n, int64_t k) {
   std::vector<float> packed(PackedWeightFloats(n, k), -7.0f);
   PackWeights(w.data(), n, k, packed.data());
   return packed;
-}
-
-std::vector<CpuIsa> SupportedIsas() {
-  std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (CpuIsaSupported(isa)) isas.push_back(isa);
-  }
-  return isas;
 }
 
 TEST(PackWeightsTest, LayoutAndZeroPadding) {

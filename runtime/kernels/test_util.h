@@ -1,5 +1,6 @@
-// Test and benchmark helpers for the kernels: weights in the K-quant formats,
-// which have no quantizer (weight_format.h), made from random ggml blocks.
+// Test and benchmark helpers for the kernels: the ISA paths to test, and
+// weights in the K-quant formats, which have no quantizer (weight_format.h),
+// made from random ggml blocks.
 #pragma once
 
 #include <algorithm>
@@ -8,10 +9,20 @@
 #include <random>
 #include <vector>
 
+#include "runtime/kernels/cpu_isa.h"
 #include "runtime/kernels/weight_format.h"
 
 namespace xrt {
 namespace testing {
+
+// Every ISA path this CPU can run (scalar first): kernels tests cover each.
+inline std::vector<CpuIsa> SupportedIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (CpuIsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
 
 inline uint32_t Bits(float f) {
   uint32_t b;
