@@ -25,6 +25,7 @@
 // concurrently with ParallelFor; it joins the workers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -68,5 +69,19 @@ class ThreadPool {
   int num_threads_;
   std::unique_ptr<State> state_;
 };
+
+// Runs fn(begin, end) over work units [0, units) on `pool` in a few contiguous
+// chunks per thread (units / (4 * threads) each), so a thread that gets
+// descheduled (the machine is shared) does not hold up the region; on the
+// caller, in one call, when there is no pool, one thread or at most one unit.
+template <typename Fn>
+void ParallelForUnits(ThreadPool* pool, int64_t units, const Fn& fn) {
+  const int threads = pool ? pool->num_threads() : 1;
+  if (threads <= 1 || units <= 1) {
+    fn(int64_t{0}, units);
+    return;
+  }
+  pool->ParallelForGrain(units, std::max<int64_t>(1, units / (4 * threads)), fn);
+}
 
 }  // namespace xrt

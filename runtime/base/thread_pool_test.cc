@@ -65,6 +65,26 @@ TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
   }
 }
 
+TEST(ThreadPoolTest, ParallelForUnitsCoversUnitsInAFewChunksPerThread) {
+  ThreadPool pool(2);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    for (int64_t units : {0, 1, 2, 7, 100}) {
+      std::vector<std::atomic<int>> hits(units);
+      std::atomic<int> calls{0};
+      ParallelForUnits(p, units, [&](int64_t b, int64_t e) {
+        calls.fetch_add(1);
+        for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+      });
+      for (int64_t i = 0; i < units; ++i) ASSERT_EQ(hits[i].load(), 1) << i << " of " << units;
+      // Inline in one call without a pool or with one unit; else units / 8 per chunk.
+      const int64_t want = !p || units <= 1 ? 1
+                                            : (units + std::max<int64_t>(1, units / 8) - 1) /
+                                                  std::max<int64_t>(1, units / 8);
+      EXPECT_EQ(calls.load(), want) << units << " units, pool " << (p != nullptr);
+    }
+  }
+}
+
 TEST(ThreadPoolTest, DefaultSizeIsHardwareConcurrency) {
   ThreadPool pool(0);
   EXPECT_GE(pool.num_threads(), 1);

@@ -485,15 +485,11 @@ void PlanRows(const int32_t* slots, int64_t m, int64_t num_slots, bool mixed, in
 // else inline.
 template <typename Fn>
 void RunUnits(int64_t units, int64_t flops, int64_t weight_bytes, ThreadPool* pool, const Fn& run) {
-  const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || units <= 1 ||
-      (flops < kMinParallelFlops && weight_bytes < kMinParallelBytes)) {
-    run(0, units);
+  if (flops < kMinParallelFlops && weight_bytes < kMinParallelBytes) {
+    run(int64_t{0}, units);
     return;
   }
-  // A few chunks per thread so a descheduled thread (shared machine) does not
-  // hold up the region.
-  pool->ParallelForGrain(units, std::max<int64_t>(1, units / (4 * threads)), run);
+  ParallelForUnits(pool, units, run);
 }
 
 }  // namespace

@@ -99,20 +99,6 @@ struct TileArgs {
 };
 using TileFn = void (*)(const TileArgs&);
 
-// Runs work units [0, units) on `pool` (or the caller): a few contiguous
-// chunks per thread, so a thread that gets descheduled (the machine is
-// shared) does not hold up the region.
-template <typename Fn>
-void RunUnits(int64_t units, ThreadPool* pool, const Fn& run_units) {
-  const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || units == 1) {
-    run_units(int64_t{0}, units);
-    return;
-  }
-  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
-  pool->ParallelForGrain(units, grain, run_units);
-}
-
 // ---------------------------------------------------------------- scalar --
 
 constexpr int kScalarMR = 4;
@@ -782,7 +768,7 @@ void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
       kernel_for_count[count](g);
     }
   };
-  RunUnits(units, pool, run_units);
+  ParallelForUnits(pool, units, run_units);
 }
 
 #endif  // __x86_64__
@@ -1098,7 +1084,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
     }
   };
 
-  RunUnits(units, pool, run_units);
+  ParallelForUnits(pool, units, run_units);
 }
 
 void Matmul(const MatmulArgs& args, ThreadPool* pool) { MatmulWithIsa(args, pool, BestCpuIsa()); }

@@ -566,13 +566,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       PanelRowsPortable(p, panel, r0, r1);
     }
   };
-  const int64_t units = panels * groups;
-  const int threads = pool ? pool->num_threads() : 1;
-  if (threads <= 1 || units == 1) {
-    run_units(0, units);
-  } else {
-    pool->ParallelForGrain(units, std::max<int64_t>(1, units / (4 * threads)), run_units);
-  }
+  ParallelForUnits(pool, panels * groups, run_units);
 }
 
 }  // namespace xrt
