@@ -547,6 +547,12 @@ static_assert(static_cast<int>(xrt::WeightFormat::kQ4_1) == static_cast<int>(xpk
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_K) == static_cast<int>(xpk::DType::q4_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_K) == static_cast<int>(xpk::DType::q5_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ6_K) == static_cast<int>(xpk::DType::q6_k));
+// ... and a matmul's compute type as Command.compute.
+static_assert(static_cast<int>(xrt::ComputeType::kF32) == static_cast<int>(xpk::ComputeType::f32));
+static_assert(static_cast<int>(xrt::ComputeType::kBF16) ==
+              static_cast<int>(xpk::ComputeType::bf16));
+static_assert(static_cast<int>(xrt::ComputeType::kInt8) ==
+              static_cast<int>(xpk::ComputeType::int8));
 
 // The packed format that holds a source tensor's values exactly and has a
 // kernel, if any.
@@ -896,9 +902,7 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
     return xrt::InternalError("graph pipeline failed:\n{}", diags.text());
 
   Emitter emitter(o, o.limits.max_num_seqs, maxBlocksPerReq, o.limits.block_size, loraSpec.targets,
-                  compute == xrt::ComputeType::kBF16   ? xpk::ComputeType::bf16
-                  : compute == xrt::ComputeType::kInt8 ? xpk::ComputeType::int8
-                                                       : xpk::ComputeType::f32);
+                  static_cast<xpk::ComputeType>(compute));
   XRT_RETURN_IF_ERROR(emitter.Run(*module));
 
   // Code.

@@ -21,6 +21,11 @@
 
 namespace xrt {
 
+// Command.compute is read as the kernels' ComputeType.
+static_assert(static_cast<int>(ComputeType::kF32) == static_cast<int>(xpk::ComputeType::f32));
+static_assert(static_cast<int>(ComputeType::kBF16) == static_cast<int>(xpk::ComputeType::bf16));
+static_assert(static_cast<int>(ComputeType::kInt8) == static_cast<int>(xpk::ComputeType::int8));
+
 struct Executor::PreparedCommand {
   const xpk::Command* fb;
   DispatchFn fn = nullptr;
@@ -155,10 +160,11 @@ Status Executor::Prepare() {
       }
       if (c->kind() == xpk::CommandKind::ukernel && c->ukernel() == xpk::Ukernel::matmul) {
         XRT_ASSIGN_OR_RETURN(pc.w_format, MatmulWeightFormat(a, *e, *c));
-        pc.compute = c->compute() == xpk::ComputeType::bf16 ? ComputeType::kBF16
-                     : c->compute() == xpk::ComputeType::int8 && Int8ComputeApplies(pc.w_format)
-                         ? ComputeType::kInt8
-                         : ComputeType::kF32;  // int8 on a weight without integer quants: f32
+        // The loader accepted the value, and the enums agree (asserted above).
+        pc.compute = static_cast<ComputeType>(c->compute());
+        if (pc.compute == ComputeType::kInt8 && !Int8ComputeApplies(pc.w_format)) {
+          pc.compute = ComputeType::kF32;  // int8 on a weight without integer quants is f32
+        }
       }
       for (const xpk::Binding* b : *c->bindings()) {
         void* ptr = nullptr;
