@@ -39,6 +39,17 @@ xcc::CompileOptions SmolOptions(const char* gguf, const std::string& output) {
   return o;
 }
 
+// Compiles the GGUF with --compute `compute` into *artifact (TempArtifact) and
+// opens an engine on it.
+xrt::Expected<xcc::testing::TestEngine> CompileAndOpen(const char* gguf, const std::string& compute,
+                                                       std::string* artifact) {
+  *artifact = TempArtifact(compute + "_");
+  xcc::CompileOptions o = SmolOptions(gguf, *artifact);
+  o.compute = compute;
+  XRT_RETURN_IF_ERROR(xcc::Compile(o).status());
+  return xcc::testing::OpenEngine(*artifact);
+}
+
 nlohmann::json Reference(const char* file) {
   std::ifstream in(fs::path(XCC_SOURCE_DIR) / "tests/fixtures/smollm2" / file);
   return nlohmann::json::parse(in);
@@ -94,12 +105,8 @@ TEST(SmolLM2, Bf16ComputeGreedyTokensMatchTheBf16Reference) {
   if (!gguf || !*gguf) GTEST_SKIP() << "XCC_SMOLLM2_GGUF is not set";
   const nlohmann::json ref = Reference("reference.json"), ref16 = Reference("reference_bf16.json");
   ASSERT_EQ(ref["prompts"].size(), ref16["prompts"].size());
-  const std::string artifact = TempArtifact("bf16_");
-  xcc::CompileOptions o = SmolOptions(gguf, artifact);
-  o.compute = "bf16";
-  auto s = xcc::Compile(o);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  auto engine = xcc::testing::OpenEngine(artifact);
+  std::string artifact;
+  auto engine = CompileAndOpen(gguf, "bf16", &artifact);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   constexpr size_t kTokens = 32;
   constexpr float kMinMargin = 2e-2f;
@@ -133,12 +140,8 @@ TEST(SmolLM2, Int8ComputeGreedyTokensMatchHfUpToItsNearTies) {
   const char* gguf = std::getenv("XCC_SMOLLM2_GGUF");
   if (!gguf || !*gguf) GTEST_SKIP() << "XCC_SMOLLM2_GGUF is not set";
   const nlohmann::json ref = Reference("reference.json");
-  const std::string artifact = TempArtifact("int8_");
-  xcc::CompileOptions o = SmolOptions(gguf, artifact);
-  o.compute = "int8";
-  auto s = xcc::Compile(o);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  auto engine = xcc::testing::OpenEngine(artifact);
+  std::string artifact;
+  auto engine = CompileAndOpen(gguf, "int8", &artifact);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   constexpr size_t kTokens = 32;
   constexpr float kInt8Margin = 0.5f;
