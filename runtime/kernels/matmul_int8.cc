@@ -21,6 +21,10 @@ namespace {
 
 constexpr int kSumRows = 16;  // k-values per entry of sum16
 
+// Rows of A per work unit: one decode of the weight quads serves them all
+// (the AVX-512 kernel has variants for 1..kGroupRows).
+constexpr int64_t kGroupRows = 4;
+
 // Step 1 of the contract for one block: d, and the quants in q.
 void QuantizeBlockPortable(const float* a, int n, int8_t* q, float* d) {
   float amax = 0.0f;
@@ -460,7 +464,6 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 #pragma GCC diagnostic pop
 #endif
 
-constexpr int kRowsAvx512 = 4;
 using PanelFn = void (*)(const Int8Problem&, const uint8_t*, int64_t, int64_t);
 
 template <WeightFormat F>
@@ -473,6 +476,7 @@ PanelFn PanelFnFor(int rows) {
     case 3:
       return &PanelRowsAvx512<F, 3>;
     default:
+      static_assert(kGroupRows == 4);
       return &PanelRowsAvx512<F, 4>;
   }
 }
@@ -502,10 +506,6 @@ struct QuantizedRows {
   std::vector<float> d;
   std::vector<int32_t> sum16;
 };
-
-}  // namespace
-
-namespace {
 
 void QuantizeRowWithIsa(const float* a, int64_t k, int block, int8_t* q, float* d, int32_t* sum16,
                         CpuIsa isa) {
@@ -550,12 +550,11 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   // Units: (panel, group of up to 4 rows), row groups fastest, so a panel
   // stays in cache while every row group reads it.
   const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
-  constexpr int64_t kGroup = 4;
-  const int64_t groups = (m + kGroup - 1) / kGroup;
+  const int64_t groups = (m + kGroupRows - 1) / kGroupRows;
   auto run_units = [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t panel = u / groups, r0 = u % groups * kGroup;
-      const int64_t r1 = std::min(m, r0 + kGroup);
+      const int64_t panel = u / groups, r0 = u % groups * kGroupRows;
+      const int64_t r1 = std::min(m, r0 + kGroupRows);
 #if defined(__x86_64__)
       if (isa == CpuIsa::kAvx512) {
         const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
