@@ -20,6 +20,8 @@ PKGS=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev
+  # the *_emulated kernel tests: the AVX2 / AVX-512 paths on SIMDe's portable intrinsics
+  libsimde-dev
   # ASan/UBSan build and libFuzzer targets (build-asan, tests/fuzz): clang and its runtime
   clang-19 libclang-rt-19-dev
   # the formatting check (ctest clang_format; .clang-format, CONTRIBUTING.md)

@@ -6,9 +6,7 @@
 #include <limits>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "runtime/kernels/simd.h"
 
 namespace xrt {
 namespace {
@@ -82,8 +80,6 @@ void AccumulateScalar(float* acc, float corr, const float* p, const float* const
 #if defined(__x86_64__)
 
 // ------------------------------------------------------------------ AVX2 --
-
-#define XRT_TARGET_AVX2 __attribute__((target("avx2,fma")))
 
 XRT_TARGET_AVX2 inline __m256i TailMask8(int64_t n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -181,8 +177,6 @@ XRT_TARGET_AVX2 void AccumulateAvx2(float* acc, float corr, const float* p, cons
 }
 
 // --------------------------------------------------------------- AVX-512 --
-
-#define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
 
 // GCC 12 reports the _mm512_undefined_*() placeholders inside several
 // AVX-512 intrinsics (shuffles, unpacks) as uninitialized uses.

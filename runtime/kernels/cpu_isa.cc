@@ -15,6 +15,10 @@ const char* CpuIsaName(CpuIsa isa) {
 }
 
 bool CpuIsaSupported(CpuIsa isa) {
+#if defined(XRT_SIMD_EMULATE) && defined(__x86_64__)
+  // simd.h: every path runs on SIMDe's portable intrinsics.
+  return true;
+#endif
   switch (isa) {
     case CpuIsa::kScalar:
       return true;

@@ -6,9 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "runtime/kernels/simd.h"
 
 namespace xrt {
 namespace {
@@ -108,16 +106,13 @@ void ExpandScalar(const ExpandTile& t) {
 
 #if defined(__x86_64__)
 
-#define XRT_LORA_AVX2 __attribute__((target("avx2,fma")))
-#define XRT_LORA_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
-
 // ------------------------------------------------------------------ AVX2 --
 
 constexpr int kAvx2ShrinkMR = 2;
 constexpr int kAvx2ExpandMR = 6;
 constexpr int kAvx2ExpandNR = 16;
 
-XRT_LORA_AVX2 inline __m256i TailMask8(int64_t n) {
+XRT_TARGET_AVX2 inline __m256i TailMask8(int64_t n) {
   // Lanes [0, n) set, n clamped to [0, 8].
   const int c = static_cast<int>(std::clamp<int64_t>(n, 0, 8));
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -126,7 +121,7 @@ XRT_LORA_AVX2 inline __m256i TailMask8(int64_t n) {
 // Steps 2-4 of the lane tree for four dot products at once, from their step-1
 // sums t[0..8) (one ymm each): returns [dot_a, dot_b, dot_c, dot_d]. Every
 // add pairs the same lanes as ReduceLanes.
-XRT_LORA_AVX2 inline __m128 ReduceFour(__m256 a, __m256 b, __m256 c, __m256 d) {
+XRT_TARGET_AVX2 inline __m128 ReduceFour(__m256 a, __m256 b, __m256 c, __m256 d) {
   // u[j] = t[j] + t[j+4]: [ua | ub] and [uc | ud].
   const __m256 ab =
       _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
@@ -141,7 +136,7 @@ XRT_LORA_AVX2 inline __m128 ReduceFour(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_unpacklo_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
 }
 
-XRT_LORA_AVX2 inline void StoreRanks(float* out, __m128 v, int ranks) {
+XRT_TARGET_AVX2 inline void StoreRanks(float* out, __m128 v, int ranks) {
   if (ranks == kShrinkRanks) {
     _mm_storeu_ps(out, v);
     return;
@@ -154,7 +149,7 @@ XRT_LORA_AVX2 inline void StoreRanks(float* out, __m128 v, int ranks) {
 // Lanes 0-7 and 8-15 of each dot product in two passes over K (8 ymm
 // accumulators each, so nothing spills); step 1 of the tree adds the passes.
 template <int R>
-XRT_LORA_AVX2 void ShrinkAvx2(const ShrinkTile& t) {
+XRT_TARGET_AVX2 void ShrinkAvx2(const ShrinkTile& t) {
   __m256 half[2][R][kShrinkRanks];
   const int64_t k16 = t.k / kLanes * kLanes;
 #pragma GCC unroll 8
@@ -203,7 +198,7 @@ XRT_LORA_AVX2 void ShrinkAvx2(const ShrinkTile& t) {
 }
 
 template <int R>
-XRT_LORA_AVX2 void ExpandAvx2(const ExpandTile& t) {
+XRT_TARGET_AVX2 void ExpandAvx2(const ExpandTile& t) {
   __m256 acc0[R], acc1[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
@@ -239,7 +234,7 @@ constexpr int kAvx512ShrinkMR = 4;
 constexpr int kAvx512ExpandMR = 6;
 constexpr int kAvx512ExpandNR = 64;
 
-XRT_LORA_AVX512 inline __mmask16 TailMask16(int64_t n) {
+XRT_TARGET_AVX512 inline __mmask16 TailMask16(int64_t n) {
   // Lanes [0, n) set, n clamped to [0, 16].
   if (n >= 16) return 0xFFFF;
   if (n <= 0) return 0;
@@ -249,7 +244,7 @@ XRT_LORA_AVX512 inline __mmask16 TailMask16(int64_t n) {
 // One zmm accumulator per dot product (lane j = lane j of lora.h), R x 4 of
 // them; step 1 of the tree adds the two 256-bit halves.
 template <int R>
-XRT_LORA_AVX512 void ShrinkAvx512(const ShrinkTile& t) {
+XRT_TARGET_AVX512 void ShrinkAvx512(const ShrinkTile& t) {
   __m512 acc[R][kShrinkRanks];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
@@ -295,7 +290,7 @@ XRT_LORA_AVX512 void ShrinkAvx512(const ShrinkTile& t) {
 }
 
 template <int R>
-XRT_LORA_AVX512 void ExpandAvx512(const ExpandTile& t) {
+XRT_TARGET_AVX512 void ExpandAvx512(const ExpandTile& t) {
   constexpr int kVecs = kAvx512ExpandNR / 16;
   __m512 acc[R][kVecs];
 #pragma GCC unroll 8

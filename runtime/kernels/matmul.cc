@@ -9,9 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "runtime/kernels/simd.h"
 
 namespace xrt {
 
@@ -139,8 +137,6 @@ void TileScalar(const TileArgs& t) {
 
 constexpr int kAvx2MR = 6;
 
-#define XRT_TARGET_AVX2 __attribute__((target("avx2,fma")))
-
 XRT_TARGET_AVX2 inline __m256i Avx2TailMask(int n) {
   // Lanes [0, n) set, n in [0, 8].
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -221,8 +217,6 @@ constexpr int kAvx512MR = 14;
 // Software prefetch distances in k-steps (one k-step = 128 bytes of panel).
 constexpr int kPrefetchL1Steps = 16;
 constexpr int kPrefetchL2Steps = 128;  // single-tile blocks (M = 1 decode)
-
-#define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
 
 template <int R>
 XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {

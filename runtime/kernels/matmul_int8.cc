@@ -7,9 +7,7 @@
 #include <limits>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "runtime/kernels/simd.h"
 
 namespace xrt {
 
@@ -157,8 +155,6 @@ void PanelRowsPortable(const Int8Problem& p, int64_t panel, int64_t r0, int64_t 
 #if defined(__x86_64__)
 
 // ----------------------------------------------------------------- AVX-512 --
-
-#define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push

@@ -1,0 +1,255 @@
+// Test-only (XRT_SIMD_EMULATE, see simd.h): the AVX-512 intrinsics the kernels
+// use that Debian bookworm's SIMDe (0.7.4) lacks or aliases wrongly, written
+// lane by lane from Intel's definitions. Included after SIMDe's headers.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+typedef simde__mmask8 __mmask8;
+typedef simde__mmask16 __mmask16;
+typedef simde__mmask32 __mmask32;
+typedef simde__mmask64 __mmask64;
+
+namespace xrt_simd_emulate {
+
+template <typename Lane, typename Vec>
+inline void ToLanes(const Vec& v, Lane* out) {
+  static_assert(sizeof(Vec) % sizeof(Lane) == 0);
+  std::memcpy(out, &v, sizeof(Vec));
+}
+
+template <typename Vec, typename Lane>
+inline Vec FromLanes(const Lane* in) {
+  Vec v;
+  std::memcpy(&v, in, sizeof(Vec));
+  return v;
+}
+
+// The 16 lanes of type From in `a`, sign- or zero-extended to int32.
+template <typename From, typename Vec>
+inline __m512i Widen(Vec a) {
+  static_assert(sizeof(Vec) == 16 * sizeof(From));
+  From x[16];
+  int32_t r[16];
+  ToLanes(a, x);
+  for (int i = 0; i < 16; ++i) r[i] = x[i];
+  return FromLanes<__m512i>(r);
+}
+
+}  // namespace xrt_simd_emulate
+
+#ifndef _CMP_LT_OQ
+#define _CMP_LT_OQ SIMDE_CMP_LT_OQ
+#endif
+#ifndef _CMP_GE_OQ
+#define _CMP_GE_OQ SIMDE_CMP_GE_OQ
+#endif
+#ifndef _MM_FROUND_NO_EXC
+#define _MM_FROUND_NO_EXC SIMDE_MM_FROUND_NO_EXC
+#endif
+
+// SIMDe 0.7.4 aliases _mm512_madd_epi16 with four arguments.
+#undef _mm512_madd_epi16
+inline __m512i _mm512_madd_epi16(__m512i a, __m512i b) { return simde_mm512_madd_epi16(a, b); }
+
+inline __m512 _mm512_cvtepi32_ps(__m512i a) {
+  int32_t x[16];
+  float r[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  for (int i = 0; i < 16; ++i) r[i] = static_cast<float>(x[i]);
+  return xrt_simd_emulate::FromLanes<__m512>(r);
+}
+
+// Rounds in the current mode (nearest even by default); out of range or NaN
+// gives the "integer indefinite" INT32_MIN, as the instruction does.
+inline __m512i _mm512_cvtps_epi32(__m512 a) {
+  float x[16];
+  int32_t r[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  for (int i = 0; i < 16; ++i) {
+    const float v = std::nearbyint(x[i]);
+    r[i] = (v >= -2147483648.0f && v < 2147483648.0f) ? static_cast<int32_t>(v) : INT32_MIN;
+  }
+  return xrt_simd_emulate::FromLanes<__m512i>(r);
+}
+
+inline __m512i _mm512_cvtepi8_epi32(__m128i a) { return xrt_simd_emulate::Widen<int8_t>(a); }
+inline __m512i _mm512_cvtepu8_epi32(__m128i a) { return xrt_simd_emulate::Widen<uint8_t>(a); }
+
+inline __m512 _mm512_cvtph_ps(__m256i a) {
+  __m128i h[2];
+  std::memcpy(h, &a, sizeof(a));
+  __m256 f[2] = {simde_mm256_cvtph_ps(h[0]), simde_mm256_cvtph_ps(h[1])};
+  __m512 r;
+  std::memcpy(&r, f, sizeof(r));
+  return r;
+}
+
+// imm bits: 0x01 QNaN, 0x02 +0, 0x04 -0, 0x08 +inf, 0x10 -inf, 0x20 denormal,
+// 0x40 finite negative, 0x80 SNaN.
+inline __mmask16 _mm512_fpclass_ps_mask(__m512 a, int imm) {
+  uint32_t x[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  __mmask16 m = 0;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t exp = (x[i] >> 23) & 0xff, frac = x[i] & 0x7fffff;
+    const bool neg = x[i] >> 31;
+    int cls = 0;
+    if (exp == 0xff && frac != 0) {
+      cls = (frac & 0x400000) ? 0x01 : 0x80;
+    } else if (exp == 0xff) {
+      cls = neg ? 0x10 : 0x08;
+    } else if (exp == 0 && frac == 0) {
+      cls = neg ? 0x04 : 0x02;
+    } else {
+      cls = (exp == 0 ? 0x20 : 0) | (neg ? 0x40 : 0);
+    }
+    if (cls & imm) m |= static_cast<__mmask16>(1u << i);
+  }
+  return m;
+}
+
+inline float _mm512_reduce_max_ps(__m512 a) {
+  float x[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  float m = x[0];
+  for (int i = 1; i < 16; ++i) m = m > x[i] ? m : x[i];
+  return m;
+}
+
+inline __m512 _mm512_maskz_loadu_ps(__mmask16 k, const void* p) {
+  float r[16] = {};
+  for (int i = 0; i < 16; ++i) {
+    if (k >> i & 1) std::memcpy(&r[i], static_cast<const char*>(p) + 4 * i, 4);
+  }
+  return xrt_simd_emulate::FromLanes<__m512>(r);
+}
+
+inline void _mm512_mask_storeu_ps(void* p, __mmask16 k, __m512 a) {
+  float x[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  for (int i = 0; i < 16; ++i) {
+    if (k >> i & 1) std::memcpy(static_cast<char*>(p) + 4 * i, &x[i], 4);
+  }
+}
+
+inline __m512 _mm512_mask_loadu_ps(__m512 src, __mmask16 k, const void* p) {
+  float r[16];
+  xrt_simd_emulate::ToLanes(src, r);
+  for (int i = 0; i < 16; ++i) {
+    if (k >> i & 1) std::memcpy(&r[i], static_cast<const char*>(p) + 4 * i, 4);
+  }
+  return xrt_simd_emulate::FromLanes<__m512>(r);
+}
+
+inline void _mm_mask_storeu_ps(void* p, __mmask8 k, __m128 a) {
+  float x[4];
+  xrt_simd_emulate::ToLanes(a, x);
+  for (int i = 0; i < 4; ++i) {
+    if (k >> i & 1) std::memcpy(static_cast<char*>(p) + 4 * i, &x[i], 4);
+  }
+}
+
+inline __m512i _mm512_cvtepu16_epi32(__m256i a) { return xrt_simd_emulate::Widen<uint16_t>(a); }
+
+inline __mmask16 _mm512_cmpgt_epu32_mask(__m512i a, __m512i b) {
+  uint32_t x[16], y[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  xrt_simd_emulate::ToLanes(b, y);
+  __mmask16 m = 0;
+  for (int i = 0; i < 16; ++i) m |= static_cast<__mmask16>((x[i] > y[i] ? 1u : 0u) << i);
+  return m;
+}
+
+inline __mmask16 _mm512_testn_epi32_mask(__m512i a, __m512i b) {
+  uint32_t x[16], y[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  xrt_simd_emulate::ToLanes(b, y);
+  __mmask16 m = 0;
+  for (int i = 0; i < 16; ++i) m |= static_cast<__mmask16>(((x[i] & y[i]) == 0 ? 1u : 0u) << i);
+  return m;
+}
+
+inline float _mm512_cvtss_f32(__m512 a) {
+  float x[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  return x[0];
+}
+
+// Result lanes 0-1 are 128-bit lanes imm[1:0], imm[3:2] of a; lanes 2-3 are
+// imm[5:4], imm[7:6] of b.
+inline __m512 _mm512_shuffle_f32x4(__m512 a, __m512 b, int imm) {
+  float x[16], y[16], r[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  xrt_simd_emulate::ToLanes(b, y);
+  for (int l = 0; l < 4; ++l) {
+    const float* src = l < 2 ? x : y;
+    const int sel = (imm >> (2 * l)) & 3;
+    std::memcpy(r + 4 * l, src + 4 * sel, 16);
+  }
+  return xrt_simd_emulate::FromLanes<__m512>(r);
+}
+
+inline __m256 _mm512_maskz_extractf32x8_ps(__mmask8 k, __m512 a, int imm) {
+  float x[16], r[8];
+  xrt_simd_emulate::ToLanes(a, x);
+  for (int i = 0; i < 8; ++i) r[i] = (k >> i & 1) ? x[8 * (imm & 1) + i] : 0.0f;
+  return xrt_simd_emulate::FromLanes<__m256>(r);
+}
+
+// SIMDe emulates the FMA instructions as a multiply and an add (two
+// roundings); the kernels' results depend on the single rounding.
+namespace xrt_simd_emulate {
+template <typename Vec, int N, bool Negate>
+inline Vec Fma(Vec a, Vec b, Vec c) {
+  float x[N], y[N], z[N];
+  ToLanes(a, x);
+  ToLanes(b, y);
+  ToLanes(c, z);
+  for (int i = 0; i < N; ++i) x[i] = std::fma(Negate ? -x[i] : x[i], y[i], z[i]);
+  return FromLanes<Vec>(x);
+}
+}  // namespace xrt_simd_emulate
+
+#undef _mm256_fmadd_ps
+#undef _mm256_fnmadd_ps
+#undef _mm512_fmadd_ps
+#undef _mm512_fnmadd_ps
+inline __m256 _mm256_fmadd_ps(__m256 a, __m256 b, __m256 c) {
+  return xrt_simd_emulate::Fma<__m256, 8, false>(a, b, c);
+}
+inline __m256 _mm256_fnmadd_ps(__m256 a, __m256 b, __m256 c) {
+  return xrt_simd_emulate::Fma<__m256, 8, true>(a, b, c);
+}
+inline __m512 _mm512_fmadd_ps(__m512 a, __m512 b, __m512 c) {
+  return xrt_simd_emulate::Fma<__m512, 16, false>(a, b, c);
+}
+inline __m512 _mm512_fnmadd_ps(__m512 a, __m512 b, __m512 c) {
+  return xrt_simd_emulate::Fma<__m512, 16, true>(a, b, c);
+}
+
+// SIMDe's AVX2 masked load reads the whole vector; the instruction reads (and
+// may fault on) only the lanes whose mask sign bit is set.
+#undef _mm256_maskload_ps
+#undef _mm256_maskstore_ps
+inline __m256 _mm256_maskload_ps(const float* p, __m256i mask) {
+  int32_t m[8];
+  float r[8] = {};
+  xrt_simd_emulate::ToLanes(mask, m);
+  for (int i = 0; i < 8; ++i) {
+    if (m[i] < 0) r[i] = p[i];
+  }
+  return xrt_simd_emulate::FromLanes<__m256>(r);
+}
+inline void _mm256_maskstore_ps(float* p, __m256i mask, __m256 a) {
+  int32_t m[8];
+  float x[8];
+  xrt_simd_emulate::ToLanes(mask, m);
+  xrt_simd_emulate::ToLanes(a, x);
+  for (int i = 0; i < 8; ++i) {
+    if (m[i] < 0) p[i] = x[i];
+  }
+}
