@@ -268,11 +268,39 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
   }
 }
 
-// Per-column 4-term dot products of unsigned weight quads `w` with the four
-// activation quants broadcast in `a`, added to `sum`.
-XRT_TARGET_AVX512 inline __m512i DotQuads(__m512i sum, __m512i w, __m512i a) {
-  return _mm512_add_epi32(sum, _mm512_madd_epi16(_mm512_maddubs_epi16(w, a), _mm512_set1_epi16(1)));
+// Per-column pair sums of unsigned weight quads `w` times the four
+// activation quants broadcast in `a`: int16 lanes 2c, 2c + 1 of a dword hold
+// column c's products of k-rows 0-1 and 2-3. Exact while |w| * 127 * 2 fits
+// (always: |w| <= 128).
+XRT_TARGET_AVX512 inline __m512i PairProducts(__m512i w, __m512i a) {
+  return _mm512_maddubs_epi16(w, a);
 }
+
+// How many PairProducts of one format add up exactly in int16: each lane
+// is at most 2 * wmax * 127, and the sum must stay within 32767.
+template <WeightFormat F>
+constexpr int PairSumsPerInt16() {
+  constexpr int wmax = F == WeightFormat::kQ8_0   ? 128
+                       : F == WeightFormat::kQ6_K ? 63
+                       : F == WeightFormat::kQ5_K ? 31
+                                                  : 15;
+  return 32767 / (2 * wmax * 127);
+}
+static_assert(PairSumsPerInt16<WeightFormat::kQ4_0>() == 8);
+static_assert(PairSumsPerInt16<WeightFormat::kQ5_K>() == 4);
+static_assert(PairSumsPerInt16<WeightFormat::kQ6_K>() == 2);
+static_assert(PairSumsPerInt16<WeightFormat::kQ8_0>() == 1);
+
+// Each dword's value v (in int16 range) as the int16 pair (v, v): vpmaddwd
+// of pair sums against it gives v times the column's 4-term dot product.
+XRT_TARGET_AVX512 inline __m512i PairOf(__m512i v) {
+  const __m512i low = _mm512_and_si512(v, _mm512_set1_epi32(0xffff));
+  return _mm512_or_si512(low, _mm512_slli_epi32(v, 16));
+}
+
+// v (an int16 value, broadcast) as (v, 0) pairs: vpmaddwd against (x, 0)
+// pairs gives x * v in int32, one uop where vpmulld takes two.
+XRT_TARGET_AVX512 inline __m512i LowHalf(int32_t v) { return _mm512_set1_epi32(v & 0xffff); }
 
 XRT_TARGET_AVX512 inline __m512i BroadcastQuad(const int8_t* q) {
   int32_t v;
@@ -302,13 +330,52 @@ XRT_TARGET_AVX512 inline void KScaleMinAvx512(const uint8_t* sb, int s, int h, _
 
 constexpr int64_t kPrefetchBytes = 8192;
 
+// Adds the pair products of weight quads kq0 .. kq0 + Q - 1 of `blk` with
+// each row's activation quads (at qrow[i] + kq0 * 4) to the int16 sums.
+template <WeightFormat F, int R, int Q>
+XRT_TARGET_AVX512 inline void AddPairSums(const uint8_t* blk, int kq0, const int8_t* const* qrow,
+                                          __m512i (&sum16)[R][2]) {
+  static_assert(Q <= PairSumsPerInt16<F>());
+#pragma GCC unroll 8
+  for (int kq = kq0; kq < kq0 + Q; ++kq) {
+    __m512i lo, hi;
+    WeightQuads<F>(blk, kq, &lo, &hi);
+    __mmask64 neg_lo = 0, neg_hi = 0;
+    if constexpr (F == WeightFormat::kQ8_0) {
+      // Signed x signed: |w| against the activations with w's sign.
+      neg_lo = _mm512_movepi8_mask(lo);
+      neg_hi = _mm512_movepi8_mask(hi);
+      lo = _mm512_abs_epi8(lo);
+      hi = _mm512_abs_epi8(hi);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      __m512i a_lo = BroadcastQuad(qrow[i] + kq * 4), a_hi = a_lo;
+      if constexpr (F == WeightFormat::kQ8_0) {
+        const __m512i zero = _mm512_setzero_si512();
+        a_lo = _mm512_mask_sub_epi8(a_lo, neg_lo, zero, a_lo);
+        a_hi = _mm512_mask_sub_epi8(a_hi, neg_hi, zero, a_hi);
+      }
+      sum16[i][0] = _mm512_add_epi16(sum16[i][0], PairProducts(lo, a_lo));
+      sum16[i][1] = _mm512_add_epi16(sum16[i][1], PairProducts(hi, a_hi));
+    }
+  }
+}
+
 // R rows (i0 .. i0+R-1) of one panel over the whole of K: the weight quads
-// decoded once per four k-rows and used by every row.
+// decoded once per four k-rows and used by every row. Products are summed
+// in int16 as far as PairSumsPerInt16 allows, then widened by one vpmaddwd
+// (with the sub-block scale as the multiplier for the K-quants): port 0,
+// the only one for vpmaddubsw / vpmaddwd on zmm, does half the work of a
+// widen per product pair. Every integer sum is exact, so the order of the
+// additions does not change the result.
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                        int64_t i0) {
   const MatmulArgs& a = *p.args;
   const int64_t k = a.k;
+  // Row groups after the first read the panel the first one brought in.
+  const bool prefetch = i0 < kGroupRows;
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const int8_t* qrow[R];
@@ -321,48 +388,56 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
   }
   if constexpr (IsKQuantFormat(F)) {
     constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
+    constexpr int kSubQuads = kSub / 4;
+    constexpr int kChunk = std::min(kSubQuads, PairSumsPerInt16<F>());
     constexpr int64_t kBytes = SuperBlockBytes(F);
     for (int64_t b = 0; b < k / kSuperBlock; ++b) {
       const uint8_t* sb = panel + b * kBytes;
-      for (int64_t line = 0; line < kBytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(sb) + kPrefetchBytes + line, _MM_HINT_T1);
+      if (prefetch) {
+        for (int64_t line = 0; line < kBytes; line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(sb) + kPrefetchBytes + line, _MM_HINT_T1);
+        }
       }
+      const int8_t* qsb[R];
+      for (int i = 0; i < R; ++i) qsb[i] = qrow[i] + b * kSuperBlock;
+      // isum: sum over sub-blocks of scale * dot. imin: of min * qsum
+      // (q4_k, q5_k) or of scale * qsum (q6_k, whose quants are offset by 32).
       __m512i isum[R][2], imin[R][2];
       for (int i = 0; i < R; ++i)
         for (int h = 0; h < 2; ++h) isum[i][h] = imin[i][h] = _mm512_setzero_si512();
+#pragma GCC unroll 1
       for (int s = 0; s < kSubs; ++s) {
-        __m512i dot[R][2];
-        for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int kq = s * kSub / 4; kq < (s + 1) * kSub / 4; ++kq) {
-          __m512i lo, hi;
-          WeightQuads<F>(sb, kq, &lo, &hi);
-#pragma GCC unroll 4
-          for (int i = 0; i < R; ++i) {
-            const __m512i av = BroadcastQuad(qrow[i] + b * kSuperBlock + kq * 4);
-            dot[i][0] = DotQuads(dot[i][0], lo, av);
-            dot[i][1] = DotQuads(dot[i][1], hi, av);
-          }
-        }
+        // Per column of each half: the scale as (sc, sc) int16 pairs, and the
+        // qsum multiplier as (x, 0).
+        __m512i scale[2], by_qsum[2];
         for (int h = 0; h < 2; ++h) {
           if constexpr (F == WeightFormat::kQ6_K) {
             const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(
                 reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 16 * h)));
-            for (int i = 0; i < R; ++i) {
-              const int32_t qsum = srow[i][(b * kSuperBlock + s * kSub) / kSumRows];
-              const __m512i centered = _mm512_sub_epi32(dot[i][h], _mm512_set1_epi32(32 * qsum));
-              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(sc, centered));
-            }
+            scale[h] = PairOf(sc);
+            by_qsum[h] = _mm512_and_si512(sc, _mm512_set1_epi32(0xffff));
           } else {
-            __m512i sc, m;
-            KScaleMinAvx512(sb, s, h, &sc, &m);
-            for (int i = 0; i < R; ++i) {
-              const int32_t* s16 = srow[i] + (b * kSuperBlock + s * kSub) / kSumRows;
-              const __m512i qsum = _mm512_set1_epi32(s16[0] + s16[1]);
-              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(sc, dot[i][h]));
-              imin[i][h] = _mm512_add_epi32(imin[i][h], _mm512_mullo_epi32(m, qsum));
-            }
+            __m512i sc;
+            KScaleMinAvx512(sb, s, h, &sc, &by_qsum[h]);
+            scale[h] = PairOf(sc);
           }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < kSubQuads / kChunk; ++c) {
+          __m512i sum16[R][2];
+          for (int i = 0; i < R; ++i) sum16[i][0] = sum16[i][1] = _mm512_setzero_si512();
+          AddPairSums<F, R, kChunk>(sb, s * kSubQuads + c * kChunk, qsb, sum16);
+          for (int i = 0; i < R; ++i)
+            for (int h = 0; h < 2; ++h)
+              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_madd_epi16(sum16[i][h], scale[h]));
+        }
+        for (int i = 0; i < R; ++i) {
+          const int32_t* s16 = srow[i] + (b * kSuperBlock + s * kSub) / kSumRows;
+          int32_t qsum = 0;
+          for (int j = 0; j < kSub / kSumRows; ++j) qsum += s16[j];
+          const __m512i q = LowHalf(qsum);
+          for (int h = 0; h < 2; ++h)
+            imin[i][h] = _mm512_add_epi32(imin[i][h], _mm512_madd_epi16(by_qsum[h], q));
         }
       }
       for (int h = 0; h < 2; ++h) {
@@ -371,6 +446,9 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
                                                      : HalvesToFloat(sb + kKDminOffset + 32 * h);
         for (int i = 0; i < R; ++i) {
           const __m512 da = _mm512_set1_ps(drow[i][b]);
+          if constexpr (F == WeightFormat::kQ6_K) {
+            isum[i][h] = _mm512_sub_epi32(isum[i][h], _mm512_slli_epi32(imin[i][h], 5));
+          }
           acc[i][h] =
               _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[i][h]), acc[i][h]);
           if constexpr (F != WeightFormat::kQ6_K) {
@@ -382,38 +460,29 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
       }
     }
   } else {
+    constexpr int kGroupQuads = kQuantGroup / 4;
+    constexpr int kChunk = std::min(kGroupQuads, PairSumsPerInt16<F>());
     const int64_t group_bytes = QuantGroupBytes(F);
+    const __m512i ones = _mm512_set1_epi16(1);
     for (int64_t b = 0; b < k / kQuantGroup; ++b) {
       const uint8_t* grp = panel + b * group_bytes;
-      for (int64_t line = 0; line < group_bytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(grp) + kPrefetchBytes + line, _MM_HINT_T1);
+      if (prefetch) {
+        for (int64_t line = 0; line < group_bytes; line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(grp) + kPrefetchBytes + line, _MM_HINT_T1);
+        }
       }
+      const int8_t* qg[R];
+      for (int i = 0; i < R; ++i) qg[i] = qrow[i] + b * kQuantGroup;
       __m512i dot[R][2];
       for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int kq = 0; kq < kQuantGroup / 4; ++kq) {
-        __m512i lo, hi;
-        WeightQuads<F>(grp, kq, &lo, &hi);
-        if constexpr (F == WeightFormat::kQ8_0) {
-          // Signed x signed: |w| against the activations with w's sign.
-          const __mmask64 neg_lo = _mm512_movepi8_mask(lo), neg_hi = _mm512_movepi8_mask(hi);
-          lo = _mm512_abs_epi8(lo);
-          hi = _mm512_abs_epi8(hi);
-          const __m512i zero = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int i = 0; i < R; ++i) {
-            const __m512i av = BroadcastQuad(qrow[i] + b * kQuantGroup + kq * 4);
-            dot[i][0] = DotQuads(dot[i][0], lo, _mm512_mask_sub_epi8(av, neg_lo, zero, av));
-            dot[i][1] = DotQuads(dot[i][1], hi, _mm512_mask_sub_epi8(av, neg_hi, zero, av));
-          }
-        } else {
-#pragma GCC unroll 4
-          for (int i = 0; i < R; ++i) {
-            const __m512i av = BroadcastQuad(qrow[i] + b * kQuantGroup + kq * 4);
-            dot[i][0] = DotQuads(dot[i][0], lo, av);
-            dot[i][1] = DotQuads(dot[i][1], hi, av);
-          }
-        }
+      for (int c = 0; c < kGroupQuads / kChunk; ++c) {
+        __m512i sum16[R][2];
+        for (int i = 0; i < R; ++i) sum16[i][0] = sum16[i][1] = _mm512_setzero_si512();
+        AddPairSums<F, R, kChunk>(grp, c * kChunk, qg, sum16);
+        for (int i = 0; i < R; ++i)
+          for (int h = 0; h < 2; ++h)
+            dot[i][h] = _mm512_add_epi32(dot[i][h], _mm512_madd_epi16(sum16[i][h], ones));
       }
       for (int h = 0; h < 2; ++h) {
         const __m512 dw = HalvesToFloat(grp + 32 * h);
