@@ -1,6 +1,22 @@
 #include "runtime/kernels/cpu_isa.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace xrt {
+namespace {
+
+#if defined(__x86_64__)
+// CPUID leaf 1, ECX bit 29 (GCC 12's __builtin_cpu_supports does not know
+// "f16c"). Every AVX2 CPU has it; checked so the f16c conversions are safe.
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+#endif
+
+}  // namespace
 
 const char* CpuIsaName(CpuIsa isa) {
   switch (isa) {
@@ -24,7 +40,7 @@ bool CpuIsaSupported(CpuIsa isa) {
       return true;
     case CpuIsa::kAvx2:
 #if defined(__x86_64__)
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
 #else
       return false;
 #endif

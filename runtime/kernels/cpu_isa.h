@@ -15,7 +15,7 @@ namespace xrt {
 
 enum class CpuIsa {
   kScalar = 0,  // portable C++, no SIMD assumptions
-  kAvx2 = 1,    // AVX2 + FMA
+  kAvx2 = 1,    // AVX2 + FMA + F16C
   kAvx512 = 2,  // AVX-512F (+VL/DQ/BW)
 };
 

@@ -209,6 +209,132 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
   }
 }
 
+// Decoding packed panel rows to f32 (DequantizePanelRows, same values: see
+// the AVX-512 decoder below for why each fma rounds as the portable one):
+// a k-row's 32 columns as four vectors of 8, c = 0..3 holding columns
+// 8c .. 8c+7. In the nibble layouts byte j holds column j (low nibble) and
+// column j + 16 (high), so c = 0, 1 are the low nibbles of bytes 0-7 / 8-15
+// and c = 2, 3 the high ones.
+
+XRT_TARGET_AVX2 inline __m256 Halves8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+XRT_TARGET_AVX2 inline __m256i U8x8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// All ones in lane i where bit i of `bits` (low 8 bits) is set.
+XRT_TARGET_AVX2 inline __m256i BitLanes8(uint32_t bits) {
+  const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(bits)), sel), sel);
+}
+
+// Quants of columns 8c .. 8c+7 of a nibble k-row at `row` (16 bytes).
+XRT_TARGET_AVX2 inline __m256i Nibbles8(const uint8_t* row, int c) {
+  const __m256i x = U8x8(row + 8 * (c % 2));
+  return c < 2 ? _mm256_and_si256(x, _mm256_set1_epi32(15)) : _mm256_srli_epi32(x, 4);
+}
+
+// w = fma(mul, q, add) of one sub-block s: see KFactors.
+template <WeightFormat F>
+XRT_TARGET_AVX2 void LoadKFactorsAvx2(const uint8_t* sb, int s, __m256* mul, __m256* add) {
+  for (int c = 0; c < 4; ++c) {
+    const __m256 d = Halves8(sb + 16 * c);
+    if constexpr (F == WeightFormat::kQ6_K) {
+      const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+          reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * c)));
+      mul[c] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+      add[c] = _mm256_mul_ps(mul[c], _mm256_set1_ps(-32.0f));
+    } else {
+      const __m256 dmin = Halves8(sb + kKDminOffset + 16 * c);
+      const __m256i lo = U8x8(sb + kKScaleLoOffset + s * kPackNR + 8 * c);
+      const __m256i hi =
+          _mm256_srli_epi32(U8x8(sb + kKScaleHiOffset + s / 2 * kPackNR + 8 * c), 4 * (s % 2));
+      const __m256i low4 = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
+      const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, low4),
+                                         _mm256_slli_epi32(_mm256_and_si256(hi, two), 4));
+      const __m256i m =
+          _mm256_or_si256(_mm256_srli_epi32(lo, 4),
+                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), two), 4));
+      mul[c] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+      const __m256 dm = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
+      add[c] = _mm256_xor_ps(dm, _mm256_set1_ps(-0.0f));
+    }
+  }
+}
+
+// DequantizePanelRows on AVX2 (out is 64-byte aligned).
+template <WeightFormat F>
+XRT_TARGET_AVX2 void DequantRowsAvx2(const uint8_t* panel, int64_t k0, int64_t rows, float* out) {
+  if constexpr (IsKQuantFormat(F)) {
+    __m256 mul[4], add[4];
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t k = k0 + r;
+      const uint8_t* sb = panel + k / kSuperBlock * SuperBlockBytes(F);
+      const int kk = static_cast<int>(k % kSuperBlock);
+      if (r == 0 || kk % KSubBlockRows(F) == 0) {
+        LoadKFactorsAvx2<F>(sb, kk / KSubBlockRows(F), mul, add);
+      }
+      uint32_t bits[2] = {0, 0};
+      if constexpr (F == WeightFormat::kQ5_K) std::memcpy(bits, sb + kK5HighOffset + kk * 4, 4);
+      if constexpr (F == WeightFormat::kQ6_K) std::memcpy(bits, sb + kK6HighOffset + kk * 8, 8);
+      for (int c = 0; c < 4; ++c) {
+        __m256i q = Nibbles8(sb + KLowQuantsOffset(F) + kk * 16, c);
+        if constexpr (F != WeightFormat::kQ4_K) {
+          q = _mm256_add_epi32(
+              q, _mm256_and_si256(BitLanes8(bits[0] >> (8 * c)), _mm256_set1_epi32(16)));
+        }
+        if constexpr (F == WeightFormat::kQ6_K) {
+          q = _mm256_add_epi32(
+              q, _mm256_and_si256(BitLanes8(bits[1] >> (8 * c)), _mm256_set1_epi32(32)));
+        }
+        _mm256_store_ps(out + r * kPackNR + 8 * c,
+                        _mm256_fmadd_ps(mul[c], _mm256_cvtepi32_ps(q), add[c]));
+      }
+    }
+  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+    const uint8_t* src = panel + k0 * kPackNR * 2;
+    for (int64_t i = 0; i < rows * kPackNR; i += 8) {
+      __m256 w;
+      if constexpr (F == WeightFormat::kF16) {
+        w = Halves8(src + 2 * i);
+      } else {
+        const __m256i h =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
+        w = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+      }
+      _mm256_store_ps(out + i, w);
+    }
+  } else {
+    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
+    for (int64_t r = 0; r < rows; r += kQuantGroup) {  // k0 and rows: whole groups or the end
+      const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
+      const uint8_t* q = group + QuantGroupQuantsOffset(F);
+      __m256 scale[4], min[4];
+      for (int c = 0; c < 4; ++c) {
+        scale[c] = Halves8(group + 16 * c);
+        min[c] = F == WeightFormat::kQ4_1 ? Halves8(group + 64 + 16 * c)
+                                          : _mm256_mul_ps(scale[c], _mm256_set1_ps(-8.0f));
+      }
+      const int n = static_cast<int>(std::min<int64_t>(kQuantGroup, rows - r));
+      for (int kk = 0; kk < n; ++kk) {
+        float* dst = out + (r + kk) * kPackNR;
+        for (int c = 0; c < 4; ++c) {
+          if constexpr (F == WeightFormat::kQ8_0) {
+            const __m256i v = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kk * kPackNR + 8 * c)));
+            _mm256_store_ps(dst + 8 * c, _mm256_mul_ps(scale[c], _mm256_cvtepi32_ps(v)));
+          } else {
+            const __m256i v = Nibbles8(q + kk * 16, c);
+            _mm256_store_ps(dst + 8 * c, _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(v), min[c]));
+          }
+        }
+      }
+    }
+  }
+}
+
 // --------------------------------------------------------------- AVX-512 --
 // R x 32 tiles (2 zmm per row, R <= 14 -> 28 accumulators); A values are
 // broadcast straight from memory (embedded broadcast operands of the FMAs).
@@ -843,6 +969,7 @@ template <WeightFormat F>
 DequantFn DequantForFormat(CpuIsa isa) {
 #if defined(__x86_64__)
   if (isa == CpuIsa::kAvx512) return &DequantRowsAvx512<F>;
+  if (isa == CpuIsa::kAvx2) return &DequantRowsAvx2<F>;
 #endif
   (void)isa;
   return &DequantRowsPortable<F>;

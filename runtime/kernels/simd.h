@@ -30,7 +30,7 @@
 #define XRT_TARGET_AVX512
 #else
 #include <immintrin.h>
-#define XRT_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define XRT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
 #endif
 
