@@ -525,6 +525,291 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
   }
 }
 
+// -------------------------------------------------------------------- AVX2 --
+// Two k-row pairs per vector: from the four k-rows t = 0..3 of a quad, lane 0
+// holds columns' (row 0, row 2) byte pairs and lane 1 their (row 1, row 3)
+// pairs, so one vpunpcklbw of [row0 | row1] and [row2 | row3] builds them
+// without crossing lanes; vpmaddubsw against activation pairs (a0, a2) /
+// (a1, a3) gives each column's partial dot in one int16 per lane, and the
+// two lanes are added after widening. Vector b holds columns 8b .. 8b+7.
+
+// Activation pairs of quad `q` (4 bytes): (a0, a2) in lane 0, (a1, a3) in 1.
+XRT_TARGET_AVX2 inline __m256i ActivationPairs(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  const __m256i pick = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2,  //
+                                        1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3);
+  return _mm256_shuffle_epi8(_mm256_set1_epi32(v), pick);
+}
+
+// Byte masks for the extra bits of K-quant quants: `words` holds one 32-bit
+// word per k-row t (bit j = column j) in dword t of both lanes; the result
+// for vector b has byte 2c (+1) of lane L set where k-row L (L + 2) has
+// column 8b + c's bit.
+XRT_TARGET_AVX2 inline __m256i PairBitMask(__m256i words, int b) {
+  const __m256i pick =
+      _mm256_add_epi8(_mm256_setr_epi8(0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8,  //
+                                       4, 12, 4, 12, 4, 12, 4, 12, 4, 12, 4, 12, 4, 12, 4, 12),
+                      _mm256_set1_epi8(static_cast<char>(b)));
+  const __m256i bit = _mm256_setr_epi8(1, 1, 2, 2, 4, 4, 8, 8, 16, 16, 32, 32, 64, 64, -128, -128,
+                                       1, 1, 2, 2, 4, 4, 8, 8, 16, 16, 32, 32, 64, 64, -128, -128);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(words, pick), bit), bit);
+}
+
+// The pair vectors of quad kq of a group / super-block (see above).
+template <WeightFormat F>
+XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i w[4]) {
+  if constexpr (F == WeightFormat::kQ8_0) {
+    const uint8_t* r = blk + 64 + kq * 4 * kPackNR;
+    for (int h = 0; h < 2; ++h) {  // columns 16h .. 16h + 15
+      const __m256i a = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r + 32 + 16 * h),
+                                            reinterpret_cast<const __m128i*>(r + 16 * h));
+      const __m256i c = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r + 96 + 16 * h),
+                                            reinterpret_cast<const __m128i*>(r + 64 + 16 * h));
+      w[2 * h] = _mm256_unpacklo_epi8(a, c);
+      w[2 * h + 1] = _mm256_unpackhi_epi8(a, c);
+    }
+  } else {
+    const int64_t low = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
+    const uint8_t* r = blk + low + kq * 64;
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32));
+    const __m256i lo = _mm256_unpacklo_epi8(x, y), hi = _mm256_unpackhi_epi8(x, y);
+    const __m256i low4 = _mm256_set1_epi8(15);
+    w[0] = _mm256_and_si256(lo, low4);
+    w[1] = _mm256_and_si256(hi, low4);
+    w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
+    w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), low4);
+    if constexpr (F == WeightFormat::kQ5_K) {
+      const __m256i words = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16)));
+      for (int b = 0; b < 4; ++b) {
+        w[b] = _mm256_add_epi8(w[b], _mm256_and_si256(PairBitMask(words, b), _mm256_set1_epi8(16)));
+      }
+    } else if constexpr (F == WeightFormat::kQ6_K) {
+      // Two words per k-row: the first (bit 4) and the second (bit 5).
+      const __m128i h0 =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK6HighOffset + kq * 32));
+      const __m128i h1 =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK6HighOffset + kq * 32 + 16));
+      const __m256i first = _mm256_broadcastsi128_si256(_mm_castps_si128(
+          _mm_shuffle_ps(_mm_castsi128_ps(h0), _mm_castsi128_ps(h1), _MM_SHUFFLE(2, 0, 2, 0))));
+      const __m256i second = _mm256_broadcastsi128_si256(_mm_castps_si128(
+          _mm_shuffle_ps(_mm_castsi128_ps(h0), _mm_castsi128_ps(h1), _MM_SHUFFLE(3, 1, 3, 1))));
+      for (int b = 0; b < 4; ++b) {
+        w[b] = _mm256_add_epi8(w[b], _mm256_and_si256(PairBitMask(first, b), _mm256_set1_epi8(16)));
+        w[b] =
+            _mm256_add_epi8(w[b], _mm256_and_si256(PairBitMask(second, b), _mm256_set1_epi8(32)));
+      }
+    }
+  }
+}
+
+// Adds the pair products of quads kq0 .. kq0 + Q - 1 to each row's int16
+// sums (Q <= PairSumsPerInt16, so they stay exact).
+template <WeightFormat F, int R, int Q>
+XRT_TARGET_AVX2 inline void AddPairSumsAvx2(const uint8_t* blk, int kq0, const int8_t* const* qrow,
+                                            __m256i (&sum16)[R][4]) {
+  static_assert(Q <= PairSumsPerInt16<F>());
+  for (int kq = kq0; kq < kq0 + Q; ++kq) {
+    __m256i w[4];
+    WeightPairs<F>(blk, kq, w);
+    for (int i = 0; i < R; ++i) {
+      const __m256i av = ActivationPairs(qrow[i] + kq * 4);
+      for (int b = 0; b < 4; ++b) {
+        __m256i wb = w[b], ab = av;
+        if constexpr (F == WeightFormat::kQ8_0) {  // |w| against a with w's sign
+          ab = _mm256_sign_epi8(av, wb);
+          wb = _mm256_abs_epi8(wb);
+        }
+        sum16[i][b] = _mm256_add_epi16(sum16[i][b], _mm256_maddubs_epi16(wb, ab));
+      }
+    }
+  }
+}
+
+// int16 column sums (8 per lane, lanes to be added) widened to int32.
+XRT_TARGET_AVX2 inline __m256i WidenPairLanes(__m256i s) {
+  return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(s)),
+                          _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1)));
+}
+
+XRT_TARGET_AVX2 inline __m256 Halves8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+XRT_TARGET_AVX2 inline __m256i U8x8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// R rows (i0 ..) of one panel over the whole of K, in the contract's order
+// (the same f32 operations as PanelRowsAvx512 and DotPortable).
+template <WeightFormat F, int R>
+XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
+                                   int64_t i0) {
+  const MatmulArgs& a = *p.args;
+  const int64_t k = a.k;
+  __m256 acc[R][4];
+  const int8_t* qrow[R];
+  const float* drow[R];
+  const int32_t* srow[R];
+  for (int i = 0; i < R; ++i) {
+    for (int b = 0; b < 4; ++b) acc[i][b] = _mm256_setzero_ps();
+    qrow[i] = p.q + (i0 + i) * k;
+    drow[i] = p.d + (i0 + i) * p.blocks;
+    srow[i] = p.sum16 + (i0 + i) * (k / kSumRows);
+  }
+  if constexpr (IsKQuantFormat(F)) {
+    constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
+    constexpr int kSubQuads = kSub / 4;
+    constexpr int kChunk = std::min(kSubQuads, PairSumsPerInt16<F>());
+    for (int64_t blk = 0; blk < k / kSuperBlock; ++blk) {
+      const uint8_t* sb = panel + blk * SuperBlockBytes(F);
+      const int8_t* qsb[R];
+      for (int i = 0; i < R; ++i) qsb[i] = qrow[i] + blk * kSuperBlock;
+      __m256i isum[R][4], imin[R][4];
+      for (int i = 0; i < R; ++i) {
+        for (int b = 0; b < 4; ++b) isum[i][b] = imin[i][b] = _mm256_setzero_si256();
+      }
+      for (int s = 0; s < kSubs; ++s) {
+        __m256i dot[R][4];
+        for (int i = 0; i < R; ++i) {
+          for (int b = 0; b < 4; ++b) dot[i][b] = _mm256_setzero_si256();
+        }
+        for (int c = 0; c < kSubQuads / kChunk; ++c) {
+          __m256i sum16[R][4];
+          for (int i = 0; i < R; ++i) {
+            for (int b = 0; b < 4; ++b) sum16[i][b] = _mm256_setzero_si256();
+          }
+          AddPairSumsAvx2<F, R, kChunk>(sb, s * kSubQuads + c * kChunk, qsb, sum16);
+          for (int i = 0; i < R; ++i) {
+            for (int b = 0; b < 4; ++b) {
+              dot[i][b] = _mm256_add_epi32(dot[i][b], WidenPairLanes(sum16[i][b]));
+            }
+          }
+        }
+        for (int i = 0; i < R; ++i) {
+          const int32_t* s16 = srow[i] + (blk * kSuperBlock + s * kSub) / kSumRows;
+          int32_t qsum = 0;
+          for (int j = 0; j < kSub / kSumRows; ++j) qsum += s16[j];
+          const __m256i qs = _mm256_set1_epi32(qsum);
+          for (int b = 0; b < 4; ++b) {
+            if constexpr (F == WeightFormat::kQ6_K) {
+              const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                  reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * b)));
+              const __m256i centered = _mm256_sub_epi32(dot[i][b], _mm256_slli_epi32(qs, 5));
+              isum[i][b] = _mm256_add_epi32(isum[i][b], _mm256_mullo_epi32(sc, centered));
+            } else {
+              const __m256i lo = U8x8(sb + kKScaleLoOffset + s * kPackNR + 8 * b);
+              const __m256i hi = _mm256_srli_epi32(
+                  U8x8(sb + kKScaleHiOffset + s / 2 * kPackNR + 8 * b), 4 * (s % 2));
+              const __m256i low4 = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
+              const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, low4),
+                                                 _mm256_slli_epi32(_mm256_and_si256(hi, two), 4));
+              const __m256i m = _mm256_or_si256(
+                  _mm256_srli_epi32(lo, 4),
+                  _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), two), 4));
+              isum[i][b] = _mm256_add_epi32(isum[i][b], _mm256_mullo_epi32(sc, dot[i][b]));
+              imin[i][b] = _mm256_add_epi32(imin[i][b], _mm256_mullo_epi32(m, qs));
+            }
+          }
+        }
+      }
+      for (int b = 0; b < 4; ++b) {
+        const __m256 dw = Halves8(sb + 16 * b);
+        for (int i = 0; i < R; ++i) {
+          const __m256 da = _mm256_set1_ps(drow[i][blk]);
+          acc[i][b] =
+              _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[i][b]), acc[i][b]);
+          if constexpr (F != WeightFormat::kQ6_K) {
+            const __m256 dmin = Halves8(sb + kKDminOffset + 16 * b);
+            const __m256 neg = _mm256_xor_ps(_mm256_mul_ps(dmin, da), _mm256_set1_ps(-0.0f));
+            acc[i][b] = _mm256_fmadd_ps(neg, _mm256_cvtepi32_ps(imin[i][b]), acc[i][b]);
+          }
+        }
+      }
+    }
+  } else {
+    constexpr int kGroupQuads = kQuantGroup / 4;
+    constexpr int kChunk = std::min(kGroupQuads, PairSumsPerInt16<F>());
+    const int64_t group_bytes = QuantGroupBytes(F);
+    for (int64_t blk = 0; blk < k / kQuantGroup; ++blk) {
+      const uint8_t* grp = panel + blk * group_bytes;
+      const int8_t* qg[R];
+      for (int i = 0; i < R; ++i) qg[i] = qrow[i] + blk * kQuantGroup;
+      __m256i dot[R][4];
+      for (int i = 0; i < R; ++i) {
+        for (int b = 0; b < 4; ++b) dot[i][b] = _mm256_setzero_si256();
+      }
+      for (int c = 0; c < kGroupQuads / kChunk; ++c) {
+        __m256i sum16[R][4];
+        for (int i = 0; i < R; ++i) {
+          for (int b = 0; b < 4; ++b) sum16[i][b] = _mm256_setzero_si256();
+        }
+        AddPairSumsAvx2<F, R, kChunk>(grp, c * kChunk, qg, sum16);
+        for (int i = 0; i < R; ++i) {
+          for (int b = 0; b < 4; ++b) {
+            dot[i][b] = _mm256_add_epi32(dot[i][b], WidenPairLanes(sum16[i][b]));
+          }
+        }
+      }
+      for (int b = 0; b < 4; ++b) {
+        const __m256 dw = Halves8(grp + 16 * b);
+        for (int i = 0; i < R; ++i) {
+          const float da = drow[i][blk];
+          const int32_t qsum = srow[i][2 * blk] + srow[i][2 * blk + 1];
+          __m256i isum = dot[i][b];
+          if constexpr (F == WeightFormat::kQ4_0) {
+            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * qsum));
+          }
+          acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da)),
+                                      _mm256_cvtepi32_ps(isum), acc[i][b]);
+          if constexpr (F == WeightFormat::kQ4_1) {
+            const __m256 mw = Halves8(grp + 64 + 16 * b);
+            acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(mw, _mm256_set1_ps(da)),
+                                        _mm256_set1_ps(static_cast<float>(qsum)), acc[i][b]);
+          }
+        }
+      }
+    }
+  }
+  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
+  for (int i = 0; i < R; ++i) {
+    float* c = a.c + (i0 + i) * a.ldc + col0;
+    for (int b = 0; b < 4; ++b) {
+      const int n = std::min(8, cols - 8 * b);
+      if (n <= 0) break;
+      const __m256i mask =
+          _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      __m256 v = acc[i][b];
+      if (a.bias) v = _mm256_add_ps(v, _mm256_maskload_ps(a.bias + col0 + 8 * b, mask));
+      if (a.accumulate) v = _mm256_add_ps(_mm256_maskload_ps(c + 8 * b, mask), v);
+      _mm256_maskstore_ps(c + 8 * b, mask, v);
+    }
+  }
+}
+
+using PanelFnAvx2Type = void (*)(const Int8Problem&, const uint8_t*, int64_t, int64_t);
+
+// One row at a time on AVX2 (16 vector registers: the int16 sums, the f32
+// accumulators and the pair vectors of one row already fill them).
+PanelFnAvx2Type PanelFnAvx2(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kQ8_0:
+      return &PanelRowsAvx2<WeightFormat::kQ8_0, 1>;
+    case WeightFormat::kQ4_0:
+      return &PanelRowsAvx2<WeightFormat::kQ4_0, 1>;
+    case WeightFormat::kQ4_1:
+      return &PanelRowsAvx2<WeightFormat::kQ4_1, 1>;
+    case WeightFormat::kQ4_K:
+      return &PanelRowsAvx2<WeightFormat::kQ4_K, 1>;
+    case WeightFormat::kQ5_K:
+      return &PanelRowsAvx2<WeightFormat::kQ5_K, 1>;
+    default:
+      return &PanelRowsAvx2<WeightFormat::kQ6_K, 1>;
+  }
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -624,6 +909,12 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       if (isa == CpuIsa::kAvx512) {
         const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
         PanelFnAvx512(args.w_format, static_cast<int>(r1 - r0))(p, w, panel * kPackNR, r0);
+        continue;
+      }
+      if (isa == CpuIsa::kAvx2) {
+        const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
+        const PanelFnAvx2Type fn = PanelFnAvx2(args.w_format);
+        for (int64_t r = r0; r < r1; ++r) fn(p, w, panel * kPackNR, r);
         continue;
       }
 #endif
