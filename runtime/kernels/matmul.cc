@@ -264,9 +264,75 @@ XRT_TARGET_AVX2 void LoadKFactorsAvx2(const uint8_t* sb, int s, __m256* mul, __m
   }
 }
 
+// A group's scales and mins (q8_0: mins unused; q4_0: -8 * scale).
+template <WeightFormat F>
+XRT_TARGET_AVX2 inline void LoadGroupScalesAvx2(const uint8_t* group, __m256* scale, __m256* min) {
+  for (int c = 0; c < 4; ++c) {
+    scale[c] = Halves8(group + 16 * c);
+    min[c] = F == WeightFormat::kQ4_1 ? Halves8(group + 64 + 16 * c)
+                                      : _mm256_mul_ps(scale[c], _mm256_set1_ps(-8.0f));
+  }
+}
+
+// k-row `kk` (0..31) of a q-format group whose quants start at `q`.
+template <WeightFormat F>
+XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* q, int kk, const __m256* scale,
+                                               const __m256* min, __m256* w) {
+  for (int c = 0; c < 4; ++c) {
+    if constexpr (F == WeightFormat::kQ8_0) {
+      const __m256i v = _mm256_cvtepi8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kk * kPackNR + 8 * c)));
+      w[c] = _mm256_mul_ps(scale[c], _mm256_cvtepi32_ps(v));
+    } else {
+      w[c] = _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(Nibbles8(q + kk * 16, c)), min[c]);
+    }
+  }
+}
+
+// k-row `kk` (0..255) of the super-block at `sb`, with its sub-block's factors.
+template <WeightFormat F>
+XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m256* mul,
+                                           const __m256* add, __m256* w) {
+  uint32_t bits[2] = {0, 0};
+  if constexpr (F == WeightFormat::kQ5_K) std::memcpy(bits, sb + kK5HighOffset + kk * 4, 4);
+  if constexpr (F == WeightFormat::kQ6_K) std::memcpy(bits, sb + kK6HighOffset + kk * 8, 8);
+  for (int c = 0; c < 4; ++c) {
+    __m256i q = Nibbles8(sb + KLowQuantsOffset(F) + kk * 16, c);
+    if constexpr (F != WeightFormat::kQ4_K) {
+      q = _mm256_add_epi32(q,
+                           _mm256_and_si256(BitLanes8(bits[0] >> (8 * c)), _mm256_set1_epi32(16)));
+    }
+    if constexpr (F == WeightFormat::kQ6_K) {
+      q = _mm256_add_epi32(q,
+                           _mm256_and_si256(BitLanes8(bits[1] >> (8 * c)), _mm256_set1_epi32(32)));
+    }
+    w[c] = _mm256_fmadd_ps(mul[c], _mm256_cvtepi32_ps(q), add[c]);
+  }
+}
+
+// k-row `k` of a 16-bit format panel.
+template <WeightFormat F>
+XRT_TARGET_AVX2 inline void Decode16BitRowAvx2(const uint8_t* panel, int64_t k, __m256* w) {
+  const uint8_t* row = panel + k * kPackNR * 2;
+  for (int c = 0; c < 4; ++c) {
+    if constexpr (F == WeightFormat::kF16) {
+      w[c] = Halves8(row + 16 * c);
+    } else {
+      const __m256i h =
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c)));
+      w[c] = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    }
+  }
+}
+
+XRT_TARGET_AVX2 inline void StoreRowAvx2(const __m256* w, float* out) {
+  for (int c = 0; c < 4; ++c) _mm256_store_ps(out + 8 * c, w[c]);
+}
+
 // DequantizePanelRows on AVX2 (out is 64-byte aligned).
 template <WeightFormat F>
 XRT_TARGET_AVX2 void DequantRowsAvx2(const uint8_t* panel, int64_t k0, int64_t rows, float* out) {
+  __m256 w[4];
   if constexpr (IsKQuantFormat(F)) {
     __m256 mul[4], add[4];
     for (int64_t r = 0; r < rows; ++r) {
@@ -276,60 +342,24 @@ XRT_TARGET_AVX2 void DequantRowsAvx2(const uint8_t* panel, int64_t k0, int64_t r
       if (r == 0 || kk % KSubBlockRows(F) == 0) {
         LoadKFactorsAvx2<F>(sb, kk / KSubBlockRows(F), mul, add);
       }
-      uint32_t bits[2] = {0, 0};
-      if constexpr (F == WeightFormat::kQ5_K) std::memcpy(bits, sb + kK5HighOffset + kk * 4, 4);
-      if constexpr (F == WeightFormat::kQ6_K) std::memcpy(bits, sb + kK6HighOffset + kk * 8, 8);
-      for (int c = 0; c < 4; ++c) {
-        __m256i q = Nibbles8(sb + KLowQuantsOffset(F) + kk * 16, c);
-        if constexpr (F != WeightFormat::kQ4_K) {
-          q = _mm256_add_epi32(
-              q, _mm256_and_si256(BitLanes8(bits[0] >> (8 * c)), _mm256_set1_epi32(16)));
-        }
-        if constexpr (F == WeightFormat::kQ6_K) {
-          q = _mm256_add_epi32(
-              q, _mm256_and_si256(BitLanes8(bits[1] >> (8 * c)), _mm256_set1_epi32(32)));
-        }
-        _mm256_store_ps(out + r * kPackNR + 8 * c,
-                        _mm256_fmadd_ps(mul[c], _mm256_cvtepi32_ps(q), add[c]));
-      }
+      DecodeKRowAvx2<F>(sb, kk, mul, add, w);
+      StoreRowAvx2(w, out + r * kPackNR);
     }
   } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
-    const uint8_t* src = panel + k0 * kPackNR * 2;
-    for (int64_t i = 0; i < rows * kPackNR; i += 8) {
-      __m256 w;
-      if constexpr (F == WeightFormat::kF16) {
-        w = Halves8(src + 2 * i);
-      } else {
-        const __m256i h =
-            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
-        w = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-      }
-      _mm256_store_ps(out + i, w);
+    for (int64_t r = 0; r < rows; ++r) {
+      Decode16BitRowAvx2<F>(panel, k0 + r, w);
+      StoreRowAvx2(w, out + r * kPackNR);
     }
   } else {
     constexpr int64_t kGroupBytes = QuantGroupBytes(F);
     for (int64_t r = 0; r < rows; r += kQuantGroup) {  // k0 and rows: whole groups or the end
       const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
-      const uint8_t* q = group + QuantGroupQuantsOffset(F);
       __m256 scale[4], min[4];
-      for (int c = 0; c < 4; ++c) {
-        scale[c] = Halves8(group + 16 * c);
-        min[c] = F == WeightFormat::kQ4_1 ? Halves8(group + 64 + 16 * c)
-                                          : _mm256_mul_ps(scale[c], _mm256_set1_ps(-8.0f));
-      }
+      LoadGroupScalesAvx2<F>(group, scale, min);
       const int n = static_cast<int>(std::min<int64_t>(kQuantGroup, rows - r));
       for (int kk = 0; kk < n; ++kk) {
-        float* dst = out + (r + kk) * kPackNR;
-        for (int c = 0; c < 4; ++c) {
-          if constexpr (F == WeightFormat::kQ8_0) {
-            const __m256i v = _mm256_cvtepi8_epi32(
-                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kk * kPackNR + 8 * c)));
-            _mm256_store_ps(dst + 8 * c, _mm256_mul_ps(scale[c], _mm256_cvtepi32_ps(v)));
-          } else {
-            const __m256i v = Nibbles8(q + kk * 16, c);
-            _mm256_store_ps(dst + 8 * c, _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(v), min[c]));
-          }
-        }
+        DecodeQuantRowAvx2<F>(group + QuantGroupQuantsOffset(F), kk, scale, min, w);
+        StoreRowAvx2(w, out + (r + kk) * kPackNR);
       }
     }
   }
@@ -428,8 +458,10 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
 // ------------------------------------------- AVX-512 packed-format decoding --
 // (GCC 12 reports its own conversion intrinsics' undefined pass-through
 // operands as maybe-uninitialized; a false positive.)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // RoundToBf16Operand on 16 lanes.
 XRT_TARGET_AVX512 inline __m512 RoundToBf16Avx512(__m512 x) {
@@ -792,7 +824,9 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
   }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 // Panels per fused-kernel call for R rows.
 constexpr int GemvPanels(int rows) { return rows <= 2 ? 2 : 1; }
@@ -846,26 +880,10 @@ GemvFn GemvKernel(WeightFormat f, int rows, int panels, ComputeType c) {
   return nullptr;
 }
 
-// C = A·Wᵀ for m <= kGemvMaxRows on a non-f32 format: work units are groups
-// of GemvPanels(m) consecutive panels.
-void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
-  const int rows = static_cast<int>(args.m);
-  const float* a = args.a;
-  int64_t lda = args.lda;
-  if (args.compute == ComputeType::kBF16) {
-    // The rows of A rounded once here rather than per panel in the kernel.
-    thread_local std::vector<float> rounded;
-    rounded.resize(rows * args.k);
-    for (int i = 0; i < rows; ++i)
-      for (int64_t kk = 0; kk < args.k; ++kk)
-        rounded[i * args.k + kk] = RoundToBf16Operand(args.a[i * args.lda + kk]);
-    a = rounded.data();
-    lda = args.k;
-  }
-  const GemvFn kernel_for_count[3] = {
-      nullptr, GemvKernel(args.w_format, rows, 1, args.compute),
-      GemvPanels(rows) > 1 ? GemvKernel(args.w_format, rows, 2, args.compute) : nullptr};
-  const int per_unit = GemvPanels(rows);
+// The work units of a fused GEMV: groups of `per_unit` consecutive panels,
+// kernel_for_count[p] computing p of them.
+void RunGemvUnits(const MatmulArgs& args, ThreadPool* pool, const float* a, int64_t lda,
+                  int per_unit, const GemvFn* kernel_for_count) {
   const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
   const int64_t units = (panels + per_unit - 1) / per_unit;
   const int64_t panel_bytes = PackedPanelBytes(args.w_format, args.k);
@@ -889,6 +907,159 @@ void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
     }
   };
   ParallelForUnits(pool, units, run_units);
+}
+
+// C = A·Wᵀ for m <= kGemvMaxRows on a non-f32 format: work units are groups
+// of GemvPanels(m) consecutive panels.
+void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
+  const int rows = static_cast<int>(args.m);
+  const float* a = args.a;
+  int64_t lda = args.lda;
+  if (args.compute == ComputeType::kBF16) {
+    // The rows of A rounded once here rather than per panel in the kernel.
+    thread_local std::vector<float> rounded;
+    rounded.resize(rows * args.k);
+    for (int i = 0; i < rows; ++i)
+      for (int64_t kk = 0; kk < args.k; ++kk)
+        rounded[i * args.k + kk] = RoundToBf16Operand(args.a[i * args.lda + kk]);
+    a = rounded.data();
+    lda = args.k;
+  }
+  const GemvFn kernel_for_count[3] = {
+      nullptr, GemvKernel(args.w_format, rows, 1, args.compute),
+      GemvPanels(rows) > 1 ? GemvKernel(args.w_format, rows, 2, args.compute) : nullptr};
+  RunGemvUnits(args, pool, a, lda, GemvPanels(rows), kernel_for_count);
+}
+
+// The fused decode GEMV on AVX2, for one row of A in f32 compute: P panels'
+// k-rows decoded in registers (DecodeQuantRowAvx2, ...) and used at once, one
+// fma chain per output in increasing k as in every tile kernel, so the
+// results equal the tile path's on the decoded block.
+XRT_TARGET_AVX2 inline void StoreOutputsAvx2(const GemvArgs& g, int col0, const __m256* acc) {
+  const int cols = std::min(kPackNR, g.ncols - col0);
+  float* c = g.c + col0;
+  for (int b = 0; b < 4; ++b) {
+    const int n = std::min(8, cols - 8 * b);
+    if (n <= 0) break;
+    const __m256i mask = Avx2TailMask(n);
+    __m256 v = acc[b];
+    if (g.bias) v = _mm256_add_ps(v, _mm256_maskload_ps(g.bias + col0 + 8 * b, mask));
+    if (g.accumulate) v = _mm256_add_ps(_mm256_maskload_ps(c + 8 * b, mask), v);
+    _mm256_maskstore_ps(c + 8 * b, mask, v);
+  }
+}
+
+// acc[b] += a * w[b], b = 0..3.
+XRT_TARGET_AVX2 inline void FmaRowAvx2(const __m256* w, float a, __m256* acc) {
+  const __m256 av = _mm256_set1_ps(a);
+  for (int b = 0; b < 4; ++b) acc[b] = _mm256_fmadd_ps(av, w[b], acc[b]);
+}
+
+template <WeightFormat F, int P>
+XRT_TARGET_AVX2 void GemvAvx2(const GemvArgs& g) {
+  __m256 acc[P][4], w[P][4];
+  for (int p = 0; p < P; ++p)
+    for (int b = 0; b < 4; ++b) acc[p][b] = _mm256_setzero_ps();
+  if constexpr (IsKQuantFormat(F)) {
+    constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
+    constexpr int64_t kBytes = SuperBlockBytes(F), kLines = kBytes / 64;
+    for (int64_t blk = 0; blk < g.k / kSuperBlock; ++blk) {
+      for (int s = 0; s < kSubs; ++s) {
+        __m256 mul[P][4], add[P][4];
+        const uint8_t* sb[P];
+        for (int p = 0; p < P; ++p) {
+          sb[p] = g.panel + p * g.panel_bytes + blk * kBytes;
+          const char* pf = reinterpret_cast<const char*>(sb[p]) + kGemvPrefetchBytes;
+          for (int64_t line = s * kLines / kSubs; line < (s + 1) * kLines / kSubs; ++line) {
+            _mm_prefetch(pf + line * 64, _MM_HINT_T1);
+          }
+          LoadKFactorsAvx2<F>(sb[p], s, mul[p], add[p]);
+        }
+        const float* a = g.a + blk * kSuperBlock + s * kSub;
+        for (int kk = 0; kk < kSub; ++kk) {
+          for (int p = 0; p < P; ++p) {
+            DecodeKRowAvx2<F>(sb[p], s * kSub + kk, mul[p], add[p], w[p]);
+            FmaRowAvx2(w[p], a[kk], acc[p]);
+          }
+        }
+      }
+    }
+  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+    for (int64_t k = 0; k < g.k; ++k) {
+      for (int p = 0; p < P; ++p) {
+        const uint8_t* panel = g.panel + p * g.panel_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(panel + k * kPackNR * 2 + kGemvPrefetchBytes),
+                     _MM_HINT_T1);
+        Decode16BitRowAvx2<F>(panel, k, w[p]);
+        FmaRowAvx2(w[p], g.a[k], acc[p]);
+      }
+    }
+  } else {
+    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
+    for (int64_t grp = 0; grp < g.k / kQuantGroup; ++grp) {
+      __m256 scale[P][4], min[P][4];
+      const uint8_t* q[P];
+      for (int p = 0; p < P; ++p) {
+        const uint8_t* group = g.panel + p * g.panel_bytes + grp * kGroupBytes;
+        const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
+        for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
+        LoadGroupScalesAvx2<F>(group, scale[p], min[p]);
+        q[p] = group + QuantGroupQuantsOffset(F);
+      }
+      const float* a = g.a + grp * kQuantGroup;
+      for (int kk = 0; kk < kQuantGroup; ++kk) {
+        for (int p = 0; p < P; ++p) {
+          DecodeQuantRowAvx2<F>(q[p], kk, scale[p], min[p], w[p]);
+          FmaRowAvx2(w[p], a[kk], acc[p]);
+        }
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    if (p * kPackNR >= g.ncols) break;
+    StoreOutputsAvx2(g, p * kPackNR, acc[p]);
+  }
+}
+
+template <WeightFormat F>
+void GemvAvx2Kernels(GemvFn* kernel_for_count) {
+  kernel_for_count[1] = &GemvAvx2<F, 1>;
+  kernel_for_count[2] = &GemvAvx2<F, 2>;
+}
+
+// C = A·Wᵀ for one row of A on a non-f32 format in f32 compute: units of
+// two panels (eight fma chains).
+void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
+  GemvFn kernel_for_count[3] = {nullptr, nullptr, nullptr};
+  switch (args.w_format) {
+    case WeightFormat::kF16:
+      GemvAvx2Kernels<WeightFormat::kF16>(kernel_for_count);
+      break;
+    case WeightFormat::kBF16:
+      GemvAvx2Kernels<WeightFormat::kBF16>(kernel_for_count);
+      break;
+    case WeightFormat::kQ8_0:
+      GemvAvx2Kernels<WeightFormat::kQ8_0>(kernel_for_count);
+      break;
+    case WeightFormat::kQ4_0:
+      GemvAvx2Kernels<WeightFormat::kQ4_0>(kernel_for_count);
+      break;
+    case WeightFormat::kQ4_1:
+      GemvAvx2Kernels<WeightFormat::kQ4_1>(kernel_for_count);
+      break;
+    case WeightFormat::kQ4_K:
+      GemvAvx2Kernels<WeightFormat::kQ4_K>(kernel_for_count);
+      break;
+    case WeightFormat::kQ5_K:
+      GemvAvx2Kernels<WeightFormat::kQ5_K>(kernel_for_count);
+      break;
+    case WeightFormat::kQ6_K:
+      GemvAvx2Kernels<WeightFormat::kQ6_K>(kernel_for_count);
+      break;
+    case WeightFormat::kF32:
+      return;
+  }
+  RunGemvUnits(args, pool, args.a, args.lda, 2, kernel_for_count);
 }
 
 #endif  // __x86_64__
@@ -1089,6 +1260,11 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   if (isa == CpuIsa::kAvx512 && args.w_format != WeightFormat::kF32 && args.m <= kGemvMaxRows &&
       args.k > 0) {
     GemvFusedAvx512(args, pool);
+    return;
+  }
+  if (isa == CpuIsa::kAvx2 && args.w_format != WeightFormat::kF32 && args.m == 1 &&
+      args.compute == ComputeType::kF32 && args.k > 0) {
+    GemvFusedAvx2(args, pool);
     return;
   }
 #endif
