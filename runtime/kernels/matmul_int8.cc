@@ -649,6 +649,7 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
                                    int64_t i0) {
   const MatmulArgs& a = *p.args;
   const int64_t k = a.k;
+  const bool prefetch = i0 == 0;  // later rows read what the first brought in
   __m256 acc[R][4];
   const int8_t* qrow[R];
   const float* drow[R];
@@ -665,6 +666,11 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
     constexpr int kChunk = std::min(kSubQuads, PairSumsPerInt16<F>());
     for (int64_t blk = 0; blk < k / kSuperBlock; ++blk) {
       const uint8_t* sb = panel + blk * SuperBlockBytes(F);
+      if (prefetch) {
+        for (int64_t line = 0; line < SuperBlockBytes(F); line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(sb) + kPrefetchBytes + line, _MM_HINT_T1);
+        }
+      }
       const int8_t* qsb[R];
       for (int i = 0; i < R; ++i) qsb[i] = qrow[i] + blk * kSuperBlock;
       __m256i isum[R][4], imin[R][4];
@@ -735,6 +741,11 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
     const int64_t group_bytes = QuantGroupBytes(F);
     for (int64_t blk = 0; blk < k / kQuantGroup; ++blk) {
       const uint8_t* grp = panel + blk * group_bytes;
+      if (prefetch) {
+        for (int64_t line = 0; line < group_bytes; line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(grp) + kPrefetchBytes + line, _MM_HINT_T1);
+        }
+      }
       const int8_t* qg[R];
       for (int i = 0; i < R; ++i) qg[i] = qrow[i] + blk * kQuantGroup;
       __m256i dot[R][4];
