@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/kernels/packed_simd.h"
 #include "runtime/kernels/simd.h"
 
 namespace xrt {
@@ -137,11 +138,10 @@ void TileScalar(const TileArgs& t) {
 
 constexpr int kAvx2MR = 6;
 
-XRT_TARGET_AVX2 inline __m256i Avx2TailMask(int n) {
-  // Lanes [0, n) set, n in [0, 8].
-  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
-}
+using packed_simd::Halves16;
+using packed_simd::Halves8;
+using packed_simd::TailMask8;
+using packed_simd::U8x8;
 
 template <int R>
 XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
@@ -179,8 +179,8 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
       }
       continue;
     }
-    const __m256i m0 = Avx2TailMask(std::min(cols, 8));
-    const __m256i m1 = Avx2TailMask(std::max(cols - 8, 0));
+    const __m256i m0 = TailMask8(std::min(cols, 8));
+    const __m256i m1 = TailMask8(std::max(cols - 8, 0));
     __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();
     if (t.bias) {
       bias0 = _mm256_maskload_ps(t.bias + half * 16, m0);
@@ -216,14 +216,6 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
 // column j + 16 (high), so c = 0, 1 are the low nibbles of bytes 0-7 / 8-15
 // and c = 2, 3 the high ones.
 
-XRT_TARGET_AVX2 inline __m256 Halves8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-XRT_TARGET_AVX2 inline __m256i U8x8(const uint8_t* p) {
-  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-}
-
 // All ones in lane i where bit i of `bits` (low 8 bits) is set.
 XRT_TARGET_AVX2 inline __m256i BitLanes8(uint32_t bits) {
   const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
@@ -248,15 +240,8 @@ XRT_TARGET_AVX2 void LoadKFactorsAvx2(const uint8_t* sb, int s, __m256* mul, __m
       add[c] = _mm256_mul_ps(mul[c], _mm256_set1_ps(-32.0f));
     } else {
       const __m256 dmin = Halves8(sb + kKDminOffset + 16 * c);
-      const __m256i lo = U8x8(sb + kKScaleLoOffset + s * kPackNR + 8 * c);
-      const __m256i hi =
-          _mm256_srli_epi32(U8x8(sb + kKScaleHiOffset + s / 2 * kPackNR + 8 * c), 4 * (s % 2));
-      const __m256i low4 = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
-      const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, low4),
-                                         _mm256_slli_epi32(_mm256_and_si256(hi, two), 4));
-      const __m256i m =
-          _mm256_or_si256(_mm256_srli_epi32(lo, 4),
-                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), two), 4));
+      __m256i sc, m;
+      packed_simd::KScaleMin8(sb, s, c, &sc, &m);
       mul[c] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
       const __m256 dm = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
       add[c] = _mm256_xor_ps(dm, _mm256_set1_ps(-0.0f));
@@ -494,11 +479,11 @@ struct GroupScales {
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline GroupScales LoadGroupScales(const uint8_t* group) {
   GroupScales g;
-  g.s0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
-  g.s1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32)));
+  g.s0 = Halves16(group);
+  g.s1 = Halves16(group + 32);
   if constexpr (F == WeightFormat::kQ4_1) {
-    g.m0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 64)));
-    g.m1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 96)));
+    g.m0 = Halves16(group + 64);
+    g.m1 = Halves16(group + 96);
   } else {
     g.m0 = _mm512_mul_ps(g.s0, _mm512_set1_ps(-8.0f));
     g.m1 = _mm512_mul_ps(g.s1, _mm512_set1_ps(-8.0f));
@@ -560,8 +545,8 @@ XRT_TARGET_AVX512 inline __m512i LoadU8x16(const uint8_t* p) {
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
   KFactors k;
-  const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
-  const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+  const __m512 d0 = Halves16(sb);
+  const __m512 d1 = Halves16(sb + 32);
   if constexpr (F == WeightFormat::kQ6_K) {
     const uint8_t* sc = sb + kK6ScalesOffset + s * kPackNR;
     const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
@@ -572,25 +557,14 @@ XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
     k.add0 = _mm512_mul_ps(k.mul0, _mm512_set1_ps(-32.0f));
     k.add1 = _mm512_mul_ps(k.mul1, _mm512_set1_ps(-32.0f));
   } else {
-    const __m512 dmin0 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKDminOffset)));
-    const __m512 dmin1 = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKDminOffset + 32)));
-    const __m128i shift = _mm_cvtsi32_si128(4 * (s % 2));
-    const __m512i low4 = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
+    const __m512 dmin0 = Halves16(sb + kKDminOffset);
+    const __m512 dmin1 = Halves16(sb + kKDminOffset + 32);
     const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-    const uint8_t* lo_at = sb + kKScaleLoOffset + s * kPackNR;
-    const uint8_t* hi_at = sb + kKScaleHiOffset + s / 2 * kPackNR;
     __m512 mul[2], add[2];
     const __m512 d[2] = {d0, d1}, dmin[2] = {dmin0, dmin1};
     for (int h = 0; h < 2; ++h) {
-      const __m512i lo = LoadU8x16(lo_at + 16 * h);
-      const __m512i hi = _mm512_srl_epi32(LoadU8x16(hi_at + 16 * h), shift);
-      const __m512i sc = _mm512_or_si512(_mm512_and_si512(lo, low4),
-                                         _mm512_slli_epi32(_mm512_and_si512(hi, two), 4));
-      const __m512i m =
-          _mm512_or_si512(_mm512_srli_epi32(lo, 4),
-                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), two), 4));
+      __m512i sc, m;
+      packed_simd::KScaleMin16(sb, s, h, &sc, &m);
       mul[h] = _mm512_mul_ps(d[h], _mm512_cvtepi32_ps(sc));
       const __m512 dm = _mm512_mul_ps(dmin[h], _mm512_cvtepi32_ps(m));
       add[h] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), sign));
@@ -697,22 +671,8 @@ constexpr int64_t kGemvPrefetchBytes = 8192;
 
 XRT_TARGET_AVX512 inline void StoreOutputs(const GemvArgs& g, int i, int col0, __m512 v0,
                                            __m512 v1) {
-  const int cols = std::min(kPackNR, g.ncols - col0);
-  const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
-  const __mmask16 m1 = cols >= 32  ? __mmask16(0xFFFF)
-                       : cols > 16 ? __mmask16((1u << (cols - 16)) - 1)
-                                   : __mmask16(0);
-  if (g.bias) {
-    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, g.bias + col0));
-    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, g.bias + col0 + 16));
-  }
-  float* c = g.c + i * g.ldc + col0;
-  if (g.accumulate) {
-    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
-    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
-  }
-  _mm512_mask_storeu_ps(c, m0, v0);
-  _mm512_mask_storeu_ps(c + 16, m1, v1);
+  packed_simd::StoreRow32Avx512(g.c + i * g.ldc + col0, g.bias ? g.bias + col0 : nullptr,
+                                g.accumulate, std::min(kPackNR, g.ncols - col0), v0, v1);
 }
 
 // Bf16: the decoded weights are rounded to bf16 operands in registers (A
@@ -936,17 +896,8 @@ void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
 // fma chain per output in increasing k as in every tile kernel, so the
 // results equal the tile path's on the decoded block.
 XRT_TARGET_AVX2 inline void StoreOutputsAvx2(const GemvArgs& g, int col0, const __m256* acc) {
-  const int cols = std::min(kPackNR, g.ncols - col0);
-  float* c = g.c + col0;
-  for (int b = 0; b < 4; ++b) {
-    const int n = std::min(8, cols - 8 * b);
-    if (n <= 0) break;
-    const __m256i mask = Avx2TailMask(n);
-    __m256 v = acc[b];
-    if (g.bias) v = _mm256_add_ps(v, _mm256_maskload_ps(g.bias + col0 + 8 * b, mask));
-    if (g.accumulate) v = _mm256_add_ps(_mm256_maskload_ps(c + 8 * b, mask), v);
-    _mm256_maskstore_ps(c + 8 * b, mask, v);
-  }
+  packed_simd::StoreRow32Avx2(g.c + col0, g.bias ? g.bias + col0 : nullptr, g.accumulate,
+                              std::min(kPackNR, g.ncols - col0), acc);
 }
 
 // acc[b] += a * w[b], b = 0..3.

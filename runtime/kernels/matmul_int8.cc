@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/kernels/packed_simd.h"
 #include "runtime/kernels/simd.h"
 
 namespace xrt {
@@ -308,26 +309,6 @@ XRT_TARGET_AVX512 inline __m512i BroadcastQuad(const int8_t* q) {
   return _mm512_set1_epi32(v);
 }
 
-XRT_TARGET_AVX512 inline __m512 HalvesToFloat(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-// q4_k / q5_k sub-block s scales (sc) and mins (m) of columns 16h .. 16h+15.
-XRT_TARGET_AVX512 inline void KScaleMinAvx512(const uint8_t* sb, int s, int h, __m512i* sc,
-                                              __m512i* m) {
-  const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-      reinterpret_cast<const __m128i*>(sb + kKScaleLoOffset + s * kPackNR + 16 * h)));
-  const __m512i hi = _mm512_srli_epi32(
-      _mm512_cvtepu8_epi32(_mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(sb + kKScaleHiOffset + s / 2 * kPackNR + 16 * h))),
-      4 * (s % 2));
-  const __m512i low4 = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
-  *sc =
-      _mm512_or_si512(_mm512_and_si512(lo, low4), _mm512_slli_epi32(_mm512_and_si512(hi, two), 4));
-  *m = _mm512_or_si512(_mm512_srli_epi32(lo, 4),
-                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), two), 4));
-}
-
 constexpr int64_t kPrefetchBytes = 8192;
 
 // Adds the pair products of weight quads kq0 .. kq0 + Q - 1 of `blk` with
@@ -418,7 +399,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
             by_qsum[h] = _mm512_and_si512(sc, _mm512_set1_epi32(0xffff));
           } else {
             __m512i sc;
-            KScaleMinAvx512(sb, s, h, &sc, &by_qsum[h]);
+            packed_simd::KScaleMin16(sb, s, h, &sc, &by_qsum[h]);
             scale[h] = PairOf(sc);
           }
         }
@@ -441,9 +422,10 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
         }
       }
       for (int h = 0; h < 2; ++h) {
-        const __m512 dw = HalvesToFloat(sb + 32 * h);
-        const __m512 dmin = F == WeightFormat::kQ6_K ? _mm512_setzero_ps()
-                                                     : HalvesToFloat(sb + kKDminOffset + 32 * h);
+        const __m512 dw = packed_simd::Halves16(sb + 32 * h);
+        const __m512 dmin = F == WeightFormat::kQ6_K
+                                ? _mm512_setzero_ps()
+                                : packed_simd::Halves16(sb + kKDminOffset + 32 * h);
         for (int i = 0; i < R; ++i) {
           const __m512 da = _mm512_set1_ps(drow[i][b]);
           if constexpr (F == WeightFormat::kQ6_K) {
@@ -485,7 +467,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
             dot[i][h] = _mm512_add_epi32(dot[i][h], _mm512_madd_epi16(sum16[i][h], ones));
       }
       for (int h = 0; h < 2; ++h) {
-        const __m512 dw = HalvesToFloat(grp + 32 * h);
+        const __m512 dw = packed_simd::Halves16(grp + 32 * h);
         for (int i = 0; i < R; ++i) {
           const float da = drow[i][b];
           const int32_t qsum = srow[i][2 * b] + srow[i][2 * b + 1];
@@ -496,7 +478,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
           acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da)),
                                       _mm512_cvtepi32_ps(isum), acc[i][h]);
           if constexpr (F == WeightFormat::kQ4_1) {
-            const __m512 mw = HalvesToFloat(grp + 64 + 32 * h);
+            const __m512 mw = packed_simd::Halves16(grp + 64 + 32 * h);
             acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(da)),
                                         _mm512_set1_ps(static_cast<float>(qsum)), acc[i][h]);
           }
@@ -505,23 +487,10 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
     }
   }
   const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
-  const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
-  const __mmask16 m1 = cols >= 32  ? __mmask16(0xFFFF)
-                       : cols > 16 ? __mmask16((1u << (cols - 16)) - 1)
-                                   : __mmask16(0);
+  const float* bias = a.bias ? a.bias + col0 : nullptr;
   for (int i = 0; i < R; ++i) {
-    __m512 v0 = acc[i][0], v1 = acc[i][1];
-    if (a.bias) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, a.bias + col0));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, a.bias + col0 + 16));
-    }
-    float* c = a.c + (i0 + i) * a.ldc + col0;
-    if (a.accumulate) {
-      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
-      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
-    }
-    _mm512_mask_storeu_ps(c, m0, v0);
-    _mm512_mask_storeu_ps(c + 16, m1, v1);
+    packed_simd::StoreRow32Avx512(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols,
+                                  acc[i][0], acc[i][1]);
   }
 }
 
@@ -634,14 +603,6 @@ XRT_TARGET_AVX2 inline __m256i WidenPairLanes(__m256i s) {
                           _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1)));
 }
 
-XRT_TARGET_AVX2 inline __m256 Halves8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-XRT_TARGET_AVX2 inline __m256i U8x8(const uint8_t* p) {
-  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-}
-
 // R rows (i0 ..) of one panel over the whole of K, in the contract's order
 // (the same f32 operations as PanelRowsAvx512 and DotPortable).
 template <WeightFormat F, int R>
@@ -694,6 +655,16 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
             }
           }
         }
+        // Per column vector b: the sub-block's scales (and q4_k / q5_k mins).
+        __m256i sc[4], m[4];
+        for (int b = 0; b < 4; ++b) {
+          if constexpr (F == WeightFormat::kQ6_K) {
+            sc[b] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * b)));
+          } else {
+            packed_simd::KScaleMin8(sb, s, b, &sc[b], &m[b]);
+          }
+        }
         for (int i = 0; i < R; ++i) {
           const int32_t* s16 = srow[i] + (blk * kSuperBlock + s * kSub) / kSumRows;
           int32_t qsum = 0;
@@ -701,34 +672,23 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
           const __m256i qs = _mm256_set1_epi32(qsum);
           for (int b = 0; b < 4; ++b) {
             if constexpr (F == WeightFormat::kQ6_K) {
-              const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                  reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * b)));
               const __m256i centered = _mm256_sub_epi32(dot[i][b], _mm256_slli_epi32(qs, 5));
-              isum[i][b] = _mm256_add_epi32(isum[i][b], _mm256_mullo_epi32(sc, centered));
+              isum[i][b] = _mm256_add_epi32(isum[i][b], _mm256_mullo_epi32(sc[b], centered));
             } else {
-              const __m256i lo = U8x8(sb + kKScaleLoOffset + s * kPackNR + 8 * b);
-              const __m256i hi = _mm256_srli_epi32(
-                  U8x8(sb + kKScaleHiOffset + s / 2 * kPackNR + 8 * b), 4 * (s % 2));
-              const __m256i low4 = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
-              const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, low4),
-                                                 _mm256_slli_epi32(_mm256_and_si256(hi, two), 4));
-              const __m256i m = _mm256_or_si256(
-                  _mm256_srli_epi32(lo, 4),
-                  _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), two), 4));
-              isum[i][b] = _mm256_add_epi32(isum[i][b], _mm256_mullo_epi32(sc, dot[i][b]));
-              imin[i][b] = _mm256_add_epi32(imin[i][b], _mm256_mullo_epi32(m, qs));
+              isum[i][b] = _mm256_add_epi32(isum[i][b], _mm256_mullo_epi32(sc[b], dot[i][b]));
+              imin[i][b] = _mm256_add_epi32(imin[i][b], _mm256_mullo_epi32(m[b], qs));
             }
           }
         }
       }
       for (int b = 0; b < 4; ++b) {
-        const __m256 dw = Halves8(sb + 16 * b);
+        const __m256 dw = packed_simd::Halves8(sb + 16 * b);
         for (int i = 0; i < R; ++i) {
           const __m256 da = _mm256_set1_ps(drow[i][blk]);
           acc[i][b] =
               _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[i][b]), acc[i][b]);
           if constexpr (F != WeightFormat::kQ6_K) {
-            const __m256 dmin = Halves8(sb + kKDminOffset + 16 * b);
+            const __m256 dmin = packed_simd::Halves8(sb + kKDminOffset + 16 * b);
             const __m256 neg = _mm256_xor_ps(_mm256_mul_ps(dmin, da), _mm256_set1_ps(-0.0f));
             acc[i][b] = _mm256_fmadd_ps(neg, _mm256_cvtepi32_ps(imin[i][b]), acc[i][b]);
           }
@@ -765,7 +725,7 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
         }
       }
       for (int b = 0; b < 4; ++b) {
-        const __m256 dw = Halves8(grp + 16 * b);
+        const __m256 dw = packed_simd::Halves8(grp + 16 * b);
         for (int i = 0; i < R; ++i) {
           const float da = drow[i][blk];
           const int32_t qsum = srow[i][2 * blk] + srow[i][2 * blk + 1];
@@ -776,7 +736,7 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
           acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da)),
                                       _mm256_cvtepi32_ps(isum), acc[i][b]);
           if constexpr (F == WeightFormat::kQ4_1) {
-            const __m256 mw = Halves8(grp + 64 + 16 * b);
+            const __m256 mw = packed_simd::Halves8(grp + 64 + 16 * b);
             acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(mw, _mm256_set1_ps(da)),
                                         _mm256_set1_ps(static_cast<float>(qsum)), acc[i][b]);
           }
@@ -785,18 +745,9 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
     }
   }
   const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
+  const float* bias = a.bias ? a.bias + col0 : nullptr;
   for (int i = 0; i < R; ++i) {
-    float* c = a.c + (i0 + i) * a.ldc + col0;
-    for (int b = 0; b < 4; ++b) {
-      const int n = std::min(8, cols - 8 * b);
-      if (n <= 0) break;
-      const __m256i mask =
-          _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      __m256 v = acc[i][b];
-      if (a.bias) v = _mm256_add_ps(v, _mm256_maskload_ps(a.bias + col0 + 8 * b, mask));
-      if (a.accumulate) v = _mm256_add_ps(_mm256_maskload_ps(c + 8 * b, mask), v);
-      _mm256_maskstore_ps(c + 8 * b, mask, v);
-    }
+    packed_simd::StoreRow32Avx2(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols, acc[i]);
   }
 }
 

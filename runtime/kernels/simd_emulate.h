@@ -39,6 +39,17 @@ inline __m512i Widen(Vec a) {
   return FromLanes<__m512i>(r);
 }
 
+// Bit i set where pred(a[i], b[i]) holds for the 32-bit lanes.
+template <typename Pred>
+inline __mmask16 LaneMask32(__m512i a, __m512i b, Pred pred) {
+  uint32_t x[16], y[16];
+  ToLanes(a, x);
+  ToLanes(b, y);
+  __mmask16 m = 0;
+  for (int i = 0; i < 16; ++i) m |= static_cast<__mmask16>((pred(x[i], y[i]) ? 1u : 0u) << i);
+  return m;
+}
+
 }  // namespace xrt_simd_emulate
 
 #ifndef _CMP_LT_OQ
@@ -156,21 +167,11 @@ inline void _mm_mask_storeu_ps(void* p, __mmask8 k, __m128 a) {
 inline __m512i _mm512_cvtepu16_epi32(__m256i a) { return xrt_simd_emulate::Widen<uint16_t>(a); }
 
 inline __mmask16 _mm512_cmpgt_epu32_mask(__m512i a, __m512i b) {
-  uint32_t x[16], y[16];
-  xrt_simd_emulate::ToLanes(a, x);
-  xrt_simd_emulate::ToLanes(b, y);
-  __mmask16 m = 0;
-  for (int i = 0; i < 16; ++i) m |= static_cast<__mmask16>((x[i] > y[i] ? 1u : 0u) << i);
-  return m;
+  return xrt_simd_emulate::LaneMask32(a, b, [](uint32_t x, uint32_t y) { return x > y; });
 }
 
 inline __mmask16 _mm512_testn_epi32_mask(__m512i a, __m512i b) {
-  uint32_t x[16], y[16];
-  xrt_simd_emulate::ToLanes(a, x);
-  xrt_simd_emulate::ToLanes(b, y);
-  __mmask16 m = 0;
-  for (int i = 0; i < 16; ++i) m |= static_cast<__mmask16>(((x[i] & y[i]) == 0 ? 1u : 0u) << i);
-  return m;
+  return xrt_simd_emulate::LaneMask32(a, b, [](uint32_t x, uint32_t y) { return (x & y) == 0; });
 }
 
 inline float _mm512_cvtss_f32(__m512 a) {

@@ -1,0 +1,110 @@
+// Internal to runtime/kernels: SIMD pieces shared by the f32 kernels
+// (matmul.cc) and the int8 kernels (matmul_int8.cc) on the packed panel
+// layouts of weight_format.h: reading the f16 scales and the 6-bit K-quant
+// scales / mins, and storing one row of a panel's 32 outputs with the bias
+// and accumulate semantics of MatmulArgs (c = [c +] (acc [+ bias])).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "runtime/kernels/simd.h"
+#include "runtime/kernels/weight_format.h"
+
+#if defined(__x86_64__)
+
+namespace xrt {
+namespace packed_simd {
+
+// ------------------------------------------------------------------ AVX2 --
+
+// Lanes [0, n) set, n in [0, 8].
+XRT_TARGET_AVX2 inline __m256i TailMask8(int n) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
+}
+
+// Eight f16 values at p, as f32.
+XRT_TARGET_AVX2 inline __m256 Halves8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Eight bytes at p, zero-extended to int32.
+XRT_TARGET_AVX2 inline __m256i U8x8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// q4_k / q5_k: the 6-bit scales (sc) and mins (m) of sub-block s, columns
+// 8b .. 8b+7 of the super-block at sb.
+XRT_TARGET_AVX2 inline void KScaleMin8(const uint8_t* sb, int s, int b, __m256i* sc, __m256i* m) {
+  const __m256i lo = U8x8(sb + kKScaleLoOffset + s * kPackNR + 8 * b);
+  const __m256i hi =
+      _mm256_srli_epi32(U8x8(sb + kKScaleHiOffset + s / 2 * kPackNR + 8 * b), 4 * (s % 2));
+  const __m256i low4 = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
+  *sc =
+      _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_slli_epi32(_mm256_and_si256(hi, two), 4));
+  *m = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
+                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), two), 4));
+}
+
+// The first `cols` (<= 32) of one output row at c from acc[b] (columns
+// 8b .. 8b+7).
+XRT_TARGET_AVX2 inline void StoreRow32Avx2(float* c, const float* bias, bool accumulate, int cols,
+                                           const __m256* acc) {
+  for (int b = 0; b < 4; ++b) {
+    const int n = std::min(8, cols - 8 * b);
+    if (n <= 0) break;
+    const __m256i mask = TailMask8(n);
+    __m256 v = acc[b];
+    if (bias) v = _mm256_add_ps(v, _mm256_maskload_ps(bias + 8 * b, mask));
+    if (accumulate) v = _mm256_add_ps(_mm256_maskload_ps(c + 8 * b, mask), v);
+    _mm256_maskstore_ps(c + 8 * b, mask, v);
+  }
+}
+
+// --------------------------------------------------------------- AVX-512 --
+
+// Sixteen f16 values at p, as f32.
+XRT_TARGET_AVX512 inline __m512 Halves16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// As KScaleMin8, for columns 16h .. 16h+15.
+XRT_TARGET_AVX512 inline void KScaleMin16(const uint8_t* sb, int s, int h, __m512i* sc,
+                                          __m512i* m) {
+  const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(sb + kKScaleLoOffset + s * kPackNR + 16 * h)));
+  const __m512i hi = _mm512_srli_epi32(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(sb + kKScaleHiOffset + s / 2 * kPackNR + 16 * h))),
+      4 * (s % 2));
+  const __m512i low4 = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
+  *sc =
+      _mm512_or_si512(_mm512_and_si512(lo, low4), _mm512_slli_epi32(_mm512_and_si512(hi, two), 4));
+  *m = _mm512_or_si512(_mm512_srli_epi32(lo, 4),
+                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), two), 4));
+}
+
+// As StoreRow32Avx2, from v0 (columns 0-15) and v1 (16-31).
+XRT_TARGET_AVX512 inline void StoreRow32Avx512(float* c, const float* bias, bool accumulate,
+                                               int cols, __m512 v0, __m512 v1) {
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32  ? __mmask16(0xFFFF)
+                       : cols > 16 ? __mmask16((1u << (cols - 16)) - 1)
+                                   : __mmask16(0);
+  if (bias) {
+    v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, bias));
+    v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, bias + 16));
+  }
+  if (accumulate) {
+    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+  }
+  _mm512_mask_storeu_ps(c, m0, v0);
+  _mm512_mask_storeu_ps(c + 16, m1, v1);
+}
+
+}  // namespace packed_simd
+}  // namespace xrt
+
+#endif  // __x86_64__
