@@ -592,6 +592,7 @@ XRT_TARGET_AVX2 inline void AddPairSumsAvx2(const uint8_t* blk, int kq0, const i
           wb = _mm256_abs_epi8(wb);
         }
         sum16[i][b] = _mm256_add_epi16(sum16[i][b], _mm256_maddubs_epi16(wb, ab));
+        XRT_KEEP_IN_REGISTER(sum16[i][b]);
       }
     }
   }

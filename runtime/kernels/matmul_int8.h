@@ -33,7 +33,7 @@
 // Every integer sum is exact (bounded well inside int32 by the quant widths),
 // so the result depends only on row i of A, column j of W, bias and c_old:
 // bit-identical whatever M, the row's position, the thread count and the ISA
-// path (the portable and the AVX-512 code compute the same values).
+// path (the portable, AVX2 and AVX-512 code compute the same values).
 #pragma once
 
 #include <cstdint>
@@ -57,8 +57,8 @@ void QuantizeActivationRow(const float* a, int64_t k, int block, int8_t* q, floa
                            int32_t* sum16);
 
 // Matmul for args.compute == kInt8 on a format Int8ComputeApplies to
-// (Matmul's preconditions). `isa` picks the path (CpuIsaSupported(isa));
-// AVX2 runs the portable code.
+// (Matmul's preconditions). `isa` picks the path (CpuIsaSupported(isa)):
+// AVX-512, AVX2 or the portable loops, all with the same results.
 void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa);
 
 }  // namespace xrt
