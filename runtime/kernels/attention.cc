@@ -1,6 +1,7 @@
 #include "runtime/kernels/attention.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -137,37 +138,64 @@ XRT_TARGET_AVX2 float ExpSumAvx2(float* s, int n, float m) {
   return HorizontalSum8(sum);
 }
 
+// Scores of J keys at once: J independent fma chains, each key's in the
+// same order as alone (ILP only; the values do not depend on J).
+template <int J>
+XRT_TARGET_AVX2 inline void ScoresOfKeysAvx2(const float* q, const float* const* k, int64_t dim,
+                                             float scale, float* s) {
+  const int64_t full = dim / 8 * 8;
+  __m256 acc[J];
+  for (int j = 0; j < J; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < full; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    for (int j = 0; j < J; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + d), acc[j]);
+  }
+  if (full < dim) {
+    const __m256i tail = TailMask8(dim - full);
+    const __m256 qv = _mm256_maskload_ps(q + full, tail);
+    for (int j = 0; j < J; ++j) {
+      acc[j] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k[j] + full, tail), acc[j]);
+    }
+  }
+  for (int j = 0; j < J; ++j) s[j] = HorizontalSum8(acc[j]) * scale;
+}
+
 XRT_TARGET_AVX2 void ScoresAvx2(const float* q, const float* const* k, int n, int64_t dim,
                                 float scale, float* s) {
-  const int64_t full = dim / 8 * 8;
-  const __m256i tail = TailMask8(dim - full);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) ScoresOfKeysAvx2<4>(q, k + j, dim, scale, s + j);
+  for (; j < n; ++j) ScoresOfKeysAvx2<1>(q, k + j, dim, scale, s + j);
+}
+
+// acc[d .. d + 8NV) = acc * corr + sum_j p[j] v[j], one fma chain per lane
+// in increasing j (NV independent chains, the same values as one at a time).
+template <int NV>
+XRT_TARGET_AVX2 inline void AccumulateBlockAvx2(float* acc, __m256 corr, const float* p,
+                                                const float* const* v, int n, int64_t d) {
+  __m256 a[NV];
+  for (int i = 0; i < NV; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8 * i), corr);
   for (int j = 0; j < n; ++j) {
-    const float* kj = k[j];
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t d = 0; d < full; d += 8) {
-      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kj + d), acc);
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    for (int i = 0; i < NV; ++i) {
+      a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v[j] + d + 8 * i), a[i]);
     }
-    if (full < dim) {
-      acc = _mm256_fmadd_ps(_mm256_maskload_ps(q + full, tail), _mm256_maskload_ps(kj + full, tail),
-                            acc);
-    }
-    s[j] = HorizontalSum8(acc) * scale;
   }
+  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(acc + d + 8 * i, a[i]);
 }
 
 XRT_TARGET_AVX2 void AccumulateAvx2(float* acc, float corr, const float* p, const float* const* v,
                                     int n, int64_t dim) {
   const int64_t full = dim / 8 * 8;
-  const __m256i tail = TailMask8(dim - full);
   const __m256 c = _mm256_set1_ps(corr);
-  for (int64_t d = 0; d < full; d += 8) {
-    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + d), c);
-    for (int j = 0; j < n; ++j) {
-      a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v[j] + d), a);
-    }
-    _mm256_storeu_ps(acc + d, a);
+  int64_t d = 0;
+  for (; d + 64 <= full; d += 64) AccumulateBlockAvx2<8>(acc, c, p, v, n, d);
+  if (d + 32 <= full) {
+    AccumulateBlockAvx2<4>(acc, c, p, v, n, d);
+    d += 32;
   }
+  for (; d < full; d += 8) AccumulateBlockAvx2<1>(acc, c, p, v, n, d);
   if (full < dim) {
+    const __m256i tail = TailMask8(dim - full);
     __m256 a = _mm256_mul_ps(_mm256_maskload_ps(acc + full, tail), c);
     for (int j = 0; j < n; ++j) {
       a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_maskload_ps(v[j] + full, tail), a);
@@ -642,17 +670,14 @@ void WriteKv(const PagedAttentionArgs& a) {
   }
 }
 
-// Attention for one token and the query heads of one kv head.
+// Attention for one token of `request` and the query heads of one kv head.
 void AttendGroup(const PagedAttentionArgs& a, UpdateFn update, int64_t t, int64_t kvh,
                  int64_t request, std::vector<float>& scratch) {
   const int64_t dim = a.head_dim;
   const int64_t group = a.num_heads / a.num_kv_heads;
   const int64_t h0 = kvh * group;
   float* out = a.out + t * a.out_stride + h0 * dim;
-  if (request < 0) {
-    std::memset(out, 0, group * dim * sizeof(float));
-    return;
-  }
+  assert(request >= 0);  // padding tokens are zeroed by the caller
   const int32_t* qsl = a.query_start_loc;
   const int64_t q_len = qsl[request + 1] - qsl[request];
   const int64_t pos = a.seq_lens[request] - q_len + (t - qsl[request]);
@@ -695,6 +720,15 @@ void AttendGroup(const PagedAttentionArgs& a, UpdateFn update, int64_t t, int64_
         ++block;
       }
     }
+    // A decode step finds its K/V rows out of cache (a whole step of weights
+    // went through since): ask for all of the chunk's lines at once rather
+    // than one miss at a time as the scores reach them.
+    for (int j = 0; j < c.n; ++j) {
+      for (int64_t d = 0; d < dim; d += 16) {
+        __builtin_prefetch(kp[j] + d);
+        __builtin_prefetch(vp[j] + d);
+      }
+    }
     update(c);
   }
   for (int64_t g = 0; g < group; ++g) {
@@ -717,12 +751,25 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
     }
   }
 
+  // Tokens no request owns (a bucket's padding) get zeros here, so the work
+  // items are the owned tokens' only: a decode step in a bucket of 16 hands
+  // out num_kv_heads items, not 16 times as many.
+  std::vector<int32_t> owned;
+  owned.reserve(args.num_tokens);
+  for (int64_t t = 0; t < args.num_tokens; ++t) {
+    if (token_request[t] >= 0) {
+      owned.push_back(static_cast<int32_t>(t));
+    } else {
+      std::memset(args.out + t * args.out_stride, 0,
+                  args.num_heads * args.head_dim * sizeof(float));
+    }
+  }
   const UpdateFn update = UpdateFor(isa, args.head_dim);
-  const int64_t items = args.num_tokens * args.num_kv_heads;
+  const int64_t items = static_cast<int64_t>(owned.size()) * args.num_kv_heads;
   auto run = [&](int64_t begin, int64_t end) {
     std::vector<float> scratch;
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t t = i / args.num_kv_heads, kvh = i % args.num_kv_heads;
+      const int64_t t = owned[i / args.num_kv_heads], kvh = i % args.num_kv_heads;
       AttendGroup(args, update, t, kvh, token_request[t], scratch);
     }
   };
