@@ -50,6 +50,30 @@ inline __mmask16 LaneMask32(__m512i a, __m512i b, Pred pred) {
   return m;
 }
 
+// The f32 lanes of `src` with lane i replaced from p[i] where bit i of k is
+// set; reads only those lanes' bytes.
+template <typename Vec>
+inline Vec MaskedLoadF32(Vec src, unsigned k, const void* p) {
+  constexpr int kLanes = sizeof(Vec) / 4;
+  float r[kLanes];
+  ToLanes(src, r);
+  for (int i = 0; i < kLanes; ++i) {
+    if (k >> i & 1) std::memcpy(&r[i], static_cast<const char*>(p) + 4 * i, 4);
+  }
+  return FromLanes<Vec>(r);
+}
+
+// Stores the f32 lanes of `a` where bit i of k is set; writes nothing else.
+template <typename Vec>
+inline void MaskedStoreF32(void* p, unsigned k, Vec a) {
+  constexpr int kLanes = sizeof(Vec) / 4;
+  float x[kLanes];
+  ToLanes(a, x);
+  for (int i = 0; i < kLanes; ++i) {
+    if (k >> i & 1) std::memcpy(static_cast<char*>(p) + 4 * i, &x[i], 4);
+  }
+}
+
 }  // namespace xrt_simd_emulate
 
 #ifndef _CMP_LT_OQ
@@ -132,36 +156,19 @@ inline float _mm512_reduce_max_ps(__m512 a) {
 }
 
 inline __m512 _mm512_maskz_loadu_ps(__mmask16 k, const void* p) {
-  float r[16] = {};
-  for (int i = 0; i < 16; ++i) {
-    if (k >> i & 1) std::memcpy(&r[i], static_cast<const char*>(p) + 4 * i, 4);
-  }
-  return xrt_simd_emulate::FromLanes<__m512>(r);
+  return xrt_simd_emulate::MaskedLoadF32(_mm512_setzero_ps(), k, p);
 }
 
 inline void _mm512_mask_storeu_ps(void* p, __mmask16 k, __m512 a) {
-  float x[16];
-  xrt_simd_emulate::ToLanes(a, x);
-  for (int i = 0; i < 16; ++i) {
-    if (k >> i & 1) std::memcpy(static_cast<char*>(p) + 4 * i, &x[i], 4);
-  }
+  xrt_simd_emulate::MaskedStoreF32(p, k, a);
 }
 
 inline __m512 _mm512_mask_loadu_ps(__m512 src, __mmask16 k, const void* p) {
-  float r[16];
-  xrt_simd_emulate::ToLanes(src, r);
-  for (int i = 0; i < 16; ++i) {
-    if (k >> i & 1) std::memcpy(&r[i], static_cast<const char*>(p) + 4 * i, 4);
-  }
-  return xrt_simd_emulate::FromLanes<__m512>(r);
+  return xrt_simd_emulate::MaskedLoadF32(src, k, p);
 }
 
 inline void _mm_mask_storeu_ps(void* p, __mmask8 k, __m128 a) {
-  float x[4];
-  xrt_simd_emulate::ToLanes(a, x);
-  for (int i = 0; i < 4; ++i) {
-    if (k >> i & 1) std::memcpy(static_cast<char*>(p) + 4 * i, &x[i], 4);
-  }
+  xrt_simd_emulate::MaskedStoreF32(p, k, a);
 }
 
 inline __m512i _mm512_cvtepu16_epi32(__m256i a) { return xrt_simd_emulate::Widen<uint16_t>(a); }
@@ -237,20 +244,9 @@ inline __m512 _mm512_fnmadd_ps(__m512 a, __m512 b, __m512 c) {
 #undef _mm256_maskload_ps
 #undef _mm256_maskstore_ps
 inline __m256 _mm256_maskload_ps(const float* p, __m256i mask) {
-  int32_t m[8];
-  float r[8] = {};
-  xrt_simd_emulate::ToLanes(mask, m);
-  for (int i = 0; i < 8; ++i) {
-    if (m[i] < 0) r[i] = p[i];
-  }
-  return xrt_simd_emulate::FromLanes<__m256>(r);
+  const int k = _mm256_movemask_ps(_mm256_castsi256_ps(mask));  // the lanes' sign bits
+  return xrt_simd_emulate::MaskedLoadF32(_mm256_setzero_ps(), k, p);
 }
 inline void _mm256_maskstore_ps(float* p, __m256i mask, __m256 a) {
-  int32_t m[8];
-  float x[8];
-  xrt_simd_emulate::ToLanes(mask, m);
-  xrt_simd_emulate::ToLanes(a, x);
-  for (int i = 0; i < 8; ++i) {
-    if (m[i] < 0) p[i] = x[i];
-  }
+  xrt_simd_emulate::MaskedStoreF32(p, _mm256_movemask_ps(_mm256_castsi256_ps(mask)), a);
 }
