@@ -235,7 +235,8 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   const int subRows = xrt::KSubBlockRows(format);
   const int64_t lowAt = xrt::KLowQuantsOffset(format);
   // Per lane: byte lane % 16 of a k-row's low nibbles (high nibble for lanes
-  // >= 16), and byte lane / 8, bit lane % 8 of a k-row's bit words.
+  // >= 16); q5_k: byte lane / 8, bit lane % 8 of a k-row's bit word; q6_k:
+  // byte lane % 8, bits 2 (lane / 8) and up of a k-row's 2-bit fields.
   Value nibbleByte = idxRem(e, lane, 16);
   Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, lane,
                                        e.index(16));
@@ -243,6 +244,9 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   Value bitByte = idxDiv(e, lane, 8);
   Value bitShift =
       b.create<arith::IndexCastOp>(loc, b.getI8Type(), idxRem(e, lane, 8));
+  Value fieldByte = idxRem(e, lane, 8);
+  Value fieldShift = b.create<arith::IndexCastOp>(
+      loc, b.getI8Type(), idxMul(e, idxDiv(e, lane, 8), 2));
   e.loop(0, cols / xrt::kSuperBlock, [&](Value sb) {
     Value base = idxAdd(e, panelBase, idxMul(e, sb, sbBytes));
     Value half = idxDiv(e, base, 2);
@@ -276,11 +280,11 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
             shr(at(idxAdd(e, rowBase, nibbleByte), lowAt), nibbleShift), 15);
         Value x;
         if (six) {
-          Value words = idxAdd(e, idxAdd(e, base, idxMul(e, row, 8)), bitByte);
-          Value bit4 = band(shr(at(words, xrt::kK6HighOffset), bitShift), 1);
-          Value bit5 =
-              band(shr(at(words, xrt::kK6HighOffset + 4), bitShift), 1);
-          q = bor(q, bor(shl(bit4, 4), shl(bit5, 5)));
+          Value fields =
+              idxAdd(e, idxAdd(e, base, idxMul(e, row, 8)), fieldByte);
+          q = bor(
+              q,
+              shl(band(shr(at(fields, xrt::kK6HighOffset), fieldShift), 3), 4));
           x = e.mul(mul, e.sub(toF32(q), e.f32(32.0f)));
         } else {
           if (five) {

@@ -278,18 +278,20 @@ XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* q, int kk, const _
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m256* mul,
                                            const __m256* add, __m256* w) {
-  uint32_t bits[2] = {0, 0};
-  if constexpr (F == WeightFormat::kQ5_K) std::memcpy(bits, sb + kK5HighOffset + kk * 4, 4);
-  if constexpr (F == WeightFormat::kQ6_K) std::memcpy(bits, sb + kK6HighOffset + kk * 8, 8);
+  uint32_t bits = 0;
+  if constexpr (F == WeightFormat::kQ5_K) std::memcpy(&bits, sb + kK5HighOffset + kk * 4, 4);
+  // q6_k: the k-row's 8 bytes of 2-bit fields, byte j in lane j.
+  __m256i fields = _mm256_setzero_si256();
+  if constexpr (F == WeightFormat::kQ6_K) fields = U8x8(sb + kK6HighOffset + kk * 8);
   for (int c = 0; c < 4; ++c) {
     __m256i q = Nibbles8(sb + KLowQuantsOffset(F) + kk * 16, c);
-    if constexpr (F != WeightFormat::kQ4_K) {
-      q = _mm256_add_epi32(q,
-                           _mm256_and_si256(BitLanes8(bits[0] >> (8 * c)), _mm256_set1_epi32(16)));
+    if constexpr (F == WeightFormat::kQ5_K) {
+      q = _mm256_add_epi32(q, _mm256_and_si256(BitLanes8(bits >> (8 * c)), _mm256_set1_epi32(16)));
     }
-    if constexpr (F == WeightFormat::kQ6_K) {
-      q = _mm256_add_epi32(q,
-                           _mm256_and_si256(BitLanes8(bits[1] >> (8 * c)), _mm256_set1_epi32(32)));
+    if constexpr (F == WeightFormat::kQ6_K) {  // field c (bits 2c, 2c + 1) to bits 4, 5
+      const __m256i at4 =
+          c < 2 ? _mm256_slli_epi32(fields, 4 - 2 * c) : _mm256_srli_epi32(fields, 2 * c - 4);
+      q = _mm256_add_epi32(q, _mm256_and_si256(at4, _mm256_set1_epi32(48)));
     }
     w[c] = _mm256_fmadd_ps(mul[c], _mm256_cvtepi32_ps(q), add[c]);
   }
@@ -596,13 +598,16 @@ XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFacto
     *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
     *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
   } else {
-    uint32_t bits[2];
-    std::memcpy(bits, sb + kK6HighOffset + kk * 8, 8);
-    const __m512i sixteen = _mm512_set1_epi32(16), thirty_two = _mm512_set1_epi32(32);
-    q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits[0]), q0, sixteen);
-    q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits[0] >> 16), q1, sixteen);
-    q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits[1]), q0, thirty_two);
-    q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits[1] >> 16), q1, thirty_two);
+    // The k-row's 8 bytes of 2-bit fields twice: byte j % 8 in lane j. Columns
+    // 0-7 / 8-15 / 16-23 / 24-31 take fields 0 / 1 / 2 / 3 to bits 4, 5.
+    int64_t fields8;
+    std::memcpy(&fields8, sb + kK6HighOffset + kk * 8, 8);
+    const __m512i fields = _mm512_cvtepu8_epi32(_mm_set1_epi64x(fields8));
+    const __m512i to4_lo = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m512i to4_hi = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m512i high = _mm512_set1_epi32(48);
+    q0 = _mm512_add_epi32(q0, _mm512_and_si512(_mm512_sllv_epi32(fields, to4_lo), high));
+    q1 = _mm512_add_epi32(q1, _mm512_and_si512(_mm512_srlv_epi32(fields, to4_hi), high));
     *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
     *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
   }

@@ -253,18 +253,22 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
       *lo = _mm512_mask_add_epi8(*lo, m_lo, *lo, sixteen);
       *hi = _mm512_mask_add_epi8(*hi, m_hi, *hi, sixteen);
     } else {
-      // Four k-rows of two words: the first words (bit 4) and the second
-      // words (bit 5) each into every lane.
+      // The four k-rows' 8 bytes of 2-bit fields in quad order: byte 4c + t
+      // of lane L <- byte 4 (L % 2) + c of k-row t (dword 2t + L % 2), which
+      // holds column 4L + c's field L / 2 (*lo) and 16 + 4L + c's field
+      // 2 + L / 2 (*hi); shifts within each qword bring the field to bits 4, 5.
       const __m512i x = _mm512_castsi256_si512(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32)));
-      const __m512i first = _mm512_set4_epi32(6, 4, 2, 0), second = _mm512_set4_epi32(7, 5, 3, 1);
-      BitQuads(_mm512_permutexvar_epi32(first, x), &m_lo, &m_hi);
-      const __m512i sixteen = _mm512_set1_epi8(16), thirty_two = _mm512_set1_epi8(32);
-      *lo = _mm512_mask_add_epi8(*lo, m_lo, *lo, sixteen);
-      *hi = _mm512_mask_add_epi8(*hi, m_hi, *hi, sixteen);
-      BitQuads(_mm512_permutexvar_epi32(second, x), &m_lo, &m_hi);
-      *lo = _mm512_mask_add_epi8(*lo, m_lo, *lo, thirty_two);
-      *hi = _mm512_mask_add_epi8(*hi, m_hi, *hi, thirty_two);
+      const __m512i gather = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 0, 2, 4, 6, 1, 3, 5, 7);
+      const __m512i transpose = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
+      const __m512i fields = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gather, x), transpose);
+      const __m512i high = _mm512_set1_epi8(48);
+      const __m512i fields_lo =
+          _mm512_sllv_epi64(fields, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2));
+      const __m512i fields_hi =
+          _mm512_srlv_epi64(fields, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
+      *lo = _mm512_add_epi8(*lo, _mm512_and_si512(fields_lo, high));
+      *hi = _mm512_add_epi8(*hi, _mm512_and_si512(fields_hi, high));
     }
   }
 }
@@ -556,20 +560,21 @@ XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i w[4]
         w[b] = _mm256_add_epi8(w[b], _mm256_and_si256(PairBitMask(words, b), _mm256_set1_epi8(16)));
       }
     } else if constexpr (F == WeightFormat::kQ6_K) {
-      // Two words per k-row: the first (bit 4) and the second (bit 5).
-      const __m128i h0 =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK6HighOffset + kq * 32));
-      const __m128i h1 =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK6HighOffset + kq * 32 + 16));
-      const __m256i first = _mm256_broadcastsi128_si256(_mm_castps_si128(
-          _mm_shuffle_ps(_mm_castsi128_ps(h0), _mm_castsi128_ps(h1), _MM_SHUFFLE(2, 0, 2, 0))));
-      const __m256i second = _mm256_broadcastsi128_si256(_mm_castps_si128(
-          _mm_shuffle_ps(_mm_castsi128_ps(h0), _mm_castsi128_ps(h1), _MM_SHUFFLE(3, 1, 3, 1))));
-      for (int b = 0; b < 4; ++b) {
-        w[b] = _mm256_add_epi8(w[b], _mm256_and_si256(PairBitMask(first, b), _mm256_set1_epi8(16)));
-        w[b] =
-            _mm256_add_epi8(w[b], _mm256_and_si256(PairBitMask(second, b), _mm256_set1_epi8(32)));
-      }
+      // The four k-rows' 8 bytes of 2-bit fields (qword t = k-row t) in pair
+      // order: lane L takes k-rows L and L + 2 (vpermq), byte 2c + e <- byte c
+      // of k-row L + 2e, which holds column 8b + c's field b for vector b.
+      const __m256i rows =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32));
+      const __m256i interleave =
+          _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2, 10,
+                           3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+      const __m256i fields =
+          _mm256_shuffle_epi8(_mm256_permute4x64_epi64(rows, _MM_SHUFFLE(3, 1, 2, 0)), interleave);
+      const __m256i high = _mm256_set1_epi8(48);  // field b to bits 4, 5
+      w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(_mm256_slli_epi16(fields, 4), high));
+      w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_slli_epi16(fields, 2), high));
+      w[2] = _mm256_add_epi8(w[2], _mm256_and_si256(fields, high));
+      w[3] = _mm256_add_epi8(w[3], _mm256_and_si256(_mm256_srli_epi16(fields, 2), high));
     }
   }
 }

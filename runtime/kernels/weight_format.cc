@@ -111,13 +111,13 @@ bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
 int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j) {
   const uint8_t byte = sb[KLowQuantsOffset(f) + kk * 16 + j % 16];
   int q = j < 16 ? byte & 15 : byte >> 4;
-  auto bit = [&](int64_t words_at, int per_row, int word) {
+  if (f == WeightFormat::kQ5_K) {
     uint32_t v;
-    std::memcpy(&v, sb + words_at + (kk * per_row + word) * 4, 4);
-    return static_cast<int>((v >> j) & 1u);
-  };
-  if (f == WeightFormat::kQ5_K) q |= bit(kK5HighOffset, 1, 0) << 4;
-  if (f == WeightFormat::kQ6_K) q |= bit(kK6HighOffset, 2, 0) << 4 | bit(kK6HighOffset, 2, 1) << 5;
+    std::memcpy(&v, sb + kK5HighOffset + kk * 4, 4);
+    q |= static_cast<int>((v >> j) & 1u) << 4;
+  }
+  if (f == WeightFormat::kQ6_K)
+    q |= ((sb[kK6HighOffset + kk * 8 + j % 8] >> (2 * (j / 8))) & 3) << 4;
   return q;
 }
 
@@ -307,20 +307,12 @@ void ParseGgmlKBlock(WeightFormat f, const uint8_t* b, KQuantColumn* c) {
 void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
   StoreU16(sb + 2 * j, c.d);
   const int byte = j % 16, shift = j < 16 ? 0 : 4;
-  auto or_bit = [&](uint8_t* words, int kk, int word, int bit) {
-    if (!bit) return;
-    uint32_t v;
-    std::memcpy(&v, words + (kk * (f == WeightFormat::kQ6_K ? 2 : 1) + word) * 4, 4);
-    v |= 1u << j;
-    std::memcpy(words + (kk * (f == WeightFormat::kQ6_K ? 2 : 1) + word) * 4, &v, 4);
-  };
   if (f == WeightFormat::kQ6_K) {
     for (int s = 0; s < 16; ++s)
       sb[kK6ScalesOffset + s * kPackNR + j] = static_cast<uint8_t>(c.scale[s]);
     for (int kk = 0; kk < kSuperBlock; ++kk) {
       sb[KLowQuantsOffset(f) + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
-      or_bit(sb + kK6HighOffset, kk, 0, (c.q[kk] >> 4) & 1);
-      or_bit(sb + kK6HighOffset, kk, 1, (c.q[kk] >> 5) & 1);
+      sb[kK6HighOffset + kk * 8 + j % 8] |= static_cast<uint8_t>((c.q[kk] >> 4) << (2 * (j / 8)));
     }
     return;
   }
@@ -335,7 +327,12 @@ void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
   const int64_t quants = KLowQuantsOffset(f);
   for (int kk = 0; kk < kSuperBlock; ++kk) {
     sb[quants + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
-    if (five) or_bit(sb + kK5HighOffset, kk, 0, (c.q[kk] >> 4) & 1);
+    if (five && (c.q[kk] >> 4)) {
+      uint32_t v;
+      std::memcpy(&v, sb + kK5HighOffset + kk * 4, 4);
+      v |= 1u << j;
+      std::memcpy(sb + kK5HighOffset + kk * 4, &v, 4);
+    }
   }
 }
 

@@ -437,13 +437,11 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   EXPECT_EQ(static_cast<int8_t>(p6[64 + 6 * 32 + 16]), -5);
   EXPECT_EQ(p6[64 + 12 * 32 + 16], 7);
   EXPECT_EQ(p6[2624 + 100 * 16], 0xa0);  // column 16: high nibble of byte 0
-  uint32_t bits[2];
-  std::memcpy(bits, p6.data() + 576 + 100 * 8, 8);
-  EXPECT_EQ(bits[0], 0u);
-  EXPECT_EQ(bits[1], 1u << 16);
-  std::memcpy(bits, p6.data() + 576 + 200 * 8, 8);
-  EXPECT_EQ(bits[0], 1u << 16);
-  EXPECT_EQ(bits[1], 0u);
+  // High bits: column 16 is field 2 (bits 4-5) of byte 0 of the k-row's 8.
+  const std::vector<uint8_t> fields100(p6.begin() + 576 + 100 * 8, p6.begin() + 576 + 101 * 8);
+  EXPECT_EQ(fields100, std::vector<uint8_t>({2 << 4, 0, 0, 0, 0, 0, 0, 0}));
+  const std::vector<uint8_t> fields200(p6.begin() + 576 + 200 * 8, p6.begin() + 576 + 201 * 8);
+  EXPECT_EQ(fields200, std::vector<uint8_t>({1 << 4, 0, 0, 0, 0, 0, 0, 0}));
   DequantizePackedRow(WeightFormat::kQ6_K, p6.data(), 17, 256, 16, row);
   EXPECT_EQ(row[100], 2.0f * -5 * (0x2a - 32));
   EXPECT_EQ(row[200], 2.0f * 7 * (0x11 - 32));
