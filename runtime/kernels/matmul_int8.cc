@@ -585,6 +585,7 @@ template <WeightFormat F, int R, int Q>
 XRT_TARGET_AVX2 inline void AddPairSumsAvx2(const uint8_t* blk, int kq0, const int8_t* const* qrow,
                                             __m256i (&sum16)[R][4]) {
   static_assert(Q <= PairSumsPerInt16<F>());
+#pragma GCC unroll 8
   for (int kq = kq0; kq < kq0 + Q; ++kq) {
     __m256i w[4];
     WeightPairs<F>(blk, kq, w);
