@@ -235,15 +235,12 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   const int subRows = xrt::KSubBlockRows(format);
   const int64_t lowAt = xrt::KLowQuantsOffset(format);
   // Per lane: byte lane % 16 of a k-row's low nibbles (high nibble for lanes
-  // >= 16); q5_k: byte lane / 8, bit lane % 8 of a k-row's bit word; q6_k:
-  // byte lane % 8, bits 2 (lane / 8) and up of a k-row's 2-bit fields.
+  // >= 16); byte lane % 8 of the high bits: q5_k bit 4 (row % 2) + lane / 8
+  // of a k-row pair's bytes, q6_k bits 2 (lane / 8) and up of a k-row's.
   Value nibbleByte = idxRem(e, lane, 16);
   Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, lane,
                                        e.index(16));
   Value nibbleShift = b.create<arith::SelectOp>(loc, high, i8c(4), i8c(0));
-  Value bitByte = idxDiv(e, lane, 8);
-  Value bitShift =
-      b.create<arith::IndexCastOp>(loc, b.getI8Type(), idxRem(e, lane, 8));
   Value fieldByte = idxRem(e, lane, 8);
   Value fieldShift = b.create<arith::IndexCastOp>(
       loc, b.getI8Type(), idxMul(e, idxDiv(e, lane, 8), 2));
@@ -288,8 +285,12 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
           x = e.mul(mul, e.sub(toF32(q), e.f32(32.0f)));
         } else {
           if (five) {
-            Value word = idxAdd(e, idxAdd(e, base, idxMul(e, row, 4)), bitByte);
-            q = bor(q, shl(band(shr(at(word, xrt::kK5HighOffset), bitShift), 1),
+            Value bits = idxAdd(
+                e, idxAdd(e, base, idxMul(e, idxDiv(e, row, 2), 8)), fieldByte);
+            Value bitShift = b.create<arith::IndexCastOp>(
+                loc, b.getI8Type(),
+                idxAdd(e, idxMul(e, idxRem(e, row, 2), 4), idxDiv(e, lane, 8)));
+            q = bor(q, shl(band(shr(at(bits, xrt::kK5HighOffset), bitShift), 1),
                            4));
           }
           x = e.sub(e.mul(mul, toF32(q)), sub);

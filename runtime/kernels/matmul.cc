@@ -216,12 +216,6 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
 // column j + 16 (high), so c = 0, 1 are the low nibbles of bytes 0-7 / 8-15
 // and c = 2, 3 the high ones.
 
-// All ones in lane i where bit i of `bits` (low 8 bits) is set.
-XRT_TARGET_AVX2 inline __m256i BitLanes8(uint32_t bits) {
-  const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(bits)), sel), sel);
-}
-
 // Quants of columns 8c .. 8c+7 of a nibble k-row at `row` (16 bytes).
 XRT_TARGET_AVX2 inline __m256i Nibbles8(const uint8_t* row, int c) {
   const __m256i x = U8x8(row + 8 * (c % 2));
@@ -278,15 +272,19 @@ XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* q, int kk, const _
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m256* mul,
                                            const __m256* add, __m256* w) {
-  uint32_t bits = 0;
-  if constexpr (F == WeightFormat::kQ5_K) std::memcpy(&bits, sb + kK5HighOffset + kk * 4, 4);
-  // q6_k: the k-row's 8 bytes of 2-bit fields, byte j in lane j.
+  // The k-row's 8 bytes of high bits, byte j in lane j: q6_k's 2-bit fields;
+  // q5_k's bytes of the k-row pair, shifted so that bit c is the k-row's.
   __m256i fields = _mm256_setzero_si256();
+  if constexpr (F == WeightFormat::kQ5_K) {
+    fields =
+        _mm256_srl_epi32(U8x8(sb + kK5HighOffset + kk / 2 * 8), _mm_cvtsi32_si128(4 * (kk % 2)));
+  }
   if constexpr (F == WeightFormat::kQ6_K) fields = U8x8(sb + kK6HighOffset + kk * 8);
   for (int c = 0; c < 4; ++c) {
     __m256i q = Nibbles8(sb + KLowQuantsOffset(F) + kk * 16, c);
-    if constexpr (F == WeightFormat::kQ5_K) {
-      q = _mm256_add_epi32(q, _mm256_and_si256(BitLanes8(bits >> (8 * c)), _mm256_set1_epi32(16)));
+    if constexpr (F == WeightFormat::kQ5_K) {  // bit c to bit 4
+      q = _mm256_add_epi32(
+          q, _mm256_and_si256(_mm256_slli_epi32(fields, 4 - c), _mm256_set1_epi32(16)));
     }
     if constexpr (F == WeightFormat::kQ6_K) {  // field c (bits 2c, 2c + 1) to bits 4, 5
       const __m256i at4 =
@@ -590,11 +588,18 @@ XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFacto
     *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
     *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
   } else if constexpr (F == WeightFormat::kQ5_K) {
-    uint32_t bits;
-    std::memcpy(&bits, sb + kK5HighOffset + kk * 4, 4);
+    // The k-row pair's 8 bytes twice (byte j % 8 in lane j), shifted so that
+    // bit f is the k-row's: columns 0-7 / 8-15 / 16-23 / 24-31 take bit
+    // 0 / 1 / 2 / 3 to bit 4.
+    int64_t bytes8;
+    std::memcpy(&bytes8, sb + kK5HighOffset + kk / 2 * 8, 8);
+    const __m512i bits = _mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_set1_epi64x(bytes8)),
+                                          _mm_cvtsi32_si128(4 * (kk % 2)));
+    const __m512i to4_lo = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m512i to4_hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i sixteen = _mm512_set1_epi32(16);
-    q0 = _mm512_mask_add_epi32(q0, static_cast<__mmask16>(bits), q0, sixteen);
-    q1 = _mm512_mask_add_epi32(q1, static_cast<__mmask16>(bits >> 16), q1, sixteen);
+    q0 = _mm512_add_epi32(q0, _mm512_and_si512(_mm512_sllv_epi32(bits, to4_lo), sixteen));
+    q1 = _mm512_add_epi32(q1, _mm512_and_si512(_mm512_sllv_epi32(bits, to4_hi), sixteen));
     *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
     *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
   } else {

@@ -213,26 +213,6 @@ XRT_TARGET_AVX512 inline void ByteQuads(const uint8_t* rows, __m512i* lo, __m512
   *hi = _mm512_shuffle_epi8(_mm512_permutex2var_epi32(x, pick_hi, y), transpose);
 }
 
-// Masks of the bits of four 32-bit words (word t = k-row t, bit j = column
-// j) in quad order: bit 4c + t of lane L's 16 bits is word t's bit 4L + c
-// (*lo, columns 0-15) or bit 16 + 4L + c (*hi). `words` holds the four
-// words in every 128-bit lane.
-XRT_TARGET_AVX512 inline void BitQuads(__m512i words, __mmask64* lo, __mmask64* hi) {
-  // Byte 4c + t of lane L <- byte 4t + L / 2 (+ 2 for hi) of the lane.
-  const __m512i pick_lo =
-      _mm512_set_epi32(0x0d090501, 0x0d090501, 0x0d090501, 0x0d090501, 0x0d090501, 0x0d090501,
-                       0x0d090501, 0x0d090501, 0x0c080400, 0x0c080400, 0x0c080400, 0x0c080400,
-                       0x0c080400, 0x0c080400, 0x0c080400, 0x0c080400);
-  const __m512i pick_hi = _mm512_add_epi8(pick_lo, _mm512_set1_epi8(2));
-  // ... and test bit (4L + c) % 8.
-  const __m512i bit =
-      _mm512_set_epi32(0x80808080, 0x40404040, 0x20202020, 0x10101010, 0x08080808, 0x04040404,
-                       0x02020202, 0x01010101, 0x80808080, 0x40404040, 0x20202020, 0x10101010,
-                       0x08080808, 0x04040404, 0x02020202, 0x01010101);
-  *lo = _mm512_test_epi8_mask(_mm512_shuffle_epi8(words, pick_lo), bit);
-  *hi = _mm512_test_epi8_mask(_mm512_shuffle_epi8(words, pick_hi), bit);
-}
-
 // The weight quads of k-rows 4*kq .. 4*kq+3 of a group / super-block.
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* lo, __m512i* hi) {
@@ -242,16 +222,26 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
     NibbleQuads(blk + QuantGroupQuantsOffset(F) + kq * 64, lo, hi);
   } else {
     NibbleQuads(blk + KLowQuantsOffset(F) + kq * 64, lo, hi);
-    __mmask64 m_lo, m_hi;
     if constexpr (F == WeightFormat::kQ4_K) {
       return;
     } else if constexpr (F == WeightFormat::kQ5_K) {
-      BitQuads(_mm512_broadcast_i32x4(_mm_loadu_si128(
-                   reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16))),
-               &m_lo, &m_hi);
+      // The two k-row pairs' 8 bytes in quad order: byte 4c + t of lane L <-
+      // byte 4 (L % 2) + c of pair t / 2 (dword 2 (t / 2) + L % 2), whose bit
+      // 4 (t % 2) + f is column 8f + 4 (L % 2) + c's: f = L / 2 for *lo,
+      // 2 + L / 2 for *hi.
+      const __m512i x = _mm512_castsi128_si512(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16)));
+      const __m512i gather = _mm512_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3, 0, 0, 2, 2, 1, 1, 3, 3);
+      const __m512i transpose = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
+      const __m512i bits = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gather, x), transpose);
+      const int f0 = 0x10011001;  // bit 0 of even k-rows' bytes, bit 4 of odd ones'
+      const __m512i pick_lo =
+          _mm512_setr_epi32(f0, f0, f0, f0, f0, f0, f0, f0, f0 << 1, f0 << 1, f0 << 1, f0 << 1,
+                            f0 << 1, f0 << 1, f0 << 1, f0 << 1);
+      const __m512i pick_hi = _mm512_slli_epi32(pick_lo, 2);
       const __m512i sixteen = _mm512_set1_epi8(16);
-      *lo = _mm512_mask_add_epi8(*lo, m_lo, *lo, sixteen);
-      *hi = _mm512_mask_add_epi8(*hi, m_hi, *hi, sixteen);
+      *lo = _mm512_mask_add_epi8(*lo, _mm512_test_epi8_mask(bits, pick_lo), *lo, sixteen);
+      *hi = _mm512_mask_add_epi8(*hi, _mm512_test_epi8_mask(bits, pick_hi), *hi, sixteen);
     } else {
       // The four k-rows' 8 bytes of 2-bit fields in quad order: byte 4c + t
       // of lane L <- byte 4 (L % 2) + c of k-row t (dword 2t + L % 2), which
@@ -515,18 +505,11 @@ XRT_TARGET_AVX2 inline __m256i ActivationPairs(const int8_t* q) {
   return _mm256_shuffle_epi8(_mm256_set1_epi32(v), pick);
 }
 
-// Byte masks for the extra bits of K-quant quants: `words` holds one 32-bit
-// word per k-row t (bit j = column j) in dword t of both lanes; the result
-// for vector b has byte 2c (+1) of lane L set where k-row L (L + 2) has
-// column 8b + c's bit.
-XRT_TARGET_AVX2 inline __m256i PairBitMask(__m256i words, int b) {
-  const __m256i pick =
-      _mm256_add_epi8(_mm256_setr_epi8(0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8,  //
-                                       4, 12, 4, 12, 4, 12, 4, 12, 4, 12, 4, 12, 4, 12, 4, 12),
-                      _mm256_set1_epi8(static_cast<char>(b)));
-  const __m256i bit = _mm256_setr_epi8(1, 1, 2, 2, 4, 4, 8, 8, 16, 16, 32, 32, 64, 64, -128, -128,
-                                       1, 1, 2, 2, 4, 4, 8, 8, 16, 16, 32, 32, 64, 64, -128, -128);
-  return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(words, pick), bit), bit);
+// Per lane, the bytes of its two qwords interleaved: byte 2c + e <- byte
+// 8e + c.
+XRT_TARGET_AVX2 inline __m256i InterleaveQwords() {
+  return _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
+                          0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 }
 
 // The pair vectors of quad kq of a group / super-block (see above).
@@ -554,22 +537,26 @@ XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i w[4]
     w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
     w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), low4);
     if constexpr (F == WeightFormat::kQ5_K) {
-      const __m256i words = _mm256_broadcastsi128_si256(
+      // The two k-row pairs' 8 bytes in pair order: byte 2c + e of lane L <-
+      // byte c of pair e, whose bit 4L + b is column 8b + c's at k-row L + 2e;
+      // lane 0 shifted up by 4 to match lane 1, so vector b takes bit 4 + b.
+      const __m256i pairs = _mm256_broadcastsi128_si256(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16)));
-      for (int b = 0; b < 4; ++b) {
-        w[b] = _mm256_add_epi8(w[b], _mm256_and_si256(PairBitMask(words, b), _mm256_set1_epi8(16)));
-      }
+      const __m256i bits = _mm256_sllv_epi32(_mm256_shuffle_epi8(pairs, InterleaveQwords()),
+                                             _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0));
+      const __m256i sixteen = _mm256_set1_epi8(16);
+      w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(bits, sixteen));
+      w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_srli_epi16(bits, 1), sixteen));
+      w[2] = _mm256_add_epi8(w[2], _mm256_and_si256(_mm256_srli_epi16(bits, 2), sixteen));
+      w[3] = _mm256_add_epi8(w[3], _mm256_and_si256(_mm256_srli_epi16(bits, 3), sixteen));
     } else if constexpr (F == WeightFormat::kQ6_K) {
       // The four k-rows' 8 bytes of 2-bit fields (qword t = k-row t) in pair
       // order: lane L takes k-rows L and L + 2 (vpermq), byte 2c + e <- byte c
       // of k-row L + 2e, which holds column 8b + c's field b for vector b.
       const __m256i rows =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32));
-      const __m256i interleave =
-          _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2, 10,
-                           3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-      const __m256i fields =
-          _mm256_shuffle_epi8(_mm256_permute4x64_epi64(rows, _MM_SHUFFLE(3, 1, 2, 0)), interleave);
+      const __m256i fields = _mm256_shuffle_epi8(
+          _mm256_permute4x64_epi64(rows, _MM_SHUFFLE(3, 1, 2, 0)), InterleaveQwords());
       const __m256i high = _mm256_set1_epi8(48);  // field b to bits 4, 5
       w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(_mm256_slli_epi16(fields, 4), high));
       w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_slli_epi16(fields, 2), high));

@@ -112,9 +112,7 @@ int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j) {
   const uint8_t byte = sb[KLowQuantsOffset(f) + kk * 16 + j % 16];
   int q = j < 16 ? byte & 15 : byte >> 4;
   if (f == WeightFormat::kQ5_K) {
-    uint32_t v;
-    std::memcpy(&v, sb + kK5HighOffset + kk * 4, 4);
-    q |= static_cast<int>((v >> j) & 1u) << 4;
+    q |= ((sb[kK5HighOffset + kk / 2 * 8 + j % 8] >> (4 * (kk % 2) + j / 8)) & 1) << 4;
   }
   if (f == WeightFormat::kQ6_K)
     q |= ((sb[kK6HighOffset + kk * 8 + j % 8] >> (2 * (j / 8))) & 3) << 4;
@@ -327,11 +325,9 @@ void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
   const int64_t quants = KLowQuantsOffset(f);
   for (int kk = 0; kk < kSuperBlock; ++kk) {
     sb[quants + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
-    if (five && (c.q[kk] >> 4)) {
-      uint32_t v;
-      std::memcpy(&v, sb + kK5HighOffset + kk * 4, 4);
-      v |= 1u << j;
-      std::memcpy(sb + kK5HighOffset + kk * 4, &v, 4);
+    if (five) {
+      sb[kK5HighOffset + kk / 2 * 8 + j % 8] |=
+          static_cast<uint8_t>((c.q[kk] >> 4) << (4 * (kk % 2) + j / 8));
     }
   }
 }

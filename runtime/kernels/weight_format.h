@@ -39,15 +39,18 @@
 //   q4_k (4608 bytes): d uint16_t[32] @0, dmin uint16_t[32] @64 (f16 bits),
 //       scale_lo uint8_t[8][32] @128, scale_hi uint8_t[4][32] @384,
 //       qs [256 k-rows][16] @512 (4-bit quants, nibbles as q4_0)
-//   q5_k (5632 bytes): as q4_k up to @512, then qh uint32_t[256] @512 (bit j
-//       of k-row kk's word: bit 4 of column j's quant), qs [256][16] @1536
+//   q5_k (5632 bytes): as q4_k up to @512, then qh uint8_t[128][8] @512
+//       (byte c of k-row pair p holds bit 4 of column 8f + c's quant at
+//       k-row 2p + e in its bit 4e + f, f = 0..3, e = 0, 1), qs [256][16]
+//       @1536
 //   q6_k (6720 bytes): d uint16_t[32] @0, scales int8_t[16][32] @64,
 //       qh uint8_t[256][8] @576 (byte c of k-row kk holds bits 4-5 of column
 //       8f + c's quant in its bits 2f, 2f + 1, f = 0..3), ql [256][16] @2624
-//       (low 4 bits, nibbles as q4_0). The high bits are 2-bit fields rather
-//       than one bit plane per bit (format 1.8; 1.5-1.7 had planes) so that
-//       AVX2 adds them with a shift and a mask per vector: the planes needed a
-//       shuffle, a compare and two more ops per bit.
+//       (low 4 bits, nibbles as q4_0).
+//   The high bits of q5_k / q6_k sit at the byte of the column's 8-column
+//   group, as fields (formats 1.8 / 1.9; 1.5-1.7 had one bit plane per bit,
+//   bit j = column j) so that AVX2 adds them with a shift and a mask per
+//   vector: the planes needed a shuffle, a compare and two more ops per bit.
 //   q4_k / q5_k: sub-block s (k-rows 32s..32s+31) has a 6-bit scale sc and
 //   6-bit min m per column: sc = (lo & 15) | (hi & 3) << 4,
 //   m = (lo >> 4) | ((hi >> 2) & 3) << 4 with lo = scale_lo[s][j],
@@ -79,7 +82,8 @@ enum class WeightFormat : uint8_t {
   kQ4_0 = 7,
   kQ4_1 = 8,
   kQ4_K = 9,
-  kQ5_K = 10,
+  // 10 was q5_k with a bit-plane high bit (artifact formats 1.5-1.8).
+  kQ5_K = 13,
   // 11 was q6_k with bit-plane high bits (artifact formats 1.5-1.7).
   kQ6_K = 12,
 };

@@ -417,6 +417,19 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   EXPECT_EQ(row[167], 1.0f * 0x2b * 9 - 0.5f * 0x1d);
   EXPECT_EQ(row[135], 0.0f);  // sub-block 4: scale and min 0
 
+  // q5_k: value 101 (sub-block 3, l = 5) has bit 4 from qh[5] bit 3. Row 9
+  // of W is column 9 (byte 1 of its 8-column group, f = 1); k-row 101 is
+  // the odd k-row of pair 50, so its bit is 4 + 1 of byte 1 of the pair's 8.
+  std::vector<uint8_t> rows5(10 * 176, 0);
+  rows5[9 * 176 + 16 + 5] = 1 << 3;
+  std::vector<uint8_t> p5(PackedWeightBytes(WeightFormat::kQ5_K, 10, 256), 0xEE);
+  PackWeightsFromBlocks(WeightFormat::kQ5_K, rows5.data(), 10, 256, 176, p5.data());
+  for (int i = 0; i < 1024; ++i) {
+    EXPECT_EQ(p5[512 + i], i == 50 * 8 + 1 ? 1 << 5 : 0) << "q5_k high-bit byte " << i;
+  }
+  EXPECT_EQ(KQuantAt(WeightFormat::kQ5_K, p5.data(), 101, 9), 16);
+  EXPECT_EQ(KQuantAt(WeightFormat::kQ5_K, p5.data(), 100, 9), 0);
+
   // q6_k: d = 0x4000 (2); scales[3] = -5; value 100 (half 0, quarter 3,
   // l = 4) = 0x2a: low nibble a in ql[32 + 4] >> 4, high bits 2 in qh[4]
   // bits 6-7; value 200 (half 1, quarter 2, l = 8) = 0x11: ql[64 + 8] low

@@ -234,11 +234,12 @@ Status ValidateWeight(const xpk::Manifest& m, uint32_t i) {
     return DataLossError("{}: shape missing", label);
   }
   if (!ElementsAligned(w->shape())) return DataLossError("{}: shape vector is misaligned", label);
-  if (w->dtype() == xpk::DType::q6_k_bit_planes) {
+  if (w->dtype() == xpk::DType::q5_k_bit_planes || w->dtype() == xpk::DType::q6_k_bit_planes) {
+    const bool five = w->dtype() == xpk::DType::q5_k_bit_planes;
     return DataLossError(
-        "{}: q6_k weight in the layout of artifact formats 1.5-1.7 (high bits as bit planes), "
+        "{}: {} weight in the layout of artifact formats 1.5-{} (high bits as bit planes), "
         "which this runtime no longer reads: recompile the artifact with this xcc",
-        label);
+        label, five ? "q5_k" : "q6_k", five ? "1.8" : "1.7");
   }
   uint64_t expected = 0;
   switch (w->layout()) {
@@ -669,6 +670,7 @@ uint64_t DTypeSize(xpk::DType dtype) {
     case xpk::DType::q4_1:
     case xpk::DType::q4_k:
     case xpk::DType::q5_k:
+    case xpk::DType::q5_k_bit_planes:
     case xpk::DType::q6_k_bit_planes:
     case xpk::DType::q6_k:
       return 0;
@@ -711,6 +713,7 @@ bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
     case xpk::DType::q6_k:
       *out = WeightFormat::kQ6_K;
       return true;
+    case xpk::DType::q5_k_bit_planes:
     case xpk::DType::q6_k_bit_planes:
     case xpk::DType::i32:
     case xpk::DType::i64:
