@@ -108,14 +108,32 @@ bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
   return false;
 }
 
+namespace {
+
+// Where the high bits (bit 4 of q5_k, bits 4-5 of q6_k) of column j's quant
+// at k-row kk sit in a super-block: the byte's offset and the shift of the
+// lowest bit (the layout in weight_format.h).
+void KHighBitsAt(WeightFormat f, int kk, int j, int64_t* offset, int* shift) {
+  if (f == WeightFormat::kQ5_K) {
+    *offset = kK5HighOffset + kk / 2 * 8 + j % 8;
+    *shift = 4 * (kk % 2) + j / 8;
+  } else {
+    *offset = kK6HighOffset + kk * 8 + j % 8;
+    *shift = 2 * (j / 8);
+  }
+}
+
+}  // namespace
+
 int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j) {
   const uint8_t byte = sb[KLowQuantsOffset(f) + kk * 16 + j % 16];
   int q = j < 16 ? byte & 15 : byte >> 4;
-  if (f == WeightFormat::kQ5_K) {
-    q |= ((sb[kK5HighOffset + kk / 2 * 8 + j % 8] >> (4 * (kk % 2) + j / 8)) & 1) << 4;
+  if (f != WeightFormat::kQ4_K) {
+    int64_t at;
+    int shift;
+    KHighBitsAt(f, kk, j, &at, &shift);
+    q |= ((sb[at] >> shift) & (f == WeightFormat::kQ6_K ? 3 : 1)) << 4;
   }
-  if (f == WeightFormat::kQ6_K)
-    q |= ((sb[kK6HighOffset + kk * 8 + j % 8] >> (2 * (j / 8))) & 3) << 4;
   return q;
 }
 
@@ -308,26 +326,23 @@ void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
   if (f == WeightFormat::kQ6_K) {
     for (int s = 0; s < 16; ++s)
       sb[kK6ScalesOffset + s * kPackNR + j] = static_cast<uint8_t>(c.scale[s]);
-    for (int kk = 0; kk < kSuperBlock; ++kk) {
-      sb[KLowQuantsOffset(f) + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
-      sb[kK6HighOffset + kk * 8 + j % 8] |= static_cast<uint8_t>((c.q[kk] >> 4) << (2 * (j / 8)));
+  } else {
+    StoreU16(sb + kKDminOffset + 2 * j, c.dmin);
+    for (int s = 0; s < 8; ++s) {
+      sb[kKScaleLoOffset + s * kPackNR + j] =
+          static_cast<uint8_t>((c.scale[s] & 15) | (c.min[s] & 15) << 4);
+      const int hi = (c.scale[s] >> 4) | (c.min[s] >> 4) << 2;
+      sb[kKScaleHiOffset + s / 2 * kPackNR + j] |= static_cast<uint8_t>(hi << (4 * (s % 2)));
     }
-    return;
   }
-  StoreU16(sb + kKDminOffset + 2 * j, c.dmin);
-  for (int s = 0; s < 8; ++s) {
-    sb[kKScaleLoOffset + s * kPackNR + j] =
-        static_cast<uint8_t>((c.scale[s] & 15) | (c.min[s] & 15) << 4);
-    const int hi = (c.scale[s] >> 4) | (c.min[s] >> 4) << 2;
-    sb[kKScaleHiOffset + s / 2 * kPackNR + j] |= static_cast<uint8_t>(hi << (4 * (s % 2)));
-  }
-  const bool five = f == WeightFormat::kQ5_K;
   const int64_t quants = KLowQuantsOffset(f);
   for (int kk = 0; kk < kSuperBlock; ++kk) {
     sb[quants + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
-    if (five) {
-      sb[kK5HighOffset + kk / 2 * 8 + j % 8] |=
-          static_cast<uint8_t>((c.q[kk] >> 4) << (4 * (kk % 2) + j / 8));
+    if (f != WeightFormat::kQ4_K) {
+      int64_t at;
+      int high_shift;
+      KHighBitsAt(f, kk, j, &at, &high_shift);
+      sb[at] |= static_cast<uint8_t>((c.q[kk] >> 4) << high_shift);
     }
   }
 }

@@ -870,23 +870,26 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
                                   " weight has K = 16, not a multiple of its block size 256");
   }
   // q5_k / q6_k in the bit-plane layouts of formats 1.5-1.8 / 1.5-1.7: named,
-  // with what to do.
-  bad = bytes;
-  w = ManifestOf(bad)->weights()->Get(0);
-  Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE),
-                static_cast<uint8_t>(xpk::DType::q5_k_bit_planes));
-  EXPECT_EQ(LoadError(bad),
-            "model.xpk: weight 0 'model.embed_tokens.weight': q5_k weight in the layout of "
-            "artifact formats 1.5-1.8 (high bits as bit planes), which this runtime no longer "
-            "reads: recompile the artifact with this xcc");
-  bad = bytes;
-  w = ManifestOf(bad)->weights()->Get(1);
-  Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE),
-                static_cast<uint8_t>(xpk::DType::q6_k_bit_planes));
-  EXPECT_EQ(LoadError(bad),
-            "model.xpk: weight 1 'lm_head.weight': q6_k weight in the layout of artifact formats "
-            "1.5-1.7 (high bits as bit planes), which this runtime no longer reads: recompile the "
-            "artifact with this xcc");
+  // with what to do, whichever weight and layout.
+  struct Retired {
+    xpk::DType dtype;
+    int weight;
+    const char* expected;
+  };
+  for (const Retired& r :
+       {Retired{xpk::DType::q5_k_bit_planes, 0,
+                "model.xpk: weight 0 'model.embed_tokens.weight': q5_k weight in the layout "
+                "of artifact formats 1.5-1.8 (high bits as bit planes), which this runtime no "
+                "longer reads: recompile the artifact with this xcc"},
+        Retired{xpk::DType::q6_k_bit_planes, 1,
+                "model.xpk: weight 1 'lm_head.weight': q6_k weight in the layout of artifact "
+                "formats 1.5-1.7 (high bits as bit planes), which this runtime no longer "
+                "reads: recompile the artifact with this xcc"}}) {
+    bad = bytes;
+    w = ManifestOf(bad)->weights()->Get(r.weight);
+    Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(r.dtype));
+    EXPECT_EQ(LoadError(bad), r.expected);
+  }
   bad = bytes;
   w = ManifestOf(bad)->weights()->Get(1);
   Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(xpk::DType::bf16));
