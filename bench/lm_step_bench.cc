@@ -12,7 +12,7 @@
 // read bandwidth; the bytes are those of every weight the two executables
 // bind, except the embedding table, of which a decode step reads one row.
 //
-// --profile: the decode steps also report where their time goes, per command
+// --profile: the prefill and decode steps also report where their time goes, per command
 // label (Executor::set_profile: "dispatch", "matmul q4_1", "paged_attention",
 // ...) in ms and calls per step, the rest being the host's share (inputs,
 // logits) and the timing itself.
@@ -47,6 +47,21 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// Where the profiled steps' time went, per command label (ms and calls per
+// step); "host" is the rest of the step times: inputs, logits, the timing.
+nlohmann::json ProfileJson(const xrt::CommandProfile& prof, const std::vector<double>& times) {
+  const double steps = static_cast<double>(times.size());
+  double total = std::accumulate(times.begin(), times.end(), 0.0), in_commands = 0;
+  nlohmann::json out;
+  for (const auto& [label, entry] : prof.by_label) {
+    out[label] = {{"calls_per_step", entry.calls / steps},
+                  {"ms_per_step", entry.seconds / steps * 1e3}};
+    in_commands += entry.seconds;
+  }
+  out["host"] = {{"ms_per_step", (total - in_commands) / steps * 1e3}};
+  return out;
 }
 
 // GCC 12's _mm512_reduce_add_ps starts from an undefined vector.
@@ -232,6 +247,8 @@ int main(int argc, char** argv) {
   for (int64_t bucket : r.buckets().token_buckets()) {
     if (bucket > r.limits().max_model_len) continue;
     std::vector<double> times;
+    xrt::CommandProfile prof;
+    if (profile) r.executor().set_profile(&prof);
     for (int64_t it = 0; it < iters; ++it) {
       xrt::KvCacheManager kv = make_kv();
       auto toks = tokens(bucket);
@@ -240,11 +257,15 @@ int main(int argc, char** argv) {
       if (s < 0) break;
       times.push_back(s);
     }
+    r.executor().set_profile(nullptr);
     if (times.empty()) continue;
+    nlohmann::json row = {{"bucket", bucket}};
+    if (profile) row["profile"] = ProfileJson(prof, times);
     std::sort(times.begin(), times.end());
     double med = times[times.size() / 2];
-    out["prefill"].push_back(
-        {{"bucket", bucket}, {"median_ms", med * 1e3}, {"tokens_per_s", bucket / med}});
+    row["median_ms"] = med * 1e3;
+    row["tokens_per_s"] = bucket / med;
+    out["prefill"].push_back(row);
   }
 
   // Decode at `context` tokens of context.
@@ -271,16 +292,7 @@ int main(int argc, char** argv) {
         times.push_back(s);
       }
       r.executor().set_profile(nullptr);
-      if (profile && !times.empty()) {
-        const double steps = static_cast<double>(times.size());
-        double total = std::accumulate(times.begin(), times.end(), 0.0), in_commands = 0;
-        for (const auto& [label, entry] : prof.by_label) {
-          out["decode_profile"][label] = {{"calls_per_step", entry.calls / steps},
-                                          {"ms_per_step", entry.seconds / steps * 1e3}};
-          in_commands += entry.seconds;
-        }
-        out["decode_profile"]["host"] = {{"ms_per_step", (total - in_commands) / steps * 1e3}};
-      }
+      if (profile && !times.empty()) out["decode_profile"] = ProfileJson(prof, times);
       if (!times.empty()) {
         std::sort(times.begin(), times.end());
         double med = times[times.size() / 2];

@@ -21,7 +21,7 @@ namespace {
 constexpr int kSumRows = 16;  // k-values per entry of sum16
 
 // Rows of A per work unit: one decode of the weight quads serves them all
-// (the AVX-512 kernel has variants for 1..kGroupRows).
+// (each ISA has kernels for 1..kGroupRows rows).
 constexpr int64_t kGroupRows = 4;
 
 // Step 1 of the contract for one block: d, and the quants in q.
@@ -40,6 +40,18 @@ void QuantizeBlockPortable(const float* a, int n, int8_t* q, float* d) {
   }
   *d = amax / 127.0f;
   for (int k = 0; k < n; ++k) q[k] = static_cast<int8_t>(std::nearbyint(a[k] * id));
+}
+
+// q4_k / q5_k: the quant sums of the row's 32-value sub-blocks 2p and
+// 2p + 1 as one int16 pair (low, high), so that vpmaddwd against the two
+// sub-blocks' mins gives both terms of the min correction in one int32.
+void SubBlockSumPairs(const int32_t* sum16, int64_t k, int32_t* pairs) {
+  static_assert(kSumRows == 16);
+  for (int64_t p = 0; p < k / 64; ++p) {
+    const int32_t lo = sum16[4 * p] + sum16[4 * p + 1], hi = sum16[4 * p + 2] + sum16[4 * p + 3];
+    pairs[p] = static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xffff) |
+                                    (static_cast<uint32_t>(hi) << 16));
+  }
 }
 
 void SumQuants(const int8_t* q, int64_t k, int32_t* sum16) {
@@ -126,10 +138,11 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
 // What each work unit needs: the quantized rows and where C goes.
 struct Int8Problem {
   const MatmulArgs* args;
-  const int8_t* q;       // [m][k]
-  const float* d;        // [m][k / block]
-  const int32_t* sum16;  // [m][k / 16]
-  int64_t blocks;        // k / block
+  const int8_t* q;               // [m][k]
+  const float* d;                // [m][k / block]
+  const int32_t* sum16;          // [m][k / 16]
+  const int32_t* sub_sum_pairs;  // [m][k / 64] (q4_k, q5_k): SubBlockSumPairs
+  int64_t blocks;                // k / block
   int64_t panel_bytes;
 };
 
@@ -184,6 +197,56 @@ XRT_TARGET_AVX512 void QuantizeBlockAvx512(const float* a, int n, int8_t* q, flo
   for (int k = 0; k < n; k += 16) {
     const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(a + k), idv));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtsepi32_epi8(v));
+  }
+}
+
+// Step 1 for one block of n (a multiple of 32) values.
+XRT_TARGET_AVX2 void QuantizeBlockAvx2(const float* a, int n, int8_t* q, float* d) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 amax = _mm256_setzero_ps();
+  int bad = 0;
+  for (int k = 0; k < n; k += 8) {
+    const __m256 x = _mm256_andnot_ps(sign, _mm256_loadu_ps(a + k));
+    bad |= _mm256_movemask_ps(_mm256_cmp_ps(x, inf, _CMP_NLT_UQ));  // NaN or inf
+    amax = _mm256_max_ps(amax, x);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  const float id = bad ? 0.0f : 127.0f / m;
+  if (bad || !std::isfinite(id)) {
+    *d = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    std::memset(q, 0, n);
+    return;
+  }
+  *d = m / 127.0f;
+  const __m256 idv = _mm256_set1_ps(id);
+  // vpackssdw / vpacksswb work per lane: dword j of the packed bytes holds
+  // values 4j .. 4j + 3 of vector j % 4, lane j / 4.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int k = 0; k < n; k += 32) {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(a + k + 8 * j), idv));
+    }
+    const __m256i bytes =
+        _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k),
+                        _mm256_permutevar8x32_epi32(bytes, order));
+  }
+}
+
+// SumQuants for k a multiple of 32: vpsadbw sums each 8 quants + 128.
+XRT_TARGET_AVX2 void SumQuantsAvx2(const int8_t* q, int64_t k, int32_t* sum16) {
+  static_assert(kSumRows == 16);
+  const __m256i flip = _mm256_set1_epi8(-128);
+  for (int64_t s = 0; s < k; s += 32) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + s));
+    const __m256i eights = _mm256_sad_epu8(_mm256_xor_si256(x, flip), _mm256_setzero_si256());
+    const __m256i sums = _mm256_add_epi64(eights, _mm256_shuffle_epi32(eights, 0x4E));
+    sum16[s / kSumRows] = _mm256_cvtsi256_si32(sums) - kSumRows * 128;
+    sum16[s / kSumRows + 1] = _mm256_extract_epi32(sums, 4) - kSumRows * 128;
   }
 }
 
@@ -512,30 +575,48 @@ XRT_TARGET_AVX2 inline __m256i InterleaveQwords() {
                           0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 }
 
-// The pair vectors of quad kq of a group / super-block (see above).
+// The column vectors decoded together: half H of the four (its vectors
+// VectorOf<F>(H, 0) and VectorOf<F>(H, 1), the two that share their loads and
+// shuffles), or all four (H = kAllVectors, j = 0..3).
+constexpr int kAllVectors = -1;
+
+template <int H>
+constexpr int kVectors = H == kAllVectors ? 4 : 2;
+
 template <WeightFormat F>
-XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i w[4]) {
-  if constexpr (F == WeightFormat::kQ8_0) {
+constexpr int VectorOf(int h, int j) {
+  return h == kAllVectors ? j : F == WeightFormat::kQ8_0 ? 2 * h + j : h + 2 * j;
+}
+
+// The pair vectors of quad kq of a group / super-block (see above), for the
+// column vectors H selects.
+template <WeightFormat F, int H>
+XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i (&w)[kVectors<H>]) {
+  if constexpr (H == kAllVectors) {
+    __m256i half[2];
+    WeightPairs<F, 0>(blk, kq, half);
+    w[VectorOf<F>(0, 0)] = half[0];
+    w[VectorOf<F>(0, 1)] = half[1];
+    WeightPairs<F, 1>(blk, kq, half);
+    w[VectorOf<F>(1, 0)] = half[0];
+    w[VectorOf<F>(1, 1)] = half[1];
+  } else if constexpr (F == WeightFormat::kQ8_0) {  // columns 16H .. 16H + 15
     const uint8_t* r = blk + 64 + kq * 4 * kPackNR;
-    for (int h = 0; h < 2; ++h) {  // columns 16h .. 16h + 15
-      const __m256i a = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r + 32 + 16 * h),
-                                            reinterpret_cast<const __m128i*>(r + 16 * h));
-      const __m256i c = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r + 96 + 16 * h),
-                                            reinterpret_cast<const __m128i*>(r + 64 + 16 * h));
-      w[2 * h] = _mm256_unpacklo_epi8(a, c);
-      w[2 * h + 1] = _mm256_unpackhi_epi8(a, c);
-    }
-  } else {
+    const __m256i a = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r + 32 + 16 * H),
+                                          reinterpret_cast<const __m128i*>(r + 16 * H));
+    const __m256i c = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r + 96 + 16 * H),
+                                          reinterpret_cast<const __m128i*>(r + 64 + 16 * H));
+    w[0] = _mm256_unpacklo_epi8(a, c);
+    w[1] = _mm256_unpackhi_epi8(a, c);
+  } else {  // low nibbles are vector H, high nibbles vector H + 2
     const int64_t low = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
     const uint8_t* r = blk + low + kq * 64;
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
     const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32));
-    const __m256i lo = _mm256_unpacklo_epi8(x, y), hi = _mm256_unpackhi_epi8(x, y);
+    const __m256i v = H == 0 ? _mm256_unpacklo_epi8(x, y) : _mm256_unpackhi_epi8(x, y);
     const __m256i low4 = _mm256_set1_epi8(15);
-    w[0] = _mm256_and_si256(lo, low4);
-    w[1] = _mm256_and_si256(hi, low4);
-    w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
-    w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), low4);
+    w[0] = _mm256_and_si256(v, low4);
+    w[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
     if constexpr (F == WeightFormat::kQ5_K) {
       // The two k-row pairs' 8 bytes in pair order: byte 2c + e of lane L <-
       // byte c of pair e, whose bit 4L + b is column 8b + c's at k-row L + 2e;
@@ -545,197 +626,248 @@ XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i w[4]
       const __m256i bits = _mm256_sllv_epi32(_mm256_shuffle_epi8(pairs, InterleaveQwords()),
                                              _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0));
       const __m256i sixteen = _mm256_set1_epi8(16);
-      w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(bits, sixteen));
-      w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_srli_epi16(bits, 1), sixteen));
-      w[2] = _mm256_add_epi8(w[2], _mm256_and_si256(_mm256_srli_epi16(bits, 2), sixteen));
-      w[3] = _mm256_add_epi8(w[3], _mm256_and_si256(_mm256_srli_epi16(bits, 3), sixteen));
+      w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(_mm256_srli_epi16(bits, H), sixteen));
+      w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_srli_epi16(bits, H + 2), sixteen));
     } else if constexpr (F == WeightFormat::kQ6_K) {
       // The four k-rows' 8 bytes of 2-bit fields (qword t = k-row t) in pair
       // order: lane L takes k-rows L and L + 2 (vpermq), byte 2c + e <- byte c
-      // of k-row L + 2e, which holds column 8b + c's field b for vector b.
+      // of k-row L + 2e, which holds column 8b + c's field b for vector b
+      // (moved to bits 4, 5: up by 4 - 2b).
       const __m256i rows =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32));
       const __m256i fields = _mm256_shuffle_epi8(
           _mm256_permute4x64_epi64(rows, _MM_SHUFFLE(3, 1, 2, 0)), InterleaveQwords());
-      const __m256i high = _mm256_set1_epi8(48);  // field b to bits 4, 5
-      w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(_mm256_slli_epi16(fields, 4), high));
-      w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_slli_epi16(fields, 2), high));
-      w[2] = _mm256_add_epi8(w[2], _mm256_and_si256(fields, high));
-      w[3] = _mm256_add_epi8(w[3], _mm256_and_si256(_mm256_srli_epi16(fields, 2), high));
+      const __m256i high = _mm256_set1_epi8(48);
+      w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(_mm256_slli_epi16(fields, 4 - 2 * H), high));
+      w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_srli_epi16(fields, 2 * H), high));
     }
   }
 }
 
 // Adds the pair products of quads kq0 .. kq0 + Q - 1 to each row's int16
 // sums (Q <= PairSumsPerInt16, so they stay exact).
-template <WeightFormat F, int R, int Q>
+template <WeightFormat F, int H, int R, int Q>
 XRT_TARGET_AVX2 inline void AddPairSumsAvx2(const uint8_t* blk, int kq0, const int8_t* const* qrow,
-                                            __m256i (&sum16)[R][4]) {
+                                            __m256i (&sum16)[R][kVectors<H>]) {
   static_assert(Q <= PairSumsPerInt16<F>());
 #pragma GCC unroll 8
   for (int kq = kq0; kq < kq0 + Q; ++kq) {
-    __m256i w[4];
-    WeightPairs<F>(blk, kq, w);
+    __m256i w[kVectors<H>];
+    WeightPairs<F, H>(blk, kq, w);
     for (int i = 0; i < R; ++i) {
       const __m256i av = ActivationPairs(qrow[i] + kq * 4);
-      for (int b = 0; b < 4; ++b) {
-        __m256i wb = w[b], ab = av;
+      for (int j = 0; j < kVectors<H>; ++j) {
+        __m256i wj = w[j], aj = av;
         if constexpr (F == WeightFormat::kQ8_0) {  // |w| against a with w's sign
-          ab = _mm256_sign_epi8(av, wb);
-          wb = _mm256_abs_epi8(wb);
+          aj = _mm256_sign_epi8(av, wj);
+          wj = _mm256_abs_epi8(wj);
         }
-        sum16[i][b] = _mm256_add_epi16(sum16[i][b], _mm256_maddubs_epi16(wb, ab));
-        XRT_KEEP_IN_REGISTER(sum16[i][b]);
+        sum16[i][j] = _mm256_add_epi16(sum16[i][j], _mm256_maddubs_epi16(wj, aj));
+        XRT_KEEP_IN_REGISTER(sum16[i][j]);
       }
     }
   }
 }
 
-// int16 column sums (8 per lane, lanes to be added) widened to int32.
-XRT_TARGET_AVX2 inline __m256i WidenPairLanes(__m256i s) {
-  return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(s)),
-                          _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1)));
+// The int16 sums' two lanes (k-row pairs (0, 2) and (1, 3) of the same 8
+// columns) interleaved: int16 2c, 2c + 1 of dword c are column c's, so
+// vpmaddwd against (v, v) pairs gives v times its dot in one int32.
+XRT_TARGET_AVX2 inline __m256i ColumnPairs(__m256i s) {
+  const __m256i words = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,  //
+                                         0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+  return _mm256_shuffle_epi8(_mm256_permute4x64_epi64(s, _MM_SHUFFLE(3, 1, 2, 0)), words);
 }
 
-// R rows (i0 ..) of one panel over the whole of K, in the contract's order
-// (the same f32 operations as PanelRowsAvx512 and DotPortable).
+// Each dword's value v (in int16 range) as the int16 pair (v, v).
+XRT_TARGET_AVX2 inline __m256i PairOf(__m256i v) {
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16));
+}
+
+// Adds scale[j] times the rows' dots over quads kq0 .. kq0 + kQuads - 1 to
+// dot[row][j] (scale as PairOf pairs). Products are summed in int16 as far
+// as PairSumsPerInt16 allows (a chunk), then widened by one vpmaddwd.
+template <WeightFormat F, int H, int R, int kQuads>
+XRT_TARGET_AVX2 inline void AddScaledDotsAvx2(const uint8_t* blk, int kq0,
+                                              const int8_t* const* qrow,
+                                              const __m256i (&scale)[kVectors<H>],
+                                              __m256i (&dot)[R][kVectors<H>]) {
+  constexpr int kChunk = std::min(kQuads, PairSumsPerInt16<F>());
+  for (int c = 0; c < kQuads / kChunk; ++c) {
+    __m256i sum16[R][kVectors<H>];
+    for (int i = 0; i < R; ++i) {
+      for (int j = 0; j < kVectors<H>; ++j) sum16[i][j] = _mm256_setzero_si256();
+    }
+    AddPairSumsAvx2<F, H, R, kChunk>(blk, kq0 + c * kChunk, qrow, sum16);
+    for (int i = 0; i < R; ++i) {
+      for (int j = 0; j < kVectors<H>; ++j) {
+        dot[i][j] =
+            _mm256_add_epi32(dot[i][j], _mm256_madd_epi16(ColumnPairs(sum16[i][j]), scale[j]));
+      }
+    }
+  }
+}
+
+// R rows of quantized A: each row's quants, block scales and sums of
+// kSumRows quants.
+template <int R>
+struct QuantRows {
+  const int8_t* q[R];
+  const float* d[R];
+  const int32_t* sum16[R];
+  const int32_t* sub_sum_pairs[R];  // q4_k, q5_k
+};
+
+// The rows' dots with one super-block `blk` at sb, added to acc[row][vector]
+// for the vectors H selects, in the contract's order (the same f32
+// operations as PanelRowsAvx512 and DotPortable).
+template <WeightFormat F, int H, int R>
+XRT_TARGET_AVX2 inline void KSuperBlockAvx2(const QuantRows<R>& rows, const uint8_t* sb,
+                                            int64_t blk, __m256 (&acc)[R][4]) {
+  constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub, kSubQuads = kSub / 4;
+  constexpr int kV = kVectors<H>;
+  const int8_t* qsb[R];
+  for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + blk * kSuperBlock;
+  // isum: sum over sub-blocks of scale * dot (q6_k: scale * (dot - 32 *
+  // the quants' sum)); imin: of min * the quants' sum.
+  __m256i isum[R][kV], imin[R][kV];
+  __m256i mins[kSubs][kV];  // q4_k, q5_k: each sub-block's
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < kV; ++j) isum[i][j] = imin[i][j] = _mm256_setzero_si256();
+  }
+  for (int s = 0; s < kSubs; ++s) {
+    // Per column vector: the sub-block's scales (and q4_k / q5_k mins).
+    __m256i sc[kV], pairs[kV];
+    for (int j = 0; j < kV; ++j) {
+      const int b = VectorOf<F>(H, j);
+      if constexpr (F == WeightFormat::kQ6_K) {
+        sc[j] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+            reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * b)));
+      } else {
+        packed_simd::KScaleMin8(sb, s, b, &sc[j], &mins[s][j]);
+      }
+      pairs[j] = PairOf(sc[j]);
+    }
+    AddScaledDotsAvx2<F, H, R, kSubQuads>(sb, s * kSubQuads, qsb, pairs, isum);
+    if constexpr (F == WeightFormat::kQ6_K) {
+      for (int i = 0; i < R; ++i) {
+        const __m256i q32 = _mm256_set1_epi32(32 * rows.sum16[i][blk * kSubs + s]);
+        for (int j = 0; j < kV; ++j) {
+          isum[i][j] = _mm256_sub_epi32(isum[i][j], _mm256_mullo_epi32(sc[j], q32));
+        }
+      }
+    }
+  }
+  if constexpr (F != WeightFormat::kQ6_K) {
+    // The mins of sub-blocks 2p and 2p + 1 as int16 pairs (6-bit values)
+    // against SubBlockSumPairs.
+    static_assert(kSub == 2 * kSumRows && kSubs == 8);
+    for (int j = 0; j < kV; ++j) {
+      __m256i min_pairs[kSubs / 2];
+      for (int p = 0; p < kSubs / 2; ++p) {
+        min_pairs[p] = _mm256_or_si256(mins[2 * p][j], _mm256_slli_epi32(mins[2 * p + 1][j], 16));
+      }
+      for (int i = 0; i < R; ++i) {
+        const int32_t* sums = rows.sub_sum_pairs[i] + blk * (kSubs / 2);
+        for (int p = 0; p < kSubs / 2; ++p) {
+          imin[i][j] = _mm256_add_epi32(
+              imin[i][j], _mm256_madd_epi16(min_pairs[p], _mm256_set1_epi32(sums[p])));
+        }
+      }
+    }
+  }
+  for (int j = 0; j < kV; ++j) {
+    const int b = VectorOf<F>(H, j);
+    const __m256 dw = packed_simd::Halves8(sb + 16 * b);
+    for (int i = 0; i < R; ++i) {
+      const __m256 da = _mm256_set1_ps(rows.d[i][blk]);
+      acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[i][j]), acc[i][b]);
+      if constexpr (F != WeightFormat::kQ6_K) {
+        const __m256 dmin = packed_simd::Halves8(sb + kKDminOffset + 16 * b);
+        const __m256 neg = _mm256_xor_ps(_mm256_mul_ps(dmin, da), _mm256_set1_ps(-0.0f));
+        acc[i][b] = _mm256_fmadd_ps(neg, _mm256_cvtepi32_ps(imin[i][j]), acc[i][b]);
+      }
+    }
+  }
+}
+
+// As KSuperBlockAvx2, for group `blk` of a q8_0 / q4_0 / q4_1 panel.
+template <WeightFormat F, int H, int R>
+XRT_TARGET_AVX2 inline void GroupAvx2(const QuantRows<R>& rows, const uint8_t* grp, int64_t blk,
+                                      __m256 (&acc)[R][4]) {
+  constexpr int kV = kVectors<H>;
+  const int8_t* qg[R];
+  for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + blk * kQuantGroup;
+  __m256i dot[R][kV], ones[kV];
+  for (int j = 0; j < kV; ++j) ones[j] = _mm256_set1_epi16(1);
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < kV; ++j) dot[i][j] = _mm256_setzero_si256();
+  }
+  AddScaledDotsAvx2<F, H, R, kQuantGroup / 4>(grp, 0, qg, ones, dot);
+  for (int j = 0; j < kV; ++j) {
+    const int b = VectorOf<F>(H, j);
+    const __m256 dw = packed_simd::Halves8(grp + 16 * b);
+    for (int i = 0; i < R; ++i) {
+      const float da = rows.d[i][blk];
+      const int32_t qsum = rows.sum16[i][2 * blk] + rows.sum16[i][2 * blk + 1];
+      __m256i isum = dot[i][j];
+      if constexpr (F == WeightFormat::kQ4_0) {
+        isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * qsum));
+      }
+      acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da)), _mm256_cvtepi32_ps(isum),
+                                  acc[i][b]);
+      if constexpr (F == WeightFormat::kQ4_1) {
+        const __m256 mw = packed_simd::Halves8(grp + 64 + 16 * b);
+        acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(mw, _mm256_set1_ps(da)),
+                                    _mm256_set1_ps(static_cast<float>(qsum)), acc[i][b]);
+      }
+    }
+  }
+}
+
+// Block `blk` (a super-block or a group) of the panel at `panel` for the
+// rows and the vectors H selects; the first row group prefetches the panel
+// for the others.
+template <WeightFormat F, int H, int R>
+XRT_TARGET_AVX2 inline void BlockAvx2(const QuantRows<R>& rows, const uint8_t* panel, int64_t blk,
+                                      bool prefetch, __m256 (&acc)[R][4]) {
+  const int64_t bytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
+  const uint8_t* b = panel + blk * bytes;
+  if (prefetch) {
+    for (int64_t line = 0; line < bytes; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(b) + kPrefetchBytes + line, _MM_HINT_T1);
+    }
+  }
+  if constexpr (IsKQuantFormat(F)) {
+    KSuperBlockAvx2<F, H, R>(rows, b, blk, acc);
+  } else {
+    GroupAvx2<F, H, R>(rows, b, blk, acc);
+  }
+}
+
+// R rows (i0 ..) of one panel over the whole of K. One row decodes all four
+// column vectors of a quad at once; R > 1 rows share each decoded half
+// (16 registers hold R x 2 int16 sums, not R x 4).
 template <WeightFormat F, int R>
 XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                    int64_t i0) {
   const MatmulArgs& a = *p.args;
-  const int64_t k = a.k;
+  const int64_t blocks = a.k / (IsKQuantFormat(F) ? kSuperBlock : kQuantGroup);
   const bool prefetch = i0 == 0;  // later rows read what the first brought in
+  QuantRows<R> rows;
   __m256 acc[R][4];
-  const int8_t* qrow[R];
-  const float* drow[R];
-  const int32_t* srow[R];
   for (int i = 0; i < R; ++i) {
+    rows.q[i] = p.q + (i0 + i) * a.k;
+    rows.d[i] = p.d + (i0 + i) * p.blocks;
+    rows.sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
+    rows.sub_sum_pairs[i] = p.sub_sum_pairs + (i0 + i) * (a.k / 64);
     for (int b = 0; b < 4; ++b) acc[i][b] = _mm256_setzero_ps();
-    qrow[i] = p.q + (i0 + i) * k;
-    drow[i] = p.d + (i0 + i) * p.blocks;
-    srow[i] = p.sum16 + (i0 + i) * (k / kSumRows);
   }
-  if constexpr (IsKQuantFormat(F)) {
-    constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
-    constexpr int kSubQuads = kSub / 4;
-    constexpr int kChunk = std::min(kSubQuads, PairSumsPerInt16<F>());
-    for (int64_t blk = 0; blk < k / kSuperBlock; ++blk) {
-      const uint8_t* sb = panel + blk * SuperBlockBytes(F);
-      if (prefetch) {
-        for (int64_t line = 0; line < SuperBlockBytes(F); line += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(sb) + kPrefetchBytes + line, _MM_HINT_T1);
-        }
-      }
-      const int8_t* qsb[R];
-      for (int i = 0; i < R; ++i) qsb[i] = qrow[i] + blk * kSuperBlock;
-      __m256i isum[R][4], imin[R][4];
-      for (int i = 0; i < R; ++i) {
-        for (int b = 0; b < 4; ++b) isum[i][b] = imin[i][b] = _mm256_setzero_si256();
-      }
-      for (int s = 0; s < kSubs; ++s) {
-        __m256i dot[R][4];
-        for (int i = 0; i < R; ++i) {
-          for (int b = 0; b < 4; ++b) dot[i][b] = _mm256_setzero_si256();
-        }
-        for (int c = 0; c < kSubQuads / kChunk; ++c) {
-          __m256i sum16[R][4];
-          for (int i = 0; i < R; ++i) {
-            for (int b = 0; b < 4; ++b) sum16[i][b] = _mm256_setzero_si256();
-          }
-          AddPairSumsAvx2<F, R, kChunk>(sb, s * kSubQuads + c * kChunk, qsb, sum16);
-          for (int i = 0; i < R; ++i) {
-            for (int b = 0; b < 4; ++b) {
-              dot[i][b] = _mm256_add_epi32(dot[i][b], WidenPairLanes(sum16[i][b]));
-            }
-          }
-        }
-        // Per column vector b: the sub-block's scales (and q4_k / q5_k mins).
-        __m256i sc[4], m[4];
-        for (int b = 0; b < 4; ++b) {
-          if constexpr (F == WeightFormat::kQ6_K) {
-            sc[b] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * b)));
-          } else {
-            packed_simd::KScaleMin8(sb, s, b, &sc[b], &m[b]);
-          }
-        }
-        for (int i = 0; i < R; ++i) {
-          const int32_t* s16 = srow[i] + (blk * kSuperBlock + s * kSub) / kSumRows;
-          int32_t qsum = 0;
-          for (int j = 0; j < kSub / kSumRows; ++j) qsum += s16[j];
-          const __m256i qs = _mm256_set1_epi32(qsum);
-          for (int b = 0; b < 4; ++b) {
-            if constexpr (F == WeightFormat::kQ6_K) {
-              const __m256i centered = _mm256_sub_epi32(dot[i][b], _mm256_slli_epi32(qs, 5));
-              isum[i][b] = _mm256_add_epi32(isum[i][b], _mm256_mullo_epi32(sc[b], centered));
-            } else {
-              isum[i][b] = _mm256_add_epi32(isum[i][b], _mm256_mullo_epi32(sc[b], dot[i][b]));
-              imin[i][b] = _mm256_add_epi32(imin[i][b], _mm256_mullo_epi32(m[b], qs));
-            }
-          }
-        }
-      }
-      for (int b = 0; b < 4; ++b) {
-        const __m256 dw = packed_simd::Halves8(sb + 16 * b);
-        for (int i = 0; i < R; ++i) {
-          const __m256 da = _mm256_set1_ps(drow[i][blk]);
-          acc[i][b] =
-              _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[i][b]), acc[i][b]);
-          if constexpr (F != WeightFormat::kQ6_K) {
-            const __m256 dmin = packed_simd::Halves8(sb + kKDminOffset + 16 * b);
-            const __m256 neg = _mm256_xor_ps(_mm256_mul_ps(dmin, da), _mm256_set1_ps(-0.0f));
-            acc[i][b] = _mm256_fmadd_ps(neg, _mm256_cvtepi32_ps(imin[i][b]), acc[i][b]);
-          }
-        }
-      }
-    }
-  } else {
-    constexpr int kGroupQuads = kQuantGroup / 4;
-    constexpr int kChunk = std::min(kGroupQuads, PairSumsPerInt16<F>());
-    const int64_t group_bytes = QuantGroupBytes(F);
-    for (int64_t blk = 0; blk < k / kQuantGroup; ++blk) {
-      const uint8_t* grp = panel + blk * group_bytes;
-      if (prefetch) {
-        for (int64_t line = 0; line < group_bytes; line += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(grp) + kPrefetchBytes + line, _MM_HINT_T1);
-        }
-      }
-      const int8_t* qg[R];
-      for (int i = 0; i < R; ++i) qg[i] = qrow[i] + blk * kQuantGroup;
-      __m256i dot[R][4];
-      for (int i = 0; i < R; ++i) {
-        for (int b = 0; b < 4; ++b) dot[i][b] = _mm256_setzero_si256();
-      }
-      for (int c = 0; c < kGroupQuads / kChunk; ++c) {
-        __m256i sum16[R][4];
-        for (int i = 0; i < R; ++i) {
-          for (int b = 0; b < 4; ++b) sum16[i][b] = _mm256_setzero_si256();
-        }
-        AddPairSumsAvx2<F, R, kChunk>(grp, c * kChunk, qg, sum16);
-        for (int i = 0; i < R; ++i) {
-          for (int b = 0; b < 4; ++b) {
-            dot[i][b] = _mm256_add_epi32(dot[i][b], WidenPairLanes(sum16[i][b]));
-          }
-        }
-      }
-      for (int b = 0; b < 4; ++b) {
-        const __m256 dw = packed_simd::Halves8(grp + 16 * b);
-        for (int i = 0; i < R; ++i) {
-          const float da = drow[i][blk];
-          const int32_t qsum = srow[i][2 * blk] + srow[i][2 * blk + 1];
-          __m256i isum = dot[i][b];
-          if constexpr (F == WeightFormat::kQ4_0) {
-            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * qsum));
-          }
-          acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da)),
-                                      _mm256_cvtepi32_ps(isum), acc[i][b]);
-          if constexpr (F == WeightFormat::kQ4_1) {
-            const __m256 mw = packed_simd::Halves8(grp + 64 + 16 * b);
-            acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(mw, _mm256_set1_ps(da)),
-                                        _mm256_set1_ps(static_cast<float>(qsum)), acc[i][b]);
-          }
-        }
-      }
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    if constexpr (R == 1) {
+      BlockAvx2<F, kAllVectors, R>(rows, panel, blk, prefetch, acc);
+    } else {
+      BlockAvx2<F, 0, R>(rows, panel, blk, prefetch, acc);
+      BlockAvx2<F, 1, R>(rows, panel, blk, false, acc);
     }
   }
   const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
@@ -745,65 +877,54 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
   }
 }
 
-using PanelFnAvx2Type = void (*)(const Int8Problem&, const uint8_t*, int64_t, int64_t);
-
-// One row at a time on AVX2 (16 vector registers: the int16 sums, the f32
-// accumulators and the pair vectors of one row already fill them).
-PanelFnAvx2Type PanelFnAvx2(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kQ8_0:
-      return &PanelRowsAvx2<WeightFormat::kQ8_0, 1>;
-    case WeightFormat::kQ4_0:
-      return &PanelRowsAvx2<WeightFormat::kQ4_0, 1>;
-    case WeightFormat::kQ4_1:
-      return &PanelRowsAvx2<WeightFormat::kQ4_1, 1>;
-    case WeightFormat::kQ4_K:
-      return &PanelRowsAvx2<WeightFormat::kQ4_K, 1>;
-    case WeightFormat::kQ5_K:
-      return &PanelRowsAvx2<WeightFormat::kQ5_K, 1>;
-    default:
-      return &PanelRowsAvx2<WeightFormat::kQ6_K, 1>;
-  }
-}
-
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 
 using PanelFn = void (*)(const Int8Problem&, const uint8_t*, int64_t, int64_t);
 
-template <WeightFormat F>
+// The panel kernels of one ISA, by format and row count.
+struct Avx512Panels {
+  template <WeightFormat F, int R>
+  static constexpr PanelFn kFn = &PanelRowsAvx512<F, R>;
+};
+struct Avx2Panels {
+  template <WeightFormat F, int R>
+  static constexpr PanelFn kFn = &PanelRowsAvx2<F, R>;
+};
+
+template <class Panels, WeightFormat F>
 PanelFn PanelFnFor(int rows) {
+  static_assert(kGroupRows == 4);
   switch (rows) {
     case 1:
-      return &PanelRowsAvx512<F, 1>;
+      return Panels::template kFn<F, 1>;
     case 2:
-      return &PanelRowsAvx512<F, 2>;
+      return Panels::template kFn<F, 2>;
     case 3:
-      return &PanelRowsAvx512<F, 3>;
+      return Panels::template kFn<F, 3>;
     default:
-      static_assert(kGroupRows == 4);
-      return &PanelRowsAvx512<F, 4>;
+      return Panels::template kFn<F, 4>;
   }
 }
 
-PanelFn PanelFnAvx512(WeightFormat f, int rows) {
+template <class Panels>
+PanelFn PanelFnFor(WeightFormat f, int rows) {
   switch (f) {
     case WeightFormat::kQ8_0:
-      return PanelFnFor<WeightFormat::kQ8_0>(rows);
+      return PanelFnFor<Panels, WeightFormat::kQ8_0>(rows);
     case WeightFormat::kQ4_0:
-      return PanelFnFor<WeightFormat::kQ4_0>(rows);
+      return PanelFnFor<Panels, WeightFormat::kQ4_0>(rows);
     case WeightFormat::kQ4_1:
-      return PanelFnFor<WeightFormat::kQ4_1>(rows);
+      return PanelFnFor<Panels, WeightFormat::kQ4_1>(rows);
     case WeightFormat::kQ4_K:
-      return PanelFnFor<WeightFormat::kQ4_K>(rows);
+      return PanelFnFor<Panels, WeightFormat::kQ4_K>(rows);
     case WeightFormat::kQ5_K:
-      return PanelFnFor<WeightFormat::kQ5_K>(rows);
+      return PanelFnFor<Panels, WeightFormat::kQ5_K>(rows);
     default:
-      return PanelFnFor<WeightFormat::kQ6_K>(rows);
+      return PanelFnFor<Panels, WeightFormat::kQ6_K>(rows);
   }
 }
-
 #endif  // __x86_64__
 
 // The caller's quantized rows of A, reused across calls.
@@ -811,11 +932,21 @@ struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<int32_t> sum16;
+  std::vector<int32_t> sub_sum_pairs;
 };
 
 void QuantizeRowWithIsa(const float* a, int64_t k, int block, int8_t* q, float* d, int32_t* sum16,
                         CpuIsa isa) {
   assert(k % block == 0 && block % kSumRows == 0);
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx2 && block % 32 == 0) {
+    for (int64_t b = 0; b < k / block; ++b) {
+      QuantizeBlockAvx2(a + b * block, block, q + b * block, d + b);
+    }
+    SumQuantsAvx2(q, k, sum16);
+    return;
+  }
+#endif
   for (int64_t b = 0; b < k / block; ++b) {
 #if defined(__x86_64__)
     if (isa == CpuIsa::kAvx512) {
@@ -844,14 +975,23 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   rows.q.resize(m * k);
   rows.d.resize(m * (k / block));
   rows.sum16.resize(m * (k / kSumRows));
-  for (int64_t i = 0; i < m; ++i) {
-    QuantizeRowWithIsa(args.a + i * args.lda, k, block, rows.q.data() + i * k,
-                       rows.d.data() + i * (k / block), rows.sum16.data() + i * (k / kSumRows),
-                       isa);
-  }
-  Int8Problem p{&args,         rows.q.data(),
-                rows.d.data(), rows.sum16.data(),
-                k / block,     PackedPanelBytes(args.w_format, k)};
+  const bool has_mins =
+      args.w_format == WeightFormat::kQ4_K || args.w_format == WeightFormat::kQ5_K;
+  rows.sub_sum_pairs.resize(has_mins ? m * (k / 64) : 0);
+  // The pool's threads quantize rows into this thread's buffers (a lambda
+  // naming `rows` would see each worker's own thread_local).
+  int8_t* q = rows.q.data();
+  float* d = rows.d.data();
+  int32_t* sum16 = rows.sum16.data();
+  int32_t* pairs = rows.sub_sum_pairs.data();
+  ParallelForUnits(pool, m, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      QuantizeRowWithIsa(args.a + i * args.lda, k, block, q + i * k, d + i * (k / block),
+                         sum16 + i * (k / kSumRows), isa);
+      if (has_mins) SubBlockSumPairs(sum16 + i * (k / kSumRows), k, pairs + i * (k / 64));
+    }
+  });
+  Int8Problem p{&args, q, d, sum16, pairs, k / block, PackedPanelBytes(args.w_format, k)};
 
   // Units: (panel, group of up to 4 rows), row groups fastest, so a panel
   // stays in cache while every row group reads it.
@@ -862,15 +1002,12 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const int64_t panel = u / groups, r0 = u % groups * kGroupRows;
       const int64_t r1 = std::min(m, r0 + kGroupRows);
 #if defined(__x86_64__)
-      if (isa == CpuIsa::kAvx512) {
+      if (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx2) {
         const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
-        PanelFnAvx512(args.w_format, static_cast<int>(r1 - r0))(p, w, panel * kPackNR, r0);
-        continue;
-      }
-      if (isa == CpuIsa::kAvx2) {
-        const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
-        const PanelFnAvx2Type fn = PanelFnAvx2(args.w_format);
-        for (int64_t r = r0; r < r1; ++r) fn(p, w, panel * kPackNR, r);
+        const int rows = static_cast<int>(r1 - r0);
+        const PanelFn fn = isa == CpuIsa::kAvx512 ? PanelFnFor<Avx512Panels>(args.w_format, rows)
+                                                  : PanelFnFor<Avx2Panels>(args.w_format, rows);
+        fn(p, w, panel * kPackNR, r0);
         continue;
       }
 #endif
