@@ -203,12 +203,13 @@ XRT_TARGET_AVX512 void QuantizeBlockAvx512(const float* a, int n, int8_t* q, flo
 // Step 1 for one block of n (a multiple of 32) values.
 XRT_TARGET_AVX2 void QuantizeBlockAvx2(const float* a, int n, int8_t* q, float* d) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256i max_finite = _mm256_set1_epi32(0x7f7fffff);  // |x|'s bits above: inf or NaN
   __m256 amax = _mm256_setzero_ps();
   int bad = 0;
   for (int k = 0; k < n; k += 8) {
     const __m256 x = _mm256_andnot_ps(sign, _mm256_loadu_ps(a + k));
-    bad |= _mm256_movemask_ps(_mm256_cmp_ps(x, inf, _CMP_NLT_UQ));  // NaN or inf
+    bad |= _mm256_movemask_ps(
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_castps_si256(x), max_finite)));
     amax = _mm256_max_ps(amax, x);
   }
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
@@ -859,7 +860,9 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
     rows.q[i] = p.q + (i0 + i) * a.k;
     rows.d[i] = p.d + (i0 + i) * p.blocks;
     rows.sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
-    rows.sub_sum_pairs[i] = p.sub_sum_pairs + (i0 + i) * (a.k / 64);
+    if constexpr (F == WeightFormat::kQ4_K || F == WeightFormat::kQ5_K) {
+      rows.sub_sum_pairs[i] = p.sub_sum_pairs + (i0 + i) * (a.k / 64);
+    }
     for (int b = 0; b < 4; ++b) acc[i][b] = _mm256_setzero_ps();
   }
   for (int64_t blk = 0; blk < blocks; ++blk) {
