@@ -390,12 +390,12 @@ BENCHMARK(BM_ThreadPoolEmptyParallelFor)->ArgName("threads")->Arg(1)->Arg(2)->Us
 
 // Paged attention over `reqs` requests of `context` positions each, of which
 // the last `q_len` are this step's query tokens (q_len = 1: a decode batch;
-// q_len = context: whole-prompt prefills). SmolLM2-135M heads: 9 q heads,
-// 3 kv heads, head_dim 64; blocks of 16.
+// q_len = context: whole-prompt prefills). Heads of SmolLM2-135M (9 q heads,
+// 3 kv heads) or Llama-3.2-1B (32, 8); head_dim 64; blocks of 16.
 void BM_PagedAttention(benchmark::State& state) {
   const int64_t reqs = state.range(0), context = state.range(1), q_len = state.range(2);
   const int threads = static_cast<int>(state.range(3));
-  const int64_t heads = 9, kv_heads = 3, dim = 64, block = 16;
+  const int64_t heads = state.range(4), kv_heads = state.range(5), dim = 64, block = 16;
   const int64_t blocks_per_req = (context + block - 1) / block;
   const int64_t num_blocks = reqs * blocks_per_req;
   const int64_t kv_width = kv_heads * dim, q_width = heads * dim;
@@ -458,11 +458,13 @@ void BM_PagedAttention(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PagedAttention)
-    ->ArgNames({"reqs", "context", "q_len", "threads"})
-    ->Args({16, 1024, 1, 1})
-    ->Args({16, 1024, 1, 2})
-    ->Args({1, 512, 512, 1})
-    ->Args({1, 512, 512, 2})
+    ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads"})
+    ->Args({16, 1024, 1, 1, 9, 3})
+    ->Args({16, 1024, 1, 2, 9, 3})
+    ->Args({1, 512, 512, 1, 9, 3})
+    ->Args({1, 512, 512, 2, 9, 3})
+    ->Args({1, 512, 512, 2, 32, 8})
+    ->Args({1, 2048, 2048, 2, 32, 8})
     ->UseRealTime();
 
 }  // namespace

@@ -17,22 +17,30 @@ namespace {
 // token always sees the same chunks whatever else is in the batch.
 constexpr int kChunk = 64;
 
-// One online-softmax step: the query heads of one kv head (`group` of them)
-// against one chunk of keys. k[j] / v[j] point at the head_dim floats of the
-// chunk's j-th key / value, wherever its cache block is.
+// One online-softmax step: `rows` query vectors (query heads of one kv head,
+// of one or more tokens) against one chunk of keys that every row sees whole.
+// k[j] / v[j] point at the head_dim floats of the chunk's j-th key / value,
+// wherever its cache block is. A row's result depends only on its query, the
+// chunk and n, never on the other rows.
 struct ChunkUpdate {
-  const float* q;  // [group][dim]
+  const float* const* q;  // [rows]
   const float* const* k;
   const float* const* v;
-  int n;  // keys in the chunk, <= kChunk
-  int64_t dim, group;
+  const float* kt;  // the ISA's PackFn, if it has one: the keys, [dim][kChunk]
+  const float* vc;  // and the values, [n][dim]
+  int n;            // keys in the chunk, <= kChunk
+  int64_t dim, rows;
   float scale;
-  float* m;    // [group] running max of the scores
-  float* l;    // [group] running sum of exp(score - m)
-  float* acc;  // [group][dim] running sum of exp(score - m) * v
-  float* s;    // scratch, [group][kChunk]
+  float* m;    // [rows] running max of the scores
+  float* l;    // [rows] running sum of exp(score - m)
+  float* acc;  // [rows][dim] running sum of exp(score - m) * v
+  float* s;    // scratch, [rows][kChunk]
 };
 using UpdateFn = void (*)(const ChunkUpdate&);
+// Packs a chunk's n keys and values (k[j], v[j]) into kt ([dim][kChunk]
+// floats) and vc ([kChunk][dim]) in the layout the ISA's UpdateFn reads.
+using PackFn = void (*)(const float* const* k, const float* const* v, int n, int64_t dim, float* kt,
+                        float* vc);
 
 // Per-ISA inner loops over one chunk. Each key's dot product is computed by
 // the same instruction sequence whatever n is, so a score does not depend on
@@ -138,70 +146,197 @@ XRT_TARGET_AVX2 float ExpSumAvx2(float* s, int n, float m) {
   return HorizontalSum8(sum);
 }
 
-// Scores of J keys at once: J independent fma chains, each key's in the
-// same order as alone (ILP only; the values do not depend on J).
-template <int J>
-XRT_TARGET_AVX2 inline void ScoresOfKeysAvx2(const float* q, const float* const* k, int64_t dim,
-                                             float scale, float* s) {
-  const int64_t full = dim / 8 * 8;
-  __m256 acc[J];
-  for (int j = 0; j < J; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t d = 0; d < full; d += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + d);
-    for (int j = 0; j < J; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + d), acc[j]);
-  }
-  if (full < dim) {
-    const __m256i tail = TailMask8(dim - full);
-    const __m256 qv = _mm256_maskload_ps(q + full, tail);
-    for (int j = 0; j < J; ++j) {
-      acc[j] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k[j] + full, tail), acc[j]);
+// The chunk packed for the AVX2 step, once for all the rows that read it:
+// the keys transposed, kt[d * kChunk + j] = k[j][d] for j < n (zeros up to
+// the next multiple of 8 keys), so the scores load 8 keys' values of one d
+// as a vector; the values in consecutive rows of vc. A kv head's rows in the
+// paged cache are num_kv_heads * head_dim floats apart, which maps a chunk
+// onto a few L1 sets.
+XRT_TARGET_AVX2 void PackChunkAvx2(const float* const* k, const float* const* v, int n, int64_t dim,
+                                   float* kt, float* vc) {
+  for (int j = 0; j < n; ++j) std::memcpy(vc + j * dim, v[j], dim * sizeof(float));
+  for (int j0 = 0; j0 < n; j0 += 8) {
+    int64_t d = 0;
+    if (j0 + 8 <= n) {
+      for (; d + 8 <= dim; d += 8) {  // an 8x8 transpose
+        __m256 r[8], t[8], u[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k[j0 + i] + d);
+        for (int i = 0; i < 8; i += 2) {
+          t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+          t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+        }
+        for (int i = 0; i < 8; i += 4) {
+          u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+          u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+          u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+          u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        for (int i = 0; i < 4; ++i) {
+          _mm256_storeu_ps(kt + (d + i) * kChunk + j0,
+                           _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+          _mm256_storeu_ps(kt + (d + i + 4) * kChunk + j0,
+                           _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+        }
+      }
+    }
+    for (; d < dim; ++d) {
+      for (int j = 0; j < 8; ++j) kt[d * kChunk + j0 + j] = j0 + j < n ? k[j0 + j][d] : 0.0f;
     }
   }
-  for (int j = 0; j < J; ++j) s[j] = HorizontalSum8(acc[j]) * scale;
 }
 
-XRT_TARGET_AVX2 void ScoresAvx2(const float* q, const float* const* k, int n, int64_t dim,
-                                float scale, float* s) {
+// Scores of R rows against keys j0 .. j0 + 8NK - 1 of the packed chunk, row
+// r's in s[r * kChunk + j]: one fma chain per key over d = 0, 1, ... and a
+// multiply by scale, the arithmetic of ScoresScalar, so a score depends on
+// nothing but its query and key. Each key vector is loaded once for the R
+// rows, each query value broadcast once for the 8NK keys.
+template <int R, int NK>
+XRT_TARGET_AVX2 inline void ScoresTileAvx2(const float* const* q, const float* kt, int64_t dim,
+                                           float scale, int j0, float* s) {
+  __m256 acc[R][NK];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int i = 0; i < NK; ++i) acc[r][i] = _mm256_setzero_ps();
+  }
+  for (int64_t d = 0; d < dim; ++d) {
+    const float* krow = kt + d * kChunk + j0;
+    __m256 qb[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) qb[r] = _mm256_broadcast_ss(q[r] + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < NK; ++i) {
+      const __m256 kv = _mm256_loadu_ps(krow + 8 * i);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        acc[r][i] = _mm256_fmadd_ps(qb[r], kv, acc[r][i]);
+        XRT_KEEP_IN_REGISTER(acc[r][i]);
+      }
+    }
+  }
+  const __m256 sv = _mm256_set1_ps(scale);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int i = 0; i < NK; ++i) {
+      _mm256_storeu_ps(s + r * kChunk + j0 + 8 * i, _mm256_mul_ps(acc[r][i], sv));
+    }
+  }
+}
+
+// Scores of R rows against the chunk's n keys (a multiple of 8 computed;
+// the ones past n are never read).
+template <int R>
+XRT_TARGET_AVX2 inline void ScoresRowsAvx2(const float* const* q, const float* kt, int n,
+                                           int64_t dim, float scale, float* s) {
+  int j0 = 0;
+  for (; j0 + 32 <= n; j0 += 32) ScoresTileAvx2<R, 4>(q, kt, dim, scale, j0, s);
+  for (; j0 < n; j0 += 8) ScoresTileAvx2<R, 1>(q, kt, dim, scale, j0, s);
+}
+
+// The largest of s[0 .. n), n >= 1 (exact in any order).
+XRT_TARGET_AVX2 inline float MaxAvx2(const float* s, int n) {
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int j = 0;
-  for (; j + 4 <= n; j += 4) ScoresOfKeysAvx2<4>(q, k + j, dim, scale, s + j);
-  for (; j < n; ++j) ScoresOfKeysAvx2<1>(q, k + j, dim, scale, s + j);
+  for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float m = _mm_cvtss_f32(m4);
+  for (; j < n; ++j) m = std::max(m, s[j]);
+  return m;
 }
 
-// acc[d .. d + 8NV) = acc * corr + sum_j p[j] v[j], one fma chain per lane
-// in increasing j (NV independent chains, the same values as one at a time).
 template <int NV>
-XRT_TARGET_AVX2 inline void AccumulateBlockAvx2(float* acc, __m256 corr, const float* p,
-                                                const float* const* v, int n, int64_t d) {
-  __m256 a[NV];
-  for (int i = 0; i < NV; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8 * i), corr);
-  for (int j = 0; j < n; ++j) {
-    const __m256 pj = _mm256_set1_ps(p[j]);
-    for (int i = 0; i < NV; ++i) {
-      a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v[j] + d + 8 * i), a[i]);
-    }
-  }
-  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(acc + d + 8 * i, a[i]);
+XRT_TARGET_AVX2 inline __m256 LoadLanesAvx2(const float* x, __m256i mask) {
+  return NV == 0 ? _mm256_maskload_ps(x, mask) : _mm256_loadu_ps(x);
 }
 
-XRT_TARGET_AVX2 void AccumulateAvx2(float* acc, float corr, const float* p, const float* const* v,
-                                    int n, int64_t dim) {
-  const int64_t full = dim / 8 * 8;
-  const __m256 c = _mm256_set1_ps(corr);
-  int64_t d = 0;
-  for (; d + 64 <= full; d += 64) AccumulateBlockAvx2<8>(acc, c, p, v, n, d);
-  if (d + 32 <= full) {
-    AccumulateBlockAvx2<4>(acc, c, p, v, n, d);
-    d += 32;
-  }
-  for (; d < full; d += 8) AccumulateBlockAvx2<1>(acc, c, p, v, n, d);
-  if (full < dim) {
-    const __m256i tail = TailMask8(dim - full);
-    __m256 a = _mm256_mul_ps(_mm256_maskload_ps(acc + full, tail), c);
-    for (int j = 0; j < n; ++j) {
-      a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_maskload_ps(v[j] + full, tail), a);
+// acc[r][d .. d + 8NV) = acc * corr[r] + sum_j p[r][j] v[j] for R rows (p
+// rows kChunk apart, v rows dim apart), each value vector loaded once for
+// the R rows; one fma chain per lane in increasing j, as for one row alone.
+// NV = 0: the dim tail of one masked vector.
+template <int R, int NV>
+XRT_TARGET_AVX2 inline void AccumulateRowsAvx2(float* acc, int64_t dim, const float* corr,
+                                               const float* p, const float* v, int n, int64_t d) {
+  constexpr int kV = NV == 0 ? 1 : NV;
+  const __m256i mask = TailMask8(NV == 0 ? dim - d : 8);
+  __m256 a[R][kV];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m256 c = _mm256_set1_ps(corr[r]);
+#pragma GCC unroll 4
+    for (int i = 0; i < kV; ++i) {
+      a[r][i] = _mm256_mul_ps(LoadLanesAvx2<NV>(acc + r * dim + d + 8 * i, mask), c);
     }
-    _mm256_maskstore_ps(acc + full, tail, a);
   }
+  for (int j = 0; j < n; ++j) {
+    __m256 vv[kV];
+#pragma GCC unroll 4
+    for (int i = 0; i < kV; ++i) vv[i] = LoadLanesAvx2<NV>(v + j * dim + d + 8 * i, mask);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 pj = _mm256_set1_ps(p[r * kChunk + j]);
+#pragma GCC unroll 4
+      for (int i = 0; i < kV; ++i) a[r][i] = _mm256_fmadd_ps(pj, vv[i], a[r][i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int i = 0; i < kV; ++i) {
+      if constexpr (NV == 0) {
+        _mm256_maskstore_ps(acc + r * dim + d, mask, a[r][i]);
+      } else {
+        _mm256_storeu_ps(acc + r * dim + d + 8 * i, a[r][i]);
+      }
+    }
+  }
+}
+
+// The chunk step for R rows (from row r0): scores, each row's max, exp and
+// sum, then the value accumulation, the keys and values read once for the R
+// rows.
+template <int R>
+XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
+  float* s = c.s + r0 * kChunk;
+  ScoresRowsAvx2<R>(c.q + r0, c.kt, c.n, c.dim, c.scale, s);
+  float corr[R];
+  for (int r = 0; r < R; ++r) {
+    const int64_t g = r0 + r;
+    const float m_new = std::max(c.m[g], MaxAvx2(s + r * kChunk, c.n));
+    corr[r] = std::exp(c.m[g] - m_new);  // 0 on the first chunk
+    const float sum = ExpSumAvx2(s + r * kChunk, c.n, m_new);
+    c.l[g] = c.l[g] * corr[r] + sum;
+    c.m[g] = m_new;
+  }
+  // kWide vectors of d at a time: R x kWide accumulators, kWide values and a
+  // broadcast in 16 registers.
+  constexpr int kWide = R == 3 ? 3 : 4;
+  float* acc = c.acc + r0 * c.dim;
+  const int64_t full = c.dim / 8 * 8;
+  int64_t d = 0;
+  for (; d + 8 * kWide <= full; d += 8 * kWide) {
+    AccumulateRowsAvx2<R, kWide>(acc, c.dim, corr, s, c.vc, c.n, d);
+  }
+  if (d + 16 <= full) {
+    AccumulateRowsAvx2<R, 2>(acc, c.dim, corr, s, c.vc, c.n, d);
+    d += 16;
+  }
+  if (d < full) {
+    AccumulateRowsAvx2<R, 1>(acc, c.dim, corr, s, c.vc, c.n, d);
+    d += 8;
+  }
+  if (d < c.dim) AccumulateRowsAvx2<R, 0>(acc, c.dim, corr, s, c.vc, c.n, d);
+}
+
+// Rows in blocks of 3 (12 score accumulators), a remainder of 1 taken as
+// 2 + 2 (the 4 query heads of a Llama kv head, say).
+XRT_TARGET_AVX2 void UpdateAvx2(const ChunkUpdate& c) {
+  int64_t r = 0;
+  for (; c.rows - r >= 5 || c.rows - r == 3; r += 3) UpdateRowsAvx2<3>(c, r);
+  for (; c.rows - r >= 2; r += 2) UpdateRowsAvx2<2>(c, r);
+  if (r < c.rows) UpdateRowsAvx2<1>(c, r);
 }
 
 // --------------------------------------------------------------- AVX-512 --
@@ -476,12 +611,12 @@ XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
   const __mmask16 tail = last == 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << last) - 1);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   float corr[k_max_heads];
-  for (int64_t g0 = 0; g0 < c.group; g0 += k_max_heads) {
-    const int heads = static_cast<int>(std::min<int64_t>(k_max_heads, c.group - g0));
+  for (int64_t g0 = 0; g0 < c.rows; g0 += k_max_heads) {
+    const int heads = static_cast<int>(std::min<int64_t>(k_max_heads, c.rows - g0));
     for (int h = 0; h < heads; ++h) {
       const int64_t g = g0 + h;
       float* s = c.s + h * kChunk;
-      Scores16Avx512<NV>(c.q + g * c.dim, c.k, c.n, c.scale, tail, s);
+      Scores16Avx512<NV>(c.q[g], c.k, c.n, c.scale, tail, s);
       __m512 mx = neg_inf;
       for (int j = 0; j < c.n; j += 16) {
         const __mmask16 m =
@@ -519,8 +654,8 @@ XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
 // The chunk step from the primitives of one ISA.
 template <const Primitives& P>
 void UpdateGeneric(const ChunkUpdate& c) {
-  for (int64_t g = 0; g < c.group; ++g) {
-    P.scores(c.q + g * c.dim, c.k, c.n, c.dim, c.scale, c.s);
+  for (int64_t g = 0; g < c.rows; ++g) {
+    P.scores(c.q[g], c.k, c.n, c.dim, c.scale, c.s);
     float mx = c.s[0];
     for (int j = 1; j < c.n; ++j) mx = std::max(mx, c.s[j]);
     const float m_new = std::max(c.m[g], mx);
@@ -534,38 +669,43 @@ void UpdateGeneric(const ChunkUpdate& c) {
 
 constexpr Primitives kScalarPrimitives{&ScoresScalar, &ExpSumScalar, &AccumulateScalar};
 #if defined(__x86_64__)
-constexpr Primitives kAvx2Primitives{&ScoresAvx2, &ExpSumAvx2, &AccumulateAvx2};
 constexpr Primitives kAvx512Primitives{&ScoresAvx512, &ExpSumAvx512, &AccumulateAvx512};
 #endif
 
+// The chunk step of one ISA, and its key packing (if it has one).
+struct ChunkKernels {
+  UpdateFn update;
+  PackFn pack;
+};
+
 // The chunk step for `isa` and this head_dim.
-UpdateFn UpdateFor(CpuIsa isa, int64_t dim) {
+ChunkKernels KernelsFor(CpuIsa isa, int64_t dim) {
 #if defined(__x86_64__)
   if (isa == CpuIsa::kAvx512) {
     switch ((dim + 15) / 16) {
       case 1:
-        return &UpdateAvx512<1>;
+        return {&UpdateAvx512<1>, nullptr};
       case 2:
-        return &UpdateAvx512<2>;
+        return {&UpdateAvx512<2>, nullptr};
       case 3:
-        return &UpdateAvx512<3>;
+        return {&UpdateAvx512<3>, nullptr};
       case 4:
-        return &UpdateAvx512<4>;
+        return {&UpdateAvx512<4>, nullptr};
       case 5:
-        return &UpdateAvx512<5>;
+        return {&UpdateAvx512<5>, nullptr};
       case 6:
-        return &UpdateAvx512<6>;
+        return {&UpdateAvx512<6>, nullptr};
       case 7:
-        return &UpdateAvx512<7>;
+        return {&UpdateAvx512<7>, nullptr};
       case 8:
-        return &UpdateAvx512<8>;
+        return {&UpdateAvx512<8>, nullptr};
       default:
-        return &UpdateGeneric<kAvx512Primitives>;
+        return {&UpdateGeneric<kAvx512Primitives>, nullptr};
     }
   }
-  if (isa == CpuIsa::kAvx2) return &UpdateGeneric<kAvx2Primitives>;
+  if (isa == CpuIsa::kAvx2) return {&UpdateAvx2, &PackChunkAvx2};
 #endif
-  return &UpdateGeneric<kScalarPrimitives>;
+  return {&UpdateGeneric<kScalarPrimitives>, nullptr};
 }
 
 Status Validate(const PagedAttentionArgs& a) {
@@ -670,48 +810,85 @@ void WriteKv(const PagedAttentionArgs& a) {
   }
 }
 
-// Attention for one token of `request` and the query heads of one kv head.
-void AttendGroup(const PagedAttentionArgs& a, UpdateFn update, int64_t t, int64_t kvh,
-                 int64_t request, std::vector<float>& scratch) {
+// Consecutive query tokens of one request, attended together.
+struct Tile {
+  int32_t t0, count, request;
+};
+
+// Query rows per tile: tokens x query heads of a kv head. Rows of one tile
+// share each chunk's K/V reads (and its block-table walk); more would only
+// cut the work items a short prompt is split into.
+constexpr int64_t kTileRows = 24;
+
+// Per-tile scratch, reused across a thread's tiles.
+struct TileScratch {
+  std::vector<float> buf;
+  std::vector<float> kt, vc;  // a chunk's keys and values, packed
+  std::vector<const float*> q;
+};
+
+// Attention for tile `tile` and the query heads of kv head kvh. Token i of
+// the tile sits at position pos0 + i and sees keys 0 .. pos0 + i. Each
+// 64-key chunk is one update for all the rows whose tokens see it whole,
+// and one per remaining token for its part of it, so every row goes through
+// exactly the steps it would alone (see the header's batch invariance).
+void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const Tile& tile,
+                int64_t kvh, TileScratch& scratch) {
   const int64_t dim = a.head_dim;
   const int64_t group = a.num_heads / a.num_kv_heads;
   const int64_t h0 = kvh * group;
-  float* out = a.out + t * a.out_stride + h0 * dim;
-  assert(request >= 0);  // padding tokens are zeroed by the caller
+  const int64_t rows = tile.count * group;
   const int32_t* qsl = a.query_start_loc;
-  const int64_t q_len = qsl[request + 1] - qsl[request];
-  const int64_t pos = a.seq_lens[request] - q_len + (t - qsl[request]);
-  const int32_t* table = a.block_tables + request * a.max_blocks_per_req;
+  const int64_t q_len = qsl[tile.request + 1] - qsl[tile.request];
+  const int64_t pos0 = a.seq_lens[tile.request] - q_len + (tile.t0 - qsl[tile.request]);
+  const int32_t* table = a.block_tables + tile.request * a.max_blocks_per_req;
   const int64_t stride = a.num_kv_heads * dim;  // floats per cache slot
 
-  // scratch: acc [group][dim], m [group], l [group], s [group][kChunk]
-  scratch.resize(group * dim + 2 * group + group * kChunk);
-  float* acc = scratch.data();
-  float* m = acc + group * dim;
-  float* l = m + group;
-  float* s = l + group;
-  std::fill(acc, acc + group * dim, 0.0f);
-  std::fill(m, m + group, -std::numeric_limits<float>::infinity());
-  std::fill(l, l + group, 0.0f);
+  // buf: acc [rows][dim], m [rows], l [rows], s [rows][kChunk]
+  scratch.buf.resize(rows * dim + 2 * rows + rows * kChunk);
+  float* acc = scratch.buf.data();
+  float* m = acc + rows * dim;
+  float* l = m + rows;
+  float* s = l + rows;
+  std::fill(acc, acc + rows * dim, 0.0f);
+  std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + rows, 0.0f);
+  scratch.q.resize(rows);
+  for (int64_t i = 0; i < tile.count; ++i) {
+    for (int64_t g = 0; g < group; ++g) {
+      scratch.q[i * group + g] = a.q + (tile.t0 + i) * a.q_stride + (h0 + g) * dim;
+    }
+  }
 
-  ChunkUpdate c;
-  c.q = a.q + t * a.q_stride + h0 * dim;
-  c.dim = dim;
-  c.group = group;
-  c.scale = a.scale;
-  c.m = m;
-  c.l = l;
-  c.acc = acc;
-  c.s = s;
   const float* kp[kChunk];
   const float* vp[kChunk];
+  if (kernels.pack) {
+    scratch.kt.resize(kChunk * dim);
+    scratch.vc.resize(kChunk * dim);
+  }
+  ChunkUpdate c;
   c.k = kp;
   c.v = vp;
-  const int64_t num_keys = pos + 1;
-  int64_t block = 0, offset = 0;  // cache position of key `start + j`
+  c.kt = scratch.kt.data();
+  c.vc = scratch.vc.data();
+  c.dim = dim;
+  c.scale = a.scale;
+  // Rows [r0, r0 + n_rows) against the chunk's first n keys.
+  auto run = [&](int64_t r0, int64_t n_rows, int n) {
+    c.q = scratch.q.data() + r0;
+    c.n = n;
+    c.rows = n_rows;
+    c.m = m + r0;
+    c.l = l + r0;
+    c.acc = acc + r0 * dim;
+    c.s = s + r0 * kChunk;
+    kernels.update(c);
+  };
+  const int64_t num_keys = pos0 + tile.count;  // the last token's
+  int64_t block = 0, offset = 0;               // cache position of key `start + j`
   for (int64_t start = 0; start < num_keys; start += kChunk) {
-    c.n = static_cast<int>(std::min<int64_t>(kChunk, num_keys - start));
-    for (int j = 0; j < c.n; ++j) {
+    const int n = static_cast<int>(std::min<int64_t>(kChunk, num_keys - start));
+    for (int j = 0; j < n; ++j) {
       const int64_t slot = static_cast<int64_t>(table[block]) * a.block_size + offset;
       kp[j] = a.k_cache + slot * stride + kvh * dim;
       vp[j] = a.v_cache + slot * stride + kvh * dim;
@@ -723,17 +900,28 @@ void AttendGroup(const PagedAttentionArgs& a, UpdateFn update, int64_t t, int64_
     // A decode step finds its K/V rows out of cache (a whole step of weights
     // went through since): ask for all of the chunk's lines at once rather
     // than one miss at a time as the scores reach them.
-    for (int j = 0; j < c.n; ++j) {
+    for (int j = 0; j < n; ++j) {
       for (int64_t d = 0; d < dim; d += 16) {
         __builtin_prefetch(kp[j] + d);
         __builtin_prefetch(vp[j] + d);
       }
     }
-    update(c);
+    if (kernels.pack) kernels.pack(kp, vp, n, dim, scratch.kt.data(), scratch.vc.data());
+    // Tokens from `whole` on see all kChunk keys (or, in the last chunk, all
+    // n); the ones before see start .. their position, if anything.
+    const int64_t whole = std::max<int64_t>(0, start + n - 1 - pos0);
+    for (int64_t i = std::max<int64_t>(0, start - pos0); i < whole; ++i) {
+      run(i * group, group, static_cast<int>(pos0 + i - start + 1));
+    }
+    if (whole < tile.count) run(whole * group, (tile.count - whole) * group, n);
   }
-  for (int64_t g = 0; g < group; ++g) {
-    const float inv = 1.0f / l[g];
-    for (int64_t d = 0; d < dim; ++d) out[g * dim + d] = acc[g * dim + d] * inv;
+  for (int64_t i = 0; i < tile.count; ++i) {
+    float* out = a.out + (tile.t0 + i) * a.out_stride + h0 * dim;
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t r = i * group + g;
+      const float inv = 1.0f / l[r];
+      for (int64_t d = 0; d < dim; ++d) out[g * dim + d] = acc[r * dim + d] * inv;
+    }
   }
 }
 
@@ -744,33 +932,43 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   if (args.num_tokens == 0) return Status::Ok();
   WriteKv(args);
 
-  std::vector<int32_t> token_request(args.num_tokens, -1);
+  // Tokens no request owns (a bucket's padding) get zeros; the work items
+  // are the owned tokens' tiles only, so a decode step in a bucket of 16
+  // hands out num_kv_heads items, not 16 times as many.
+  std::vector<bool> owned(args.num_tokens, false);
+  std::vector<Tile> tiles;
+  const int64_t group = args.num_heads / args.num_kv_heads;
+  const int32_t tile_tokens = static_cast<int32_t>(std::max<int64_t>(1, kTileRows / group));
   for (int64_t r = 0; r < args.max_num_reqs; ++r) {
-    for (int32_t t = args.query_start_loc[r]; t < args.query_start_loc[r + 1]; ++t) {
-      token_request[t] = static_cast<int32_t>(r);
+    const int32_t begin = args.query_start_loc[r], end = args.query_start_loc[r + 1];
+    for (int32_t t = begin; t < end; t += tile_tokens) {
+      tiles.push_back({t, std::min(tile_tokens, end - t), static_cast<int32_t>(r)});
     }
+    std::fill(owned.begin() + begin, owned.begin() + end, true);
   }
-
-  // Tokens no request owns (a bucket's padding) get zeros here, so the work
-  // items are the owned tokens' only: a decode step in a bucket of 16 hands
-  // out num_kv_heads items, not 16 times as many.
-  std::vector<int32_t> owned;
-  owned.reserve(args.num_tokens);
   for (int64_t t = 0; t < args.num_tokens; ++t) {
-    if (token_request[t] >= 0) {
-      owned.push_back(static_cast<int32_t>(t));
-    } else {
+    if (!owned[t]) {
       std::memset(args.out + t * args.out_stride, 0,
                   args.num_heads * args.head_dim * sizeof(float));
     }
   }
-  const UpdateFn update = UpdateFor(isa, args.head_dim);
-  const int64_t items = static_cast<int64_t>(owned.size()) * args.num_kv_heads;
+  // Longest first (the tiles that see the most keys), so that the threads'
+  // last items are short ones.
+  auto keys = [&](const Tile& x) {
+    const int32_t* qsl = args.query_start_loc;
+    return args.seq_lens[x.request] - (qsl[x.request + 1] - (x.t0 + x.count));
+  };
+  std::sort(tiles.begin(), tiles.end(), [&](const Tile& x, const Tile& y) {
+    const int32_t kx = keys(x), ky = keys(y);
+    return kx != ky ? kx > ky : x.t0 < y.t0;
+  });
+
+  const ChunkKernels kernels = KernelsFor(isa, args.head_dim);
+  const int64_t items = static_cast<int64_t>(tiles.size()) * args.num_kv_heads;
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch;
+    TileScratch scratch;
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t t = owned[i / args.num_kv_heads], kvh = i % args.num_kv_heads;
-      AttendGroup(args, update, t, kvh, token_request[t], scratch);
+      AttendTile(args, kernels, tiles[i / args.num_kv_heads], i % args.num_kv_heads, scratch);
     }
   };
   const int threads = pool ? pool->num_threads() : 1;

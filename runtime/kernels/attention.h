@@ -37,11 +37,18 @@
 // path is fixed per process (BestCpuIsa()); the SIMD paths use a polynomial
 // exp (about 1 ulp) instead of libm's.
 //
+// Tiles: a request's query tokens are attended in tiles of consecutive
+// tokens (about 24 query rows: tokens x the query heads of a kv head), so a
+// prompt's rows read each chunk of keys and values once per tile, not once
+// per token; a chunk that only some of a tile's tokens see whole is done per
+// token. The rows of a tile do not affect each other's arithmetic.
+//
 // Threading: the KV write runs on the caller; the attention work items,
-// (token, kv head) pairs each covering the kv head's group of query heads,
-// are spread over `pool` (nullptr: run on the caller). Thread-compatible:
-// concurrent calls must not share caches or outputs. Allocates a small
-// per-call token -> request map; no other memory.
+// (tile, kv head) pairs, are spread over `pool` (nullptr: run on the
+// caller), the tiles that see the most keys first. Thread-compatible:
+// concurrent calls must not share caches or outputs. Allocates per call a
+// tile list and, per thread, a tile's scratch (its rows' running softmax
+// state and one packed chunk of keys and values).
 #pragma once
 
 #include <cstdint>

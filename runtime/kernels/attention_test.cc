@@ -22,10 +22,10 @@ struct Request {
 
 // A ragged batch with its full per-request K/V history kept on the side for
 // the reference.
-template <int kDim>
+template <int kDim, int kHeadsT = 6, int kKvHeadsT = 2>
 class BatchT {
  public:
-  static constexpr int kHeads = 6, kKvHeads = 2, kBlockSize = 4, kNumBlocks = 64;
+  static constexpr int kHeads = kHeadsT, kKvHeads = kKvHeadsT, kBlockSize = 4, kNumBlocks = 64;
   static constexpr int kMaxReqs = 6, kMaxBlocksPerReq = 48;
   static constexpr int kKvWidth = kKvHeads * kDim, kQWidth = kHeads * kDim;
 
@@ -158,19 +158,22 @@ using Batch = BatchT<20>;
 // chunk whose window crosses several 64-key softmax chunks; row 5 unused.
 const std::vector<Request> kMixed = {{0, 9}, {13, 1}, {6, 5}, {25, 1}, {127, 26}};
 
+// Long prompts: several tiles of query tokens per request, tiles that
+// straddle 64-key chunks, a prefill continuing after 40 cached positions.
+const std::vector<Request> kLong = {{0, 130}, {40, 30}};
+
 // head_dim D: 20 (AVX-512 tail), 8 (less than a vector), 64, 160 (> 128,
-// the wide path).
-template <int D>
-void CheckMatchesReferenceAndWritesCache() {
-  using B = BatchT<D>;
+// the wide path). B: the batch type (head counts).
+template <int D, class B = BatchT<D>>
+void CheckMatchesReferenceAndWritesCache(const std::vector<Request>& requests = kMixed) {
   ThreadPool pool(2);
   for (CpuIsa isa : SupportedIsas()) {
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      B b(kMixed, /*padding=*/2);
+      B b(requests, /*padding=*/2);
       Status st = PagedAttentionWithIsa(b.Args(), p, isa);
       ASSERT_TRUE(st.ok()) << st.ToString();
-      for (size_t r = 0; r < kMixed.size(); ++r) {
-        for (int i = 0; i < kMixed[r].q_len; ++i) {
+      for (size_t r = 0; r < requests.size(); ++r) {
+        for (int i = 0; i < requests[r].q_len; ++i) {
           const int t = b.qsl_[r] + i;
           // The new K/V landed in the cache at the token's slot.
           const int slot = b.slots_[t];
@@ -223,20 +226,19 @@ TEST(PagedAttentionTest, PaddingTokensMayShareAScratchSlot) {
     ASSERT_NEAR(b.out_[t * Batch::kQWidth + j], ref[j], 2e-6);
 }
 
-// Every token's output, computed in the mixed batch, is bit-identical to the
-// same token computed alone as a one-token decode step (same cache contents),
+// Every token's output, computed in the batch, is bit-identical to the same
+// token computed alone as a one-token decode step (same cache contents),
 // placed in another request row, with 1 or 2 threads.
-template <int D>
-void CheckBatchInvariance() {
-  using B = BatchT<D>;
+template <int D, class B = BatchT<D>>
+void CheckBatchInvariance(const std::vector<Request>& requests = kMixed) {
   ThreadPool pool1(1), pool2(2);
   for (CpuIsa isa : SupportedIsas()) {
-    B b(kMixed, /*padding=*/2);
+    B b(requests, /*padding=*/2);
     ASSERT_TRUE(PagedAttentionWithIsa(b.Args(), &pool2, isa).ok());
-    for (size_t r = 0; r < kMixed.size(); ++r) {
-      for (int i = 0; i < kMixed[r].q_len; ++i) {
+    for (size_t r = 0; r < requests.size(); ++r) {
+      for (int i = 0; i < requests[r].q_len; ++i) {
         const int t = b.qsl_[r] + i;
-        const int pos = kMixed[r].context + i;
+        const int pos = requests[r].context + i;
         for (ThreadPool* pool : {&pool1, &pool2}) {
           // Request r's token alone, in row 3, as a decode with seq_len pos+1.
           std::vector<int32_t> seq_lens(B::kMaxReqs, 0);
@@ -274,6 +276,22 @@ TEST(PagedAttentionTest, BatchInvariance) {
   CheckBatchInvariance<8>();
   CheckBatchInvariance<64>();
   CheckBatchInvariance<160>();
+}
+
+// Query heads per kv head 1, 2, 4 and 6 (with the default 3, every
+// remainder of the AVX2 path's row blocks) on long prompts, whose tokens are
+// attended in tiles: each token still matches the reference and its decode.
+TEST(PagedAttentionTest, LongPromptsInTilesForEveryGroupSize) {
+  CheckMatchesReferenceAndWritesCache<64>(kLong);
+  CheckBatchInvariance<64>(kLong);
+  CheckMatchesReferenceAndWritesCache<20, BatchT<20, 3, 3>>(kLong);
+  CheckBatchInvariance<20, BatchT<20, 3, 3>>(kLong);
+  CheckMatchesReferenceAndWritesCache<64, BatchT<64, 4, 2>>(kLong);
+  CheckBatchInvariance<64, BatchT<64, 4, 2>>(kLong);
+  CheckMatchesReferenceAndWritesCache<24, BatchT<24, 8, 2>>(kLong);
+  CheckBatchInvariance<24, BatchT<24, 8, 2>>(kLong);
+  CheckMatchesReferenceAndWritesCache<8, BatchT<8, 6, 1>>(kMixed);
+  CheckBatchInvariance<8, BatchT<8, 6, 1>>(kMixed);
 }
 
 TEST(PagedAttentionTest, OutOfRangeSlotIsAnErrorAndWritesNothing) {
