@@ -820,7 +820,7 @@ struct Tile {
 // cut the work items a short prompt is split into.
 constexpr int64_t kTileRows = 24;
 
-// Per-tile scratch, reused across a thread's tiles.
+// Per-tile scratch, reused across a thread's tiles and calls (it only grows).
 struct TileScratch {
   std::vector<float> buf;
   std::vector<float> kt, vc;  // a chunk's keys and values, packed
@@ -966,7 +966,9 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   const ChunkKernels kernels = KernelsFor(isa, args.head_dim);
   const int64_t items = static_cast<int64_t>(tiles.size()) * args.num_kv_heads;
   auto run = [&](int64_t begin, int64_t end) {
-    TileScratch scratch;
+    // Each thread's own, kept across calls: a decode step's attention is a
+    // few microseconds, which allocating and zeroing the scratch would double.
+    thread_local TileScratch scratch;
     for (int64_t i = begin; i < end; ++i) {
       AttendTile(args, kernels, tiles[i / args.num_kv_heads], i % args.num_kv_heads, scratch);
     }
