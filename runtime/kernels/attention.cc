@@ -815,10 +815,13 @@ struct Tile {
   int32_t t0, count, request;
 };
 
-// Query rows per tile: tokens x query heads of a kv head. Rows of one tile
-// share each chunk's K/V reads (and its block-table walk); more would only
-// cut the work items a short prompt is split into.
-constexpr int64_t kTileRows = 24;
+// Query rows per tile at most: tokens x query heads of a kv head. Rows of
+// one tile share each chunk's K/V reads and packing (and its block-table
+// walk): 512-token prompts ran 10-15% faster with 48-96 rows than with 24.
+constexpr int64_t kTileRows = 96;
+// Work items ((tile, kv head) pairs) per thread at least, where the tokens
+// allow it, so that a short prompt still keeps every thread busy.
+constexpr int64_t kItemsPerThread = 4;
 
 // Per-tile scratch, reused across a thread's tiles and calls (it only grows).
 struct TileScratch {
@@ -937,8 +940,13 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   // hands out num_kv_heads items, not 16 times as many.
   std::vector<bool> owned(args.num_tokens, false);
   std::vector<Tile> tiles;
+  const int threads = pool ? pool->num_threads() : 1;
   const int64_t group = args.num_heads / args.num_kv_heads;
-  const int32_t tile_tokens = static_cast<int32_t>(std::max<int64_t>(1, kTileRows / group));
+  const int64_t min_tiles = (kItemsPerThread * threads + args.num_kv_heads - 1) / args.num_kv_heads;
+  const int64_t queries =  // query_start_loc may be null with no request rows
+      args.max_num_reqs > 0 ? args.query_start_loc[args.max_num_reqs] - args.query_start_loc[0] : 0;
+  const int32_t tile_tokens =
+      static_cast<int32_t>(std::max<int64_t>(1, std::min(kTileRows / group, queries / min_tiles)));
   for (int64_t r = 0; r < args.max_num_reqs; ++r) {
     const int32_t begin = args.query_start_loc[r], end = args.query_start_loc[r + 1];
     for (int32_t t = begin; t < end; t += tile_tokens) {
@@ -973,7 +981,6 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
       AttendTile(args, kernels, tiles[i / args.num_kv_heads], i % args.num_kv_heads, scratch);
     }
   };
-  const int threads = pool ? pool->num_threads() : 1;
   if (threads <= 1) {
     run(0, items);
   } else {

@@ -38,7 +38,8 @@
 // exp (about 1 ulp) instead of libm's.
 //
 // Tiles: a request's query tokens are attended in tiles of consecutive
-// tokens (about 24 query rows: tokens x the query heads of a kv head), so a
+// tokens (up to 96 query rows: tokens x the query heads of a kv head; fewer
+// when a short prompt needs more tiles to keep the threads busy), so a
 // prompt's rows read each chunk of keys and values once per tile, not once
 // per token; a chunk that only some of a tile's tokens see whole is done per
 // token. The rows of a tile do not affect each other's arithmetic.

@@ -347,6 +347,16 @@ TEST(PagedAttentionTest, EmptyBatchIsOk) {
   Batch only_padding({}, 3);
   ASSERT_TRUE(PagedAttention(only_padding.Args(), nullptr).ok());
   for (float x : only_padding.out_) ASSERT_EQ(x, 0.0f);
+  // No request rows at all: the request metadata may be null.
+  Batch no_rows({}, 2);
+  PagedAttentionArgs a = no_rows.Args();
+  a.max_num_reqs = 0;
+  a.query_start_loc = nullptr;
+  a.seq_lens = nullptr;
+  a.block_tables = nullptr;
+  ThreadPool pool(2);
+  ASSERT_TRUE(PagedAttention(a, &pool).ok());
+  for (float x : no_rows.out_) ASSERT_EQ(x, 0.0f);
 }
 
 }  // namespace
