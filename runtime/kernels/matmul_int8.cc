@@ -750,6 +750,8 @@ XRT_TARGET_AVX2 inline void KSuperBlockAvx2(const QuantRows<R>& rows, const uint
     }
     AddScaledDotsAvx2<F, H, R, kSubQuads>(sb, s * kSubQuads, qsb, pairs, isum);
     if constexpr (F == WeightFormat::kQ6_K) {
+      // The sub-block's quant sum is one entry of sum16.
+      static_assert(kSub == kSumRows);
       for (int i = 0; i < R; ++i) {
         const __m256i q32 = _mm256_set1_epi32(32 * rows.sum16[i][blk * kSubs + s]);
         for (int j = 0; j < kV; ++j) {
