@@ -90,11 +90,6 @@ void AccumulateScalar(float* acc, float corr, const float* p, const float* const
 
 // ------------------------------------------------------------------ AVX2 --
 
-XRT_TARGET_AVX2 inline __m256i TailMask8(int64_t n) {
-  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
-}
-
 XRT_TARGET_AVX2 inline float HorizontalSum8(__m256 v) {
   const __m128 lo = _mm256_castps256_ps128(v);
   const __m128 hi = _mm256_extractf128_ps(v, 1);
@@ -239,10 +234,7 @@ XRT_TARGET_AVX2 inline float MaxAvx2(const float* s, int n) {
   __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int j = 0;
   for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  float m = _mm_cvtss_f32(m4);
+  float m = HorizontalMax8(mx);
   for (; j < n; ++j) m = std::max(m, s[j]);
   return m;
 }

@@ -112,12 +112,6 @@ constexpr int kAvx2ShrinkMR = 2;
 constexpr int kAvx2ExpandMR = 6;
 constexpr int kAvx2ExpandNR = 16;
 
-XRT_TARGET_AVX2 inline __m256i TailMask8(int64_t n) {
-  // Lanes [0, n) set, n clamped to [0, 8].
-  const int c = static_cast<int>(std::clamp<int64_t>(n, 0, 8));
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 // Steps 2-4 of the lane tree for four dot products at once, from their step-1
 // sums t[0..8) (one ymm each): returns [dot_a, dot_b, dot_c, dot_d]. Every
 // add pairs the same lanes as ReduceLanes.

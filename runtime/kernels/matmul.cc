@@ -140,7 +140,6 @@ constexpr int kAvx2MR = 6;
 
 using packed_simd::Halves16;
 using packed_simd::Halves8;
-using packed_simd::TailMask8;
 using packed_simd::U8x8;
 
 template <int R>

@@ -212,9 +212,7 @@ XRT_TARGET_AVX2 void QuantizeBlockAvx2(const float* a, int n, int8_t* q, float* 
         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_castps_si256(x), max_finite)));
     amax = _mm256_max_ps(amax, x);
   }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  const float m = HorizontalMax8(amax);
   const float id = bad ? 0.0f : 127.0f / m;
   if (bad || !std::isfinite(id)) {
     *d = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;

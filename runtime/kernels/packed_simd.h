@@ -18,12 +18,6 @@ namespace packed_simd {
 
 // ------------------------------------------------------------------ AVX2 --
 
-// Lanes [0, n) set, n in [0, 8].
-XRT_TARGET_AVX2 inline __m256i TailMask8(int n) {
-  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
-}
-
 // Eight f16 values at p, as f32.
 XRT_TARGET_AVX2 inline __m256 Halves8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

@@ -1,5 +1,5 @@
-// Internal to runtime/kernels: the x86 intrinsics and the function target
-// attributes of the SIMD paths.
+// Internal to runtime/kernels: the x86 intrinsics, the function target
+// attributes of the SIMD paths, and the few lane helpers every kernel uses.
 //
 // The kernels are built for baseline x86-64 and pick an ISA path at run time
 // (cpu_isa.h), so each SIMD function carries its own target attribute. With
@@ -39,5 +39,25 @@
 // keeps every partial product live (and spills them).
 #define XRT_KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
 #endif
+
+#include <algorithm>
+#include <cstdint>
+
+namespace xrt {
+
+// Lanes [0, n) set, n clamped to [0, 8].
+XRT_TARGET_AVX2 inline __m256i TailMask8(int64_t n) {
+  const int c = static_cast<int>(std::clamp<int64_t>(n, 0, 8));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The largest of v's 8 lanes.
+XRT_TARGET_AVX2 inline float HorizontalMax8(__m256 v) {
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+
+}  // namespace xrt
 
 #endif  // __x86_64__
