@@ -682,6 +682,56 @@ XRT_TARGET_AVX2 inline __m256i PairOf(__m256i v) {
   return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16));
 }
 
+// q4_k / q5_k: the 6-bit scales and mins of one super-block, unpacked from
+// the panel's 12 bytes per column (ggml's packing, kept so that the weights
+// stay at ggml's size) to a byte each, for all 32 columns at once: about 10
+// instructions per sub-block, where unpacking them per 8-column vector took
+// about 12 per vector.
+struct KScaleBytes {
+  alignas(32) uint8_t scales[8][32];  // [sub-block][column]
+  // [p]: the mins of sub-blocks 2p and 2p + 1 as byte pairs, columns in the
+  // order vpunpck{l,h}bw leave them: 0-7, 16-23, 8-15, 24-31 (MinPairsAt).
+  alignas(32) uint8_t min_pairs[4][64];
+};
+
+// Where the min pairs of columns 8b .. 8b+7 start in KScaleBytes::min_pairs[p].
+constexpr int MinPairsAt(int b) { return 32 * (b % 2) + 16 * (b / 2); }
+
+XRT_TARGET_AVX2 inline void UnpackKScalesAvx2(const uint8_t* sb, KScaleBytes* out) {
+  const __m256i low4 = _mm256_set1_epi8(15), bits45 = _mm256_set1_epi8(0x30);
+  for (int p = 0; p < 4; ++p) {
+    // Sub-block 2p + e's high bits are nibble e of scale_hi[p]: the scale's
+    // two in bits 0-1, the min's in bits 2-3 (KScaleMin).
+    const __m256i hi =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKScaleHiOffset + p * kPackNR));
+    __m256i mins[2];
+    for (int e = 0; e < 2; ++e) {
+      const int s = 2 * p + e;
+      const __m256i lo =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kKScaleLoOffset + s * kPackNR));
+      const __m256i h = e == 0 ? hi : _mm256_srli_epi16(hi, 4);
+      const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, low4),
+                                         _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
+      mins[e] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
+                                _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out->scales[s]), sc);
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out->min_pairs[p]),
+                       _mm256_unpacklo_epi8(mins[0], mins[1]));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out->min_pairs[p] + 32),
+                       _mm256_unpackhi_epi8(mins[0], mins[1]));
+  }
+}
+
+// The eight unsigned bytes at p as (v, v) int16 pairs, dword c from byte c.
+XRT_TARGET_AVX2 inline __m256i BytePairs(const uint8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  const __m256i twice = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
+                                         4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+  return _mm256_shuffle_epi8(_mm256_set1_epi64x(v), twice);
+}
+
 // Adds scale[j] times the rows' dots over quads kq0 .. kq0 + kQuads - 1 to
 // dot[row][j] (scale as PairOf pairs). Products are summed in int16 as far
 // as PairSumsPerInt16 allows (a chunk), then widened by one vpmaddwd.
@@ -721,7 +771,8 @@ struct QuantRows {
 // operations as PanelRowsAvx512 and DotPortable).
 template <WeightFormat F, int H, int R>
 XRT_TARGET_AVX2 inline void KSuperBlockAvx2(const QuantRows<R>& rows, const uint8_t* sb,
-                                            int64_t blk, __m256 (&acc)[R][4]) {
+                                            const KScaleBytes& bytes, int64_t blk,
+                                            __m256 (&acc)[R][4]) {
   constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub, kSubQuads = kSub / 4;
   constexpr int kV = kVectors<H>;
   const int8_t* qsb[R];
@@ -729,22 +780,21 @@ XRT_TARGET_AVX2 inline void KSuperBlockAvx2(const QuantRows<R>& rows, const uint
   // isum: sum over sub-blocks of scale * dot (q6_k: scale * (dot - 32 *
   // the quants' sum)); imin: of min * the quants' sum.
   __m256i isum[R][kV], imin[R][kV];
-  __m256i mins[kSubs][kV];  // q4_k, q5_k: each sub-block's
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < kV; ++j) isum[i][j] = imin[i][j] = _mm256_setzero_si256();
   }
   for (int s = 0; s < kSubs; ++s) {
-    // Per column vector: the sub-block's scales (and q4_k / q5_k mins).
+    // Per column vector: the sub-block's scales, as (sc, sc) pairs.
     __m256i sc[kV], pairs[kV];
     for (int j = 0; j < kV; ++j) {
       const int b = VectorOf<F>(H, j);
       if constexpr (F == WeightFormat::kQ6_K) {
         sc[j] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
             reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * b)));
+        pairs[j] = PairOf(sc[j]);
       } else {
-        packed_simd::KScaleMin8(sb, s, b, &sc[j], &mins[s][j]);
+        pairs[j] = BytePairs(bytes.scales[s] + 8 * b);
       }
-      pairs[j] = PairOf(sc[j]);
     }
     AddScaledDotsAvx2<F, H, R, kSubQuads>(sb, s * kSubQuads, qsb, pairs, isum);
     if constexpr (F == WeightFormat::kQ6_K) {
@@ -763,15 +813,14 @@ XRT_TARGET_AVX2 inline void KSuperBlockAvx2(const QuantRows<R>& rows, const uint
     // against SubBlockSumPairs.
     static_assert(kSub == 2 * kSumRows && kSubs == 8);
     for (int j = 0; j < kV; ++j) {
-      __m256i min_pairs[kSubs / 2];
+      const int at = MinPairsAt(VectorOf<F>(H, j));
       for (int p = 0; p < kSubs / 2; ++p) {
-        min_pairs[p] = _mm256_or_si256(mins[2 * p][j], _mm256_slli_epi32(mins[2 * p + 1][j], 16));
-      }
-      for (int i = 0; i < R; ++i) {
-        const int32_t* sums = rows.sub_sum_pairs[i] + blk * (kSubs / 2);
-        for (int p = 0; p < kSubs / 2; ++p) {
-          imin[i][j] = _mm256_add_epi32(
-              imin[i][j], _mm256_madd_epi16(min_pairs[p], _mm256_set1_epi32(sums[p])));
+        const __m256i min_pairs = _mm256_cvtepu8_epi16(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.min_pairs[p] + at)));
+        for (int i = 0; i < R; ++i) {
+          const int32_t sums = rows.sub_sum_pairs[i][blk * (kSubs / 2) + p];
+          imin[i][j] =
+              _mm256_add_epi32(imin[i][j], _mm256_madd_epi16(min_pairs, _mm256_set1_epi32(sums)));
         }
       }
     }
@@ -830,7 +879,8 @@ XRT_TARGET_AVX2 inline void GroupAvx2(const QuantRows<R>& rows, const uint8_t* g
 // for the others.
 template <WeightFormat F, int H, int R>
 XRT_TARGET_AVX2 inline void BlockAvx2(const QuantRows<R>& rows, const uint8_t* panel, int64_t blk,
-                                      bool prefetch, __m256 (&acc)[R][4]) {
+                                      bool prefetch, const KScaleBytes& scales,
+                                      __m256 (&acc)[R][4]) {
   const int64_t bytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
   const uint8_t* b = panel + blk * bytes;
   if (prefetch) {
@@ -839,7 +889,7 @@ XRT_TARGET_AVX2 inline void BlockAvx2(const QuantRows<R>& rows, const uint8_t* p
     }
   }
   if constexpr (IsKQuantFormat(F)) {
-    KSuperBlockAvx2<F, H, R>(rows, b, blk, acc);
+    KSuperBlockAvx2<F, H, R>(rows, b, scales, blk, acc);
   } else {
     GroupAvx2<F, H, R>(rows, b, blk, acc);
   }
@@ -865,12 +915,16 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
     }
     for (int b = 0; b < 4; ++b) acc[i][b] = _mm256_setzero_ps();
   }
+  KScaleBytes scales;  // q4_k / q5_k: the block's, for both halves
   for (int64_t blk = 0; blk < blocks; ++blk) {
+    if constexpr (F == WeightFormat::kQ4_K || F == WeightFormat::kQ5_K) {
+      UnpackKScalesAvx2(panel + blk * SuperBlockBytes(F), &scales);
+    }
     if constexpr (R == 1) {
-      BlockAvx2<F, kAllVectors, R>(rows, panel, blk, prefetch, acc);
+      BlockAvx2<F, kAllVectors, R>(rows, panel, blk, prefetch, scales, acc);
     } else {
-      BlockAvx2<F, 0, R>(rows, panel, blk, prefetch, acc);
-      BlockAvx2<F, 1, R>(rows, panel, blk, false, acc);
+      BlockAvx2<F, 0, R>(rows, panel, blk, prefetch, scales, acc);
+      BlockAvx2<F, 1, R>(rows, panel, blk, false, scales, acc);
     }
   }
   const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
