@@ -24,6 +24,21 @@ constexpr int kSumRows = 16;  // k-values per entry of sum16
 // (each ISA has kernels for 1..kGroupRows rows).
 constexpr int64_t kGroupRows = 4;
 
+// Step 1's scale for a block of n values whose largest magnitude is amax
+// (`finite`: no inf or NaN among them): *d, and *id = 127 / amax to multiply
+// the values by. False when the block quantizes to zeros (q is zeroed): d is
+// 0 for an all-zero or subnormal-tiny block, NaN for a non-finite one.
+bool BlockScale(float amax, bool finite, int n, int8_t* q, float* d, float* id) {
+  *id = finite ? 127.0f / amax : 0.0f;
+  if (!finite || !std::isfinite(*id)) {
+    *d = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    std::memset(q, 0, n);
+    return false;
+  }
+  *d = amax / 127.0f;
+  return true;
+}
+
 // Step 1 of the contract for one block: d, and the quants in q.
 void QuantizeBlockPortable(const float* a, int n, int8_t* q, float* d) {
   float amax = 0.0f;
@@ -32,13 +47,8 @@ void QuantizeBlockPortable(const float* a, int n, int8_t* q, float* d) {
     finite = finite && std::isfinite(a[k]);
     amax = std::max(amax, std::fabs(a[k]));
   }
-  const float id = finite ? 127.0f / amax : 0.0f;
-  if (!finite || !std::isfinite(id)) {
-    *d = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-    std::memset(q, 0, n);
-    return;
-  }
-  *d = amax / 127.0f;
+  float id;
+  if (!BlockScale(amax, finite, n, q, d, &id)) return;
   for (int k = 0; k < n; ++k) q[k] = static_cast<int8_t>(std::nearbyint(a[k] * id));
 }
 
@@ -185,14 +195,8 @@ XRT_TARGET_AVX512 void QuantizeBlockAvx512(const float* a, int n, int8_t* q, flo
     bad |= _mm512_fpclass_ps_mask(x, 0x99);  // QNaN, +inf, -inf, SNaN
     amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
   }
-  const float m = _mm512_reduce_max_ps(amax);
-  const float id = bad ? 0.0f : 127.0f / m;
-  if (bad || !std::isfinite(id)) {
-    *d = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-    std::memset(q, 0, n);
-    return;
-  }
-  *d = m / 127.0f;
+  float id;
+  if (!BlockScale(_mm512_reduce_max_ps(amax), !bad, n, q, d, &id)) return;
   const __m512 idv = _mm512_set1_ps(id);
   for (int k = 0; k < n; k += 16) {
     const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(a + k), idv));
@@ -212,14 +216,8 @@ XRT_TARGET_AVX2 void QuantizeBlockAvx2(const float* a, int n, int8_t* q, float* 
         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_castps_si256(x), max_finite)));
     amax = _mm256_max_ps(amax, x);
   }
-  const float m = HorizontalMax8(amax);
-  const float id = bad ? 0.0f : 127.0f / m;
-  if (bad || !std::isfinite(id)) {
-    *d = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-    std::memset(q, 0, n);
-    return;
-  }
-  *d = m / 127.0f;
+  float id;
+  if (!BlockScale(HorizontalMax8(amax), !bad, n, q, d, &id)) return;
   const __m256 idv = _mm256_set1_ps(id);
   // vpackssdw / vpacksswb work per lane: dword j of the packed bytes holds
   // values 4j .. 4j + 3 of vector j % 4, lane j / 4.
