@@ -360,16 +360,16 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
             break;
           }
           // Groups of 32 k-values: f16 scales [32], (q4_1) f16 mins [32],
-          // then 32 k-rows of quants.
+          // then the quants: q8_0 32 k-rows of 32 bytes, q4 8 quads of 64.
           const bool q8 = format == xrt::WeightFormat::kQ8_0;
           const int64_t header = format == xrt::WeightFormat::kQ4_1 ? 128 : 64;
-          const int64_t rowBytes = q8 ? 32 : 16;
-          const int64_t groupBytes = header + 32 * rowBytes;
+          const int64_t groupBytes = header + (q8 ? 32 * 32 : 32 * 16);
           Value panelBase = idxMul(e, panel, panelBytes);
-          // q4: byte lane % 16 of a k-row, low nibble for lanes < 16.
+          // q4 (xrt::QuadNibbleByte): byte 64 (kk / 4) + 4 (lane % 16) +
+          // kk % 4, low nibble for lanes < 16.
           Value byteInRow = lane, shift;
           if (!q8) {
-            byteInRow = idxRem(e, lane, 16);
+            byteInRow = idxMul(e, idxRem(e, lane, 16), 4);
             Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge,
                                                  lane, e.index(16));
             shift = b.create<arith::SelectOp>(
@@ -392,8 +392,10 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
                 idxAdd(e, idxAdd(e, groupBase, e.index(header)), byteInRow);
             Value col0 = idxMul(e, g, 32);
             e.loop(0, 32, [&](Value kk) {
-              Value byte =
-                  e.load(bytes, {idxAdd(e, quants, idxMul(e, kk, rowBytes))});
+              Value inGroup = q8 ? idxMul(e, kk, 32)
+                                 : idxAdd(e, idxMul(e, idxDiv(e, kk, 4), 64),
+                                          idxRem(e, kk, 4));
+              Value byte = e.load(bytes, {idxAdd(e, quants, inGroup)});
               Value x;
               if (q8) {
                 x = e.mul(scale,

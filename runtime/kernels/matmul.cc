@@ -211,13 +211,36 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
 // Decoding packed panel rows to f32 (DequantizePanelRows, same values: see
 // the AVX-512 decoder below for why each fma rounds as the portable one):
 // a k-row's 32 columns as four vectors of 8, c = 0..3 holding columns
-// 8c .. 8c+7. In the nibble layouts byte j holds column j (low nibble) and
-// column j + 16 (high), so c = 0, 1 are the low nibbles of bytes 0-7 / 8-15
-// and c = 2, 3 the high ones.
+// 8c .. 8c+7. In the K-quants' nibble layout byte j holds column j (low
+// nibble) and column j + 16 (high), so c = 0, 1 are the low nibbles of bytes
+// 0-7 / 8-15 and c = 2, 3 the high ones; q4_0 / q4_1 hold them in quads
+// (QuadNibbleByte), the same columns at bytes 4j + t.
 
 // Quants of columns 8c .. 8c+7 of a nibble k-row at `row` (16 bytes).
 XRT_TARGET_AVX2 inline __m256i Nibbles8(const uint8_t* row, int c) {
   const __m256i x = U8x8(row + 8 * (c % 2));
+  return c < 2 ? _mm256_and_si256(x, _mm256_set1_epi32(15)) : _mm256_srli_epi32(x, 4);
+}
+
+// Per 16-byte lane of a q4 quad (QuadNibbleByte), [t]: the vpshufb control
+// that zero-extends the four bytes of k-row t (bytes 4m + t) to dwords m,
+// columns 4m (low nibbles) and 4m + 16 (high) of the lane's four; twice, for
+// both lanes of a ymm.
+#define XRT_SPREAD(t) \
+  t, -128, -128, -128, 4 + t, -128, -128, -128, 8 + t, -128, -128, -128, 12 + t, -128, -128, -128
+#define XRT_SPREAD2(t) XRT_SPREAD(t), XRT_SPREAD(t)
+alignas(32) inline constexpr int8_t kQuadRowSpread[4][32] = {
+    {XRT_SPREAD2(0)}, {XRT_SPREAD2(1)}, {XRT_SPREAD2(2)}, {XRT_SPREAD2(3)}};
+#undef XRT_SPREAD2
+#undef XRT_SPREAD
+
+// Columns 8c .. 8c+7 of k-row kk of the q4 quads at q, as dwords.
+XRT_TARGET_AVX2 inline __m256i QuadNibbles8(const uint8_t* q, int kk, int c) {
+  const __m256i spread =
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(kQuadRowSpread[kk % 4]));
+  const __m256i x = _mm256_shuffle_epi8(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * (kk / 4) + 32 * (c % 2))),
+      spread);
   return c < 2 ? _mm256_and_si256(x, _mm256_set1_epi32(15)) : _mm256_srli_epi32(x, 4);
 }
 
@@ -262,7 +285,7 @@ XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* q, int kk, const _
           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kk * kPackNR + 8 * c)));
       w[c] = _mm256_mul_ps(scale[c], _mm256_cvtepi32_ps(v));
     } else {
-      w[c] = _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(Nibbles8(q + kk * 16, c)), min[c]);
+      w[c] = _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(QuadNibbles8(q, kk, c)), min[c]);
     }
   }
 }
@@ -502,8 +525,10 @@ XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* q, int kk, const Gro
     *w0 = _mm512_mul_ps(g.s0, _mm512_cvtepi32_ps(q0));
     *w1 = _mm512_mul_ps(g.s1, _mm512_cvtepi32_ps(q1));
   } else {
-    const __m512i x =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kk * 16)));
+    // The k-row's bytes of the quad (QuadNibbleByte), byte j to dword j.
+    const __m512i spread = _mm512_broadcast_i32x4(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(kQuadRowSpread[kk % 4])));
+    const __m512i x = _mm512_shuffle_epi8(_mm512_loadu_si512(q + 64 * (kk / 4)), spread);
     const __m512i lo = _mm512_and_si512(x, _mm512_set1_epi32(0x0f));
     const __m512i hi = _mm512_srli_epi32(x, 4);
     *w0 = _mm512_fmadd_ps(g.s0, _mm512_cvtepi32_ps(lo), g.m0);
@@ -967,10 +992,15 @@ XRT_TARGET_AVX2 void GemvAvx2(const GemvArgs& g) {
         q[p] = group + QuantGroupQuantsOffset(F);
       }
       const float* a = g.a + grp * kQuantGroup;
-      for (int kk = 0; kk < kQuantGroup; ++kk) {
-        for (int p = 0; p < P; ++p) {
-          DecodeQuantRowAvx2<F>(q[p], kk, scale[p], min[p], w[p]);
-          FmaRowAvx2(w[p], a[kk], acc[p]);
+      // By quads of k-rows, k-row t of a quad unrolled (q4: the quads'
+      // shuffle controls are then constants).
+      for (int kq = 0; kq < kQuantGroup; kq += 4) {
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+          for (int p = 0; p < P; ++p) {
+            DecodeQuantRowAvx2<F>(q[p], kq + t, scale[p], min[p], w[p]);
+            FmaRowAvx2(w[p], a[kq + t], acc[p]);
+          }
         }
       }
     }
@@ -1019,7 +1049,8 @@ void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
     case WeightFormat::kF32:
       return;
   }
-  RunGemvUnits(args, pool, args.a, args.lda, 2, kernel_for_count);
+  const bool quads = args.w_format == WeightFormat::kQ4_0 || args.w_format == WeightFormat::kQ4_1;
+  RunGemvUnits(args, pool, args.a, args.lda, quads ? 1 : 2, kernel_for_count);
 }
 
 #endif  // __x86_64__

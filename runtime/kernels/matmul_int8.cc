@@ -85,7 +85,7 @@ float HalfAt(const uint8_t* p) {
 // `grp` (q8_0 signed; q4_0 / q4_1 unsigned, before any offset).
 int GroupQuantAt(WeightFormat f, const uint8_t* grp, int kk, int j) {
   if (f == WeightFormat::kQ8_0) return static_cast<int8_t>(grp[64 + kk * kPackNR + j]);
-  const uint8_t byte = grp[QuantGroupQuantsOffset(f) + kk * 16 + j % 16];
+  const uint8_t byte = grp[QuantGroupQuantsOffset(f) + QuadNibbleByte(kk, j)];
   return j < 16 ? byte & 15 : byte >> 4;
 }
 
@@ -279,7 +279,11 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
   if constexpr (F == WeightFormat::kQ8_0) {
     ByteQuads(blk + 64 + kq * 4 * kPackNR, lo, hi);
   } else if constexpr (F == WeightFormat::kQ4_0 || F == WeightFormat::kQ4_1) {
-    NibbleQuads(blk + QuantGroupQuantsOffset(F) + kq * 64, lo, hi);
+    // Stored as quads (QuadNibbleByte): columns 0-15 low, 16-31 high.
+    const __m512i x = _mm512_loadu_si512(blk + QuantGroupQuantsOffset(F) + kq * 64);
+    const __m512i low4 = _mm512_set1_epi8(15);
+    *lo = _mm512_and_si512(x, low4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
   } else {
     NibbleQuads(blk + KLowQuantsOffset(F) + kq * 64, lo, hi);
     if constexpr (F == WeightFormat::kQ4_K) {
@@ -605,9 +609,9 @@ XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i (&w)
                                           reinterpret_cast<const __m128i*>(r + 64 + 16 * H));
     w[0] = _mm256_unpacklo_epi8(a, c);
     w[1] = _mm256_unpackhi_epi8(a, c);
-  } else {  // low nibbles are vector H, high nibbles vector H + 2
-    const int64_t low = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
-    const uint8_t* r = blk + low + kq * 64;
+  } else {  // K-quants: low nibbles are vector H, high nibbles vector H + 2
+    static_assert(IsKQuantFormat(F), "q4_0 / q4_1 are quads: QuadGroupRowsAvx2");
+    const uint8_t* r = blk + KLowQuantsOffset(F) + kq * 64;
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
     const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32));
     const __m256i v = H == 0 ? _mm256_unpacklo_epi8(x, y) : _mm256_unpackhi_epi8(x, y);
@@ -838,7 +842,7 @@ XRT_TARGET_AVX2 inline void KSuperBlockAvx2(const QuantRows<R>& rows, const uint
   }
 }
 
-// As KSuperBlockAvx2, for group `blk` of a q8_0 / q4_0 / q4_1 panel.
+// As KSuperBlockAvx2, for group `blk` of a q8_0 panel.
 template <WeightFormat F, int H, int R>
 XRT_TARGET_AVX2 inline void GroupAvx2(const QuantRows<R>& rows, const uint8_t* grp, int64_t blk,
                                       __m256 (&acc)[R][4]) {
@@ -893,6 +897,123 @@ XRT_TARGET_AVX2 inline void BlockAvx2(const QuantRows<R>& rows, const uint8_t* p
   }
 }
 
+// q4_0 / q4_1, stored as quads (QuadNibbleByte): R rows (i0 ..) of one panel
+// over the whole of K. Half h (32 bytes) of a quad, masked, is the
+// vpmaddubsw operand of columns 8h .. 8h+7 (low nibbles: vector h) and
+// 8h+16 .. 8h+23 (high: vector h + 2) as it is, and a row's four activation
+// bytes are one dword broadcast: no shuffle of either operand. A group's
+// eight quads sum exactly in int16 (PairSumsPerInt16), so one vpmaddwd per
+// vector and group widens them.
+//
+// Registers by construction (AVX2 has 16): a pass holds the R x V int16
+// sums, V weight vectors, one broadcast and the mask, V = 4 for one row
+// (one pass) and 2 for more (a pass per half): at most 13. The f32
+// accumulators stay in memory (a load and a store per vector and group, on
+// the load / store ports, not the vector ALUs).
+template <WeightFormat F, int R>
+XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
+                                       int64_t i0) {
+  static_assert(F == WeightFormat::kQ4_0 || F == WeightFormat::kQ4_1);
+  static_assert(kQuantGroup / 4 <= PairSumsPerInt16<F>());
+  constexpr int kPasses = R == 1 ? 1 : 2, kV = 4 / kPasses;
+  constexpr int64_t kBytes = QuantGroupBytes(F);
+  const MatmulArgs& a = *p.args;
+  const bool prefetch = i0 == 0;  // later rows read what the first brought in
+  const int8_t* q[R];
+  const float* d[R];
+  const int32_t* sum16[R];
+  for (int i = 0; i < R; ++i) {
+    q[i] = p.q + (i0 + i) * a.k;
+    d[i] = p.d + (i0 + i) * p.blocks;
+    sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
+  }
+  // Through an opaque pointer: else GCC keeps a second copy of the array.
+  alignas(32) float acc_rows[R][kPackNR] = {};
+  float* acc = &acc_rows[0][0];
+  const __m256i low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+  for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
+    const uint8_t* grp = panel + blk * kBytes;
+    if (prefetch) {
+      for (int64_t line = 0; line < kBytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(grp) + kPrefetchBytes + line, _MM_HINT_T1);
+      }
+    }
+    const uint8_t* quads = grp + QuantGroupQuantsOffset(F);
+#pragma GCC unroll 2
+    for (int h = 0; h < kPasses; ++h) {
+      // Opaque per pass: else GCC keeps pass 0's broadcasts for pass 1 and
+      // spills them.
+      const int8_t* qa[R];
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        qa[i] = q[i] + blk * kQuantGroup;
+        XRT_OPAQUE_POINTER(qa[i]);
+      }
+      __m256i s16[R][kV];
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+        for (int j = 0; j < kV; ++j) s16[i][j] = _mm256_setzero_si256();
+      }
+#pragma GCC unroll 8
+      for (int kq = 0; kq < kQuantGroup / 4; ++kq) {
+        __m256i w[kV];  // w[2e + n]: half (kPasses == 1 ? e : h), nibble n
+#pragma GCC unroll 2
+        for (int e = 0; e < kV / 2; ++e) {
+          const int half = kPasses == 1 ? e : h;
+          const __m256i x =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quads + kq * 64 + 32 * half));
+          w[2 * e] = _mm256_and_si256(x, low4);
+          w[2 * e + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) {
+          int32_t quad;
+          std::memcpy(&quad, qa[i] + 4 * kq, 4);
+          __m256i av = _mm256_set1_epi32(quad);
+#pragma GCC unroll 4
+          for (int j = 0; j < kV; ++j) {
+            s16[i][j] = _mm256_add_epi16(s16[i][j], _mm256_maddubs_epi16(w[j], av));
+            XRT_KEEP_IN_REGISTER(s16[i][j]);
+          }
+        }
+      }
+      // The group's dots into the accumulators, in the contract's order
+      // (the same f32 operations as GroupAvx2 and DotPortable); row-major,
+      // so that one row's broadcasts are live at a time.
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m256 da = _mm256_set1_ps(d[i][blk]);
+        const int32_t qsum = sum16[i][2 * blk] + sum16[i][2 * blk + 1];
+#pragma GCC unroll 4
+        for (int j = 0; j < kV; ++j) {
+          const int b = (kPasses == 1 ? j / 2 : h) + 2 * (j % 2);
+          const __m256 dw = packed_simd::Halves8(grp + 16 * b);
+          __m256i isum = _mm256_madd_epi16(s16[i][j], ones);
+          if constexpr (F == WeightFormat::kQ4_0) {
+            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * qsum));
+          }
+          float* out = acc + i * kPackNR + 8 * b;
+          __m256 v = _mm256_load_ps(out);
+          v = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum), v);
+          if constexpr (F == WeightFormat::kQ4_1) {
+            const __m256 mw = packed_simd::Halves8(grp + 64 + 16 * b);
+            v = _mm256_fmadd_ps(_mm256_mul_ps(mw, da), _mm256_set1_ps(static_cast<float>(qsum)), v);
+          }
+          _mm256_store_ps(out, v);
+        }
+      }
+    }
+  }
+  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
+  const float* bias = a.bias ? a.bias + col0 : nullptr;
+  for (int i = 0; i < R; ++i) {
+    __m256 v[4];
+    for (int b = 0; b < 4; ++b) v[b] = _mm256_load_ps(acc + i * kPackNR + 8 * b);
+    packed_simd::StoreRow32Avx2(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols, v);
+  }
+}
+
 // R rows (i0 ..) of one panel over the whole of K. One row decodes all four
 // column vectors of a quad at once; R > 1 rows share each decoded half
 // (16 registers hold R x 2 int16 sums, not R x 4).
@@ -943,9 +1064,17 @@ struct Avx512Panels {
   template <WeightFormat F, int R>
   static constexpr PanelFn kFn = &PanelRowsAvx512<F, R>;
 };
+template <WeightFormat F, int R>
+constexpr PanelFn Avx2PanelFn() {
+  if constexpr (F == WeightFormat::kQ4_0 || F == WeightFormat::kQ4_1) {
+    return &QuadGroupRowsAvx2<F, R>;
+  } else {
+    return &PanelRowsAvx2<F, R>;
+  }
+}
 struct Avx2Panels {
   template <WeightFormat F, int R>
-  static constexpr PanelFn kFn = &PanelRowsAvx2<F, R>;
+  static constexpr PanelFn kFn = Avx2PanelFn<F, R>();
 };
 
 template <class Panels, WeightFormat F>

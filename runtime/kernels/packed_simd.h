@@ -48,8 +48,14 @@ XRT_TARGET_AVX2 inline void StoreRow32Avx2(float* c, const float* bias, bool acc
   for (int b = 0; b < 4; ++b) {
     const int n = std::min(8, cols - 8 * b);
     if (n <= 0) break;
-    const __m256i mask = TailMask8(n);
     __m256 v = acc[b];
+    if (n == 8) {  // vmaskmovps stores are microcoded on AMD: plain ones where they can be
+      if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + 8 * b));
+      if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(c + 8 * b), v);
+      _mm256_storeu_ps(c + 8 * b, v);
+      continue;
+    }
+    const __m256i mask = TailMask8(n);
     if (bias) v = _mm256_add_ps(v, _mm256_maskload_ps(bias + 8 * b, mask));
     if (accumulate) v = _mm256_add_ps(_mm256_maskload_ps(c + 8 * b, mask), v);
     _mm256_maskstore_ps(c + 8 * b, mask, v);

@@ -29,6 +29,7 @@
 #define XRT_TARGET_AVX2
 #define XRT_TARGET_AVX512
 #define XRT_KEEP_IN_REGISTER(v) ((void)0)
+#define XRT_OPAQUE_POINTER(p) ((void)0)
 #else
 #include <immintrin.h>
 #define XRT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -38,6 +39,11 @@
 // Used where GCC would reassociate a chain of integer adds into a tree that
 // keeps every partial product live (and spills them).
 #define XRT_KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
+// An empty volatile asm that claims to rewrite pointer `p`: loads through p
+// after it are not the same expression as loads before it, so the compiler
+// cannot keep an earlier pass's loaded (and computed) values for a later pass
+// in registers it does not have, spilling them, where reloading costs less.
+#define XRT_OPAQUE_POINTER(p) __asm__ volatile("" : "+r"(p))
 #endif
 
 #include <algorithm>

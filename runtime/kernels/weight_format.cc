@@ -475,10 +475,10 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
       std::memcpy(group + 2 * j, b, 2);
       if (f == WeightFormat::kQ4_1) std::memcpy(group + 64 + 2 * j, b + 2, 2);
       const uint8_t* qs = b + scalars;
-      const int byte = j % 16, shift = j < 16 ? 0 : 4;
+      const int shift = j < 16 ? 0 : 4;
       for (int kk = 0; kk < kQuantGroup; ++kk) {
         const uint8_t q = (kk < 16 ? qs[kk] : qs[kk - 16] >> 4) & 0x0f;
-        quants[kk * 16 + byte] |= static_cast<uint8_t>(q << shift);
+        quants[QuadNibbleByte(kk, j)] |= static_cast<uint8_t>(q << shift);
       }
     }
   }
@@ -523,9 +523,10 @@ void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, in
       for (int j = 0; j < kPackNR; ++j) dst[j] = scale[j] * static_cast<int8_t>(q[j]);
       continue;
     }
-    const uint8_t* q = group + QuantGroupQuantsOffset(f) + kk * 16;
+    const uint8_t* q = group + QuantGroupQuantsOffset(f);
     for (int j = 0; j < kPackNR; ++j) {
-      const float v = static_cast<float>(j < 16 ? q[j] & 0x0f : q[j - 16] >> 4);
+      const uint8_t byte = q[QuadNibbleByte(kk, j)];
+      const float v = static_cast<float>(j < 16 ? byte & 0x0f : byte >> 4);
       dst[j] = f == WeightFormat::kQ4_0 ? scale[j] * (v - 8.0f) : std::fma(scale[j], v, min[j]);
     }
   }

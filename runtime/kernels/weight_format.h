@@ -15,12 +15,17 @@
 //       scale  uint16_t [32]   f16 bits, one per column
 //       min    uint16_t [32]   f16 bits, one per column      (q4_1 only)
 //       quants [32 k-rows]:    q8_0: int8_t [32] per k-row (column j at byte j)
-//                              q4_0, q4_1: uint8_t [16] per k-row, byte j holds
-//                              column j in its low nibble, column j+16 in its
-//                              high nibble
+//                              q4_0, q4_1: uint8_t [64] per quad of k-rows
+//                              4q .. 4q+3, byte 4j + t holds column j at k-row
+//                              4q + t in its low nibble and column j + 16 in
+//                              its high nibble (QuadNibbleByte)
 //   Group sizes: q8_0 64 + 1024 = 1088 bytes, q4_0 64 + 512 = 576, q4_1 128 +
 //   512 = 640 (all multiples of 64, so with a 64-byte aligned base every group
 //   and every k-row block of a group is cache-line aligned).
+//   The q4 quads (format 1.10; 1.0-1.9 stored a k-row's 16 bytes together)
+//   are the operand order of the int8 kernels: one load and a mask give a
+//   vector of 4-k-row column dots for vpmaddubsw against four activation bytes
+//   broadcast per dword, with no shuffle of either operand.
 //
 // Values (every format dequantizes to an exact f32 value, computed the same
 // way by every path, so that the result of a matmul on a packed weight is
@@ -38,7 +43,8 @@
 // each super-block of a panel is (offsets in bytes, column j at index j)
 //   q4_k (4608 bytes): d uint16_t[32] @0, dmin uint16_t[32] @64 (f16 bits),
 //       scale_lo uint8_t[8][32] @128, scale_hi uint8_t[4][32] @384,
-//       qs [256 k-rows][16] @512 (4-bit quants, nibbles as q4_0)
+//       qs [256 k-rows][16] @512 (4-bit quants; byte j holds column j
+//       in its low nibble, column j + 16 in its high nibble)
 //   q5_k (5632 bytes): as q4_k up to @512, then qh uint8_t[128][8] @512
 //       (byte c of k-row pair p holds bit 4 of column 8f + c's quant at
 //       k-row 2p + e in its bit 4e + f, f = 0..3, e = 0, 1), qs [256][16]
@@ -46,7 +52,7 @@
 //   q6_k (6720 bytes): d uint16_t[32] @0, scales int8_t[16][32] @64,
 //       qh uint8_t[256][8] @576 (byte c of k-row kk holds bits 4-5 of column
 //       8f + c's quant in its bits 2f, 2f + 1, f = 0..3), ql [256][16] @2624
-//       (low 4 bits, nibbles as q4_0).
+//       (low 4 bits, nibbles as q4_k's).
 //   The high bits of q5_k / q6_k sit at the byte of the column's 8-column
 //   group, as fields (formats 1.8 / 1.9; 1.5-1.7 had one bit plane per bit,
 //   bit j = column j) so that AVX2 adds them with a shift and a mask per
@@ -79,13 +85,14 @@ enum class WeightFormat : uint8_t {
   kF16 = 1,
   kBF16 = 2,
   kQ8_0 = 6,
-  kQ4_0 = 7,
-  kQ4_1 = 8,
+  // 7 and 8 were q4_0 / q4_1 with a k-row's quants together (formats 1.4-1.9).
   kQ4_K = 9,
   // 10 was q5_k with a bit-plane high bit (artifact formats 1.5-1.8).
   kQ5_K = 13,
   // 11 was q6_k with bit-plane high bits (artifact formats 1.5-1.7).
   kQ6_K = 12,
+  kQ4_0 = 14,
+  kQ4_1 = 15,
 };
 
 // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k".
@@ -183,6 +190,10 @@ constexpr int64_t QuantGroupBytes(WeightFormat f) {
 constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
   return f == WeightFormat::kQ4_1 ? 128 : 64;
 }
+
+// q4_0 / q4_1: the byte of a group's quants that holds column j (0..31) at
+// k-row kk (0..31), in its low nibble for j < 16, its high nibble for j >= 16.
+constexpr int QuadNibbleByte(int kk, int j) { return 64 * (kk / 4) + 4 * (j % 16) + kk % 4; }
 
 // K-quants, portable reads of a panel's super-block `sb` (the layout above):
 // the quant of column j at k-row kk (0..255; 0..15 / 0..31 / 0..63), and the

@@ -300,20 +300,24 @@ TEST(WeightFormatTest, LayoutBytes) {
 
   std::vector<uint8_t> q41(PackedWeightBytes(WeightFormat::kQ4_1, n, k), 0xEE);
   PackWeightsFromBlocks(WeightFormat::kQ4_1, rows_q41.data(), n, k, 40, q41.data());
-  // Panel 0, group 1: scale (col 20) at 40, min at 64 + 40; k-row 3 byte 4
-  // holds column 4 (low: value 3 of row 4, i.e. qs[3] & 15 = 3) and column
-  // 20 (high: value 3 of row 20 = 3); k-row 17 takes high nibbles: qs[1] >> 4 = row & 15.
+  // Panel 0, group 1: scale (col 20) at 40, min at 64 + 40. The quants are
+  // quads of 4 k-rows, 64 bytes each, byte 4j + t = column j (low nibble) and
+  // j + 16 (high) at k-row t of the quad. k-row 3 (quad 0, byte 4 * 4 + 3)
+  // holds column 4 (value 3 of row 4, i.e. qs[3] & 15 = 3) and column 20
+  // (value 3 of row 20 = 3); k-row 17 (quad 4, byte 4 * 4 + 1) takes high
+  // nibbles: qs[1] >> 4 = row & 15.
   const uint8_t* p = q41.data() + 640;
   EXPECT_EQ(p[40], 20);
   EXPECT_EQ(p[41], 0x3c);
   EXPECT_EQ(p[64 + 40], 1);
   EXPECT_EQ(p[64 + 41], 20);
-  EXPECT_EQ(p[128 + 3 * 16 + 4], 0x33);
-  EXPECT_EQ(p[128 + 17 * 16 + 4], (4 & 15) | ((20 & 15) << 4));
-  // Panel 1 has only column 0 (row 32): k-row 3 byte 0 is its value 3 in the
-  // low nibble and padding (column 16) in the high one; byte 1 is padding.
-  EXPECT_EQ(q41[2 * 640 + 128 + 3 * 16], 3);
-  EXPECT_EQ(q41[2 * 640 + 128 + 3 * 16 + 1], 0);
+  EXPECT_EQ(p[128 + 19], 0x33);
+  EXPECT_EQ(p[128 + 4 * 64 + 17], (4 & 15) | ((20 & 15) << 4));
+  // Panel 1 has only column 0 (row 32): k-row 3 (byte 3) is its value 3 in
+  // the low nibble and padding (column 16) in the high one; column 1's byte
+  // (7) is padding.
+  EXPECT_EQ(q41[2 * 640 + 128 + 3], 3);
+  EXPECT_EQ(q41[2 * 640 + 128 + 7], 0);
   EXPECT_EQ(q41[2 * 640 + 2], 0);  // scale of column 1
 
   std::vector<uint8_t> bf(PackedWeightBytes(WeightFormat::kBF16, n, 3), 0xEE);

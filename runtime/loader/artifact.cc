@@ -234,12 +234,31 @@ Status ValidateWeight(const xpk::Manifest& m, uint32_t i) {
     return DataLossError("{}: shape missing", label);
   }
   if (!ElementsAligned(w->shape())) return DataLossError("{}: shape vector is misaligned", label);
-  if (w->dtype() == xpk::DType::q5_k_bit_planes || w->dtype() == xpk::DType::q6_k_bit_planes) {
-    const bool five = w->dtype() == xpk::DType::q5_k_bit_planes;
-    return DataLossError(
-        "{}: {} weight in the layout of artifact formats 1.5-{} (high bits as bit planes), "
-        "which this runtime no longer reads: recompile the artifact with this xcc",
-        label, five ? "q5_k" : "q6_k", five ? "1.8" : "1.7");
+  // Layouts of earlier formats, renumbered when they changed.
+  struct Retired {
+    xpk::DType dtype;
+    const char* what;  // "<format> weight in the layout of artifact formats <versions> (...)"
+  };
+  static constexpr Retired kRetired[] = {
+      {xpk::DType::q5_k_bit_planes,
+       "q5_k weight in the layout of artifact formats 1.5-1.8 "
+       "(high bits as bit planes)"},
+      {xpk::DType::q6_k_bit_planes,
+       "q6_k weight in the layout of artifact formats 1.5-1.7 "
+       "(high bits as bit planes)"},
+      {xpk::DType::q4_0_k_rows,
+       "q4_0 weight in the layout of artifact formats 1.4-1.9 "
+       "(quants by k-row, not quads)"},
+      {xpk::DType::q4_1_k_rows,
+       "q4_1 weight in the layout of artifact formats 1.4-1.9 "
+       "(quants by k-row, not quads)"},
+  };
+  for (const Retired& r : kRetired) {
+    if (w->dtype() == r.dtype) {
+      return DataLossError(
+          "{}: {}, which this runtime no longer reads: recompile the artifact with this xcc", label,
+          r.what);
+    }
   }
   uint64_t expected = 0;
   switch (w->layout()) {
@@ -673,6 +692,8 @@ uint64_t DTypeSize(xpk::DType dtype) {
     case xpk::DType::q5_k_bit_planes:
     case xpk::DType::q6_k_bit_planes:
     case xpk::DType::q6_k:
+    case xpk::DType::q4_0_k_rows:
+    case xpk::DType::q4_1_k_rows:
       return 0;
   }
   return 0;
@@ -715,6 +736,8 @@ bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
       return true;
     case xpk::DType::q5_k_bit_planes:
     case xpk::DType::q6_k_bit_planes:
+    case xpk::DType::q4_0_k_rows:
+    case xpk::DType::q4_1_k_rows:
     case xpk::DType::i32:
     case xpk::DType::i64:
     case xpk::DType::u8:

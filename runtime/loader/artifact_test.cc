@@ -869,8 +869,9 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
     EXPECT_EQ(LoadError(bad), "model.xpk: weight 1 'lm_head.weight': " + name +
                                   " weight has K = 16, not a multiple of its block size 256");
   }
-  // q5_k / q6_k in the bit-plane layouts of formats 1.5-1.8 / 1.5-1.7: named,
-  // with what to do, whichever weight and layout.
+  // q5_k / q6_k in the bit-plane layouts of formats 1.5-1.8 / 1.5-1.7 and
+  // q4_0 / q4_1 by k-row (1.4-1.9): named, with what to do, whichever weight
+  // and layout.
   struct Retired {
     xpk::DType dtype;
     int weight;
@@ -884,7 +885,15 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
         Retired{xpk::DType::q6_k_bit_planes, 1,
                 "model.xpk: weight 1 'lm_head.weight': q6_k weight in the layout of artifact "
                 "formats 1.5-1.7 (high bits as bit planes), which this runtime no longer "
-                "reads: recompile the artifact with this xcc"}}) {
+                "reads: recompile the artifact with this xcc"},
+        Retired{xpk::DType::q4_0_k_rows, 1,
+                "model.xpk: weight 1 'lm_head.weight': q4_0 weight in the layout of artifact "
+                "formats 1.4-1.9 (quants by k-row, not quads), which this runtime no longer "
+                "reads: recompile the artifact with this xcc"},
+        Retired{xpk::DType::q4_1_k_rows, 0,
+                "model.xpk: weight 0 'model.embed_tokens.weight': q4_1 weight in the layout "
+                "of artifact formats 1.4-1.9 (quants by k-row, not quads), which this runtime "
+                "no longer reads: recompile the artifact with this xcc"}}) {
     bad = bytes;
     w = ManifestOf(bad)->weights()->Get(r.weight);
     Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(r.dtype));
