@@ -1049,8 +1049,8 @@ void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
     case WeightFormat::kF32:
       return;
   }
-  const bool quads = args.w_format == WeightFormat::kQ4_0 || args.w_format == WeightFormat::kQ4_1;
-  RunGemvUnits(args, pool, args.a, args.lda, quads ? 1 : 2, kernel_for_count);
+  RunGemvUnits(args, pool, args.a, args.lda, HasQuadNibbles(args.w_format) ? 1 : 2,
+               kernel_for_count);
 }
 
 #endif  // __x86_64__

@@ -191,6 +191,11 @@ constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
   return f == WeightFormat::kQ4_1 ? 128 : 64;
 }
 
+// True for the formats whose quants are stored as quads (q4_0, q4_1).
+constexpr bool HasQuadNibbles(WeightFormat f) {
+  return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
+}
+
 // q4_0 / q4_1: the byte of a group's quants that holds column j (0..31) at
 // k-row kk (0..31), in its low nibble for j < 16, its high nibble for j >= 16.
 constexpr int QuadNibbleByte(int kk, int j) { return 64 * (kk / 4) + 4 * (j % 16) + kk % 4; }
