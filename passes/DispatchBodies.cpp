@@ -234,16 +234,23 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   const int64_t sbBytes = xrt::SuperBlockBytes(format);
   const int subRows = xrt::KSubBlockRows(format);
   const int64_t lowAt = xrt::KLowQuantsOffset(format);
-  // Per lane: byte lane % 16 of a k-row's low nibbles (high nibble for lanes
-  // >= 16); byte lane % 8 of the high bits: q5_k bit 4 (row % 2) + lane / 8
-  // of a k-row pair's bytes, q6_k bits 2 (lane / 8) and up of a k-row's.
-  Value nibbleByte = idxRem(e, lane, 16);
+  // Per lane (column j), the layout's terms that do not depend on the k-row
+  // (weight_format.h): the low nibble at byte 64 (kk / 4) + 4 (j % 16) +
+  // kk % 4 (xrt::QuadNibbleByte), high for j >= 16; q5_k's bit 4 at byte
+  // 16 (kk / 4) + 4 (j % 4) + kk % 4, bit xrt::K5HighBit(j); q6_k's field at
+  // byte 32 (kk / 4) + 4 (j % 8) + kk % 4, shift xrt::K6HighShift(j).
+  Value nibbleByte = idxMul(e, idxRem(e, lane, 16), 4);
   Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, lane,
                                        e.index(16));
   Value nibbleShift = b.create<arith::SelectOp>(loc, high, i8c(4), i8c(0));
-  Value fieldByte = idxRem(e, lane, 8);
+  Value fieldByte = idxMul(e, idxRem(e, lane, five ? 4 : 8), 4);
+  Value sub16 = idxDiv(e, idxRem(e, lane, 16), 8), upper = idxDiv(e, lane, 16);
+  Value fieldIndex = idxAdd(e, idxMul(e, sub16, 2), upper); // 2h + n
   Value fieldShift = b.create<arith::IndexCastOp>(
-      loc, b.getI8Type(), idxMul(e, idxDiv(e, lane, 8), 2));
+      loc, b.getI8Type(),
+      five ? idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 8), 4), 4),
+                    fieldIndex)
+           : idxMul(e, fieldIndex, 2));
   e.loop(0, cols / xrt::kSuperBlock, [&](Value sb) {
     Value base = idxAdd(e, panelBase, idxMul(e, sb, sbBytes));
     Value half = idxDiv(e, base, 2);
@@ -272,27 +279,28 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
       }
       e.loop(0, subRows, [&](Value kk) {
         Value row = idxAdd(e, kk, e.index(s * subRows));
-        Value rowBase = idxAdd(e, base, idxMul(e, row, 16));
+        // The k-row's quad and its row in the quad.
+        Value quad = idxDiv(e, row, 4), inQuad = idxRem(e, row, 4);
+        Value rowBase = idxAdd(e, idxAdd(e, base, idxMul(e, quad, 64)), inQuad);
         Value q = band(
             shr(at(idxAdd(e, rowBase, nibbleByte), lowAt), nibbleShift), 15);
+        Value highBase =
+            idxAdd(e, idxAdd(e, base, idxMul(e, quad, six ? 32 : 16)), inQuad);
         Value x;
         if (six) {
-          Value fields =
-              idxAdd(e, idxAdd(e, base, idxMul(e, row, 8)), fieldByte);
-          q = bor(
-              q,
-              shl(band(shr(at(fields, xrt::kK6HighOffset), fieldShift), 3), 4));
+          q = bor(q, shl(band(shr(at(idxAdd(e, highBase, fieldByte),
+                                     xrt::kK6HighOffset),
+                                  fieldShift),
+                              3),
+                         4));
           x = e.mul(mul, e.sub(toF32(q), e.f32(32.0f)));
         } else {
-          if (five) {
-            Value bits = idxAdd(
-                e, idxAdd(e, base, idxMul(e, idxDiv(e, row, 2), 8)), fieldByte);
-            Value bitShift = b.create<arith::IndexCastOp>(
-                loc, b.getI8Type(),
-                idxAdd(e, idxMul(e, idxRem(e, row, 2), 4), idxDiv(e, lane, 8)));
-            q = bor(q, shl(band(shr(at(bits, xrt::kK5HighOffset), bitShift), 1),
+          if (five)
+            q = bor(q, shl(band(shr(at(idxAdd(e, highBase, fieldByte),
+                                       xrt::kK5HighOffset),
+                                    fieldShift),
+                                1),
                            4));
-          }
           x = e.sub(e.mul(mul, toF32(q)), sub);
         }
         e.store(x, out, {r, idxAdd(e, col0, row)});

@@ -211,18 +211,11 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
 // Decoding packed panel rows to f32 (DequantizePanelRows, same values: see
 // the AVX-512 decoder below for why each fma rounds as the portable one):
 // a k-row's 32 columns as four vectors of 8, c = 0..3 holding columns
-// 8c .. 8c+7. In the K-quants' nibble layout byte j holds column j (low
-// nibble) and column j + 16 (high), so c = 0, 1 are the low nibbles of bytes
-// 0-7 / 8-15 and c = 2, 3 the high ones; q4_0 / q4_1 hold them in quads
-// (QuadNibbleByte), the same columns at bytes 4j + t.
+// 8c .. 8c+7. The nibble formats (q4_0, q4_1, the K-quants' low bits) hold
+// them in quads (QuadNibbleByte): c = 0, 1 are the low nibbles of the quad's
+// halves 0 / 1 and c = 2, 3 their high ones, a k-row's bytes at 4m + t.
 
-// Quants of columns 8c .. 8c+7 of a nibble k-row at `row` (16 bytes).
-XRT_TARGET_AVX2 inline __m256i Nibbles8(const uint8_t* row, int c) {
-  const __m256i x = U8x8(row + 8 * (c % 2));
-  return c < 2 ? _mm256_and_si256(x, _mm256_set1_epi32(15)) : _mm256_srli_epi32(x, 4);
-}
-
-// Per 16-byte lane of a q4 quad (QuadNibbleByte), [t]: the vpshufb control
+// Per 16-byte lane of a quad (QuadNibbleByte), [t]: the vpshufb control
 // that zero-extends the four bytes of k-row t (bytes 4m + t) to dwords m,
 // columns 4m (low nibbles) and 4m + 16 (high) of the lane's four; twice, for
 // both lanes of a ymm.
@@ -234,13 +227,15 @@ alignas(32) inline constexpr int8_t kQuadRowSpread[4][32] = {
 #undef XRT_SPREAD2
 #undef XRT_SPREAD
 
-// Columns 8c .. 8c+7 of k-row kk of the q4 quads at q, as dwords.
+XRT_TARGET_AVX2 inline __m256i QuadRowSpreadAvx2(int kk) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kQuadRowSpread[kk % 4]));
+}
+
+// Columns 8c .. 8c+7 of k-row kk of the quads at q, as dwords.
 XRT_TARGET_AVX2 inline __m256i QuadNibbles8(const uint8_t* q, int kk, int c) {
-  const __m256i spread =
-      _mm256_load_si256(reinterpret_cast<const __m256i*>(kQuadRowSpread[kk % 4]));
   const __m256i x = _mm256_shuffle_epi8(
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * (kk / 4) + 32 * (c % 2))),
-      spread);
+      QuadRowSpreadAvx2(kk));
   return c < 2 ? _mm256_and_si256(x, _mm256_set1_epi32(15)) : _mm256_srli_epi32(x, 4);
 }
 
@@ -294,23 +289,33 @@ XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* q, int kk, const _
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m256* mul,
                                            const __m256* add, __m256* w) {
-  // The k-row's 8 bytes of high bits, byte j in lane j: q6_k's 2-bit fields;
-  // q5_k's bytes of the k-row pair, shifted so that bit c is the k-row's.
+  // The k-row's bytes of high bits, dword m of vector c from the byte of
+  // column 8c + m (K5HighByte / K6HighByte: the quad's bytes 4m + t, spread
+  // like the nibbles). Vector c = h + 2n (half h, nibble n of the quad)
+  // takes q5_k's bit 4L + 2h + n in lane L (lane 1 shifted down by 4 here),
+  // q6_k's field 2h + n.
   __m256i fields = _mm256_setzero_si256();
   if constexpr (F == WeightFormat::kQ5_K) {
-    fields =
-        _mm256_srl_epi32(U8x8(sb + kK5HighOffset + kk / 2 * 8), _mm_cvtsi32_si128(4 * (kk % 2)));
+    const __m256i bytes = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kK5HighOffset + 16 * (kk / 4))));
+    fields = _mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, QuadRowSpreadAvx2(kk)),
+                               _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
   }
-  if constexpr (F == WeightFormat::kQ6_K) fields = U8x8(sb + kK6HighOffset + kk * 8);
+  if constexpr (F == WeightFormat::kQ6_K) {
+    fields = _mm256_shuffle_epi8(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kK6HighOffset + 32 * (kk / 4))),
+        QuadRowSpreadAvx2(kk));
+  }
   for (int c = 0; c < 4; ++c) {
-    __m256i q = Nibbles8(sb + KLowQuantsOffset(F) + kk * 16, c);
-    if constexpr (F == WeightFormat::kQ5_K) {  // bit c to bit 4
+    __m256i q = QuadNibbles8(sb + KLowQuantsOffset(F), kk, c);
+    const int f = 2 * (c % 2) + c / 2;         // 2h + n
+    if constexpr (F == WeightFormat::kQ5_K) {  // bit f to bit 4
       q = _mm256_add_epi32(
-          q, _mm256_and_si256(_mm256_slli_epi32(fields, 4 - c), _mm256_set1_epi32(16)));
+          q, _mm256_and_si256(_mm256_slli_epi32(fields, 4 - f), _mm256_set1_epi32(16)));
     }
-    if constexpr (F == WeightFormat::kQ6_K) {  // field c (bits 2c, 2c + 1) to bits 4, 5
+    if constexpr (F == WeightFormat::kQ6_K) {  // field f (bits 2f, 2f + 1) to bits 4, 5
       const __m256i at4 =
-          c < 2 ? _mm256_slli_epi32(fields, 4 - 2 * c) : _mm256_srli_epi32(fields, 2 * c - 4);
+          f < 2 ? _mm256_slli_epi32(fields, 4 - 2 * f) : _mm256_srli_epi32(fields, 2 * f - 4);
       q = _mm256_add_epi32(q, _mm256_and_si256(at4, _mm256_set1_epi32(48)));
     }
     w[c] = _mm256_fmadd_ps(mul[c], _mm256_cvtepi32_ps(q), add[c]);
@@ -513,6 +518,20 @@ XRT_TARGET_AVX512 inline GroupScales LoadGroupScales(const uint8_t* group) {
   return g;
 }
 
+// The vpshufb control of kQuadRowSpread[kk % 4] in every 128-bit lane.
+XRT_TARGET_AVX512 inline __m512i QuadRowSpread(int kk) {
+  return _mm512_broadcast_i32x4(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(kQuadRowSpread[kk % 4])));
+}
+
+// k-row kk of the quads at q (QuadNibbleByte), columns 0-15 in *lo and 16-31
+// in *hi as dwords.
+XRT_TARGET_AVX512 inline void QuadNibbles16(const uint8_t* q, int kk, __m512i* lo, __m512i* hi) {
+  const __m512i x = _mm512_shuffle_epi8(_mm512_loadu_si512(q + 64 * (kk / 4)), QuadRowSpread(kk));
+  *lo = _mm512_and_si512(x, _mm512_set1_epi32(15));
+  *hi = _mm512_srli_epi32(x, 4);
+}
+
 // k-row `kk` (0..31) of a group whose quants start at `q`.
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* q, int kk, const GroupScales& g,
@@ -525,12 +544,8 @@ XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* q, int kk, const Gro
     *w0 = _mm512_mul_ps(g.s0, _mm512_cvtepi32_ps(q0));
     *w1 = _mm512_mul_ps(g.s1, _mm512_cvtepi32_ps(q1));
   } else {
-    // The k-row's bytes of the quad (QuadNibbleByte), byte j to dword j.
-    const __m512i spread = _mm512_broadcast_i32x4(
-        _mm_load_si128(reinterpret_cast<const __m128i*>(kQuadRowSpread[kk % 4])));
-    const __m512i x = _mm512_shuffle_epi8(_mm512_loadu_si512(q + 64 * (kk / 4)), spread);
-    const __m512i lo = _mm512_and_si512(x, _mm512_set1_epi32(0x0f));
-    const __m512i hi = _mm512_srli_epi32(x, 4);
+    __m512i lo, hi;
+    QuadNibbles16(q, kk, &lo, &hi);
     *w0 = _mm512_fmadd_ps(g.s0, _mm512_cvtepi32_ps(lo), g.m0);
     *w1 = _mm512_fmadd_ps(g.s1, _mm512_cvtepi32_ps(hi), g.m1);
   }
@@ -560,10 +575,6 @@ XRT_TARGET_AVX512 inline void Decode16BitRow(const uint8_t* panel, int64_t k, __
 struct KFactors {
   __m512 mul0, mul1, add0, add1;
 };
-
-XRT_TARGET_AVX512 inline __m512i LoadU8x16(const uint8_t* p) {
-  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
 // Sub-block `s` of the super-block at `sb`.
 template <WeightFormat F>
@@ -605,41 +616,35 @@ XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFactors& k, __m512* w0,
                                          __m512* w1) {
-  const __m512i x = LoadU8x16(sb + KLowQuantsOffset(F) + kk * 16);
-  __m512i q0 = _mm512_and_si512(x, _mm512_set1_epi32(15));
-  __m512i q1 = _mm512_srli_epi32(x, 4);
-  if constexpr (F == WeightFormat::kQ4_K) {
-    *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
-    *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
-  } else if constexpr (F == WeightFormat::kQ5_K) {
-    // The k-row pair's 8 bytes twice (byte j % 8 in lane j), shifted so that
-    // bit f is the k-row's: columns 0-7 / 8-15 / 16-23 / 24-31 take bit
-    // 0 / 1 / 2 / 3 to bit 4.
-    int64_t bytes8;
-    std::memcpy(&bytes8, sb + kK5HighOffset + kk / 2 * 8, 8);
-    const __m512i bits = _mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_set1_epi64x(bytes8)),
-                                          _mm_cvtsi32_si128(4 * (kk % 2)));
-    const __m512i to4_lo = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m512i to4_hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512i q0, q1;
+  QuadNibbles16(sb + KLowQuantsOffset(F), kk, &q0, &q1);
+  const __m512i spread = QuadRowSpread(kk);
+  // The high bits of dword m of lane l (column 4l + m, + 16 for q1) from the
+  // same bytes of the quad's high bits (K5HighByte / K6HighByte), spread as
+  // the nibbles; lane l = 2h + L holds half h's lane L.
+  if constexpr (F == WeightFormat::kQ5_K) {
+    // Bit 4L + 2h + n: shifted down by 4L + 2h per lane, n = 0 for q0.
+    const __m512i bytes = _mm512_broadcast_i32x4(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kK5HighOffset + 16 * (kk / 4))));
+    const __m512i bits =
+        _mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, spread),
+                          _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6));
     const __m512i sixteen = _mm512_set1_epi32(16);
-    q0 = _mm512_add_epi32(q0, _mm512_and_si512(_mm512_sllv_epi32(bits, to4_lo), sixteen));
-    q1 = _mm512_add_epi32(q1, _mm512_and_si512(_mm512_sllv_epi32(bits, to4_hi), sixteen));
-    *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
-    *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
-  } else {
-    // The k-row's 8 bytes of 2-bit fields twice: byte j % 8 in lane j. Columns
-    // 0-7 / 8-15 / 16-23 / 24-31 take fields 0 / 1 / 2 / 3 to bits 4, 5.
-    int64_t fields8;
-    std::memcpy(&fields8, sb + kK6HighOffset + kk * 8, 8);
-    const __m512i fields = _mm512_cvtepu8_epi32(_mm_set1_epi64x(fields8));
-    const __m512i to4_lo = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2, 2, 2);
-    const __m512i to4_hi = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    q0 = _mm512_add_epi32(q0, _mm512_and_si512(_mm512_slli_epi32(bits, 4), sixteen));
+    q1 = _mm512_add_epi32(q1, _mm512_and_si512(_mm512_slli_epi32(bits, 3), sixteen));
+  } else if constexpr (F == WeightFormat::kQ6_K) {
+    // Field 2h + n at bits 2 (2h + n): shifted down by 4h per half.
+    const __m512i bytes = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kK6HighOffset + 32 * (kk / 4))));
+    const __m512i fields =
+        _mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, spread),
+                          _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4));
     const __m512i high = _mm512_set1_epi32(48);
-    q0 = _mm512_add_epi32(q0, _mm512_and_si512(_mm512_sllv_epi32(fields, to4_lo), high));
-    q1 = _mm512_add_epi32(q1, _mm512_and_si512(_mm512_srlv_epi32(fields, to4_hi), high));
-    *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
-    *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
+    q0 = _mm512_add_epi32(q0, _mm512_and_si512(_mm512_slli_epi32(fields, 4), high));
+    q1 = _mm512_add_epi32(q1, _mm512_and_si512(_mm512_slli_epi32(fields, 2), high));
   }
+  *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
+  *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
 }
 
 // DequantizePanelRows on AVX-512 (out is 64-byte aligned).
@@ -961,10 +966,14 @@ XRT_TARGET_AVX2 void GemvAvx2(const GemvArgs& g) {
           LoadKFactorsAvx2<F>(sb[p], s, mul[p], add[p]);
         }
         const float* a = g.a + blk * kSuperBlock + s * kSub;
-        for (int kk = 0; kk < kSub; ++kk) {
-          for (int p = 0; p < P; ++p) {
-            DecodeKRowAvx2<F>(sb[p], s * kSub + kk, mul[p], add[p], w[p]);
-            FmaRowAvx2(w[p], a[kk], acc[p]);
+        // By quads, k-row t of a quad unrolled (as below).
+        for (int kq = 0; kq < kSub; kq += 4) {
+#pragma GCC unroll 4
+          for (int t = 0; t < 4; ++t) {
+            for (int p = 0; p < P; ++p) {
+              DecodeKRowAvx2<F>(sb[p], s * kSub + kq + t, mul[p], add[p], w[p]);
+              FmaRowAvx2(w[p], a[kq + t], acc[p]);
+            }
           }
         }
       }
@@ -1018,7 +1027,8 @@ void GemvAvx2Kernels(GemvFn* kernel_for_count) {
 }
 
 // C = A·Wᵀ for one row of A on a non-f32 format in f32 compute: units of
-// two panels (eight fma chains).
+// two panels (eight fma chains), one for the nibble formats (quads: two
+// panels' factors and accumulators spill, measured 4-13% slower).
 void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
   GemvFn kernel_for_count[3] = {nullptr, nullptr, nullptr};
   switch (args.w_format) {

@@ -250,17 +250,8 @@ XRT_TARGET_AVX2 void SumQuantsAvx2(const int8_t* q, int64_t k, int32_t* sum16) {
 // Four k-rows as "quads": byte 4c + t of 128-bit lane L holds column 4L + c
 // at k-row t, so vpmaddubsw + vpmaddwd against four activation bytes
 // broadcast per dword give each column's 4-term dot product in its dword.
-// From four 16-byte k-rows at `rows` (nibble layout: byte j = column j low,
-// column j + 16 high): lo = columns 0-15, hi = columns 16-31.
-XRT_TARGET_AVX512 inline void NibbleQuads(const uint8_t* rows, __m512i* lo, __m512i* hi) {
-  const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512i transpose = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
-  __m512i x = _mm512_permutexvar_epi32(gather, _mm512_loadu_si512(rows));
-  x = _mm512_shuffle_epi8(x, transpose);
-  const __m512i low4 = _mm512_set1_epi8(15);
-  *lo = _mm512_and_si512(x, low4);
-  *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
-}
+// The nibble formats are stored so (QuadNibbleByte: columns 0-15 in the low
+// nibbles, 16-31 in the high ones); q8_0's k-rows are shuffled into them.
 
 // Four 32-byte signed k-rows (q8_0) as quads.
 XRT_TARGET_AVX512 inline void ByteQuads(const uint8_t* rows, __m512i* lo, __m512i* hi) {
@@ -273,57 +264,45 @@ XRT_TARGET_AVX512 inline void ByteQuads(const uint8_t* rows, __m512i* lo, __m512
   *hi = _mm512_shuffle_epi8(_mm512_permutex2var_epi32(x, pick_hi, y), transpose);
 }
 
-// The weight quads of k-rows 4*kq .. 4*kq+3 of a group / super-block.
+// The weight quads of k-rows 4*kq .. 4*kq+3 of a group / super-block:
+// columns 0-15 in *lo, 16-31 in *hi.
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* lo, __m512i* hi) {
   if constexpr (F == WeightFormat::kQ8_0) {
     ByteQuads(blk + 64 + kq * 4 * kPackNR, lo, hi);
-  } else if constexpr (HasQuadNibbles(F)) {
-    // Stored as quads (QuadNibbleByte): columns 0-15 low, 16-31 high.
-    const __m512i x = _mm512_loadu_si512(blk + QuantGroupQuantsOffset(F) + kq * 64);
-    const __m512i low4 = _mm512_set1_epi8(15);
-    *lo = _mm512_and_si512(x, low4);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
-  } else {
-    NibbleQuads(blk + KLowQuantsOffset(F) + kq * 64, lo, hi);
-    if constexpr (F == WeightFormat::kQ4_K) {
-      return;
-    } else if constexpr (F == WeightFormat::kQ5_K) {
-      // The two k-row pairs' 8 bytes in quad order: byte 4c + t of lane L <-
-      // byte 4 (L % 2) + c of pair t / 2 (dword 2 (t / 2) + L % 2), whose bit
-      // 4 (t % 2) + f is column 8f + 4 (L % 2) + c's: f = L / 2 for *lo,
-      // 2 + L / 2 for *hi.
-      const __m512i x = _mm512_castsi128_si512(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16)));
-      const __m512i gather = _mm512_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3, 0, 0, 2, 2, 1, 1, 3, 3);
-      const __m512i transpose = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
-      const __m512i bits = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gather, x), transpose);
-      const int f0 = 0x10011001;  // bit 0 of even k-rows' bytes, bit 4 of odd ones'
-      const __m512i pick_lo =
-          _mm512_setr_epi32(f0, f0, f0, f0, f0, f0, f0, f0, f0 << 1, f0 << 1, f0 << 1, f0 << 1,
-                            f0 << 1, f0 << 1, f0 << 1, f0 << 1);
-      const __m512i pick_hi = _mm512_slli_epi32(pick_lo, 2);
-      const __m512i sixteen = _mm512_set1_epi8(16);
-      *lo = _mm512_mask_add_epi8(*lo, _mm512_test_epi8_mask(bits, pick_lo), *lo, sixteen);
-      *hi = _mm512_mask_add_epi8(*hi, _mm512_test_epi8_mask(bits, pick_hi), *hi, sixteen);
-    } else {
-      // The four k-rows' 8 bytes of 2-bit fields in quad order: byte 4c + t
-      // of lane L <- byte 4 (L % 2) + c of k-row t (dword 2t + L % 2), which
-      // holds column 4L + c's field L / 2 (*lo) and 16 + 4L + c's field
-      // 2 + L / 2 (*hi); shifts within each qword bring the field to bits 4, 5.
-      const __m512i x = _mm512_castsi256_si512(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32)));
-      const __m512i gather = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 0, 2, 4, 6, 1, 3, 5, 7);
-      const __m512i transpose = _mm512_set4_epi32(0x0f0b0703, 0x0e0a0602, 0x0d090501, 0x0c080400);
-      const __m512i fields = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gather, x), transpose);
-      const __m512i high = _mm512_set1_epi8(48);
-      const __m512i fields_lo =
-          _mm512_sllv_epi64(fields, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2));
-      const __m512i fields_hi =
-          _mm512_srlv_epi64(fields, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
-      *lo = _mm512_add_epi8(*lo, _mm512_and_si512(fields_lo, high));
-      *hi = _mm512_add_epi8(*hi, _mm512_and_si512(fields_hi, high));
-    }
+    return;
+  }
+  constexpr int64_t kNibbles = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
+  const __m512i x = _mm512_loadu_si512(blk + kNibbles + kq * 64);
+  const __m512i low4 = _mm512_set1_epi8(15);
+  *lo = _mm512_and_si512(x, low4);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+  // Lane l of the quad is lane L = l % 2 of its half h = l / 2; the high
+  // bits of its bytes are at the same bytes of the quad's 16 (q5_k, bit
+  // 4L + 2h + n for nibble n) or of its 32 bytes' half L (q6_k, the field at
+  // bits 4h + 2n) (K5HighBit, K6HighShift).
+  if constexpr (F == WeightFormat::kQ5_K) {
+    const __m512i bits = _mm512_broadcast_i32x4(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16)));
+    const __m512i pick_lo =
+        _mm512_setr_epi32(0x01010101, 0x01010101, 0x01010101, 0x01010101, 0x10101010, 0x10101010,
+                          0x10101010, 0x10101010, 0x04040404, 0x04040404, 0x04040404, 0x04040404,
+                          0x40404040, 0x40404040, 0x40404040, 0x40404040);
+    const __m512i pick_hi = _mm512_slli_epi32(pick_lo, 1);
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    *lo = _mm512_mask_add_epi8(*lo, _mm512_test_epi8_mask(bits, pick_lo), *lo, sixteen);
+    *hi = _mm512_mask_add_epi8(*hi, _mm512_test_epi8_mask(bits, pick_hi), *hi, sixteen);
+  } else if constexpr (F == WeightFormat::kQ6_K) {
+    const __m512i fields = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32)));
+    const __m512i high = _mm512_set1_epi8(48);
+    // Bits 4h + 2n to 4, 5 (shifts within each qword keep a byte's bits).
+    const __m512i fields_lo = _mm512_sllv_epi64(fields, _mm512_setr_epi64(4, 4, 4, 4, 0, 0, 0, 0));
+    const __m512i fields_hi =
+        _mm512_srlv_epi64(_mm512_sllv_epi64(fields, _mm512_setr_epi64(2, 2, 2, 2, 0, 0, 0, 0)),
+                          _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
+    *lo = _mm512_add_epi8(*lo, _mm512_and_si512(fields_lo, high));
+    *hi = _mm512_add_epi8(*hi, _mm512_and_si512(fields_hi, high));
   }
 }
 
@@ -553,12 +532,13 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 }
 
 // -------------------------------------------------------------------- AVX2 --
-// Two k-row pairs per vector: from the four k-rows t = 0..3 of a quad, lane 0
-// holds columns' (row 0, row 2) byte pairs and lane 1 their (row 1, row 3)
-// pairs, so one vpunpcklbw of [row0 | row1] and [row2 | row3] builds them
-// without crossing lanes; vpmaddubsw against activation pairs (a0, a2) /
-// (a1, a3) gives each column's partial dot in one int16 per lane, and the
-// two lanes are added after widening. Vector b holds columns 8b .. 8b+7.
+// q8_0 (the nibble formats are quads, below). Two k-row pairs per vector:
+// from the four k-rows t = 0..3 of a quad, lane 0 holds columns' (row 0,
+// row 2) byte pairs and lane 1 their (row 1, row 3) pairs, so one vpunpcklbw
+// of [row0 | row1] and [row2 | row3] builds them without crossing lanes;
+// vpmaddubsw against activation pairs (a0, a2) / (a1, a3) gives each
+// column's partial dot in one int16 per lane, and the two lanes are added
+// after widening. Vector b holds columns 8b .. 8b+7.
 
 // Activation pairs of quad `q` (4 bytes): (a0, a2) in lane 0, (a1, a3) in 1.
 XRT_TARGET_AVX2 inline __m256i ActivationPairs(const int8_t* q) {
@@ -567,13 +547,6 @@ XRT_TARGET_AVX2 inline __m256i ActivationPairs(const int8_t* q) {
   const __m256i pick = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2,  //
                                         1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3);
   return _mm256_shuffle_epi8(_mm256_set1_epi32(v), pick);
-}
-
-// Per lane, the bytes of its two qwords interleaved: byte 2c + e <- byte
-// 8e + c.
-XRT_TARGET_AVX2 inline __m256i InterleaveQwords() {
-  return _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
-                          0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 }
 
 // The column vectors decoded together: half H of the four (its vectors
@@ -586,7 +559,7 @@ constexpr int kVectors = H == kAllVectors ? 4 : 2;
 
 template <WeightFormat F>
 constexpr int VectorOf(int h, int j) {
-  return h == kAllVectors ? j : F == WeightFormat::kQ8_0 ? 2 * h + j : h + 2 * j;
+  return h == kAllVectors ? j : 2 * h + j;
 }
 
 // The pair vectors of quad kq of a group / super-block (see above), for the
@@ -609,39 +582,8 @@ XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i (&w)
                                           reinterpret_cast<const __m128i*>(r + 64 + 16 * H));
     w[0] = _mm256_unpacklo_epi8(a, c);
     w[1] = _mm256_unpackhi_epi8(a, c);
-  } else {  // K-quants: low nibbles are vector H, high nibbles vector H + 2
-    static_assert(IsKQuantFormat(F), "q4_0 / q4_1 are quads: QuadGroupRowsAvx2");
-    const uint8_t* r = blk + KLowQuantsOffset(F) + kq * 64;
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
-    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32));
-    const __m256i v = H == 0 ? _mm256_unpacklo_epi8(x, y) : _mm256_unpackhi_epi8(x, y);
-    const __m256i low4 = _mm256_set1_epi8(15);
-    w[0] = _mm256_and_si256(v, low4);
-    w[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-    if constexpr (F == WeightFormat::kQ5_K) {
-      // The two k-row pairs' 8 bytes in pair order: byte 2c + e of lane L <-
-      // byte c of pair e, whose bit 4L + b is column 8b + c's at k-row L + 2e;
-      // lane 0 shifted up by 4 to match lane 1, so vector b takes bit 4 + b.
-      const __m256i pairs = _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16)));
-      const __m256i bits = _mm256_sllv_epi32(_mm256_shuffle_epi8(pairs, InterleaveQwords()),
-                                             _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0));
-      const __m256i sixteen = _mm256_set1_epi8(16);
-      w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(_mm256_srli_epi16(bits, H), sixteen));
-      w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_srli_epi16(bits, H + 2), sixteen));
-    } else if constexpr (F == WeightFormat::kQ6_K) {
-      // The four k-rows' 8 bytes of 2-bit fields (qword t = k-row t) in pair
-      // order: lane L takes k-rows L and L + 2 (vpermq), byte 2c + e <- byte c
-      // of k-row L + 2e, which holds column 8b + c's field b for vector b
-      // (moved to bits 4, 5: up by 4 - 2b).
-      const __m256i rows =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32));
-      const __m256i fields = _mm256_shuffle_epi8(
-          _mm256_permute4x64_epi64(rows, _MM_SHUFFLE(3, 1, 2, 0)), InterleaveQwords());
-      const __m256i high = _mm256_set1_epi8(48);
-      w[0] = _mm256_add_epi8(w[0], _mm256_and_si256(_mm256_slli_epi16(fields, 4 - 2 * H), high));
-      w[1] = _mm256_add_epi8(w[1], _mm256_and_si256(_mm256_srli_epi16(fields, 2 * H), high));
-    }
+  } else {
+    static_assert(F == WeightFormat::kQ8_0, "the nibble formats are quads: QuadGroupRowsAvx2");
   }
 }
 
@@ -758,6 +700,13 @@ XRT_TARGET_AVX2 inline void AddScaledDotsAvx2(const uint8_t* blk, int kq0,
   }
 }
 
+// Prefetches a block (`bytes`, a multiple of 64) kPrefetchBytes ahead into L2.
+XRT_TARGET_AVX2 inline void PrefetchBlock(const uint8_t* blk, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + line, _MM_HINT_T1);
+  }
+}
+
 // R rows of quantized A: each row's quants, block scales and sums of
 // kSumRows quants.
 template <int R>
@@ -765,84 +714,11 @@ struct QuantRows {
   const int8_t* q[R];
   const float* d[R];
   const int32_t* sum16[R];
-  const int32_t* sub_sum_pairs[R];  // q4_k, q5_k
 };
 
-// The rows' dots with one super-block `blk` at sb, added to acc[row][vector]
+// The rows' dots with group `blk` of a q8_0 panel, added to acc[row][vector]
 // for the vectors H selects, in the contract's order (the same f32
 // operations as PanelRowsAvx512 and DotPortable).
-template <WeightFormat F, int H, int R>
-XRT_TARGET_AVX2 inline void KSuperBlockAvx2(const QuantRows<R>& rows, const uint8_t* sb,
-                                            const KScaleBytes& bytes, int64_t blk,
-                                            __m256 (&acc)[R][4]) {
-  constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub, kSubQuads = kSub / 4;
-  constexpr int kV = kVectors<H>;
-  const int8_t* qsb[R];
-  for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + blk * kSuperBlock;
-  // isum: sum over sub-blocks of scale * dot (q6_k: scale * (dot - 32 *
-  // the quants' sum)); imin: of min * the quants' sum.
-  __m256i isum[R][kV], imin[R][kV];
-  for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < kV; ++j) isum[i][j] = imin[i][j] = _mm256_setzero_si256();
-  }
-  for (int s = 0; s < kSubs; ++s) {
-    // Per column vector: the sub-block's scales, as (sc, sc) pairs.
-    __m256i sc[kV], pairs[kV];
-    for (int j = 0; j < kV; ++j) {
-      const int b = VectorOf<F>(H, j);
-      if constexpr (F == WeightFormat::kQ6_K) {
-        sc[j] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-            reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * b)));
-        pairs[j] = PairOf(sc[j]);
-      } else {
-        pairs[j] = BytePairs(bytes.scales[s] + 8 * b);
-      }
-    }
-    AddScaledDotsAvx2<F, H, R, kSubQuads>(sb, s * kSubQuads, qsb, pairs, isum);
-    if constexpr (F == WeightFormat::kQ6_K) {
-      // The sub-block's quant sum is one entry of sum16.
-      static_assert(kSub == kSumRows);
-      for (int i = 0; i < R; ++i) {
-        const __m256i q32 = _mm256_set1_epi32(32 * rows.sum16[i][blk * kSubs + s]);
-        for (int j = 0; j < kV; ++j) {
-          isum[i][j] = _mm256_sub_epi32(isum[i][j], _mm256_mullo_epi32(sc[j], q32));
-        }
-      }
-    }
-  }
-  if constexpr (F != WeightFormat::kQ6_K) {
-    // The mins of sub-blocks 2p and 2p + 1 as int16 pairs (6-bit values)
-    // against SubBlockSumPairs.
-    static_assert(kSub == 2 * kSumRows && kSubs == 8);
-    for (int j = 0; j < kV; ++j) {
-      const int at = MinPairsAt(VectorOf<F>(H, j));
-      for (int p = 0; p < kSubs / 2; ++p) {
-        const __m256i min_pairs = _mm256_cvtepu8_epi16(
-            _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.min_pairs[p] + at)));
-        for (int i = 0; i < R; ++i) {
-          const int32_t sums = rows.sub_sum_pairs[i][blk * (kSubs / 2) + p];
-          imin[i][j] =
-              _mm256_add_epi32(imin[i][j], _mm256_madd_epi16(min_pairs, _mm256_set1_epi32(sums)));
-        }
-      }
-    }
-  }
-  for (int j = 0; j < kV; ++j) {
-    const int b = VectorOf<F>(H, j);
-    const __m256 dw = packed_simd::Halves8(sb + 16 * b);
-    for (int i = 0; i < R; ++i) {
-      const __m256 da = _mm256_set1_ps(rows.d[i][blk]);
-      acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[i][j]), acc[i][b]);
-      if constexpr (F != WeightFormat::kQ6_K) {
-        const __m256 dmin = packed_simd::Halves8(sb + kKDminOffset + 16 * b);
-        const __m256 neg = _mm256_xor_ps(_mm256_mul_ps(dmin, da), _mm256_set1_ps(-0.0f));
-        acc[i][b] = _mm256_fmadd_ps(neg, _mm256_cvtepi32_ps(imin[i][j]), acc[i][b]);
-      }
-    }
-  }
-}
-
-// As KSuperBlockAvx2, for group `blk` of a q8_0 panel.
 template <WeightFormat F, int H, int R>
 XRT_TARGET_AVX2 inline void GroupAvx2(const QuantRows<R>& rows, const uint8_t* grp, int64_t blk,
                                       __m256 (&acc)[R][4]) {
@@ -860,62 +736,179 @@ XRT_TARGET_AVX2 inline void GroupAvx2(const QuantRows<R>& rows, const uint8_t* g
     const __m256 dw = packed_simd::Halves8(grp + 16 * b);
     for (int i = 0; i < R; ++i) {
       const float da = rows.d[i][blk];
-      const int32_t qsum = rows.sum16[i][2 * blk] + rows.sum16[i][2 * blk + 1];
-      __m256i isum = dot[i][j];
-      if constexpr (F == WeightFormat::kQ4_0) {
-        isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * qsum));
-      }
-      acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da)), _mm256_cvtepi32_ps(isum),
-                                  acc[i][b]);
-      if constexpr (F == WeightFormat::kQ4_1) {
-        const __m256 mw = packed_simd::Halves8(grp + 64 + 16 * b);
-        acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(mw, _mm256_set1_ps(da)),
-                                    _mm256_set1_ps(static_cast<float>(qsum)), acc[i][b]);
-      }
+      acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da)),
+                                  _mm256_cvtepi32_ps(dot[i][j]), acc[i][b]);
     }
   }
 }
 
-// Block `blk` (a super-block or a group) of the panel at `panel` for the
-// rows and the vectors H selects; the first row group prefetches the panel
-// for the others.
+// Group `blk` of the panel at `panel` for the rows and the vectors H
+// selects; the first row group prefetches the panel for the others.
 template <WeightFormat F, int H, int R>
 XRT_TARGET_AVX2 inline void BlockAvx2(const QuantRows<R>& rows, const uint8_t* panel, int64_t blk,
-                                      bool prefetch, const KScaleBytes& scales,
-                                      __m256 (&acc)[R][4]) {
-  const int64_t bytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
-  const uint8_t* b = panel + blk * bytes;
-  if (prefetch) {
-    for (int64_t line = 0; line < bytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(b) + kPrefetchBytes + line, _MM_HINT_T1);
+                                      bool prefetch, __m256 (&acc)[R][4]) {
+  const uint8_t* b = panel + blk * QuantGroupBytes(F);
+  if (prefetch) PrefetchBlock(b, QuantGroupBytes(F));
+  GroupAvx2<F, H, R>(rows, b, blk, acc);
+}
+
+// q8_0: R rows (i0 ..) of one panel over the whole of K. One row decodes all
+// four column vectors of a quad at once; R > 1 rows share each decoded half
+// (16 registers hold R x 2 int16 sums, not R x 4).
+template <WeightFormat F, int R>
+XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
+                                   int64_t i0) {
+  static_assert(F == WeightFormat::kQ8_0);
+  const MatmulArgs& a = *p.args;
+  const bool prefetch = i0 == 0;  // later rows read what the first brought in
+  QuantRows<R> rows;
+  __m256 acc[R][4];
+  for (int i = 0; i < R; ++i) {
+    rows.q[i] = p.q + (i0 + i) * a.k;
+    rows.d[i] = p.d + (i0 + i) * p.blocks;
+    rows.sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
+    for (int b = 0; b < 4; ++b) acc[i][b] = _mm256_setzero_ps();
+  }
+  for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
+    if constexpr (R == 1) {
+      BlockAvx2<F, kAllVectors, R>(rows, panel, blk, prefetch, acc);
+    } else {
+      BlockAvx2<F, 0, R>(rows, panel, blk, prefetch, acc);
+      BlockAvx2<F, 1, R>(rows, panel, blk, false, acc);
     }
   }
-  if constexpr (IsKQuantFormat(F)) {
-    KSuperBlockAvx2<F, H, R>(rows, b, scales, blk, acc);
-  } else {
-    GroupAvx2<F, H, R>(rows, b, blk, acc);
+  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
+  const float* bias = a.bias ? a.bias + col0 : nullptr;
+  for (int i = 0; i < R; ++i) {
+    packed_simd::StoreRow32Avx2(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols, acc[i]);
   }
 }
 
-// q4_0 / q4_1, stored as quads (QuadNibbleByte): R rows (i0 ..) of one panel
-// over the whole of K. Half h (32 bytes) of a quad, masked, is the
-// vpmaddubsw operand of columns 8h .. 8h+7 (low nibbles: vector h) and
-// 8h+16 .. 8h+23 (high: vector h + 2) as it is, and a row's four activation
-// bytes are one dword broadcast: no shuffle of either operand. A group's
-// eight quads sum exactly in int16 (PairSumsPerInt16), so one vpmaddwd per
-// vector and group widens them.
+// ---- The nibble formats on AVX2: quads (QuadNibbleByte) ----
+// Half h (32 bytes) of a quad, masked, is the vpmaddubsw operand of columns
+// 8h .. 8h+7 (low nibbles: vector h) and 8h+16 .. 8h+23 (high: vector h + 2)
+// as it is, and a row's four activation bytes are one dword broadcast: no
+// shuffle of either operand. The int16 sums of a chunk of quads
+// (PairSumsPerInt16) are widened by one vpmaddwd per vector (against ones or
+// the sub-block's scales).
 //
 // Registers by construction (AVX2 has 16): a pass holds the R x V int16
-// sums, V weight vectors, one broadcast and the mask, V = 4 for one row
-// (one pass) and 2 for more (a pass per half): at most 13. The f32
-// accumulators stay in memory (a load and a store per vector and group, on
-// the load / store ports, not the vector ALUs).
+// sums, V weight vectors, one broadcast and a constant or two, V = 4 for one
+// row (one pass) and 2 for more (a pass per half): at most 13 for q4_0 /
+// q4_1, plus V scale pairs for the K-quants. The f32 accumulators (and the
+// K-quants' int32 sums) stay in memory: a load and a store per vector and
+// block, on the load / store ports, not the vector ALUs.
+
+// Passes over a quad's halves for R rows, and vectors per pass.
+template <int R>
+constexpr int kQuadPasses = R == 1 ? 1 : 2;
+template <int R>
+constexpr int kQuadVectors = 4 / kQuadPasses<R>;
+
+// The column block (vector of 8 columns) of vector j of pass h.
+template <int R>
+constexpr int QuadVectorBlock(int h, int j) {
+  return (kQuadPasses<R> == 1 ? j / 2 : h) + 2 * (j % 2);
+}
+
+// Adds the R rows' pair products of pass h's vectors of quad kq (nibbles at
+// `nibbles`, a K-quant's high bits at `sb`) to s16. qa[i]: row i's quants of
+// the block.
+template <WeightFormat F, int R>
+XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const uint8_t* sb, int kq,
+                                                int h, const int8_t* const* qa,
+                                                __m256i (&s16)[R][kQuadVectors<R>]) {
+  constexpr int kV = kQuadVectors<R>;
+  const __m256i low4 = _mm256_set1_epi8(15);
+  __m256i w[kV];  // w[2e + n]: half (one pass ? e : h), nibble n
+  // q5_k: the quad's 16 bytes in both lanes, lane 0 shifted up by 4, so that
+  // vector (half, n) takes bit 4 + 2 half + n (K5HighBit); q6_k: the quad's
+  // 32 bytes, vector (half, n) takes the field at bits 2 (2 half + n).
+  __m256i high = _mm256_setzero_si256();
+  if constexpr (F == WeightFormat::kQ5_K) {
+    high = _mm256_sllv_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                 reinterpret_cast<const __m128i*>(sb + kK5HighOffset + kq * 16))),
+                             _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0));
+  } else if constexpr (F == WeightFormat::kQ6_K) {
+    high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kK6HighOffset + kq * 32));
+  }
+#pragma GCC unroll 2
+  for (int e = 0; e < kV / 2; ++e) {
+    const int half = kQuadPasses<R> == 1 ? e : h;
+    const __m256i x =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nibbles + kq * 64 + 32 * half));
+    w[2 * e] = _mm256_and_si256(x, low4);
+    w[2 * e + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {
+      const int f = 2 * half + n;
+      if constexpr (F == WeightFormat::kQ5_K) {
+        w[2 * e + n] = _mm256_or_si256(
+            w[2 * e + n], _mm256_and_si256(_mm256_srli_epi16(high, f), _mm256_set1_epi8(16)));
+      } else if constexpr (F == WeightFormat::kQ6_K) {
+        const __m256i at4 =
+            f < 2 ? _mm256_slli_epi16(high, 4 - 2 * f) : _mm256_srli_epi16(high, 2 * f - 4);
+        w[2 * e + n] = _mm256_or_si256(w[2 * e + n], _mm256_and_si256(at4, _mm256_set1_epi8(48)));
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    int32_t quad;
+    std::memcpy(&quad, qa[i] + 4 * kq, 4);
+    const __m256i av = _mm256_set1_epi32(quad);
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) {
+      s16[i][j] = _mm256_add_epi16(s16[i][j], _mm256_maddubs_epi16(w[j], av));
+      XRT_KEEP_IN_REGISTER(s16[i][j]);
+    }
+  }
+}
+
+// The rows' quants of block `blk` (kBlock values), each pointer opaque: else
+// GCC keeps one pass's broadcasts for the next and spills them.
+template <int R, int kBlock>
+XRT_TARGET_AVX2 inline void OpaqueBlockRows(const int8_t* const* q, int64_t blk,
+                                            const int8_t* (&qa)[R]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    qa[i] = q[i] + blk * kBlock;
+    XRT_OPAQUE_POINTER(qa[i]);
+  }
+}
+
+template <int R, int kV>
+XRT_TARGET_AVX2 inline void ZeroSums(__m256i (&s16)[R][kV]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) s16[i][j] = _mm256_setzero_si256();
+  }
+}
+
+// Stores the R rows' 32 outputs from acc[R][kPackNR].
+template <int R>
+XRT_TARGET_AVX2 inline void StoreQuadRowsAvx2(const Int8Problem& p, int64_t col0, int64_t i0,
+                                              const float (&acc)[R][kPackNR]) {
+  const MatmulArgs& a = *p.args;
+  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
+  const float* bias = a.bias ? a.bias + col0 : nullptr;
+  for (int i = 0; i < R; ++i) {
+    __m256 v[4];
+    for (int b = 0; b < 4; ++b) v[b] = _mm256_load_ps(acc[i] + 8 * b);
+    packed_simd::StoreRow32Avx2(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols, v);
+  }
+}
+
+// q4_0 / q4_1: R rows (i0 ..) of one panel over the whole of K. A group's
+// eight quads sum exactly in int16, so one vpmaddwd per vector and group
+// widens them.
 template <WeightFormat F, int R>
 XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                        int64_t i0) {
-  static_assert(HasQuadNibbles(F));
+  static_assert(HasQuadNibbles(F) && !IsKQuantFormat(F));
   static_assert(kQuantGroup / 4 <= PairSumsPerInt16<F>());
-  constexpr int kPasses = R == 1 ? 1 : 2, kV = 4 / kPasses;
+  constexpr int kPasses = kQuadPasses<R>, kV = kQuadVectors<R>;
   constexpr int64_t kBytes = QuantGroupBytes(F);
   const MatmulArgs& a = *p.args;
   const bool prefetch = i0 == 0;  // later rows read what the first brought in
@@ -930,53 +923,19 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
   // In memory by design (see above). Made opaque, GCC no longer kept a
   // second copy of the array but the kernel was 10% slower: left plain.
   alignas(32) float acc[R][kPackNR] = {};
-  const __m256i low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
     const uint8_t* grp = panel + blk * kBytes;
-    if (prefetch) {
-      for (int64_t line = 0; line < kBytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(grp) + kPrefetchBytes + line, _MM_HINT_T1);
-      }
-    }
-    const uint8_t* quads = grp + QuantGroupQuantsOffset(F);
+    if (prefetch) PrefetchBlock(grp, kBytes);
 #pragma GCC unroll 2
     for (int h = 0; h < kPasses; ++h) {
-      // Opaque per pass: else GCC keeps pass 0's broadcasts for pass 1 and
-      // spills them.
       const int8_t* qa[R];
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        qa[i] = q[i] + blk * kQuantGroup;
-        XRT_OPAQUE_POINTER(qa[i]);
-      }
+      OpaqueBlockRows<R, kQuantGroup>(q, blk, qa);
       __m256i s16[R][kV];
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-        for (int j = 0; j < kV; ++j) s16[i][j] = _mm256_setzero_si256();
-      }
+      ZeroSums(s16);
 #pragma GCC unroll 8
       for (int kq = 0; kq < kQuantGroup / 4; ++kq) {
-        __m256i w[kV];  // w[2e + n]: half (kPasses == 1 ? e : h), nibble n
-#pragma GCC unroll 2
-        for (int e = 0; e < kV / 2; ++e) {
-          const int half = kPasses == 1 ? e : h;
-          const __m256i x =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quads + kq * 64 + 32 * half));
-          w[2 * e] = _mm256_and_si256(x, low4);
-          w[2 * e + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < R; ++i) {
-          int32_t quad;
-          std::memcpy(&quad, qa[i] + 4 * kq, 4);
-          __m256i av = _mm256_set1_epi32(quad);
-#pragma GCC unroll 4
-          for (int j = 0; j < kV; ++j) {
-            s16[i][j] = _mm256_add_epi16(s16[i][j], _mm256_maddubs_epi16(w[j], av));
-            XRT_KEEP_IN_REGISTER(s16[i][j]);
-          }
-        }
+        AddQuadProductsAvx2<F, R>(grp + QuantGroupQuantsOffset(F), grp, kq, h, qa, s16);
       }
       // The group's dots into the accumulators, in the contract's order
       // (the same f32 operations as GroupAvx2 and DotPortable); row-major,
@@ -987,7 +946,7 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
         const int32_t qsum = sum16[i][2 * blk] + sum16[i][2 * blk + 1];
 #pragma GCC unroll 4
         for (int j = 0; j < kV; ++j) {
-          const int b = (kPasses == 1 ? j / 2 : h) + 2 * (j % 2);
+          const int b = QuadVectorBlock<R>(h, j);
           const __m256 dw = packed_simd::Halves8(grp + 16 * b);
           __m256i isum = _mm256_madd_epi16(s16[i][j], ones);
           if constexpr (F == WeightFormat::kQ4_0) {
@@ -1005,52 +964,144 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
       }
     }
   }
-  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
-  const float* bias = a.bias ? a.bias + col0 : nullptr;
-  for (int i = 0; i < R; ++i) {
-    __m256 v[4];
-    for (int b = 0; b < 4; ++b) v[b] = _mm256_load_ps(acc[i] + 8 * b);
-    packed_simd::StoreRow32Avx2(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols, v);
-  }
+  StoreQuadRowsAvx2<R>(p, col0, i0, acc);
 }
 
-// R rows (i0 ..) of one panel over the whole of K. One row decodes all four
-// column vectors of a quad at once; R > 1 rows share each decoded half
-// (16 registers hold R x 2 int16 sums, not R x 4).
+// q6_k: the eight signed bytes at p as (v, v) int16 pairs, dword c from
+// byte c (each byte to both halves' high bytes, then an arithmetic shift).
+XRT_TARGET_AVX2 inline __m256i SignedBytePairs(const uint8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  const __m256i high = _mm256_setr_epi8(-1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,  //
+                                        -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7);
+  return _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(v), high), 8);
+}
+
+// The K-quants: R rows (i0 ..) of one panel over the whole of K. Per
+// sub-block, the int16 sums of each chunk of quads are widened against the
+// sub-block's scales into the super-block's int32 sums (in memory); the
+// super-block's end adds the mins (q4_k, q5_k) and the f32 factors in the
+// contract's order (the same f32 operations as PanelRowsAvx512 and
+// DotPortable).
 template <WeightFormat F, int R>
-XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
+XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                    int64_t i0) {
+  static_assert(IsKQuantFormat(F));
+  constexpr int kPasses = kQuadPasses<R>, kV = kQuadVectors<R>;
+  constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub, kSubQuads = kSub / 4;
+  constexpr int kChunk = std::min(kSubQuads, PairSumsPerInt16<F>());
+  constexpr bool kMins = F != WeightFormat::kQ6_K;
+  constexpr int64_t kBytes = SuperBlockBytes(F);
   const MatmulArgs& a = *p.args;
-  const int64_t blocks = a.k / (IsKQuantFormat(F) ? kSuperBlock : kQuantGroup);
-  const bool prefetch = i0 == 0;  // later rows read what the first brought in
-  QuantRows<R> rows;
-  __m256 acc[R][4];
+  const bool prefetch = i0 == 0;
+  const int8_t* q[R];
+  const float* d[R];
+  const int32_t* sum16[R];
+  const int32_t* sub_sum_pairs[R];
   for (int i = 0; i < R; ++i) {
-    rows.q[i] = p.q + (i0 + i) * a.k;
-    rows.d[i] = p.d + (i0 + i) * p.blocks;
-    rows.sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
-    if constexpr (F == WeightFormat::kQ4_K || F == WeightFormat::kQ5_K) {
-      rows.sub_sum_pairs[i] = p.sub_sum_pairs + (i0 + i) * (a.k / 64);
-    }
-    for (int b = 0; b < 4; ++b) acc[i][b] = _mm256_setzero_ps();
+    q[i] = p.q + (i0 + i) * a.k;
+    d[i] = p.d + (i0 + i) * p.blocks;
+    sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
+    if constexpr (kMins) sub_sum_pairs[i] = p.sub_sum_pairs + (i0 + i) * (a.k / 64);
   }
-  KScaleBytes scales;  // q4_k / q5_k: the block's, for both halves
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    if constexpr (F == WeightFormat::kQ4_K || F == WeightFormat::kQ5_K) {
-      UnpackKScalesAvx2(panel + blk * SuperBlockBytes(F), &scales);
+  alignas(32) float acc[R][kPackNR] = {};
+  // isum: the super-block's sum over sub-blocks of scale * dot (q6_k:
+  // scale * (dot - 32 * the sub-block's quant sum)).
+  alignas(32) int32_t isum[R][kPackNR];
+  // The super-block's scales as (sc, sc) int16 pairs, [sub-block][column]:
+  // read by vpmaddwd from memory, so that they take no registers in the
+  // quad loop.
+  alignas(32) int32_t pairs[kSubs][kPackNR];
+  KScaleBytes scales;  // q4_k / q5_k
+  for (int64_t blk = 0; blk < a.k / kSuperBlock; ++blk) {
+    const uint8_t* sb = panel + blk * kBytes;
+    if (prefetch) PrefetchBlock(sb, kBytes);
+    if constexpr (kMins) UnpackKScalesAvx2(sb, &scales);
+    for (int s = 0; s < kSubs; ++s) {
+      for (int b = 0; b < 4; ++b) {
+        __m256i v;
+        if constexpr (kMins) {
+          v = BytePairs(scales.scales[s] + 8 * b);
+        } else {
+          v = SignedBytePairs(sb + kK6ScalesOffset + s * kPackNR + 8 * b);
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs[s] + 8 * b), v);
+      }
     }
-    if constexpr (R == 1) {
-      BlockAvx2<F, kAllVectors, R>(rows, panel, blk, prefetch, scales, acc);
-    } else {
-      BlockAvx2<F, 0, R>(rows, panel, blk, prefetch, scales, acc);
-      BlockAvx2<F, 1, R>(rows, panel, blk, false, scales, acc);
+    for (int i = 0; i < R; ++i) {
+      for (int b = 0; b < 4; ++b) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(isum[i] + 8 * b), _mm256_setzero_si256());
+      }
+    }
+#pragma GCC unroll 1
+    for (int s = 0; s < kSubs; ++s) {
+#pragma GCC unroll 2
+      for (int h = 0; h < kPasses; ++h) {
+        const int8_t* qa[R];
+        OpaqueBlockRows<R, kSuperBlock>(q, blk, qa);
+#pragma GCC unroll 4
+        for (int c = 0; c < kSubQuads / kChunk; ++c) {
+          __m256i s16[R][kV];
+          ZeroSums(s16);
+          const int kq0 = s * kSubQuads + c * kChunk;
+#pragma GCC unroll 8
+          for (int t = 0; t < kChunk; ++t) {  // constant bounds: unrolled
+            AddQuadProductsAvx2<F, R>(sb + KLowQuantsOffset(F), sb, kq0 + t, h, qa, s16);
+          }
+#pragma GCC unroll 4
+          for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+            for (int j = 0; j < kV; ++j) {
+              const int b = QuadVectorBlock<R>(h, j);
+              int32_t* out = isum[i] + 8 * b;
+              const __m256i sc =
+                  _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs[s] + 8 * b));
+              __m256i v = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<__m256i*>(out)),
+                                           _mm256_madd_epi16(s16[i][j], sc));
+              if (F == WeightFormat::kQ6_K && c == kSubQuads / kChunk - 1) {
+                // The sub-block's quant sum is one entry of sum16.
+                static_assert(kSub == kSumRows || kMins);
+                const __m256i q32 = _mm256_set1_epi32(32 * sum16[i][blk * kSubs + s]);
+                v = _mm256_sub_epi32(v, _mm256_mullo_epi32(_mm256_srai_epi32(sc, 16), q32));
+              }
+              _mm256_store_si256(reinterpret_cast<__m256i*>(out), v);
+            }
+          }
+        }
+      }
+    }
+    // The super-block into the accumulators: per column vector, the mins of
+    // sub-blocks 2p and 2p + 1 as int16 pairs (6-bit values) against
+    // SubBlockSumPairs, then the f32 factors.
+    for (int b = 0; b < 4; ++b) {
+      const __m256 dw = packed_simd::Halves8(sb + 16 * b);
+      __m256 dmin = _mm256_setzero_ps();
+      if constexpr (kMins) dmin = packed_simd::Halves8(sb + kKDminOffset + 16 * b);
+      for (int i = 0; i < R; ++i) {
+        const __m256 da = _mm256_set1_ps(d[i][blk]);
+        float* out = acc[i] + 8 * b;
+        __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(dw, da),
+                                   _mm256_cvtepi32_ps(_mm256_load_si256(
+                                       reinterpret_cast<const __m256i*>(isum[i] + 8 * b))),
+                                   _mm256_load_ps(out));
+        if constexpr (kMins) {
+          static_assert(kSub == 2 * kSumRows && kSubs == 8);
+          __m256i imin = _mm256_setzero_si256();
+          for (int pr = 0; pr < kSubs / 2; ++pr) {
+            const __m256i min_pairs = _mm256_cvtepu8_epi16(_mm_load_si128(
+                reinterpret_cast<const __m128i*>(scales.min_pairs[pr] + MinPairsAt(b))));
+            imin = _mm256_add_epi32(
+                imin, _mm256_madd_epi16(
+                          min_pairs, _mm256_set1_epi32(sub_sum_pairs[i][blk * (kSubs / 2) + pr])));
+          }
+          const __m256 neg = _mm256_xor_ps(_mm256_mul_ps(dmin, da), _mm256_set1_ps(-0.0f));
+          v = _mm256_fmadd_ps(neg, _mm256_cvtepi32_ps(imin), v);
+        }
+        _mm256_store_ps(out, v);
+      }
     }
   }
-  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
-  const float* bias = a.bias ? a.bias + col0 : nullptr;
-  for (int i = 0; i < R; ++i) {
-    packed_simd::StoreRow32Avx2(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols, acc[i]);
-  }
+  StoreQuadRowsAvx2<R>(p, col0, i0, acc);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -1066,7 +1117,9 @@ struct Avx512Panels {
 };
 template <WeightFormat F, int R>
 constexpr PanelFn Avx2PanelFn() {
-  if constexpr (HasQuadNibbles(F)) {
+  if constexpr (IsKQuantFormat(F)) {
+    return &QuadKRowsAvx2<F, R>;
+  } else if constexpr (HasQuadNibbles(F)) {
     return &QuadGroupRowsAvx2<F, R>;
   } else {
     return &PanelRowsAvx2<F, R>;

@@ -115,18 +115,18 @@ namespace {
 // lowest bit (the layout in weight_format.h).
 void KHighBitsAt(WeightFormat f, int kk, int j, int64_t* offset, int* shift) {
   if (f == WeightFormat::kQ5_K) {
-    *offset = kK5HighOffset + kk / 2 * 8 + j % 8;
-    *shift = 4 * (kk % 2) + j / 8;
+    *offset = kK5HighOffset + K5HighByte(kk, j);
+    *shift = K5HighBit(j);
   } else {
-    *offset = kK6HighOffset + kk * 8 + j % 8;
-    *shift = 2 * (j / 8);
+    *offset = kK6HighOffset + K6HighByte(kk, j);
+    *shift = K6HighShift(j);
   }
 }
 
 }  // namespace
 
 int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j) {
-  const uint8_t byte = sb[KLowQuantsOffset(f) + kk * 16 + j % 16];
+  const uint8_t byte = sb[KLowQuantsOffset(f) + QuadNibbleByte(kk, j)];
   int q = j < 16 ? byte & 15 : byte >> 4;
   if (f != WeightFormat::kQ4_K) {
     int64_t at;
@@ -322,7 +322,7 @@ void ParseGgmlKBlock(WeightFormat f, const uint8_t* b, KQuantColumn* c) {
 // Writes column j of a panel's super-block `sb` (zeroed beforehand).
 void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
   StoreU16(sb + 2 * j, c.d);
-  const int byte = j % 16, shift = j < 16 ? 0 : 4;
+  const int shift = j < 16 ? 0 : 4;
   if (f == WeightFormat::kQ6_K) {
     for (int s = 0; s < 16; ++s)
       sb[kK6ScalesOffset + s * kPackNR + j] = static_cast<uint8_t>(c.scale[s]);
@@ -337,7 +337,7 @@ void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
   }
   const int64_t quants = KLowQuantsOffset(f);
   for (int kk = 0; kk < kSuperBlock; ++kk) {
-    sb[quants + kk * 16 + byte] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
+    sb[quants + QuadNibbleByte(kk, j)] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
     if (f != WeightFormat::kQ4_K) {
       int64_t at;
       int high_shift;

@@ -43,20 +43,22 @@
 // each super-block of a panel is (offsets in bytes, column j at index j)
 //   q4_k (4608 bytes): d uint16_t[32] @0, dmin uint16_t[32] @64 (f16 bits),
 //       scale_lo uint8_t[8][32] @128, scale_hi uint8_t[4][32] @384,
-//       qs [256 k-rows][16] @512 (4-bit quants; byte j holds column j
-//       in its low nibble, column j + 16 in its high nibble)
-//   q5_k (5632 bytes): as q4_k up to @512, then qh uint8_t[128][8] @512
-//       (byte c of k-row pair p holds bit 4 of column 8f + c's quant at
-//       k-row 2p + e in its bit 4e + f, f = 0..3, e = 0, 1), qs [256][16]
-//       @1536
+//       qs: 64 quads of 64 bytes @512, as q4_0's (QuadNibbleByte: byte
+//       64 (kk / 4) + 4 (j % 16) + kk % 4, column j < 16 in the low nibble)
+//   q5_k (5632 bytes): as q4_k up to @512, then qh: 16 bytes per quad @512
+//       (bit 4 of each quant: K5HighByte / K5HighBit), qs @1536
 //   q6_k (6720 bytes): d uint16_t[32] @0, scales int8_t[16][32] @64,
-//       qh uint8_t[256][8] @576 (byte c of k-row kk holds bits 4-5 of column
-//       8f + c's quant in its bits 2f, 2f + 1, f = 0..3), ql [256][16] @2624
-//       (low 4 bits, nibbles as q4_k's).
-//   The high bits of q5_k / q6_k sit at the byte of the column's 8-column
-//   group, as fields (formats 1.8 / 1.9; 1.5-1.7 had one bit plane per bit,
-//   bit j = column j) so that AVX2 adds them with a shift and a mask per
-//   vector: the planes needed a shuffle, a compare and two more ops per bit.
+//       qh: 32 bytes per quad @576 (bits 4-5 of each quant as a 2-bit field:
+//       K6HighByte / K6HighShift), ql @2624 (low 4 bits, as q4_k's qs).
+//   The high bits follow the quads (format 1.11; 1.5-1.10 stored a k-row's
+//   nibbles together and the high bits around them). A 32-byte half h of a
+//   quad holds, per 16-byte lane L, byte 4c + t = columns 8h + 4L + c (low
+//   nibble, n = 0) and that + 16 (high, n = 1) at k-row t. q5_k's byte 4c + t
+//   of its 16 holds that position's bit for every (L, h, n), at bit
+//   4L + 2h + n: one broadcast of the 16 bytes serves every vector of the
+//   quad with a shift and a mask. q6_k's byte 4c + t of its 32 (byte 16L + 4c
+//   + t: the same position in the half) holds the field of (h, n) at bits
+//   2 (2h + n) and up: one load, a shift and a mask per vector.
 //   q4_k / q5_k: sub-block s (k-rows 32s..32s+31) has a 6-bit scale sc and
 //   6-bit min m per column: sc = (lo & 15) | (hi & 3) << 4,
 //   m = (lo >> 4) | ((hi >> 2) & 3) << 4 with lo = scale_lo[s][j],
@@ -86,13 +88,13 @@ enum class WeightFormat : uint8_t {
   kBF16 = 2,
   kQ8_0 = 6,
   // 7 and 8 were q4_0 / q4_1 with a k-row's quants together (formats 1.4-1.9).
-  kQ4_K = 9,
-  // 10 was q5_k with a bit-plane high bit (artifact formats 1.5-1.8).
-  kQ5_K = 13,
-  // 11 was q6_k with bit-plane high bits (artifact formats 1.5-1.7).
-  kQ6_K = 12,
+  // 9, 12, 13 were q4_k, q6_k, q5_k with a k-row's nibbles together
+  // (formats 1.5-1.10); 10 and 11 q5_k and q6_k with bit-plane high bits.
   kQ4_0 = 14,
   kQ4_1 = 15,
+  kQ4_K = 16,
+  kQ5_K = 17,
+  kQ6_K = 18,
 };
 
 // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k".
@@ -191,14 +193,26 @@ constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
   return f == WeightFormat::kQ4_1 ? 128 : 64;
 }
 
-// True for the formats whose quants are stored as quads (q4_0, q4_1).
+// True for the formats whose quants are 4-bit nibbles stored as quads (q4_0,
+// q4_1 and the K-quants' low 4 bits).
 constexpr bool HasQuadNibbles(WeightFormat f) {
-  return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
+  return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 || IsKQuantFormat(f);
 }
 
-// q4_0 / q4_1: the byte of a group's quants that holds column j (0..31) at
-// k-row kk (0..31), in its low nibble for j < 16, its high nibble for j >= 16.
+// The byte of a group's (q4_0, q4_1) or super-block's (K-quants, from
+// KLowQuantsOffset) nibbles that holds column j (0..31) at k-row kk, in its
+// low nibble for j < 16, its high nibble for j >= 16.
 constexpr int QuadNibbleByte(int kk, int j) { return 64 * (kk / 4) + 4 * (j % 16) + kk % 4; }
+
+// q5_k: the byte (from kK5HighOffset) and bit that hold bit 4 of column j's
+// quant at k-row kk (0..255).
+constexpr int K5HighByte(int kk, int j) { return 16 * (kk / 4) + 4 * (j % 4) + kk % 4; }
+constexpr int K5HighBit(int j) { return 4 * (j % 8 / 4) + 2 * (j % 16 / 8) + j / 16; }
+
+// q6_k: the byte (from kK6HighOffset) and the shift of the 2-bit field that
+// hold bits 4-5 of column j's quant at k-row kk (0..255).
+constexpr int K6HighByte(int kk, int j) { return 32 * (kk / 4) + 4 * (j % 8) + kk % 4; }
+constexpr int K6HighShift(int j) { return 2 * (2 * (j % 16 / 8) + j / 16); }
 
 // K-quants, portable reads of a panel's super-block `sb` (the layout above):
 // the quant of column j at k-row kk (0..255; 0..15 / 0..31 / 0..63), and the

@@ -414,22 +414,26 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   EXPECT_EQ(p4[2], 0);                             // column 1: padding
   EXPECT_EQ(p4[128 + 5 * 32], 0xdb);               // scale_lo[5][0]: sc & 15 | (m & 15) << 4
   EXPECT_EQ(p4[384 + 2 * 32], (2 | 1 << 2) << 4);  // scale_hi[2][0], sub-block 5 (odd)
-  EXPECT_EQ(p4[512 + 135 * 16], 0x0e);             // k-row 135, column 0 (low nibble)
-  EXPECT_EQ(p4[512 + 167 * 16], 0x09);
+  // The quants are quads of 4 k-rows, 64 bytes each, byte 4j + t = column j
+  // (low nibble) and j + 16 (high) at k-row t of the quad: k-row 135 is
+  // quad 33, t = 3; k-row 167 quad 41, t = 3.
+  EXPECT_EQ(p4[512 + 33 * 64 + 3], 0x0e);
+  EXPECT_EQ(p4[512 + 41 * 64 + 3], 0x09);
   float row[256];
   DequantizePackedRow(WeightFormat::kQ4_K, p4.data(), 1, 256, 0, row);
   EXPECT_EQ(row[167], 1.0f * 0x2b * 9 - 0.5f * 0x1d);
   EXPECT_EQ(row[135], 0.0f);  // sub-block 4: scale and min 0
 
   // q5_k: value 101 (sub-block 3, l = 5) has bit 4 from qh[5] bit 3. Row 9
-  // of W is column 9 (byte 1 of its 8-column group, f = 1); k-row 101 is
-  // the odd k-row of pair 50, so its bit is 4 + 1 of byte 1 of the pair's 8.
+  // of W is column 9: half 1 of a quad (columns 8-15), its lane 0 (8-11),
+  // c = 1, low nibble (n = 0); k-row 101 is quad 25, t = 1. So its bit is
+  // byte 4c + t = 5 of the quad's 16, bit 4L + 2h + n = 2.
   std::vector<uint8_t> rows5(10 * 176, 0);
   rows5[9 * 176 + 16 + 5] = 1 << 3;
   std::vector<uint8_t> p5(PackedWeightBytes(WeightFormat::kQ5_K, 10, 256), 0xEE);
   PackWeightsFromBlocks(WeightFormat::kQ5_K, rows5.data(), 10, 256, 176, p5.data());
   for (int i = 0; i < 1024; ++i) {
-    EXPECT_EQ(p5[512 + i], i == 50 * 8 + 1 ? 1 << 5 : 0) << "q5_k high-bit byte " << i;
+    EXPECT_EQ(p5[512 + i], i == 25 * 16 + 5 ? 1 << 2 : 0) << "q5_k high-bit byte " << i;
   }
   EXPECT_EQ(KQuantAt(WeightFormat::kQ5_K, p5.data(), 101, 9), 16);
   EXPECT_EQ(KQuantAt(WeightFormat::kQ5_K, p5.data(), 100, 9), 0);
@@ -453,12 +457,15 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   EXPECT_EQ(p6[2 * 16 + 1], 0x40);
   EXPECT_EQ(static_cast<int8_t>(p6[64 + 6 * 32 + 16]), -5);
   EXPECT_EQ(p6[64 + 12 * 32 + 16], 7);
-  EXPECT_EQ(p6[2624 + 100 * 16], 0xa0);  // column 16: high nibble of byte 0
-  // High bits: column 16 is field 2 (bits 4-5) of byte 0 of the k-row's 8.
-  const std::vector<uint8_t> fields100(p6.begin() + 576 + 100 * 8, p6.begin() + 576 + 101 * 8);
-  EXPECT_EQ(fields100, std::vector<uint8_t>({2 << 4, 0, 0, 0, 0, 0, 0, 0}));
-  const std::vector<uint8_t> fields200(p6.begin() + 576 + 200 * 8, p6.begin() + 576 + 201 * 8);
-  EXPECT_EQ(fields200, std::vector<uint8_t>({1 << 4, 0, 0, 0, 0, 0, 0, 0}));
+  // k-row 100: quad 25, t = 0; column 16 is the high nibble of byte 0.
+  EXPECT_EQ(p6[2624 + 25 * 64], 0xa0);
+  // High bits: 32 bytes per quad; column 16 (half 0, lane 0, c = 0, n = 1)
+  // is byte 4c + t = 0's field 2h + n = 1 (bits 2-3). k-row 200: quad 50.
+  std::vector<uint8_t> expected(32, 0);
+  expected[0] = 2 << 2;
+  EXPECT_EQ(std::vector<uint8_t>(p6.begin() + 576 + 25 * 32, p6.begin() + 576 + 26 * 32), expected);
+  expected[0] = 1 << 2;
+  EXPECT_EQ(std::vector<uint8_t>(p6.begin() + 576 + 50 * 32, p6.begin() + 576 + 51 * 32), expected);
   DequantizePackedRow(WeightFormat::kQ6_K, p6.data(), 17, 256, 16, row);
   EXPECT_EQ(row[100], 2.0f * -5 * (0x2a - 32));
   EXPECT_EQ(row[200], 2.0f * 7 * (0x11 - 32));

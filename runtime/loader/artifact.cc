@@ -252,6 +252,15 @@ Status ValidateWeight(const xpk::Manifest& m, uint32_t i) {
       {xpk::DType::q4_1_k_rows,
        "q4_1 weight in the layout of artifact formats 1.4-1.9 "
        "(quants by k-row, not quads)"},
+      {xpk::DType::q4_k_k_rows,
+       "q4_k weight in the layout of artifact formats 1.5-1.10 "
+       "(quants by k-row, not quads)"},
+      {xpk::DType::q5_k_k_rows,
+       "q5_k weight in the layout of artifact formats 1.9-1.10 "
+       "(quants by k-row, not quads)"},
+      {xpk::DType::q6_k_k_rows,
+       "q6_k weight in the layout of artifact formats 1.8-1.10 "
+       "(quants by k-row, not quads)"},
   };
   for (const Retired& r : kRetired) {
     if (w->dtype() == r.dtype) {
@@ -694,6 +703,9 @@ uint64_t DTypeSize(xpk::DType dtype) {
     case xpk::DType::q6_k:
     case xpk::DType::q4_0_k_rows:
     case xpk::DType::q4_1_k_rows:
+    case xpk::DType::q4_k_k_rows:
+    case xpk::DType::q5_k_k_rows:
+    case xpk::DType::q6_k_k_rows:
       return 0;
   }
   return 0;
@@ -738,6 +750,9 @@ bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
     case xpk::DType::q6_k_bit_planes:
     case xpk::DType::q4_0_k_rows:
     case xpk::DType::q4_1_k_rows:
+    case xpk::DType::q4_k_k_rows:
+    case xpk::DType::q5_k_k_rows:
+    case xpk::DType::q6_k_k_rows:
     case xpk::DType::i32:
     case xpk::DType::i64:
     case xpk::DType::u8:

@@ -893,7 +893,19 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
         Retired{xpk::DType::q4_1_k_rows, 0,
                 "model.xpk: weight 0 'model.embed_tokens.weight': q4_1 weight in the layout "
                 "of artifact formats 1.4-1.9 (quants by k-row, not quads), which this runtime "
-                "no longer reads: recompile the artifact with this xcc"}}) {
+                "no longer reads: recompile the artifact with this xcc"},
+        Retired{xpk::DType::q4_k_k_rows, 1,
+                "model.xpk: weight 1 'lm_head.weight': q4_k weight in the layout of artifact "
+                "formats 1.5-1.10 (quants by k-row, not quads), which this runtime no longer "
+                "reads: recompile the artifact with this xcc"},
+        Retired{xpk::DType::q5_k_k_rows, 0,
+                "model.xpk: weight 0 'model.embed_tokens.weight': q5_k weight in the layout "
+                "of artifact formats 1.9-1.10 (quants by k-row, not quads), which this runtime "
+                "no longer reads: recompile the artifact with this xcc"},
+        Retired{xpk::DType::q6_k_k_rows, 1,
+                "model.xpk: weight 1 'lm_head.weight': q6_k weight in the layout of artifact "
+                "formats 1.8-1.10 (quants by k-row, not quads), which this runtime no longer "
+                "reads: recompile the artifact with this xcc"}}) {
     bad = bytes;
     w = ManifestOf(bad)->weights()->Get(r.weight);
     Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(r.dtype));
