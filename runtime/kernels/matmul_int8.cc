@@ -85,8 +85,7 @@ float HalfAt(const uint8_t* p) {
 // `grp` (q8_0 signed; q4_0 / q4_1 unsigned, before any offset).
 int GroupQuantAt(WeightFormat f, const uint8_t* grp, int kk, int j) {
   if (f == WeightFormat::kQ8_0) return static_cast<int8_t>(grp[64 + kk * kPackNR + j]);
-  const uint8_t byte = grp[QuantGroupQuantsOffset(f) + QuadNibbleByte(kk, j)];
-  return j < 16 ? byte & 15 : byte >> 4;
+  return QuadNibbleAt(grp + QuantGroupQuantsOffset(f), kk, j);
 }
 
 // One output's sum over K (step 2) for column j of `panel`, row (q, d).
@@ -621,11 +620,6 @@ XRT_TARGET_AVX2 inline __m256i ColumnPairs(__m256i s) {
   return _mm256_shuffle_epi8(_mm256_permute4x64_epi64(s, _MM_SHUFFLE(3, 1, 2, 0)), words);
 }
 
-// Each dword's value v (in int16 range) as the int16 pair (v, v).
-XRT_TARGET_AVX2 inline __m256i PairOf(__m256i v) {
-  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16));
-}
-
 // q4_k / q5_k: the 6-bit scales and mins of one super-block, unpacked from
 // the panel's 12 bytes per column (ggml's packing, kept so that the weights
 // stay at ggml's size) to a byte each, for all 32 columns at once: about 10
@@ -676,15 +670,14 @@ XRT_TARGET_AVX2 inline __m256i BytePairs(const uint8_t* p) {
   return _mm256_shuffle_epi8(_mm256_set1_epi64x(v), twice);
 }
 
-// Adds scale[j] times the rows' dots over quads kq0 .. kq0 + kQuads - 1 to
-// dot[row][j] (scale as PairOf pairs). Products are summed in int16 as far
-// as PairSumsPerInt16 allows (a chunk), then widened by one vpmaddwd.
+// Adds the rows' dots over quads kq0 .. kq0 + kQuads - 1 to dot[row][j].
+// Products are summed in int16 as far as PairSumsPerInt16 allows (a chunk),
+// then widened by one vpmaddwd.
 template <WeightFormat F, int H, int R, int kQuads>
-XRT_TARGET_AVX2 inline void AddScaledDotsAvx2(const uint8_t* blk, int kq0,
-                                              const int8_t* const* qrow,
-                                              const __m256i (&scale)[kVectors<H>],
-                                              __m256i (&dot)[R][kVectors<H>]) {
+XRT_TARGET_AVX2 inline void AddDotsAvx2(const uint8_t* blk, int kq0, const int8_t* const* qrow,
+                                        __m256i (&dot)[R][kVectors<H>]) {
   constexpr int kChunk = std::min(kQuads, PairSumsPerInt16<F>());
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int c = 0; c < kQuads / kChunk; ++c) {
     __m256i sum16[R][kVectors<H>];
     for (int i = 0; i < R; ++i) {
@@ -693,8 +686,7 @@ XRT_TARGET_AVX2 inline void AddScaledDotsAvx2(const uint8_t* blk, int kq0,
     AddPairSumsAvx2<F, H, R, kChunk>(blk, kq0 + c * kChunk, qrow, sum16);
     for (int i = 0; i < R; ++i) {
       for (int j = 0; j < kVectors<H>; ++j) {
-        dot[i][j] =
-            _mm256_add_epi32(dot[i][j], _mm256_madd_epi16(ColumnPairs(sum16[i][j]), scale[j]));
+        dot[i][j] = _mm256_add_epi32(dot[i][j], _mm256_madd_epi16(ColumnPairs(sum16[i][j]), ones));
       }
     }
   }
@@ -716,6 +708,19 @@ struct QuantRows {
   const int32_t* sum16[R];
 };
 
+// Rows i0 .. i0 + R - 1 of the problem's quantized A.
+template <int R>
+QuantRows<R> QuantRowsAt(const Int8Problem& p, int64_t i0) {
+  const int64_t k = p.args->k;
+  QuantRows<R> rows;
+  for (int i = 0; i < R; ++i) {
+    rows.q[i] = p.q + (i0 + i) * k;
+    rows.d[i] = p.d + (i0 + i) * p.blocks;
+    rows.sum16[i] = p.sum16 + (i0 + i) * (k / kSumRows);
+  }
+  return rows;
+}
+
 // The rows' dots with group `blk` of a q8_0 panel, added to acc[row][vector]
 // for the vectors H selects, in the contract's order (the same f32
 // operations as PanelRowsAvx512 and DotPortable).
@@ -725,12 +730,11 @@ XRT_TARGET_AVX2 inline void GroupAvx2(const QuantRows<R>& rows, const uint8_t* g
   constexpr int kV = kVectors<H>;
   const int8_t* qg[R];
   for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + blk * kQuantGroup;
-  __m256i dot[R][kV], ones[kV];
-  for (int j = 0; j < kV; ++j) ones[j] = _mm256_set1_epi16(1);
+  __m256i dot[R][kV];
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < kV; ++j) dot[i][j] = _mm256_setzero_si256();
   }
-  AddScaledDotsAvx2<F, H, R, kQuantGroup / 4>(grp, 0, qg, ones, dot);
+  AddDotsAvx2<F, H, R, kQuantGroup / 4>(grp, 0, qg, dot);
   for (int j = 0; j < kV; ++j) {
     const int b = VectorOf<F>(H, j);
     const __m256 dw = packed_simd::Halves8(grp + 16 * b);
@@ -761,12 +765,9 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
   static_assert(F == WeightFormat::kQ8_0);
   const MatmulArgs& a = *p.args;
   const bool prefetch = i0 == 0;  // later rows read what the first brought in
-  QuantRows<R> rows;
+  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   __m256 acc[R][4];
   for (int i = 0; i < R; ++i) {
-    rows.q[i] = p.q + (i0 + i) * a.k;
-    rows.d[i] = p.d + (i0 + i) * p.blocks;
-    rows.sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
     for (int b = 0; b < 4; ++b) acc[i][b] = _mm256_setzero_ps();
   }
   for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
@@ -795,9 +796,9 @@ XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
 // Registers by construction (AVX2 has 16): a pass holds the R x V int16
 // sums, V weight vectors, one broadcast and a constant or two, V = 4 for one
 // row (one pass) and 2 for more (a pass per half): at most 13 for q4_0 /
-// q4_1, plus V scale pairs for the K-quants. The f32 accumulators (and the
-// K-quants' int32 sums) stay in memory: a load and a store per vector and
-// block, on the load / store ports, not the vector ALUs.
+// q4_1, 14 for q5_k / q6_k (their high bits). The f32 accumulators (and the
+// K-quants' int32 sums and scale pairs) stay in memory: a load and a store
+// per vector and block, on the load / store ports, not the vector ALUs.
 
 // Passes over a quad's halves for R rows, and vectors per pass.
 template <int R>
@@ -912,14 +913,7 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
   constexpr int64_t kBytes = QuantGroupBytes(F);
   const MatmulArgs& a = *p.args;
   const bool prefetch = i0 == 0;  // later rows read what the first brought in
-  const int8_t* q[R];
-  const float* d[R];
-  const int32_t* sum16[R];
-  for (int i = 0; i < R; ++i) {
-    q[i] = p.q + (i0 + i) * a.k;
-    d[i] = p.d + (i0 + i) * p.blocks;
-    sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
-  }
+  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   // In memory by design (see above). Made opaque, GCC no longer kept a
   // second copy of the array but the kernel was 10% slower: left plain.
   alignas(32) float acc[R][kPackNR] = {};
@@ -930,7 +924,7 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
 #pragma GCC unroll 2
     for (int h = 0; h < kPasses; ++h) {
       const int8_t* qa[R];
-      OpaqueBlockRows<R, kQuantGroup>(q, blk, qa);
+      OpaqueBlockRows<R, kQuantGroup>(rows.q, blk, qa);
       __m256i s16[R][kV];
       ZeroSums(s16);
 #pragma GCC unroll 8
@@ -942,8 +936,8 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
       // so that one row's broadcasts are live at a time.
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        const __m256 da = _mm256_set1_ps(d[i][blk]);
-        const int32_t qsum = sum16[i][2 * blk] + sum16[i][2 * blk + 1];
+        const __m256 da = _mm256_set1_ps(rows.d[i][blk]);
+        const int32_t qsum = rows.sum16[i][2 * blk] + rows.sum16[i][2 * blk + 1];
 #pragma GCC unroll 4
         for (int j = 0; j < kV; ++j) {
           const int b = QuadVectorBlock<R>(h, j);
@@ -994,14 +988,9 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
   constexpr int64_t kBytes = SuperBlockBytes(F);
   const MatmulArgs& a = *p.args;
   const bool prefetch = i0 == 0;
-  const int8_t* q[R];
-  const float* d[R];
-  const int32_t* sum16[R];
-  const int32_t* sub_sum_pairs[R];
+  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
+  const int32_t* sub_sum_pairs[R];  // q4_k, q5_k
   for (int i = 0; i < R; ++i) {
-    q[i] = p.q + (i0 + i) * a.k;
-    d[i] = p.d + (i0 + i) * p.blocks;
-    sum16[i] = p.sum16 + (i0 + i) * (a.k / kSumRows);
     if constexpr (kMins) sub_sum_pairs[i] = p.sub_sum_pairs + (i0 + i) * (a.k / 64);
   }
   alignas(32) float acc[R][kPackNR] = {};
@@ -1038,7 +1027,7 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
 #pragma GCC unroll 2
       for (int h = 0; h < kPasses; ++h) {
         const int8_t* qa[R];
-        OpaqueBlockRows<R, kSuperBlock>(q, blk, qa);
+        OpaqueBlockRows<R, kSuperBlock>(rows.q, blk, qa);
 #pragma GCC unroll 4
         for (int c = 0; c < kSubQuads / kChunk; ++c) {
           __m256i s16[R][kV];
@@ -1061,7 +1050,7 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
               if (F == WeightFormat::kQ6_K && c == kSubQuads / kChunk - 1) {
                 // The sub-block's quant sum is one entry of sum16.
                 static_assert(kSub == kSumRows || kMins);
-                const __m256i q32 = _mm256_set1_epi32(32 * sum16[i][blk * kSubs + s]);
+                const __m256i q32 = _mm256_set1_epi32(32 * rows.sum16[i][blk * kSubs + s]);
                 v = _mm256_sub_epi32(v, _mm256_mullo_epi32(_mm256_srai_epi32(sc, 16), q32));
               }
               _mm256_store_si256(reinterpret_cast<__m256i*>(out), v);
@@ -1078,7 +1067,7 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
       __m256 dmin = _mm256_setzero_ps();
       if constexpr (kMins) dmin = packed_simd::Halves8(sb + kKDminOffset + 16 * b);
       for (int i = 0; i < R; ++i) {
-        const __m256 da = _mm256_set1_ps(d[i][blk]);
+        const __m256 da = _mm256_set1_ps(rows.d[i][blk]);
         float* out = acc[i] + 8 * b;
         __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(dw, da),
                                    _mm256_cvtepi32_ps(_mm256_load_si256(

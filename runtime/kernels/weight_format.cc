@@ -126,8 +126,7 @@ void KHighBitsAt(WeightFormat f, int kk, int j, int64_t* offset, int* shift) {
 }  // namespace
 
 int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j) {
-  const uint8_t byte = sb[KLowQuantsOffset(f) + QuadNibbleByte(kk, j)];
-  int q = j < 16 ? byte & 15 : byte >> 4;
+  int q = QuadNibbleAt(sb + KLowQuantsOffset(f), kk, j);
   if (f != WeightFormat::kQ4_K) {
     int64_t at;
     int shift;
@@ -525,8 +524,7 @@ void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, in
     }
     const uint8_t* q = group + QuantGroupQuantsOffset(f);
     for (int j = 0; j < kPackNR; ++j) {
-      const uint8_t byte = q[QuadNibbleByte(kk, j)];
-      const float v = static_cast<float>(j < 16 ? byte & 0x0f : byte >> 4);
+      const float v = static_cast<float>(QuadNibbleAt(q, kk, j));
       dst[j] = f == WeightFormat::kQ4_0 ? scale[j] * (v - 8.0f) : std::fma(scale[j], v, min[j]);
     }
   }

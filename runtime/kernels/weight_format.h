@@ -204,6 +204,13 @@ constexpr bool HasQuadNibbles(WeightFormat f) {
 // low nibble for j < 16, its high nibble for j >= 16.
 constexpr int QuadNibbleByte(int kk, int j) { return 64 * (kk / 4) + 4 * (j % 16) + kk % 4; }
 
+// The 4-bit quant of column j at k-row kk of the quads at `quads` (that byte's
+// low nibble for j < 16, its high nibble for j >= 16).
+inline int QuadNibbleAt(const uint8_t* quads, int kk, int j) {
+  const uint8_t byte = quads[QuadNibbleByte(kk, j)];
+  return j < 16 ? byte & 15 : byte >> 4;
+}
+
 // q5_k: the byte (from kK5HighOffset) and bit that hold bit 4 of column j's
 // quant at k-row kk (0..255).
 constexpr int K5HighByte(int kk, int j) { return 16 * (kk / 4) + 4 * (j % 4) + kk % 4; }
