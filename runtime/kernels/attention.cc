@@ -204,8 +204,9 @@ XRT_TARGET_AVX2 inline void ScoresTileAvx2(const float* const* q, const float* k
       const __m256 kv = _mm256_loadu_ps(krow + 8 * i);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        acc[r][i] = _mm256_fmadd_ps(qb[r], kv, acc[r][i]);
-        XRT_KEEP_IN_REGISTER(acc[r][i]);
+        __m256 sum = _mm256_fmadd_ps(qb[r], kv, acc[r][i]);
+        XRT_KEEP_IN_REGISTER(sum);
+        acc[r][i] = sum;
       }
     }
   }

@@ -604,8 +604,9 @@ XRT_TARGET_AVX2 inline void AddPairSumsAvx2(const uint8_t* blk, int kq0, const i
           aj = _mm256_sign_epi8(av, wj);
           wj = _mm256_abs_epi8(wj);
         }
-        sum16[i][j] = _mm256_add_epi16(sum16[i][j], _mm256_maddubs_epi16(wj, aj));
-        XRT_KEEP_IN_REGISTER(sum16[i][j]);
+        __m256i sum = _mm256_add_epi16(sum16[i][j], _mm256_maddubs_epi16(wj, aj));
+        XRT_KEEP_IN_REGISTER(sum);
+        sum16[i][j] = sum;
       }
     }
   }
@@ -813,9 +814,10 @@ constexpr int QuadVectorBlock(int h, int j) {
 }
 
 // Adds the R rows' pair products of pass h's vectors of quad kq (nibbles at
-// `nibbles`, a K-quant's high bits at `sb`) to s16. qa[i]: row i's quants of
-// the block.
-template <WeightFormat F, int R>
+// `nibbles`, a K-quant's high bits at `sb`) to s16, or with kFirst sets s16
+// to them (adding to zeros kept a zero register live and one add per sum).
+// qa[i]: row i's quants of the block.
+template <WeightFormat F, int R, bool kFirst = false>
 XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const uint8_t* sb, int kq,
                                                 int h, const int8_t* const* qa,
                                                 __m256i (&s16)[R][kQuadVectors<R>]) {
@@ -860,8 +862,10 @@ XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const ui
     const __m256i av = _mm256_set1_epi32(quad);
 #pragma GCC unroll 4
     for (int j = 0; j < kV; ++j) {
-      s16[i][j] = _mm256_add_epi16(s16[i][j], _mm256_maddubs_epi16(w[j], av));
-      XRT_KEEP_IN_REGISTER(s16[i][j]);
+      const __m256i prod = _mm256_maddubs_epi16(w[j], av);
+      __m256i sum = kFirst ? prod : _mm256_add_epi16(s16[i][j], prod);
+      XRT_KEEP_IN_REGISTER(sum);
+      s16[i][j] = sum;
     }
   }
 }
@@ -875,15 +879,6 @@ XRT_TARGET_AVX2 inline void OpaqueBlockRows(const int8_t* const* q, int64_t blk,
   for (int i = 0; i < R; ++i) {
     qa[i] = q[i] + blk * kBlock;
     XRT_OPAQUE_POINTER(qa[i]);
-  }
-}
-
-template <int R, int kV>
-XRT_TARGET_AVX2 inline void ZeroSums(__m256i (&s16)[R][kV]) {
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < kV; ++j) s16[i][j] = _mm256_setzero_si256();
   }
 }
 
@@ -926,9 +921,9 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
       const int8_t* qa[R];
       OpaqueBlockRows<R, kQuantGroup>(rows.q, blk, qa);
       __m256i s16[R][kV];
-      ZeroSums(s16);
+      AddQuadProductsAvx2<F, R, true>(grp + QuantGroupQuantsOffset(F), grp, 0, h, qa, s16);
 #pragma GCC unroll 8
-      for (int kq = 0; kq < kQuantGroup / 4; ++kq) {
+      for (int kq = 1; kq < kQuantGroup / 4; ++kq) {
         AddQuadProductsAvx2<F, R>(grp + QuantGroupQuantsOffset(F), grp, kq, h, qa, s16);
       }
       // The group's dots into the accumulators, in the contract's order
@@ -1031,10 +1026,10 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
 #pragma GCC unroll 4
         for (int c = 0; c < kSubQuads / kChunk; ++c) {
           __m256i s16[R][kV];
-          ZeroSums(s16);
           const int kq0 = s * kSubQuads + c * kChunk;
+          AddQuadProductsAvx2<F, R, true>(sb + KLowQuantsOffset(F), sb, kq0, h, qa, s16);
 #pragma GCC unroll 8
-          for (int t = 0; t < kChunk; ++t) {  // constant bounds: unrolled
+          for (int t = 1; t < kChunk; ++t) {  // constant bounds: unrolled
             AddQuadProductsAvx2<F, R>(sb + KLowQuantsOffset(F), sb, kq0 + t, h, qa, s16);
           }
 #pragma GCC unroll 4

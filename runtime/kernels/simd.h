@@ -37,7 +37,10 @@
 // An empty asm that claims to read and rewrite vector `v` in its register:
 // the compiler must materialize v here and cannot move arithmetic across it.
 // Used where GCC would reassociate a chain of integer adds into a tree that
-// keeps every partial product live (and spills them).
+// keeps every partial product live (and spills them). v must be a local, not
+// an array element: an asm operand on an element makes the whole array
+// addressable, and GCC then keeps it on the stack (a store per update and a
+// reload where it is read).
 #define XRT_KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
 // An empty volatile asm that claims to rewrite pointer `p`: loads through p
 // after it are not the same expression as loads before it, so the compiler
