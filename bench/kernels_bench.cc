@@ -459,6 +459,8 @@ void BM_PagedAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_PagedAttention)
     ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads"})
+    ->Args({1, 32, 1, 1, 9, 3})  // one request's decode step: overhead, not flops
+    ->Args({1, 32, 1, 2, 9, 3})
     ->Args({16, 1024, 1, 1, 9, 3})
     ->Args({16, 1024, 1, 2, 9, 3})
     ->Args({1, 512, 512, 1, 9, 3})

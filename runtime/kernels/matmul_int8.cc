@@ -153,6 +153,9 @@ struct Int8Problem {
   const int32_t* sub_sum_pairs;  // [m][k / 64] (q4_k, q5_k): SubBlockSumPairs
   int64_t blocks;                // k / block
   int64_t panel_bytes;
+  // The panel being run, decoded by this thread (DecodeQuadPanelAvx2), or
+  // null.
+  const uint8_t* decoded = nullptr;
 };
 
 void StorePortable(const MatmulArgs& a, int64_t i, int64_t col, float acc) {
@@ -813,17 +816,13 @@ constexpr int QuadVectorBlock(int h, int j) {
   return (kQuadPasses<R> == 1 ? j / 2 : h) + 2 * (j % 2);
 }
 
-// Adds the R rows' pair products of pass h's vectors of quad kq (nibbles at
-// `nibbles`, a K-quant's high bits at `sb`) to s16, or with kFirst sets s16
-// to them (adding to zeros kept a zero register live and one add per sum).
-// qa[i]: row i's quants of the block.
-template <WeightFormat F, int R, bool kFirst = false>
-XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const uint8_t* sb, int kq,
-                                                int h, const int8_t* const* qa,
-                                                __m256i (&s16)[R][kQuadVectors<R>]) {
-  constexpr int kV = kQuadVectors<R>;
+// The weights of quad kq as unsigned bytes, the vectors of pass h (of every
+// half with one pass): w[2e + n] is half (one pass ? e : h), nibble n, plus
+// a K-quant's high bits from `sb`. Nibbles at `nibbles`.
+template <WeightFormat F, int kV>
+XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* nibbles, const uint8_t* sb, int kq,
+                                            int h, __m256i (&w)[kV]) {
   const __m256i low4 = _mm256_set1_epi8(15);
-  __m256i w[kV];  // w[2e + n]: half (one pass ? e : h), nibble n
   // q5_k: the quad's 16 bytes in both lanes, lane 0 shifted up by 4, so that
   // vector (half, n) takes bit 4 + 2 half + n (K5HighBit); q6_k: the quad's
   // 32 bytes, vector (half, n) takes the field at bits 2 (2 half + n).
@@ -837,7 +836,7 @@ XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const ui
   }
 #pragma GCC unroll 2
   for (int e = 0; e < kV / 2; ++e) {
-    const int half = kQuadPasses<R> == 1 ? e : h;
+    const int half = kV == 4 ? e : h;
     const __m256i x =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nibbles + kq * 64 + 32 * half));
     w[2 * e] = _mm256_and_si256(x, low4);
@@ -854,6 +853,56 @@ XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const ui
         w[2 * e + n] = _mm256_or_si256(w[2 * e + n], _mm256_and_si256(at4, _mm256_set1_epi8(48)));
       }
     }
+  }
+}
+
+// A panel's quads decoded once for all its row blocks: quad q's weights as
+// bytes at dst + 128 q, vector (half, nibble n) at 32 (2 half + n). The rows
+// then load each vector instead of decoding it again (3 to 8 vector ALU
+// operations per quad and pass fewer in the loop that bounds prefill).
+constexpr int64_t kDecodedQuadBytes = 128;
+constexpr int64_t DecodedPanelBytes(int64_t k) { return k / 4 * kDecodedQuadBytes; }
+
+template <WeightFormat F>
+XRT_TARGET_AVX2 void DecodeQuadPanelAvx2(const uint8_t* panel, int64_t k, uint8_t* dst) {
+  constexpr int64_t kBlock = IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
+  constexpr int64_t kBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
+  constexpr int64_t kNibbles = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
+  for (int64_t blk = 0; blk < k / kBlock; ++blk) {
+    const uint8_t* src = panel + blk * kBytes;
+    uint8_t* out = dst + blk * (kBlock / 4) * kDecodedQuadBytes;
+    for (int kq = 0; kq < kBlock / 4; ++kq) {
+      __m256i w[4];
+      QuadWeightsAvx2<F, 4>(src + kNibbles, src, kq, 0, w);
+      for (int v = 0; v < 4; ++v) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + kq * kDecodedQuadBytes + 32 * v), w[v]);
+      }
+    }
+  }
+}
+
+// Adds the R rows' pair products of pass h's vectors of quad kq to s16, or
+// with kFirst sets s16 to them (adding to zeros kept a zero register live
+// and one add per sum). The weights are decoded from `nibbles` (and a
+// K-quant's high bits at `sb`), or with kDecoded loaded from `decoded`
+// (the block's quads, DecodeQuadPanelAvx2). qa[i]: row i's quants of the
+// block.
+template <WeightFormat F, int R, bool kDecoded, bool kFirst = false>
+XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const uint8_t* sb,
+                                                const uint8_t* decoded, int kq, int h,
+                                                const int8_t* const* qa,
+                                                __m256i (&s16)[R][kQuadVectors<R>]) {
+  constexpr int kV = kQuadVectors<R>;
+  __m256i w[kV];  // w[2e + n]: half (one pass ? e : h), nibble n
+  if constexpr (kDecoded) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) {
+      const int half = kV == 4 ? j / 2 : h;
+      w[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(decoded + kq * kDecodedQuadBytes +
+                                                                32 * (2 * half + j % 2)));
+    }
+  } else {
+    QuadWeightsAvx2<F, kV>(nibbles, sb, kq, h, w);
   }
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
@@ -882,6 +931,17 @@ XRT_TARGET_AVX2 inline void OpaqueBlockRows(const int8_t* const* q, int64_t blk,
   }
 }
 
+// acc = 0 by vector stores: `= {}` became a rep stosq, whose start-up cost
+// showed in the profile of short-K matmuls (one per panel and row block).
+template <int R>
+XRT_TARGET_AVX2 inline void ZeroAccAvx2(float (&acc)[R][kPackNR]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int b = 0; b < kPackNR / 8; ++b) _mm256_store_ps(acc[i] + 8 * b, _mm256_setzero_ps());
+  }
+}
+
 // Stores the R rows' 32 outputs from acc[R][kPackNR].
 template <int R>
 XRT_TARGET_AVX2 inline void StoreQuadRowsAvx2(const Int8Problem& p, int64_t col0, int64_t i0,
@@ -899,7 +959,7 @@ XRT_TARGET_AVX2 inline void StoreQuadRowsAvx2(const Int8Problem& p, int64_t col0
 // q4_0 / q4_1: R rows (i0 ..) of one panel over the whole of K. A group's
 // eight quads sum exactly in int16, so one vpmaddwd per vector and group
 // widens them.
-template <WeightFormat F, int R>
+template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                        int64_t i0) {
   static_assert(HasQuadNibbles(F) && !IsKQuantFormat(F));
@@ -907,11 +967,14 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
   constexpr int kPasses = kQuadPasses<R>, kV = kQuadVectors<R>;
   constexpr int64_t kBytes = QuantGroupBytes(F);
   const MatmulArgs& a = *p.args;
-  const bool prefetch = i0 == 0;  // later rows read what the first brought in
+  // Later rows read what the first brought in; a decoded panel was read
+  // when it was decoded.
+  const bool prefetch = i0 == 0 && !kDecoded;
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   // In memory by design (see above). Made opaque, GCC no longer kept a
   // second copy of the array but the kernel was 10% slower: left plain.
-  alignas(32) float acc[R][kPackNR] = {};
+  alignas(32) float acc[R][kPackNR];
+  ZeroAccAvx2(acc);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
     const uint8_t* grp = panel + blk * kBytes;
@@ -921,10 +984,13 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
       const int8_t* qa[R];
       OpaqueBlockRows<R, kQuantGroup>(rows.q, blk, qa);
       __m256i s16[R][kV];
-      AddQuadProductsAvx2<F, R, true>(grp + QuantGroupQuantsOffset(F), grp, 0, h, qa, s16);
+      const uint8_t* nibbles = grp + QuantGroupQuantsOffset(F);
+      const uint8_t* dec =
+          kDecoded ? p.decoded + blk * (kQuantGroup / 4) * kDecodedQuadBytes : nullptr;
+      AddQuadProductsAvx2<F, R, kDecoded, true>(nibbles, grp, dec, 0, h, qa, s16);
 #pragma GCC unroll 8
       for (int kq = 1; kq < kQuantGroup / 4; ++kq) {
-        AddQuadProductsAvx2<F, R>(grp + QuantGroupQuantsOffset(F), grp, kq, h, qa, s16);
+        AddQuadProductsAvx2<F, R, kDecoded>(nibbles, grp, dec, kq, h, qa, s16);
       }
       // The group's dots into the accumulators, in the contract's order
       // (the same f32 operations as GroupAvx2 and DotPortable); row-major,
@@ -972,7 +1038,7 @@ XRT_TARGET_AVX2 inline __m256i SignedBytePairs(const uint8_t* p) {
 // super-block's end adds the mins (q4_k, q5_k) and the f32 factors in the
 // contract's order (the same f32 operations as PanelRowsAvx512 and
 // DotPortable).
-template <WeightFormat F, int R>
+template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                    int64_t i0) {
   static_assert(IsKQuantFormat(F));
@@ -982,13 +1048,14 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
   constexpr bool kMins = F != WeightFormat::kQ6_K;
   constexpr int64_t kBytes = SuperBlockBytes(F);
   const MatmulArgs& a = *p.args;
-  const bool prefetch = i0 == 0;
+  const bool prefetch = i0 == 0 && !kDecoded;
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   const int32_t* sub_sum_pairs[R];  // q4_k, q5_k
   for (int i = 0; i < R; ++i) {
     if constexpr (kMins) sub_sum_pairs[i] = p.sub_sum_pairs + (i0 + i) * (a.k / 64);
   }
-  alignas(32) float acc[R][kPackNR] = {};
+  alignas(32) float acc[R][kPackNR];
+  ZeroAccAvx2(acc);
   // isum: the super-block's sum over sub-blocks of scale * dot (q6_k:
   // scale * (dot - 32 * the sub-block's quant sum)).
   alignas(32) int32_t isum[R][kPackNR];
@@ -1027,10 +1094,13 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
         for (int c = 0; c < kSubQuads / kChunk; ++c) {
           __m256i s16[R][kV];
           const int kq0 = s * kSubQuads + c * kChunk;
-          AddQuadProductsAvx2<F, R, true>(sb + KLowQuantsOffset(F), sb, kq0, h, qa, s16);
+          const uint8_t* nibbles = sb + KLowQuantsOffset(F);
+          const uint8_t* dec =
+              kDecoded ? p.decoded + blk * (kSuperBlock / 4) * kDecodedQuadBytes : nullptr;
+          AddQuadProductsAvx2<F, R, kDecoded, true>(nibbles, sb, dec, kq0, h, qa, s16);
 #pragma GCC unroll 8
           for (int t = 1; t < kChunk; ++t) {  // constant bounds: unrolled
-            AddQuadProductsAvx2<F, R>(sb + KLowQuantsOffset(F), sb, kq0 + t, h, qa, s16);
+            AddQuadProductsAvx2<F, R, kDecoded>(nibbles, sb, dec, kq0 + t, h, qa, s16);
           }
 #pragma GCC unroll 4
           for (int i = 0; i < R; ++i) {
@@ -1099,12 +1169,29 @@ struct Avx512Panels {
   template <WeightFormat F, int R>
   static constexpr PanelFn kFn = &PanelRowsAvx512<F, R>;
 };
+// The quad kernels on the thread's decoded panel where there is one.
+template <WeightFormat F, int R>
+XRT_TARGET_AVX2 void QuadRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
+                                  int64_t i0) {
+  if constexpr (IsKQuantFormat(F)) {
+    if (p.decoded) {
+      QuadKRowsAvx2<F, R, true>(p, panel, col0, i0);
+    } else {
+      QuadKRowsAvx2<F, R, false>(p, panel, col0, i0);
+    }
+  } else {
+    if (p.decoded) {
+      QuadGroupRowsAvx2<F, R, true>(p, panel, col0, i0);
+    } else {
+      QuadGroupRowsAvx2<F, R, false>(p, panel, col0, i0);
+    }
+  }
+}
+
 template <WeightFormat F, int R>
 constexpr PanelFn Avx2PanelFn() {
-  if constexpr (IsKQuantFormat(F)) {
-    return &QuadKRowsAvx2<F, R>;
-  } else if constexpr (HasQuadNibbles(F)) {
-    return &QuadGroupRowsAvx2<F, R>;
+  if constexpr (HasQuadNibbles(F)) {
+    return &QuadRowsAvx2<F, R>;
   } else {
     return &PanelRowsAvx2<F, R>;
   }
@@ -1144,6 +1231,37 @@ PanelFn PanelFnFor(WeightFormat f, int rows) {
       return PanelFnFor<Panels, WeightFormat::kQ5_K>(rows);
     default:
       return PanelFnFor<Panels, WeightFormat::kQ6_K>(rows);
+  }
+}
+
+using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
+
+// Row blocks from which decoding a panel once pays (measured, one thread,
+// 2048x2048 and SmolLM2's 576-wide shapes). A decoded panel is 32 bytes per
+// k-row, past L1 from k = 1024, so the rows then read twice the packed
+// bytes from L2: q5_k and q6_k, whose high bits take the most work to
+// decode, win from 2 row blocks (q5_k M = 32: 80 -> 99 GMAC/s); q4_k and
+// the q4 groups only from many (q4_k M = 16: 105 -> 101, M = 128: 104 ->
+// 111; q4_1 at k = 576, M = 128: 88 -> 91).
+int64_t DecodedPanelMinRowBlocks(WeightFormat f) {
+  return f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K ? 2 : 16;
+}
+
+// DecodeQuadPanelAvx2 for the nibble formats, null for the others.
+DecodeFn DecodeFnFor(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kQ4_0:
+      return &DecodeQuadPanelAvx2<WeightFormat::kQ4_0>;
+    case WeightFormat::kQ4_1:
+      return &DecodeQuadPanelAvx2<WeightFormat::kQ4_1>;
+    case WeightFormat::kQ4_K:
+      return &DecodeQuadPanelAvx2<WeightFormat::kQ4_K>;
+    case WeightFormat::kQ5_K:
+      return &DecodeQuadPanelAvx2<WeightFormat::kQ5_K>;
+    case WeightFormat::kQ6_K:
+      return &DecodeQuadPanelAvx2<WeightFormat::kQ6_K>;
+    default:
+      return nullptr;
   }
 }
 #endif  // __x86_64__
@@ -1218,17 +1336,36 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   // stays in cache while every row group reads it.
   const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
   const int64_t groups = (m + kGroupRows - 1) / kGroupRows;
+#if defined(__x86_64__)
+  // AVX2, nibble formats, enough row blocks: each thread decodes a panel
+  // once before running its row blocks on it.
+  const DecodeFn decode = isa == CpuIsa::kAvx2 && groups >= DecodedPanelMinRowBlocks(args.w_format)
+                              ? DecodeFnFor(args.w_format)
+                              : nullptr;
+#endif
   auto run_units = [&](int64_t u0, int64_t u1) {
+#if defined(__x86_64__)
+    Int8Problem pt = p;
+    int64_t decoded_panel = -1;
+#endif
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t panel = u / groups, r0 = u % groups * kGroupRows;
       const int64_t r1 = std::min(m, r0 + kGroupRows);
 #if defined(__x86_64__)
       if (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx2) {
         const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
+        if (decode && panel != decoded_panel) {
+          thread_local std::vector<uint8_t> buffer;
+          buffer.resize(DecodedPanelBytes(k) + 31);
+          uint8_t* decoded = buffer.data() + (-reinterpret_cast<uintptr_t>(buffer.data()) & 31);
+          decode(w, k, decoded);
+          pt.decoded = decoded;
+          decoded_panel = panel;
+        }
         const int rows = static_cast<int>(r1 - r0);
         const PanelFn fn = isa == CpuIsa::kAvx512 ? PanelFnFor<Avx512Panels>(args.w_format, rows)
                                                   : PanelFnFor<Avx2Panels>(args.w_format, rows);
-        fn(p, w, panel * kPackNR, r0);
+        fn(pt, w, panel * kPackNR, r0);
         continue;
       }
 #endif
