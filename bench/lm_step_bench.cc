@@ -13,7 +13,7 @@
 // bind, except the embedding table, of which a decode step reads one row.
 //
 // --profile: the prefill and decode steps also report where their time goes, per command
-// label (Executor::set_profile: "dispatch", "matmul q4_1", "paged_attention",
+// label (Executor::set_profile: "dispatch", "matmul q4_1 576x1536", "paged_attention",
 // ...) in ms and calls per step, the rest being the host's share (inputs,
 // logits) and the timing itself.
 //
@@ -58,6 +58,9 @@ nlohmann::json ProfileJson(const xrt::CommandProfile& prof, const std::vector<do
   for (const auto& [label, entry] : prof.by_label) {
     out[label] = {{"calls_per_step", entry.calls / steps},
                   {"ms_per_step", entry.seconds / steps * 1e3}};
+    if (entry.weight_bytes > 0 && entry.seconds > 0) {  // a matmul: its weight's read rate
+      out[label]["weight_gbs"] = static_cast<double>(entry.weight_bytes) / entry.seconds / 1e9;
+    }
     in_commands += entry.seconds;
   }
   out["host"] = {{"ms_per_step", (total - in_commands) / steps * 1e3}};

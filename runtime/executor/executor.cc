@@ -244,14 +244,21 @@ Status Executor::Run(const xpk::Executable& e, int64_t active_rows) {
     std::string label = c.kind() == xpk::CommandKind::dispatch
                             ? "dispatch"
                             : std::string(xpk::EnumNameUkernel(c.ukernel()));
-    if (c.kind() == xpk::CommandKind::ukernel && c.ukernel() == xpk::Ukernel::matmul)
-      label += fmt::format(" {}{}", WeightFormatName(pc.w_format),
+    int64_t weight_bytes = 0;
+    if (c.kind() == xpk::CommandKind::ukernel && c.ukernel() == xpk::Ukernel::matmul) {
+      // By shape too, so that a profile gives each weight's read rate.
+      const UkernelCall<xpk::Ukernel::matmul> call(c, pc.ptrs);
+      const int64_t n = call[xpk::abi::MatmulParam::kN], k = call[xpk::abi::MatmulParam::kK];
+      weight_bytes = PackedWeightBytes(pc.w_format, n, k);
+      label += fmt::format(" {} {}x{}{}", WeightFormatName(pc.w_format), n, k,
                            pc.compute == ComputeType::kF32
                                ? ""
                                : fmt::format(" ({} compute)", ComputeTypeName(pc.compute)));
+    }
     CommandProfile::Entry& entry = profile_->by_label[label];
     ++entry.calls;
     entry.seconds += seconds;
+    entry.weight_bytes += weight_bytes;
     XRT_RETURN_IF_ERROR(s);
   }
   return Status::Ok();

@@ -53,12 +53,14 @@ struct ExecutorParams {
   std::vector<float*> lora_a, lora_b;
 };
 
-// Where Executor::Run's time goes, by command: "dispatch", "matmul q4_1",
-// "paged_attention", ... (lm_step_bench --profile).
+// Where Executor::Run's time goes, by command: "dispatch", "matmul q4_1
+// 576x1536 (int8 compute)" (format, N x K, compute type), "paged_attention",
+// ... (lm_step_bench --profile).
 struct CommandProfile {
   struct Entry {
     int64_t calls = 0;
     double seconds = 0;
+    int64_t weight_bytes = 0;  // matmuls: the packed weight's bytes, summed over calls
   };
   std::map<std::string, Entry> by_label;
 };

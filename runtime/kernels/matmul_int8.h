@@ -34,6 +34,11 @@
 // so the result depends only on row i of A, column j of W, bias and c_old:
 // bit-identical whatever M, the row's position, the thread count and the ISA
 // path (the portable, AVX2 and AVX-512 code compute the same values).
+//
+// Memory: the calling thread keeps A's quantized rows (about M * K bytes plus
+// sums) in a thread-local buffer reused across calls; on AVX2, with many
+// rows, each thread that runs panels of a nibble format also keeps the panel
+// it runs decoded to bytes (32 * K bytes, DecodeQuadPanelAvx2).
 #pragma once
 
 #include <cstdint>
