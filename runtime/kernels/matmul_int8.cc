@@ -978,15 +978,15 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
     const uint8_t* grp = panel + blk * kBytes;
+    const uint8_t* nibbles = grp + QuantGroupQuantsOffset(F);
+    const uint8_t* dec =
+        kDecoded ? p.decoded + blk * (kQuantGroup / 4) * kDecodedQuadBytes : nullptr;
     if (prefetch) PrefetchBlock(grp, kBytes);
 #pragma GCC unroll 2
     for (int h = 0; h < kPasses; ++h) {
       const int8_t* qa[R];
       OpaqueBlockRows<R, kQuantGroup>(rows.q, blk, qa);
       __m256i s16[R][kV];
-      const uint8_t* nibbles = grp + QuantGroupQuantsOffset(F);
-      const uint8_t* dec =
-          kDecoded ? p.decoded + blk * (kQuantGroup / 4) * kDecodedQuadBytes : nullptr;
       AddQuadProductsAvx2<F, R, kDecoded, true>(nibbles, grp, dec, 0, h, qa, s16);
 #pragma GCC unroll 8
       for (int kq = 1; kq < kQuantGroup / 4; ++kq) {
@@ -1066,6 +1066,9 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
   KScaleBytes scales;  // q4_k / q5_k
   for (int64_t blk = 0; blk < a.k / kSuperBlock; ++blk) {
     const uint8_t* sb = panel + blk * kBytes;
+    const uint8_t* nibbles = sb + KLowQuantsOffset(F);
+    const uint8_t* dec =
+        kDecoded ? p.decoded + blk * (kSuperBlock / 4) * kDecodedQuadBytes : nullptr;
     if (prefetch) PrefetchBlock(sb, kBytes);
     if constexpr (kMins) UnpackKScalesAvx2(sb, &scales);
     for (int s = 0; s < kSubs; ++s) {
@@ -1094,9 +1097,6 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
         for (int c = 0; c < kSubQuads / kChunk; ++c) {
           __m256i s16[R][kV];
           const int kq0 = s * kSubQuads + c * kChunk;
-          const uint8_t* nibbles = sb + KLowQuantsOffset(F);
-          const uint8_t* dec =
-              kDecoded ? p.decoded + blk * (kSuperBlock / 4) * kDecodedQuadBytes : nullptr;
           AddQuadProductsAvx2<F, R, kDecoded, true>(nibbles, sb, dec, kq0, h, qa, s16);
 #pragma GCC unroll 8
           for (int t = 1; t < kChunk; ++t) {  // constant bounds: unrolled
