@@ -13,7 +13,7 @@
 // bind, except the embedding table, of which a decode step reads one row.
 //
 // --profile: the prefill and decode steps also report where their time goes, per command
-// label (Executor::set_profile: "dispatch", "matmul q4_1 576x1536", "paged_attention",
+// label (Executor::set_profile: "dispatch rope_q", "matmul q4_1 576x1536", "paged_attention",
 // ...) in ms and calls per step, the rest being the host's share (inputs,
 // logits) and the timing itself.
 //

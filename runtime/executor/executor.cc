@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -228,6 +229,31 @@ Expected<uint8_t*> Executor::Tensor(const xpk::Executable& e, const std::string&
   return NotFoundError("executable '{}' has no tensor '{}'", e.name()->str(), name);
 }
 
+namespace {
+
+// A dispatch's profile label: "dispatch" and the command's label without the
+// layer it belongs to ("model.layers.3.rope_q" -> "dispatch rope_q"), so that
+// the layers' like dispatches add up under one label.
+std::string DispatchProfileLabel(const xpk::Command& c) {
+  if (!c.label() || c.label()->size() == 0) return "dispatch";
+  std::string_view name = c.label()->string_view();
+  const size_t layers = name.rfind("layers.");
+  if (layers != std::string_view::npos) {
+    const size_t dot = name.find('.', layers + 7);
+    if (dot != std::string_view::npos) name.remove_prefix(dot + 1);
+  } else if (const size_t dot = name.find('.'); dot != std::string_view::npos) {
+    name.remove_prefix(dot + 1);  // "model.norm.weight" -> "norm.weight"
+  }
+  // A norm is labelled by its weight: "input_layernorm.weight" -> "input_layernorm".
+  constexpr std::string_view kWeight = ".weight";
+  if (name.size() > kWeight.size() && name.substr(name.size() - kWeight.size()) == kWeight) {
+    name.remove_suffix(kWeight.size());
+  }
+  return fmt::format("dispatch {}", name);
+}
+
+}  // namespace
+
 Status Executor::Run(const xpk::Executable& e, int64_t active_rows) {
   auto it = prepared_.find(&e);
   if (it == prepared_.end()) return InvalidArgumentError("executable is not from this artifact");
@@ -242,7 +268,7 @@ Status Executor::Run(const xpk::Executable& e, int64_t active_rows) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const xpk::Command& c = *pc.fb;
     std::string label = c.kind() == xpk::CommandKind::dispatch
-                            ? "dispatch"
+                            ? DispatchProfileLabel(c)
                             : std::string(xpk::EnumNameUkernel(c.ukernel()));
     int64_t weight_bytes = 0;
     if (c.kind() == xpk::CommandKind::ukernel && c.ukernel() == xpk::Ukernel::matmul) {

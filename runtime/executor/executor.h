@@ -53,9 +53,9 @@ struct ExecutorParams {
   std::vector<float*> lora_a, lora_b;
 };
 
-// Where Executor::Run's time goes, by command: "dispatch", "matmul q4_1
-// 576x1536 (int8 compute)" (format, N x K, compute type), "paged_attention",
-// ... (lm_step_bench --profile).
+// Where Executor::Run's time goes, by command: "dispatch rope_q" (a dispatch by
+// its label, less the layer), "matmul q4_1 576x1536 (int8 compute)" (format,
+// N x K, compute type), "paged_attention", ... (lm_step_bench --profile).
 struct CommandProfile {
   struct Entry {
     int64_t calls = 0;
