@@ -64,6 +64,14 @@ void SubBlockSumPairs(const int32_t* sum16, int64_t k, int32_t* pairs) {
   }
 }
 
+// q4_1: each 32-value block's activation scale times its quant sum, d * s
+// (one f32 rounding; s is exact in f32), the factor of the block's m_w term.
+void ScaledBlockSums(const float* d, const int32_t* sum16, int64_t k, float* ds) {
+  for (int64_t b = 0; b < k / kQuantGroup; ++b) {
+    ds[b] = d[b] * static_cast<float>(sum16[2 * b] + sum16[2 * b + 1]);
+  }
+}
+
 void SumQuants(const int8_t* q, int64_t k, int32_t* sum16) {
   for (int64_t s = 0; s < k / kSumRows; ++s) {
     int32_t sum = 0;
@@ -138,7 +146,7 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
     acc = std::fma(dw * d[b], static_cast<float>(dot), acc);
     if (f == WeightFormat::kQ4_1) {
       const float mw = HalfAt(grp + 64 + 2 * j);
-      acc = std::fma(mw * d[b], static_cast<float>(sum), acc);
+      acc = std::fma(mw, d[b] * static_cast<float>(sum), acc);
     }
   }
   return acc;
@@ -151,6 +159,7 @@ struct Int8Problem {
   const float* d;                // [m][k / block]
   const int32_t* sum16;          // [m][k / 16]
   const int32_t* sub_sum_pairs;  // [m][k / 64] (q4_k, q5_k): SubBlockSumPairs
+  const float* ds;               // [m][k / 32] (q4_1): ScaledBlockSums
   int64_t blocks;                // k / block
   int64_t panel_bytes;
   // The panel being run, decoded by this thread (DecodeQuadPanelAvx2), or
@@ -401,10 +410,12 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
   const int8_t* qrow[R];
   const float* drow[R];
   const int32_t* srow[R];
+  const float* dsrow[R];  // q4_1
   for (int i = 0; i < R; ++i) {
     qrow[i] = p.q + (i0 + i) * k;
     drow[i] = p.d + (i0 + i) * p.blocks;
     srow[i] = p.sum16 + (i0 + i) * (k / kSumRows);
+    dsrow[i] = F == WeightFormat::kQ4_1 ? p.ds + (i0 + i) * (k / kQuantGroup) : nullptr;
   }
   if constexpr (IsKQuantFormat(F)) {
     constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
@@ -518,8 +529,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
                                       _mm512_cvtepi32_ps(isum), acc[i][h]);
           if constexpr (F == WeightFormat::kQ4_1) {
             const __m512 mw = packed_simd::Halves16(grp + 64 + 32 * h);
-            acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(da)),
-                                        _mm512_set1_ps(static_cast<float>(qsum)), acc[i][h]);
+            acc[i][h] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dsrow[i][b]), acc[i][h]);
           }
         }
       }
@@ -710,6 +720,7 @@ struct QuantRows {
   const int8_t* q[R];
   const float* d[R];
   const int32_t* sum16[R];
+  const float* ds[R];  // q4_1
 };
 
 // Rows i0 .. i0 + R - 1 of the problem's quantized A.
@@ -721,6 +732,7 @@ QuantRows<R> QuantRowsAt(const Int8Problem& p, int64_t i0) {
     rows.q[i] = p.q + (i0 + i) * k;
     rows.d[i] = p.d + (i0 + i) * p.blocks;
     rows.sum16[i] = p.sum16 + (i0 + i) * (k / kSumRows);
+    rows.ds[i] = p.ds ? p.ds + (i0 + i) * (k / kQuantGroup) : nullptr;
   }
   return rows;
 }
@@ -1011,8 +1023,10 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
           __m256 v = _mm256_load_ps(out);
           v = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum), v);
           if constexpr (F == WeightFormat::kQ4_1) {
+            // d * s from memory: a broadcast load, no f32 multiply here (the
+            // epilogue's multiplies and fmas share two pipes on Zen 3).
             const __m256 mw = packed_simd::Halves8(grp + 64 + 16 * b);
-            v = _mm256_fmadd_ps(_mm256_mul_ps(mw, da), _mm256_set1_ps(static_cast<float>(qsum)), v);
+            v = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(rows.ds[i] + blk), v);
           }
           _mm256_store_ps(out, v);
         }
@@ -1272,6 +1286,7 @@ struct QuantizedRows {
   std::vector<float> d;
   std::vector<int32_t> sum16;
   std::vector<int32_t> sub_sum_pairs;
+  std::vector<float> ds;
 };
 
 void QuantizeRowWithIsa(const float* a, int64_t k, int block, int8_t* q, float* d, int32_t* sum16,
@@ -1317,20 +1332,30 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const bool has_mins =
       args.w_format == WeightFormat::kQ4_K || args.w_format == WeightFormat::kQ5_K;
   rows.sub_sum_pairs.resize(has_mins ? m * (k / 64) : 0);
+  const bool has_ds = args.w_format == WeightFormat::kQ4_1;
+  rows.ds.resize(has_ds ? m * (k / kQuantGroup) : 0);
   // The pool's threads quantize rows into this thread's buffers (a lambda
   // naming `rows` would see each worker's own thread_local).
   int8_t* q = rows.q.data();
   float* d = rows.d.data();
   int32_t* sum16 = rows.sum16.data();
   int32_t* pairs = rows.sub_sum_pairs.data();
+  float* ds = rows.ds.data();
   ParallelForUnits(pool, m, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       QuantizeRowWithIsa(args.a + i * args.lda, k, block, q + i * k, d + i * (k / block),
                          sum16 + i * (k / kSumRows), isa);
       if (has_mins) SubBlockSumPairs(sum16 + i * (k / kSumRows), k, pairs + i * (k / 64));
+      if (has_ds) {
+        ScaledBlockSums(d + i * (k / block), sum16 + i * (k / kSumRows), k,
+                        ds + i * (k / kQuantGroup));
+      }
     }
   });
-  Int8Problem p{&args, q, d, sum16, pairs, k / block, PackedPanelBytes(args.w_format, k)};
+  Int8Problem p{&args,     q,
+                d,         sum16,
+                pairs,     has_ds ? ds : nullptr,
+                k / block, PackedPanelBytes(args.w_format, k)};
 
   // Units: (panel, group of up to 4 rows), row groups fastest, so a panel
   // stays in cache while every row group reads it.

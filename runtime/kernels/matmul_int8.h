@@ -20,15 +20,16 @@
 //    int32 sums (isum, s = sum of the block's activation quants q):
 //      q8_0:  acc = fma(d_w * d, isum, acc), isum = sum q_w * q
 //      q4_0:  the same with q_w - 8 (q_w in 0..15)
-//      q4_1:  acc = fma(d_w * d, sum q_w * q, acc); acc = fma(m_w * d, s, acc)
+//      q4_1:  acc = fma(d_w * d, sum q_w * q, acc); acc = fma(m_w, d * s, acc)
 //      q4_k, q5_k (per 256): isum = sum over the 8 sub-blocks of
 //             sc * (sum q_w * q), imin = sum of m * s_sub;
 //             acc = fma(d_w * d, isum, acc); acc = fma(-(dmin_w * d), imin, acc)
 //      q6_k (per 256): isum = sum over the 16 sub-blocks of sc * (sum (q_w - 32) * q);
 //             acc = fma(d_w * d, isum, acc)
 //    where d_w, m_w, dmin_w are the f16 scales as f32, sc and m the
-//    sub-block scales (weight_format.h), each product of two scales is one
-//    f32 rounding and each int32 -> f32 conversion rounds to nearest even.
+//    sub-block scales (weight_format.h), each product of two scales (and
+//    d * s, where s is exact in f32) is one f32 rounding and each int32 ->
+//    f32 conversion rounds to nearest even.
 //    Then, as for kF32, c = (accumulate ? c_old : 0) + (acc + bias).
 // Every integer sum is exact (bounded well inside int32 by the quant widths),
 // so the result depends only on row i of A, column j of W, bias and c_old:

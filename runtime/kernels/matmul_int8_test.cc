@@ -177,7 +177,7 @@ float ReferenceDot(WeightFormat f, const IntRow& w, const std::vector<int>& q,
         sum += q[b * 32 + e];
       }
       acc = std::fma(w.d[b] * d[b], static_cast<float>(dot), acc);
-      if (f == WeightFormat::kQ4_1) acc = std::fma(w.m[b] * d[b], static_cast<float>(sum), acc);
+      if (f == WeightFormat::kQ4_1) acc = std::fma(w.m[b], d[b] * static_cast<float>(sum), acc);
     }
     return acc;
   }
