@@ -116,7 +116,10 @@ class DecoderBuilder {
                                                   T({o_.encoder_cache_rows, D}, f32()));
       x = b_.create<xg::MergeRowsOp>(NameLoc("merge_image_rows"), x, fn.getArgument(6), cache);
     }
-    Value inv_freq = Weight(kRopeInvFreqWeight, {hd / 2});
+    // The rotary angles depend on the position only: their cosines and sines
+    // are computed once per step for every layer's q and k.
+    Value cos_sin = b_.create<xg::RopeCosSinOp>(NameLoc("rope_cos_sin"), pos,
+                                                Weight(kRopeInvFreqWeight, {hd / 2}));
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
       Value h = RmsNorm(x, L(l, "input_layernorm.weight"));
@@ -124,8 +127,8 @@ class DecoderBuilder {
       Value k = Linear(h, L(l, "self_attn.k_proj"), KV * hd, D, c_.attention_bias);
       Value v = Linear(h, L(l, "self_attn.v_proj"), KV * hd, D, c_.attention_bias);
       auto hd_attr = b_.getI64IntegerAttr(hd);
-      q = b_.create<xg::RopeOp>(NameLoc(L(l, "rope_q")), q, pos, inv_freq, hd_attr);
-      k = b_.create<xg::RopeOp>(NameLoc(L(l, "rope_k")), k, pos, inv_freq, hd_attr);
+      q = b_.create<xg::RopeOp>(NameLoc(L(l, "rope_q")), q, cos_sin, hd_attr);
+      k = b_.create<xg::RopeOp>(NameLoc(L(l, "rope_k")), k, cos_sin, hd_attr);
       Value o = b_.create<xg::PagedAttentionOp>(
           NameLoc(L(l, "self_attn")), q, k, v, slots, tables, lens, qsl, b_.getI64IntegerAttr(l),
           b_.getI64IntegerAttr(H), b_.getI64IntegerAttr(KV), hd_attr, b_.getF32FloatAttr(scale));

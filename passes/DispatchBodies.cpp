@@ -448,24 +448,38 @@ LogicalResult buildRmsNorm(Emitter &e, xg::RmsNormOp op, ArrayRef<Value> v,
   return success();
 }
 
-LogicalResult buildRope(Emitter &e, xg::RopeOp op, ArrayRef<Value> v, Value lo,
-                        Value hi) {
-  Value in = v[0], pos = v[1], invFreq = v[2], out = v[3];
-  int64_t headDim = static_cast<int64_t>(op.getHeadDim());
-  int64_t half = headDim / 2, heads = dim(in, 1) / headDim;
+LogicalResult buildRopeCosSin(Emitter &e, ArrayRef<Value> v, Value lo,
+                              Value hi) {
+  Value pos = v[0], invFreq = v[1], out = v[2];
+  int64_t half = dim(invFreq, 0);
   e.loop(lo, hi, [&](Value r) {
     Value p = e.builder().create<arith::SIToFPOp>(
         e.loc(), e.builder().getF32Type(), e.load(pos, {r}));
     e.loop(0, half, [&](Value i) {
       Value angle = e.mul(p, e.load(invFreq, {i}));
-      Value cos = e.builder().create<math::CosOp>(e.loc(), angle);
-      Value sin = e.builder().create<math::SinOp>(e.loc(), angle);
-      e.loop(0, heads, [&](Value h) {
-        Value base =
-            e.builder().create<arith::MulIOp>(e.loc(), h, e.index(headDim));
-        Value c1 = e.builder().create<arith::AddIOp>(e.loc(), base, i);
-        Value c2 =
-            e.builder().create<arith::AddIOp>(e.loc(), c1, e.index(half));
+      e.store(e.builder().create<math::CosOp>(e.loc(), angle), out, {r, i});
+      e.store(e.builder().create<math::SinOp>(e.loc(), angle), out,
+              {r, idxAdd(e, i, e.index(half))});
+    });
+  });
+  return success();
+}
+
+LogicalResult buildRope(Emitter &e, xg::RopeOp op, ArrayRef<Value> v, Value lo,
+                        Value hi) {
+  Value in = v[0], cosSin = v[1], out = v[2];
+  int64_t headDim = static_cast<int64_t>(op.getHeadDim());
+  int64_t half = headDim / 2, heads = dim(in, 1) / headDim;
+  // Heads outside, i inside: the inner loop reads consecutive columns of the
+  // row and of its cos / sin table row, which vectorizes.
+  e.loop(lo, hi, [&](Value r) {
+    e.loop(0, heads, [&](Value h) {
+      Value c1Base = idxMul(e, h, headDim);
+      e.loop(0, half, [&](Value i) {
+        Value cos = e.load(cosSin, {r, i});
+        Value sin = e.load(cosSin, {r, idxAdd(e, i, e.index(half))});
+        Value c1 = idxAdd(e, c1Base, i);
+        Value c2 = idxAdd(e, c1, e.index(half));
         Value x1 = e.load(in, {r, c1}), x2 = e.load(in, {r, c2});
         e.store(e.sub(e.mul(x1, cos), e.mul(x2, sin)), out, {r, c1});
         e.store(e.add(e.mul(x2, cos), e.mul(x1, sin)), out, {r, c2});
@@ -691,10 +705,10 @@ LogicalResult buildConcat(Emitter &e, xg::ConcatOp op, ArrayRef<Value> v,
 } // namespace
 
 bool isGeneratedDispatchOp(Operation *op) {
-  return isa<xg::EmbeddingOp, xg::GatherRowsOp, xg::RmsNormOp, xg::RopeOp,
-             xg::SiluMulOp, xg::AddOp, xg::PatchifyOp, xg::VisionEmbedOp,
-             xg::LayerNormOp, xg::GeluOp, xg::SkipRowsOp, xg::MergeRowsOp,
-             xg::ConcatOp>(op);
+  return isa<xg::EmbeddingOp, xg::GatherRowsOp, xg::RmsNormOp, xg::RopeCosSinOp,
+             xg::RopeOp, xg::SiluMulOp, xg::AddOp, xg::PatchifyOp,
+             xg::VisionEmbedOp, xg::LayerNormOp, xg::GeluOp, xg::SkipRowsOp,
+             xg::MergeRowsOp, xg::ConcatOp>(op);
 }
 
 int64_t dispatchWorkgroups(Operation *op) {
@@ -719,6 +733,8 @@ LogicalResult buildDispatchBody(OpBuilder &b, Operation *op,
           [&](auto) { return buildGatherRows(e, views, wgBegin, wgEnd); })
       .Case<xg::RmsNormOp>(
           [&](auto o) { return buildRmsNorm(e, o, views, wgBegin, wgEnd); })
+      .Case<xg::RopeCosSinOp>(
+          [&](auto) { return buildRopeCosSin(e, views, wgBegin, wgEnd); })
       .Case<xg::RopeOp>(
           [&](auto o) { return buildRope(e, o, views, wgBegin, wgEnd); })
       .Case<xg::SiluMulOp>(

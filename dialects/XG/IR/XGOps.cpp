@@ -265,6 +265,27 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
 }
 
 //===----------------------------------------------------------------------===//
+// RopeCosSinOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RopeCosSinOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &inferred) {
+  if (failed(expectRank(loc, adaptor.getPositions(), 1, "positions")) ||
+      failed(expectRank(loc, adaptor.getInvFreq(), 1, "inv_freq")))
+    return failure();
+  int64_t half = shapeOf(adaptor.getInvFreq())[0];
+  if (half == kDyn || half <= 0)
+    return emitOptionalError(loc, "inv_freq must have a static positive size");
+  auto elementType =
+      cast<RankedTensorType>(adaptor.getInvFreq().getType()).getElementType();
+  inferred.push_back(
+      tensorOf({shapeOf(adaptor.getPositions())[0], 2 * half}, elementType));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // RopeOp
 //===----------------------------------------------------------------------===//
 
@@ -273,8 +294,7 @@ LogicalResult RopeOp::inferReturnTypes(MLIRContext *,
                                        Adaptor adaptor,
                                        SmallVectorImpl<Type> &inferred) {
   if (failed(expectRank(loc, adaptor.getInput(), 2, "input")) ||
-      failed(expectRank(loc, adaptor.getPositions(), 1, "positions")) ||
-      failed(expectRank(loc, adaptor.getInvFreq(), 1, "inv_freq")))
+      failed(expectRank(loc, adaptor.getCosSin(), 2, "cos_sin")))
     return failure();
   int64_t hd = adaptor.getHeadDim();
   auto in = shapeOf(adaptor.getInput());
@@ -284,10 +304,9 @@ LogicalResult RopeOp::inferReturnTypes(MLIRContext *,
   if (in[1] != kDyn && in[1] % hd != 0)
     return emitOptionalError(loc, "input columns ", in[1],
                              " are not a multiple of head_dim ", hd);
-  if (failed(expectDim(loc, shapeOf(adaptor.getPositions())[0], in[0],
-                       "positions size")) ||
-      failed(expectDim(loc, shapeOf(adaptor.getInvFreq())[0], hd / 2,
-                       "inv_freq size")))
+  auto cs = shapeOf(adaptor.getCosSin());
+  if (failed(expectDim(loc, cs[0], in[0], "cos_sin rows")) ||
+      failed(expectDim(loc, cs[1], hd, "cos_sin columns")))
     return failure();
   inferred.push_back(adaptor.getInput().getType());
   return success();

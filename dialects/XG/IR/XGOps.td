@@ -136,25 +136,42 @@ def XG_SplitOp : XG_InferOp<"split"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
 }
 
+def XG_RopeCosSinOp : XG_InferOp<"rope_cos_sin"> {
+  let summary = "the cosines and sines of the rotary angles of each position";
+  let description = [{
+    For every row `t` and `i < H` (`H` = the size of `inv_freq`), with
+    `a = positions[t] * inv_freq[i]` (one f32 multiply):
+    `result[t, i] = cos a`, `result[t, H + i] = sin a`. `inv_freq` holds the
+    (possibly scaled) inverse frequencies. Computed once per step, the table
+    serves every layer's `xg.rope` (the angles depend on the position only).
+
+    ```mlir
+    %cs = xg.rope_cos_sin %pos, %inv : tensor<?xi32>, tensor<8xf32> -> tensor<?x16xf32>
+    ```
+  }];
+  let arguments = (ins XG_I32Tensor:$positions, XG_F32Tensor:$inv_freq);
+  let results = (outs XG_F32Tensor:$result);
+  let assemblyFormat = [{
+    $positions `,` $inv_freq attr-dict `:` type($positions) `,` type($inv_freq) `->` type($result)
+  }];
+}
+
 def XG_RopeOp : XG_InferOp<"rope"> {
   let summary = "rotary position embedding (rotate-half convention)";
   let description = [{
-    For every head of `head_dim` columns and `i < head_dim / 2`, with
-    `a = positions[t] * inv_freq[i]`:
-    `out[i] = x[i] cos a - x[i + half] sin a`, `out[i + half] = x[i + half] cos a + x[i] sin a`.
-    `inv_freq` holds the (possibly scaled) inverse frequencies.
+    For every head of `head_dim` columns and `i < half = head_dim / 2`, with
+    `c = cos_sin[t, i]`, `s = cos_sin[t, half + i]` (`xg.rope_cos_sin`):
+    `out[i] = x[i] c - x[i + half] s`, `out[i + half] = x[i + half] c + x[i] s`.
 
     ```mlir
-    %q2 = xg.rope %q, %pos, %inv {head_dim = 16 : i64}
-           : tensor<?x64xf32>, tensor<?xi32>, tensor<8xf32> -> tensor<?x64xf32>
+    %q2 = xg.rope %q, %cs {head_dim = 16 : i64}
+           : tensor<?x64xf32>, tensor<?x16xf32> -> tensor<?x64xf32>
     ```
   }];
-  let arguments = (ins XG_F32Tensor:$input, XG_I32Tensor:$positions,
-                       XG_F32Tensor:$inv_freq, I64Attr:$head_dim);
+  let arguments = (ins XG_F32Tensor:$input, XG_F32Tensor:$cos_sin, I64Attr:$head_dim);
   let results = (outs XG_F32Tensor:$result);
   let assemblyFormat = [{
-    $input `,` $positions `,` $inv_freq attr-dict `:` type($input) `,` type($positions) `,`
-    type($inv_freq) `->` type($result)
+    $input `,` $cos_sin attr-dict `:` type($input) `,` type($cos_sin) `->` type($result)
   }];
 }
 

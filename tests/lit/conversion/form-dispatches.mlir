@@ -8,6 +8,7 @@
 // CHECK: xg.embedding {{.*}}xg.dispatch = @embedding_0, xg.workgroups = 4 : i64
 // CHECK: xg.rms_norm {{.*}}xg.dispatch = @rms_norm_0, xg.workgroups = 4 : i64
 // CHECK: xg.linear {{.*}}xg.ukernel = "matmul"
+// CHECK: xg.rope_cos_sin {{.*}}xg.dispatch = @rope_cos_sin_0
 // CHECK: xg.rope {{.*}}xg.dispatch = @rope_0
 // CHECK: xg.silu_mul {{.*}}xg.dispatch = @silu_mul_0
 // CHECK: xg.rms_norm {{.*}}xg.dispatch = @rms_norm_0,
@@ -26,11 +27,15 @@
 // CHECK: arith.addf {{.*}} fastmath<reassoc>
 // CHECK: math.sqrt
 
+// CHECK-LABEL: func.func @rope_cos_sin_0(
+// CHECK: math.cos
+// CHECK: math.sin
+
 // CHECK-LABEL: func.func @rope_0(
 // CHECK-SAME: %{{.*}}: memref<224xf32>
 // CHECK: memref.reinterpret_cast %{{.*}} to offset: [0], sizes: [4, 32], strides: [64, 1]
-// CHECK: math.cos
-// CHECK: math.sin
+// CHECK-NOT: math.cos
+// CHECK: arith.mulf
 
 // CHECK-LABEL: func.func @silu_mul_0(
 // CHECK: math.exp
@@ -46,7 +51,8 @@ func.func @step(%ids: tensor<4xi32>, %pos: tensor<4xi32>) -> tensor<4x32xf32> at
   %gu = xg.linear %n, %w : tensor<4x32xf32>, tensor<64x32xf32> -> tensor<4x64xf32>
   %g, %u = xg.split %gu {sizes = array<i64: 32, 32>} : tensor<4x64xf32> -> tensor<4x32xf32>, tensor<4x32xf32>
   %inv = xg.weight "inv" : tensor<8xf32>
-  %r = xg.rope %g, %pos, %inv {head_dim = 16 : i64} : tensor<4x32xf32>, tensor<4xi32>, tensor<8xf32> -> tensor<4x32xf32>
+  %cs = xg.rope_cos_sin %pos, %inv : tensor<4xi32>, tensor<8xf32> -> tensor<4x16xf32>
+  %r = xg.rope %g, %cs {head_dim = 16 : i64} : tensor<4x32xf32>, tensor<4x16xf32> -> tensor<4x32xf32>
   %a = xg.silu_mul %r, %u : tensor<4x32xf32>, tensor<4x32xf32> -> tensor<4x32xf32>
   %n2 = xg.rms_norm %a, %nw {eps = 1.0e-5 : f64} : tensor<4x32xf32>, tensor<32xf32> -> tensor<4x32xf32>
   %y = xg.add %n2, %x : tensor<4x32xf32>, tensor<4x32xf32> -> tensor<4x32xf32>

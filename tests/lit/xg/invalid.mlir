@@ -113,31 +113,46 @@ func.func @split_positive(%x: tensor<4x8xf32>) {
 
 // -----
 
-func.func @rope_odd(%x: tensor<4x9xf32>, %p: tensor<4xi32>) {
-  %inv = xg.weight "inv" : tensor<4xf32>
+func.func @rope_odd(%x: tensor<4x9xf32>, %cs: tensor<4x8xf32>) {
   // expected-error @+2 {{head_dim must be positive and even}}
   // expected-error @+1 {{failed to infer returned types}}
-  %y = xg.rope %x, %p, %inv {head_dim = 9 : i64} : tensor<4x9xf32>, tensor<4xi32>, tensor<4xf32> -> tensor<4x9xf32>
+  %y = xg.rope %x, %cs {head_dim = 9 : i64} : tensor<4x9xf32>, tensor<4x8xf32> -> tensor<4x9xf32>
   return
 }
 
 // -----
 
-func.func @rope_cols(%x: tensor<4x12xf32>, %p: tensor<4xi32>) {
-  %inv = xg.weight "inv" : tensor<4xf32>
+func.func @rope_cols(%x: tensor<4x12xf32>, %cs: tensor<4x8xf32>) {
   // expected-error @+2 {{input columns 12 are not a multiple of head_dim 8}}
   // expected-error @+1 {{failed to infer returned types}}
-  %y = xg.rope %x, %p, %inv {head_dim = 8 : i64} : tensor<4x12xf32>, tensor<4xi32>, tensor<4xf32> -> tensor<4x12xf32>
+  %y = xg.rope %x, %cs {head_dim = 8 : i64} : tensor<4x12xf32>, tensor<4x8xf32> -> tensor<4x12xf32>
   return
 }
 
 // -----
 
-func.func @rope_freq(%x: tensor<4x16xf32>, %p: tensor<4xi32>) {
-  %inv = xg.weight "inv" : tensor<8xf32>
-  // expected-error @+2 {{inv_freq size is 8, expected 4}}
+func.func @rope_table(%x: tensor<4x16xf32>, %cs: tensor<4x16xf32>) {
+  // expected-error @+2 {{cos_sin columns is 16, expected 8}}
   // expected-error @+1 {{failed to infer returned types}}
-  %y = xg.rope %x, %p, %inv {head_dim = 8 : i64} : tensor<4x16xf32>, tensor<4xi32>, tensor<8xf32> -> tensor<4x16xf32>
+  %y = xg.rope %x, %cs {head_dim = 8 : i64} : tensor<4x16xf32>, tensor<4x16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @rope_table_rows(%x: tensor<4x16xf32>, %cs: tensor<5x8xf32>) {
+  // expected-error @+2 {{cos_sin rows is 5, expected 4}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = xg.rope %x, %cs {head_dim = 8 : i64} : tensor<4x16xf32>, tensor<5x8xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @rope_cos_sin_dynamic(%p: tensor<4xi32>, %inv: tensor<?xf32>) {
+  // expected-error @+2 {{inv_freq must have a static positive size}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %cs = xg.rope_cos_sin %p, %inv : tensor<4xi32>, tensor<?xf32> -> tensor<4x8xf32>
   return
 }
 

@@ -19,9 +19,11 @@ func.func @decoder_layer(%ids: tensor<?xi32>, %pos: tensor<?xi32>, %slots: tenso
   // CHECK: xg.split %{{.*}} {sizes = array<i64: 64, 32, 32>} : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
   %q, %k, %v = xg.split %qkv {sizes = array<i64: 64, 32, 32>} : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
   %inv = xg.weight "inv_freq" : tensor<8xf32>
-  // CHECK: xg.rope %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 16 : i64}
-  %qr = xg.rope %q, %pos, %inv {head_dim = 16 : i64} : tensor<?x64xf32>, tensor<?xi32>, tensor<8xf32> -> tensor<?x64xf32>
-  %kr = xg.rope %k, %pos, %inv {head_dim = 16 : i64} : tensor<?x32xf32>, tensor<?xi32>, tensor<8xf32> -> tensor<?x32xf32>
+  // CHECK: xg.rope_cos_sin %{{.*}}, %{{.*}} : tensor<?xi32>, tensor<8xf32> -> tensor<?x16xf32>
+  %cs = xg.rope_cos_sin %pos, %inv : tensor<?xi32>, tensor<8xf32> -> tensor<?x16xf32>
+  // CHECK: xg.rope %{{.*}}, %{{.*}} {head_dim = 16 : i64}
+  %qr = xg.rope %q, %cs {head_dim = 16 : i64} : tensor<?x64xf32>, tensor<?x16xf32> -> tensor<?x64xf32>
+  %kr = xg.rope %k, %cs {head_dim = 16 : i64} : tensor<?x32xf32>, tensor<?x16xf32> -> tensor<?x32xf32>
   // CHECK: xg.paged_attention {{.*}} {head_dim = 16 : i64, layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, scale = 2.500000e-01 : f32}
   %o = xg.paged_attention %qr, %kr, %v, %slots, %tables, %lens, %qsl
          {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 0.25 : f32}
