@@ -86,7 +86,10 @@ def XGPlanMemory : Pass<"xcc-xg-plan-memory", "mlir::func::FuncOp"> {
     `[space, offset, size, row_stride, col_offset]`, space 0 = arena, 1 = io;
     strides in elements). Ranges of tensors whose live ranges overlap never overlap;
     a dead tensor's range is reused. `xg.split` results are views of their input.
-    A linear whose accumulator dies at the linear writes its result in place.
+    A linear whose accumulator dies at the linear writes its result in place,
+    as `xg.lora_expand` updates its input. Any other op's results are placed
+    while its operands are still live, so they never overlap them
+    (LowerDispatchesToLLVM relies on it: it marks a dispatch's bindings noalias).
     The function gets `xg.arena_size` and `xg.io_size`.
   }];
   let options = [
