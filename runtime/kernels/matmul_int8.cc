@@ -544,95 +544,6 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 }
 
 // -------------------------------------------------------------------- AVX2 --
-// q8_0 (the nibble formats are quads, below). Two k-row pairs per vector:
-// from the four k-rows t = 0..3 of a quad, lane 0 holds columns' (row 0,
-// row 2) byte pairs and lane 1 their (row 1, row 3) pairs, so one vpunpcklbw
-// of [row0 | row1] and [row2 | row3] builds them without crossing lanes;
-// vpmaddubsw against activation pairs (a0, a2) / (a1, a3) gives each
-// column's partial dot in one int16 per lane, and the two lanes are added
-// after widening. Vector b holds columns 8b .. 8b+7.
-
-// Activation pairs of quad `q` (4 bytes): (a0, a2) in lane 0, (a1, a3) in 1.
-XRT_TARGET_AVX2 inline __m256i ActivationPairs(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, 4);
-  const __m256i pick = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2,  //
-                                        1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3);
-  return _mm256_shuffle_epi8(_mm256_set1_epi32(v), pick);
-}
-
-// The column vectors decoded together: half H of the four (its vectors
-// VectorOf<F>(H, 0) and VectorOf<F>(H, 1), the two that share their loads and
-// shuffles), or all four (H = kAllVectors, j = 0..3).
-constexpr int kAllVectors = -1;
-
-template <int H>
-constexpr int kVectors = H == kAllVectors ? 4 : 2;
-
-template <WeightFormat F>
-constexpr int VectorOf(int h, int j) {
-  return h == kAllVectors ? j : 2 * h + j;
-}
-
-// The pair vectors of quad kq of a group / super-block (see above), for the
-// column vectors H selects.
-template <WeightFormat F, int H>
-XRT_TARGET_AVX2 inline void WeightPairs(const uint8_t* blk, int kq, __m256i (&w)[kVectors<H>]) {
-  if constexpr (H == kAllVectors) {
-    __m256i half[2];
-    WeightPairs<F, 0>(blk, kq, half);
-    w[VectorOf<F>(0, 0)] = half[0];
-    w[VectorOf<F>(0, 1)] = half[1];
-    WeightPairs<F, 1>(blk, kq, half);
-    w[VectorOf<F>(1, 0)] = half[0];
-    w[VectorOf<F>(1, 1)] = half[1];
-  } else if constexpr (F == WeightFormat::kQ8_0) {  // columns 16H .. 16H + 15
-    const uint8_t* r = blk + 64 + kq * 4 * kPackNR;
-    const __m256i a = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r + 32 + 16 * H),
-                                          reinterpret_cast<const __m128i*>(r + 16 * H));
-    const __m256i c = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r + 96 + 16 * H),
-                                          reinterpret_cast<const __m128i*>(r + 64 + 16 * H));
-    w[0] = _mm256_unpacklo_epi8(a, c);
-    w[1] = _mm256_unpackhi_epi8(a, c);
-  } else {
-    static_assert(F == WeightFormat::kQ8_0, "the nibble formats are quads: QuadGroupRowsAvx2");
-  }
-}
-
-// Adds the pair products of quads kq0 .. kq0 + Q - 1 to each row's int16
-// sums (Q <= PairSumsPerInt16, so they stay exact).
-template <WeightFormat F, int H, int R, int Q>
-XRT_TARGET_AVX2 inline void AddPairSumsAvx2(const uint8_t* blk, int kq0, const int8_t* const* qrow,
-                                            __m256i (&sum16)[R][kVectors<H>]) {
-  static_assert(Q <= PairSumsPerInt16<F>());
-#pragma GCC unroll 8
-  for (int kq = kq0; kq < kq0 + Q; ++kq) {
-    __m256i w[kVectors<H>];
-    WeightPairs<F, H>(blk, kq, w);
-    for (int i = 0; i < R; ++i) {
-      const __m256i av = ActivationPairs(qrow[i] + kq * 4);
-      for (int j = 0; j < kVectors<H>; ++j) {
-        __m256i wj = w[j], aj = av;
-        if constexpr (F == WeightFormat::kQ8_0) {  // |w| against a with w's sign
-          aj = _mm256_sign_epi8(av, wj);
-          wj = _mm256_abs_epi8(wj);
-        }
-        __m256i sum = _mm256_add_epi16(sum16[i][j], _mm256_maddubs_epi16(wj, aj));
-        XRT_KEEP_IN_REGISTER(sum);
-        sum16[i][j] = sum;
-      }
-    }
-  }
-}
-
-// The int16 sums' two lanes (k-row pairs (0, 2) and (1, 3) of the same 8
-// columns) interleaved: int16 2c, 2c + 1 of dword c are column c's, so
-// vpmaddwd against (v, v) pairs gives v times its dot in one int32.
-XRT_TARGET_AVX2 inline __m256i ColumnPairs(__m256i s) {
-  const __m256i words = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,  //
-                                         0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
-  return _mm256_shuffle_epi8(_mm256_permute4x64_epi64(s, _MM_SHUFFLE(3, 1, 2, 0)), words);
-}
 
 // q4_k / q5_k: the 6-bit scales and mins of one super-block, unpacked from
 // the panel's 12 bytes per column (ggml's packing, kept so that the weights
@@ -684,28 +595,6 @@ XRT_TARGET_AVX2 inline __m256i BytePairs(const uint8_t* p) {
   return _mm256_shuffle_epi8(_mm256_set1_epi64x(v), twice);
 }
 
-// Adds the rows' dots over quads kq0 .. kq0 + kQuads - 1 to dot[row][j].
-// Products are summed in int16 as far as PairSumsPerInt16 allows (a chunk),
-// then widened by one vpmaddwd.
-template <WeightFormat F, int H, int R, int kQuads>
-XRT_TARGET_AVX2 inline void AddDotsAvx2(const uint8_t* blk, int kq0, const int8_t* const* qrow,
-                                        __m256i (&dot)[R][kVectors<H>]) {
-  constexpr int kChunk = std::min(kQuads, PairSumsPerInt16<F>());
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int c = 0; c < kQuads / kChunk; ++c) {
-    __m256i sum16[R][kVectors<H>];
-    for (int i = 0; i < R; ++i) {
-      for (int j = 0; j < kVectors<H>; ++j) sum16[i][j] = _mm256_setzero_si256();
-    }
-    AddPairSumsAvx2<F, H, R, kChunk>(blk, kq0 + c * kChunk, qrow, sum16);
-    for (int i = 0; i < R; ++i) {
-      for (int j = 0; j < kVectors<H>; ++j) {
-        dot[i][j] = _mm256_add_epi32(dot[i][j], _mm256_madd_epi16(ColumnPairs(sum16[i][j]), ones));
-      }
-    }
-  }
-}
-
 // Prefetches a block (`bytes`, a multiple of 64) kPrefetchBytes ahead into L2.
 XRT_TARGET_AVX2 inline void PrefetchBlock(const uint8_t* blk, int64_t bytes) {
   for (int64_t line = 0; line < bytes; line += 64) {
@@ -735,70 +624,6 @@ QuantRows<R> QuantRowsAt(const Int8Problem& p, int64_t i0) {
     rows.ds[i] = p.ds ? p.ds + (i0 + i) * (k / kQuantGroup) : nullptr;
   }
   return rows;
-}
-
-// The rows' dots with group `blk` of a q8_0 panel, added to acc[row][vector]
-// for the vectors H selects, in the contract's order (the same f32
-// operations as PanelRowsAvx512 and DotPortable).
-template <WeightFormat F, int H, int R>
-XRT_TARGET_AVX2 inline void GroupAvx2(const QuantRows<R>& rows, const uint8_t* grp, int64_t blk,
-                                      __m256 (&acc)[R][4]) {
-  constexpr int kV = kVectors<H>;
-  const int8_t* qg[R];
-  for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + blk * kQuantGroup;
-  __m256i dot[R][kV];
-  for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < kV; ++j) dot[i][j] = _mm256_setzero_si256();
-  }
-  AddDotsAvx2<F, H, R, kQuantGroup / 4>(grp, 0, qg, dot);
-  for (int j = 0; j < kV; ++j) {
-    const int b = VectorOf<F>(H, j);
-    const __m256 dw = packed_simd::Halves8(grp + 16 * b);
-    for (int i = 0; i < R; ++i) {
-      const float da = rows.d[i][blk];
-      acc[i][b] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(da)),
-                                  _mm256_cvtepi32_ps(dot[i][j]), acc[i][b]);
-    }
-  }
-}
-
-// Group `blk` of the panel at `panel` for the rows and the vectors H
-// selects; the first row group prefetches the panel for the others.
-template <WeightFormat F, int H, int R>
-XRT_TARGET_AVX2 inline void BlockAvx2(const QuantRows<R>& rows, const uint8_t* panel, int64_t blk,
-                                      bool prefetch, __m256 (&acc)[R][4]) {
-  const uint8_t* b = panel + blk * QuantGroupBytes(F);
-  if (prefetch) PrefetchBlock(b, QuantGroupBytes(F));
-  GroupAvx2<F, H, R>(rows, b, blk, acc);
-}
-
-// q8_0: R rows (i0 ..) of one panel over the whole of K. One row decodes all
-// four column vectors of a quad at once; R > 1 rows share each decoded half
-// (16 registers hold R x 2 int16 sums, not R x 4).
-template <WeightFormat F, int R>
-XRT_TARGET_AVX2 void PanelRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
-                                   int64_t i0) {
-  static_assert(F == WeightFormat::kQ8_0);
-  const MatmulArgs& a = *p.args;
-  const bool prefetch = i0 == 0;  // later rows read what the first brought in
-  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
-  __m256 acc[R][4];
-  for (int i = 0; i < R; ++i) {
-    for (int b = 0; b < 4; ++b) acc[i][b] = _mm256_setzero_ps();
-  }
-  for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
-    if constexpr (R == 1) {
-      BlockAvx2<F, kAllVectors, R>(rows, panel, blk, prefetch, acc);
-    } else {
-      BlockAvx2<F, 0, R>(rows, panel, blk, prefetch, acc);
-      BlockAvx2<F, 1, R>(rows, panel, blk, false, acc);
-    }
-  }
-  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
-  const float* bias = a.bias ? a.bias + col0 : nullptr;
-  for (int i = 0; i < R; ++i) {
-    packed_simd::StoreRow32Avx2(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols, acc[i]);
-  }
 }
 
 // ---- The nibble formats on AVX2: quads (QuadNibbleByte) ----
@@ -968,14 +793,125 @@ XRT_TARGET_AVX2 inline void StoreQuadRowsAvx2(const Int8Problem& p, int64_t col0
   }
 }
 
-// q4_0 / q4_1: R rows (i0 ..) of one panel over the whole of K. A group's
-// eight quads sum exactly in int16, so one vpmaddwd per vector and group
-// widens them.
+// ---- q8_0 on AVX2: quads formed in registers ----
+// A q8_0 group stores 32 k-rows of 32 signed bytes. vpunpck{l,h}bw of
+// k-rows (0, 1) and (2, 3) of a quad, then vpunpck{l,h}wd of the two, give
+// four vectors whose dword c is one column's four k-rows (the operand order
+// of the nibble formats' quads): vector s = 2 half + j holds columns
+// 4s .. 4s+3 in its low lane and 16+4s .. 16+4s+3 in its high one
+// (Q8SlotColumn), and a row's four activation bytes are one dword broadcast.
+// vpmaddubsw takes |w| against the activations with w's sign (vpsignb:
+// exact for w = -128 too) and one vpmaddwd against ones widens every quad
+// (two quads' pair sums, 2 * 128 * 127 each, would not add exactly in
+// int16). Four vector operations per row, vector and quad, against about two
+// for the nibble formats; the quads are formed once for all the rows, or once
+// per panel (DecodeQ8PanelAvx2).
+
+// Where vector s's columns are: column 4s + c (low lane) and 16 + 4s + c.
+constexpr int Q8SlotColumn(int s, int lane, int c) { return 16 * lane + 4 * s + c; }
+
+// The vector of pass h's j-th (Q8SlotColumn's s).
+template <int R>
+constexpr int Q8Slot(int h, int j) {
+  return kQuadPasses<R> == 1 ? j : 2 * h + j;
+}
+
+// Quad kq of the k-rows at `quants` (32 bytes each), the vectors of pass h:
+// w[j] = vector (one pass ? j : 2h + j).
+template <int kV>
+XRT_TARGET_AVX2 inline void Q8QuadsAvx2(const uint8_t* quants, int kq, int h, __m256i (&w)[kV]) {
+  const uint8_t* r = quants + kq * 4 * kPackNR;
+  __m256i k[4];
+  for (int t = 0; t < 4; ++t) {
+    k[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + t * kPackNR));
+  }
+#pragma GCC unroll 2
+  for (int e = 0; e < kV / 2; ++e) {
+    const int half = kV == 4 ? e : h;  // columns 8 half .. +7 and 16 + 8 half .. +7
+    const __m256i k01 =
+        half == 0 ? _mm256_unpacklo_epi8(k[0], k[1]) : _mm256_unpackhi_epi8(k[0], k[1]);
+    const __m256i k23 =
+        half == 0 ? _mm256_unpacklo_epi8(k[2], k[3]) : _mm256_unpackhi_epi8(k[2], k[3]);
+    w[2 * e] = _mm256_unpacklo_epi16(k01, k23);
+    w[2 * e + 1] = _mm256_unpackhi_epi16(k01, k23);
+  }
+}
+
+// A q8_0 panel's quads formed once for all its row blocks: quad q's vector
+// s at dst + 128 q + 32 s (the same bytes as the panel's quants, reordered).
+XRT_TARGET_AVX2 void DecodeQ8PanelAvx2(const uint8_t* panel, int64_t k, uint8_t* dst) {
+  constexpr int64_t kBytes = QuantGroupBytes(WeightFormat::kQ8_0);
+  constexpr int64_t kQuants = QuantGroupQuantsOffset(WeightFormat::kQ8_0);
+  for (int64_t blk = 0; blk < k / kQuantGroup; ++blk) {
+    const uint8_t* quants = panel + blk * kBytes + kQuants;
+    uint8_t* out = dst + blk * (kQuantGroup / 4) * kDecodedQuadBytes;
+    for (int kq = 0; kq < kQuantGroup / 4; ++kq) {
+      __m256i w[4];
+      Q8QuadsAvx2<4>(quants, kq, 0, w);
+      for (int s = 0; s < 4; ++s) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + kq * kDecodedQuadBytes + 32 * s), w[s]);
+      }
+    }
+  }
+}
+
+// The f16 scales of vector s's columns, as f32.
+XRT_TARGET_AVX2 inline __m256 Q8SlotScales(const uint8_t* grp, int s) {
+  const __m128i lo =
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(grp + 2 * Q8SlotColumn(s, 0, 0)));
+  const __m128i hi =
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(grp + 2 * Q8SlotColumn(s, 1, 0)));
+  return _mm256_cvtph_ps(_mm_unpacklo_epi64(lo, hi));
+}
+
+// Adds the R rows' dots with pass h's vectors of quad kq to dot (kFirst:
+// sets dot to them). The quads are formed from `quants` (the group's k-rows)
+// or with kDecoded loaded from `decoded` (DecodeQ8PanelAvx2's, the group's).
+template <int R, bool kDecoded, bool kFirst = false>
+XRT_TARGET_AVX2 inline void AddQ8DotsAvx2(const uint8_t* quants, const uint8_t* decoded, int kq,
+                                          int h, const int8_t* const* qa,
+                                          __m256i (&dot)[R][kQuadVectors<R>]) {
+  constexpr int kV = kQuadVectors<R>;
+  __m256i w[kV], wabs[kV];
+  if constexpr (kDecoded) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) {
+      w[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(decoded + kq * kDecodedQuadBytes +
+                                                                32 * Q8Slot<R>(h, j)));
+    }
+  } else {
+    Q8QuadsAvx2<kV>(quants, kq, h, w);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < kV; ++j) wabs[j] = _mm256_abs_epi8(w[j]);
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    int32_t quad;
+    std::memcpy(&quad, qa[i] + 4 * kq, 4);
+    const __m256i av = _mm256_set1_epi32(quad);
+#pragma GCC unroll 4
+    for (int j = 0; j < kV; ++j) {
+      const __m256i pairs = _mm256_maddubs_epi16(wabs[j], _mm256_sign_epi8(av, w[j]));
+      const __m256i d32 = _mm256_madd_epi16(pairs, ones);
+      __m256i sum = kFirst ? d32 : _mm256_add_epi32(dot[i][j], d32);
+      XRT_KEEP_IN_REGISTER(sum);
+      dot[i][j] = sum;
+    }
+  }
+}
+
+// q8_0 / q4_0 / q4_1: R rows (i0 ..) of one panel over the whole of K. A
+// q4 group's eight quads sum exactly in int16, so one vpmaddwd per vector
+// and group widens them; q8_0's are widened per quad (AddQ8DotsAvx2), and
+// its acc[i] holds vector s's columns at 8s (Q8SlotColumn) until the store
+// puts them in column order.
 template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                        int64_t i0) {
-  static_assert(HasQuadNibbles(F) && !IsKQuantFormat(F));
-  static_assert(kQuantGroup / 4 <= PairSumsPerInt16<F>());
+  constexpr bool kQ8 = F == WeightFormat::kQ8_0;
+  static_assert(IsQuantizedFormat(F));
+  static_assert(kQ8 || kQuantGroup / 4 <= PairSumsPerInt16<F>());
   constexpr int kPasses = kQuadPasses<R>, kV = kQuadVectors<R>;
   constexpr int64_t kBytes = QuantGroupBytes(F);
   const MatmulArgs& a = *p.args;
@@ -990,7 +926,7 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
     const uint8_t* grp = panel + blk * kBytes;
-    const uint8_t* nibbles = grp + QuantGroupQuantsOffset(F);
+    const uint8_t* quants = grp + QuantGroupQuantsOffset(F);
     const uint8_t* dec =
         kDecoded ? p.decoded + blk * (kQuantGroup / 4) * kDecodedQuadBytes : nullptr;
     if (prefetch) PrefetchBlock(grp, kBytes);
@@ -998,24 +934,32 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
     for (int h = 0; h < kPasses; ++h) {
       const int8_t* qa[R];
       OpaqueBlockRows<R, kQuantGroup>(rows.q, blk, qa);
-      __m256i s16[R][kV];
-      AddQuadProductsAvx2<F, R, kDecoded, true>(nibbles, grp, dec, 0, h, qa, s16);
+      __m256i s16[R][kV];  // q8_0: the dots in int32
+      if constexpr (kQ8) {
+        AddQ8DotsAvx2<R, kDecoded, true>(quants, dec, 0, h, qa, s16);
 #pragma GCC unroll 8
-      for (int kq = 1; kq < kQuantGroup / 4; ++kq) {
-        AddQuadProductsAvx2<F, R, kDecoded>(nibbles, grp, dec, kq, h, qa, s16);
+        for (int kq = 1; kq < kQuantGroup / 4; ++kq) {
+          AddQ8DotsAvx2<R, kDecoded>(quants, dec, kq, h, qa, s16);
+        }
+      } else {
+        AddQuadProductsAvx2<F, R, kDecoded, true>(quants, grp, dec, 0, h, qa, s16);
+#pragma GCC unroll 8
+        for (int kq = 1; kq < kQuantGroup / 4; ++kq) {
+          AddQuadProductsAvx2<F, R, kDecoded>(quants, grp, dec, kq, h, qa, s16);
+        }
       }
       // The group's dots into the accumulators, in the contract's order
-      // (the same f32 operations as GroupAvx2 and DotPortable); row-major,
-      // so that one row's broadcasts are live at a time.
+      // (the same f32 operations as PanelRowsAvx512 and DotPortable);
+      // row-major, so that one row's broadcasts are live at a time.
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         const __m256 da = _mm256_set1_ps(rows.d[i][blk]);
         const int32_t qsum = rows.sum16[i][2 * blk] + rows.sum16[i][2 * blk + 1];
 #pragma GCC unroll 4
         for (int j = 0; j < kV; ++j) {
-          const int b = QuadVectorBlock<R>(h, j);
-          const __m256 dw = packed_simd::Halves8(grp + 16 * b);
-          __m256i isum = _mm256_madd_epi16(s16[i][j], ones);
+          const int b = kQ8 ? Q8Slot<R>(h, j) : QuadVectorBlock<R>(h, j);
+          const __m256 dw = kQ8 ? Q8SlotScales(grp, b) : packed_simd::Halves8(grp + 16 * b);
+          __m256i isum = kQ8 ? s16[i][j] : _mm256_madd_epi16(s16[i][j], ones);
           if constexpr (F == WeightFormat::kQ4_0) {
             isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * qsum));
           }
@@ -1031,6 +975,18 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
           _mm256_store_ps(out, v);
         }
       }
+    }
+  }
+  if constexpr (kQ8) {
+    // Slots to column order: columns 8b .. 8b+7 are lane b / 2 of slots
+    // 2 (b % 2) and 2 (b % 2) + 1.
+    for (int i = 0; i < R; ++i) {
+      __m256 slot[4];
+      for (int s = 0; s < 4; ++s) slot[s] = _mm256_load_ps(acc[i] + 8 * s);
+      _mm256_store_ps(acc[i], _mm256_permute2f128_ps(slot[0], slot[1], 0x20));
+      _mm256_store_ps(acc[i] + 8, _mm256_permute2f128_ps(slot[2], slot[3], 0x20));
+      _mm256_store_ps(acc[i] + 16, _mm256_permute2f128_ps(slot[0], slot[1], 0x31));
+      _mm256_store_ps(acc[i] + 24, _mm256_permute2f128_ps(slot[2], slot[3], 0x31));
     }
   }
   StoreQuadRowsAvx2<R>(p, col0, i0, acc);
@@ -1202,17 +1158,9 @@ XRT_TARGET_AVX2 void QuadRowsAvx2(const Int8Problem& p, const uint8_t* panel, in
   }
 }
 
-template <WeightFormat F, int R>
-constexpr PanelFn Avx2PanelFn() {
-  if constexpr (HasQuadNibbles(F)) {
-    return &QuadRowsAvx2<F, R>;
-  } else {
-    return &PanelRowsAvx2<F, R>;
-  }
-}
 struct Avx2Panels {
   template <WeightFormat F, int R>
-  static constexpr PanelFn kFn = Avx2PanelFn<F, R>();
+  static constexpr PanelFn kFn = &QuadRowsAvx2<F, R>;
 };
 
 template <class Panels, WeightFormat F>
@@ -1261,9 +1209,11 @@ int64_t DecodedPanelMinRowBlocks(WeightFormat f) {
   return f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K ? 2 : 16;
 }
 
-// DecodeQuadPanelAvx2 for the nibble formats, null for the others.
+// The panel decoder of each format.
 DecodeFn DecodeFnFor(WeightFormat f) {
   switch (f) {
+    case WeightFormat::kQ8_0:
+      return &DecodeQ8PanelAvx2;
     case WeightFormat::kQ4_0:
       return &DecodeQuadPanelAvx2<WeightFormat::kQ4_0>;
     case WeightFormat::kQ4_1:
