@@ -545,6 +545,13 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 
 // -------------------------------------------------------------------- AVX2 --
 
+// A row's four activation quants at q in every dword.
+XRT_TARGET_AVX2 inline __m256i BroadcastQuadAvx2(const int8_t* q) {
+  int32_t quad;
+  std::memcpy(&quad, q, 4);
+  return _mm256_set1_epi32(quad);
+}
+
 // q4_k / q5_k: the 6-bit scales and mins of one super-block, unpacked from
 // the panel's 12 bytes per column (ggml's packing, kept so that the weights
 // stay at ggml's size) to a byte each, for all 32 columns at once: about 10
@@ -743,9 +750,7 @@ XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const ui
   }
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
-    int32_t quad;
-    std::memcpy(&quad, qa[i] + 4 * kq, 4);
-    const __m256i av = _mm256_set1_epi32(quad);
+    const __m256i av = BroadcastQuadAvx2(qa[i] + 4 * kq);
 #pragma GCC unroll 4
     for (int j = 0; j < kV; ++j) {
       const __m256i prod = _mm256_maddubs_epi16(w[j], av);
@@ -887,9 +892,7 @@ XRT_TARGET_AVX2 inline void AddQ8DotsAvx2(const uint8_t* quants, const uint8_t* 
   const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
-    int32_t quad;
-    std::memcpy(&quad, qa[i] + 4 * kq, 4);
-    const __m256i av = _mm256_set1_epi32(quad);
+    const __m256i av = BroadcastQuadAvx2(qa[i] + 4 * kq);
 #pragma GCC unroll 4
     for (int j = 0; j < kV; ++j) {
       const __m256i pairs = _mm256_maddubs_epi16(wabs[j], _mm256_sign_epi8(av, w[j]));
