@@ -1205,9 +1205,10 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // 2048x2048 and SmolLM2's 576-wide shapes). A decoded panel is 32 bytes per
 // k-row, past L1 from k = 1024, so the rows then read twice the packed
 // bytes from L2: q5_k and q6_k, whose high bits take the most work to
-// decode, win from 2 row blocks (q5_k M = 32: 80 -> 99 GMAC/s); q4_k and
-// the q4 groups only from many (q4_k M = 16: 105 -> 101, M = 128: 104 ->
-// 111; q4_1 at k = 576, M = 128: 88 -> 91).
+// decode, win from 2 row blocks (q5_k M = 32: 80 -> 99 GMAC/s); q4_k, the
+// q4 groups and q8_0 only from many (q4_k M = 16: 105 -> 101, M = 128: 104
+// -> 111; q4_1 at k = 576, M = 128: 88 -> 91; q8_0 at k = 2048, M = 8:
+// ~15% slower, M = 128: +2-3%).
 int64_t DecodedPanelMinRowBlocks(WeightFormat f) {
   return f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K ? 2 : 16;
 }
@@ -1315,8 +1316,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
   const int64_t groups = (m + kGroupRows - 1) / kGroupRows;
 #if defined(__x86_64__)
-  // AVX2, nibble formats, enough row blocks: each thread decodes a panel
-  // once before running its row blocks on it.
+  // AVX2, enough row blocks: each thread decodes a panel once (the nibble
+  // formats' bytes, q8_0's dword quads) before running its row blocks on it.
   const DecodeFn decode = isa == CpuIsa::kAvx2 && groups >= DecodedPanelMinRowBlocks(args.w_format)
                               ? DecodeFnFor(args.w_format)
                               : nullptr;
