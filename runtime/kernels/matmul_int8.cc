@@ -189,6 +189,30 @@ void PanelRowsPortable(const Int8Problem& p, int64_t panel, int64_t r0, int64_t 
 
 #if defined(__x86_64__)
 
+// R rows of quantized A: each row's quants, block scales and sums of
+// kSumRows quants.
+template <int R>
+struct QuantRows {
+  const int8_t* q[R];
+  const float* d[R];
+  const int32_t* sum16[R];
+  const float* ds[R];  // q4_1
+};
+
+// Rows i0 .. i0 + R - 1 of the problem's quantized A.
+template <int R>
+QuantRows<R> QuantRowsAt(const Int8Problem& p, int64_t i0) {
+  const int64_t k = p.args->k;
+  QuantRows<R> rows;
+  for (int i = 0; i < R; ++i) {
+    rows.q[i] = p.q + (i0 + i) * k;
+    rows.d[i] = p.d + (i0 + i) * p.blocks;
+    rows.sum16[i] = p.sum16 + (i0 + i) * (k / kSumRows);
+    rows.ds[i] = p.ds ? p.ds + (i0 + i) * (k / kQuantGroup) : nullptr;
+  }
+  return rows;
+}
+
 // ----------------------------------------------------------------- AVX-512 --
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -407,16 +431,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
   const bool prefetch = i0 < kGroupRows;
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  const int8_t* qrow[R];
-  const float* drow[R];
-  const int32_t* srow[R];
-  const float* dsrow[R];  // q4_1
-  for (int i = 0; i < R; ++i) {
-    qrow[i] = p.q + (i0 + i) * k;
-    drow[i] = p.d + (i0 + i) * p.blocks;
-    srow[i] = p.sum16 + (i0 + i) * (k / kSumRows);
-    dsrow[i] = F == WeightFormat::kQ4_1 ? p.ds + (i0 + i) * (k / kQuantGroup) : nullptr;
-  }
+  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   if constexpr (IsKQuantFormat(F)) {
     constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
     constexpr int kSubQuads = kSub / 4;
@@ -430,7 +445,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
         }
       }
       const int8_t* qsb[R];
-      for (int i = 0; i < R; ++i) qsb[i] = qrow[i] + b * kSuperBlock;
+      for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
       // isum: sum over sub-blocks of scale * dot. imin: of min * qsum
       // (q4_k, q5_k) or of scale * qsum (q6_k, whose quants are offset by 32).
       __m512i isum[R][2], imin[R][2];
@@ -463,7 +478,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
               isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_madd_epi16(sum16[i][h], scale[h]));
         }
         for (int i = 0; i < R; ++i) {
-          const int32_t* s16 = srow[i] + (b * kSuperBlock + s * kSub) / kSumRows;
+          const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kSub) / kSumRows;
           int32_t qsum = 0;
           for (int j = 0; j < kSub / kSumRows; ++j) qsum += s16[j];
           const __m512i q = LowHalf(qsum);
@@ -477,7 +492,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
                                 ? _mm512_setzero_ps()
                                 : packed_simd::Halves16(sb + kKDminOffset + 32 * h);
         for (int i = 0; i < R; ++i) {
-          const __m512 da = _mm512_set1_ps(drow[i][b]);
+          const __m512 da = _mm512_set1_ps(rows.d[i][b]);
           if constexpr (F == WeightFormat::kQ6_K) {
             isum[i][h] = _mm512_sub_epi32(isum[i][h], _mm512_slli_epi32(imin[i][h], 5));
           }
@@ -504,7 +519,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
         }
       }
       const int8_t* qg[R];
-      for (int i = 0; i < R; ++i) qg[i] = qrow[i] + b * kQuantGroup;
+      for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
       __m512i dot[R][2];
       for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -519,8 +534,8 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
       for (int h = 0; h < 2; ++h) {
         const __m512 dw = packed_simd::Halves16(grp + 32 * h);
         for (int i = 0; i < R; ++i) {
-          const float da = drow[i][b];
-          const int32_t qsum = srow[i][2 * b] + srow[i][2 * b + 1];
+          const float da = rows.d[i][b];
+          const int32_t qsum = rows.sum16[i][2 * b] + rows.sum16[i][2 * b + 1];
           __m512i isum = dot[i][h];
           if constexpr (F == WeightFormat::kQ4_0) {
             isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
@@ -529,7 +544,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
                                       _mm512_cvtepi32_ps(isum), acc[i][h]);
           if constexpr (F == WeightFormat::kQ4_1) {
             const __m512 mw = packed_simd::Halves16(grp + 64 + 32 * h);
-            acc[i][h] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dsrow[i][b]), acc[i][h]);
+            acc[i][h] = _mm512_fmadd_ps(mw, _mm512_set1_ps(rows.ds[i][b]), acc[i][h]);
           }
         }
       }
@@ -607,30 +622,6 @@ XRT_TARGET_AVX2 inline void PrefetchBlock(const uint8_t* blk, int64_t bytes) {
   for (int64_t line = 0; line < bytes; line += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + line, _MM_HINT_T1);
   }
-}
-
-// R rows of quantized A: each row's quants, block scales and sums of
-// kSumRows quants.
-template <int R>
-struct QuantRows {
-  const int8_t* q[R];
-  const float* d[R];
-  const int32_t* sum16[R];
-  const float* ds[R];  // q4_1
-};
-
-// Rows i0 .. i0 + R - 1 of the problem's quantized A.
-template <int R>
-QuantRows<R> QuantRowsAt(const Int8Problem& p, int64_t i0) {
-  const int64_t k = p.args->k;
-  QuantRows<R> rows;
-  for (int i = 0; i < R; ++i) {
-    rows.q[i] = p.q + (i0 + i) * k;
-    rows.d[i] = p.d + (i0 + i) * p.blocks;
-    rows.sum16[i] = p.sum16 + (i0 + i) * (k / kSumRows);
-    rows.ds[i] = p.ds ? p.ds + (i0 + i) * (k / kQuantGroup) : nullptr;
-  }
-  return rows;
 }
 
 // ---- The nibble formats on AVX2: quads (QuadNibbleByte) ----
