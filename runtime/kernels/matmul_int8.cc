@@ -617,10 +617,18 @@ XRT_TARGET_AVX2 inline __m256i BytePairs(const uint8_t* p) {
   return _mm256_shuffle_epi8(_mm256_set1_epi64x(v), twice);
 }
 
-// Prefetches a block (`bytes`, a multiple of 64) kPrefetchBytes ahead into L2.
-XRT_TARGET_AVX2 inline void PrefetchBlock(const uint8_t* blk, int64_t bytes) {
-  for (int64_t line = 0; line < bytes; line += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + line, _MM_HINT_T1);
+// Prefetches part `part` of `parts` of a block's cache lines (the block
+// `bytes` long at `blk`), kPrefetchBytes ahead, into L2. A K-quant
+// super-block (4.5-6.6 KiB a panel) is prefetched a sub-block's share at a
+// time: its 72-105 prefetches issued at once at the super-block's start
+// stalled the quad loop behind them (q4_k at M = 1 from L2: ~1.5x slower),
+// and spread out they keep the line fill requests flowing through the whole
+// super-block (from DRAM, two threads, 8192x2048: q4_k M = 1 16-18 -> 18-20
+// GB/s, M = 4 11-13 -> 16-19; q6_k M = 1 15.5 -> 18.5).
+XRT_TARGET_AVX2 inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts) {
+  const int64_t lines = (bytes + 63) / 64;
+  for (int64_t line = part * lines / parts; line < (part + 1) * lines / parts; ++line) {
+    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64 * line, _MM_HINT_T1);
   }
 }
 
@@ -923,7 +931,7 @@ XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* pane
     const uint8_t* quants = grp + QuantGroupQuantsOffset(F);
     const uint8_t* dec =
         kDecoded ? p.decoded + blk * (kQuantGroup / 4) * kDecodedQuadBytes : nullptr;
-    if (prefetch) PrefetchBlock(grp, kBytes);
+    if (prefetch) PrefetchPart(grp, kBytes, 0, 1);
 #pragma GCC unroll 2
     for (int h = 0; h < kPasses; ++h) {
       const int8_t* qa[R];
@@ -1033,7 +1041,6 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
     const uint8_t* nibbles = sb + KLowQuantsOffset(F);
     const uint8_t* dec =
         kDecoded ? p.decoded + blk * (kSuperBlock / 4) * kDecodedQuadBytes : nullptr;
-    if (prefetch) PrefetchBlock(sb, kBytes);
     if constexpr (kMins) UnpackKScalesAvx2(sb, &scales);
     for (int s = 0; s < kSubs; ++s) {
       for (int b = 0; b < 4; ++b) {
@@ -1053,6 +1060,7 @@ XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, i
     }
 #pragma GCC unroll 1
     for (int s = 0; s < kSubs; ++s) {
+      if (prefetch) PrefetchPart(sb, kBytes, s, kSubs);
 #pragma GCC unroll 2
       for (int h = 0; h < kPasses; ++h) {
         const int8_t* qa[R];
