@@ -344,8 +344,9 @@ Status Executor::RunCommand(const PreparedCommand& pc, const xpk::Executable& e,
         args.k = call.Ptr<const float>(B::kK);
         args.v = call.Ptr<const float>(B::kV);
         args.out = call.Ptr<float>(B::kOut);
-        args.k_cache = call.Ptr<float>(B::kKCache);
-        args.v_cache = call.Ptr<float>(B::kVCache);
+        args.k_cache = call.Ptr<void>(B::kKCache);
+        args.v_cache = call.Ptr<void>(B::kVCache);
+        args.kv_dtype = p_.kv.dtype;
         args.slot_mapping = call.Ptr<const int32_t>(B::kSlotMapping);
         args.block_tables = call.Ptr<const int32_t>(B::kBlockTables);
         args.seq_lens = call.Ptr<const int32_t>(B::kSeqLens);

@@ -21,6 +21,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/executor/code_module.h"
+#include "runtime/kernels/attention.h"  // KvCacheDtype
 
 namespace xpk {
 struct Executable;
@@ -33,11 +34,12 @@ class Artifact;
 class ThreadPool;
 
 // The KV cache as the executor sees it: one key and one value array per layer,
-// each [num_blocks][block_size][num_kv_heads][head_dim] f32.
+// each [num_blocks][block_size][num_kv_heads][head_dim] of `dtype`.
 struct KvCacheView {
-  std::vector<float*> keys;
-  std::vector<float*> values;
+  std::vector<void*> keys;
+  std::vector<void*> values;
   int64_t num_blocks = 0;
+  KvCacheDtype dtype = KvCacheDtype::kF32;
 };
 
 struct ExecutorParams {

@@ -33,6 +33,12 @@ Status RegisterPackedAdapters(const Artifact& a, LoraRegistry* registry) {
 
 }  // namespace
 
+Expected<KvCacheDtype> ParseKvCacheDtype(const std::string& name) {
+  if (name == "auto" || name == "f32") return KvCacheDtype::kF32;
+  if (name == "f16") return KvCacheDtype::kF16;
+  return InvalidArgumentError("--kv-cache-dtype: '{}' is not one of auto, f32, f16", name);
+}
+
 Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerParams& params) {
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   XRT_ASSIGN_OR_RETURN(r->artifact_, Artifact::Open(params.artifact_path));
@@ -72,6 +78,7 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
 
   // KV cache.
   KvCacheParams kv = KvCacheParamsOf(a);
+  kv.element_bytes = KvCacheElementBytes(params.kv_cache_dtype);
   if (params.num_kv_blocks > 0) {
     kv.num_blocks = params.num_kv_blocks;
   } else if (params.kv_cache_bytes > 0) {
@@ -93,6 +100,7 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
     ep.kv.values.push_back(r->kv_->value(l));
   }
   ep.kv.num_blocks = kv.num_blocks;
+  ep.kv.dtype = params.kv_cache_dtype;
   if (!r->encoder_cache_.empty()) ep.encoder_cache = r->encoder_cache_.data();
   if (const xpk::LoraConfig* lora = m.lora()) {
     LoraGeometry geometry = LoraGeometryOf(lora);

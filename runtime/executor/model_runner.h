@@ -40,7 +40,14 @@ struct ModelRunnerParams {
   // blocks for max_num_seqs sequences of max_model_len tokens, capped at 4 GiB).
   int64_t num_kv_blocks = 0;
   int64_t kv_cache_bytes = 0;
+  // The cache's element type (runtime/kernels/attention.h): f16 halves its
+  // memory (twice the blocks for a byte budget) and decode attention's reads.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
 };
+
+// "auto" or "f32" -> kF32, "f16" -> kF16 (xrt's --kv-cache-dtype); else
+// InvalidArgument naming the value and the choices.
+Expected<KvCacheDtype> ParseKvCacheDtype(const std::string& name);
 
 class ModelRunner : public StepExecutor {
  public:

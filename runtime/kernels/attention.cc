@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/kernels/simd.h"
+#include "runtime/kernels/weight_format.h"
 
 namespace xrt {
 namespace {
@@ -27,7 +29,6 @@ struct ChunkUpdate {
   const float* const* k;
   const float* const* v;
   const float* kt;  // the ISA's PackFn, if it has one: the keys, [dim][kChunk]
-  const float* vc;  // and the values, [n][dim]
   int n;            // keys in the chunk, <= kChunk
   int64_t dim, rows;
   float scale;
@@ -37,10 +38,14 @@ struct ChunkUpdate {
   float* s;    // scratch, [rows][kChunk]
 };
 using UpdateFn = void (*)(const ChunkUpdate&);
-// Packs a chunk's n keys and values (k[j], v[j]) into kt ([dim][kChunk]
-// floats) and vc ([kChunk][dim]) in the layout the ISA's UpdateFn reads.
+// Packs a chunk's n keys (k[j]) into kt ([dim][kChunk] floats), the layout
+// the ISA's UpdateFn reads, and its values (v[j]) into consecutive rows of vc
+// ([kChunk][dim]) unless vc is null (the update reads them through c.v).
 using PackFn = void (*)(const float* const* k, const float* const* v, int n, int64_t dim, float* kt,
                         float* vc);
+// The same from a kF16 cache's rows (halves), converted as they are packed.
+using PackHalvesFn = void (*)(const uint16_t* const* k, const uint16_t* const* v, int n,
+                              int64_t dim, float* kt, float* vc);
 
 // Per-ISA inner loops over one chunk. Each key's dot product is computed by
 // the same instruction sequence whatever n is, so a score does not depend on
@@ -144,18 +149,39 @@ XRT_TARGET_AVX2 float ExpSumAvx2(float* s, int n, float m) {
 // The chunk packed for the AVX2 step, once for all the rows that read it:
 // the keys transposed, kt[d * kChunk + j] = k[j][d] for j < n (zeros up to
 // the next multiple of 8 keys), so the scores load 8 keys' values of one d
-// as a vector; the values in consecutive rows of vc. A kv head's rows in the
-// paged cache are num_kv_heads * head_dim floats apart, which maps a chunk
-// onto a few L1 sets.
-XRT_TARGET_AVX2 void PackChunkAvx2(const float* const* k, const float* const* v, int n, int64_t dim,
+// as a vector; the values, when vc is given, in consecutive rows of vc. A kv
+// head's rows in the paged cache are num_kv_heads * head_dim floats apart,
+// which maps a chunk onto a few L1 sets: a tile of many rows, reading each
+// value row once per row block, reads the copy; a decode step's few rows read
+// the cache's rows in place (the copy was a quarter of a long-context decode
+// attention).
+// (From a kF16 cache, T = uint16_t: the values are converted as they are
+// read, exactly.)
+XRT_TARGET_AVX2 inline __m256 Load8Avx2(const float* x) { return _mm256_loadu_ps(x); }
+XRT_TARGET_AVX2 inline __m256 Load8Avx2(const uint16_t* x) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+inline float LoadOne(const float* x) { return *x; }
+inline float LoadOne(const uint16_t* x) { return HalfToFloat(*x); }
+
+template <typename T>
+XRT_TARGET_AVX2 void PackChunkAvx2(const T* const* k, const T* const* v, int n, int64_t dim,
                                    float* kt, float* vc) {
-  for (int j = 0; j < n; ++j) std::memcpy(vc + j * dim, v[j], dim * sizeof(float));
+  for (int j = 0; vc && j < n; ++j) {
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(vc + j * dim, v[j], dim * sizeof(float));
+    } else {
+      int64_t d = 0;
+      for (; d + 8 <= dim; d += 8) _mm256_storeu_ps(vc + j * dim + d, Load8Avx2(v[j] + d));
+      for (; d < dim; ++d) vc[j * dim + d] = LoadOne(v[j] + d);
+    }
+  }
   for (int j0 = 0; j0 < n; j0 += 8) {
     int64_t d = 0;
     if (j0 + 8 <= n) {
       for (; d + 8 <= dim; d += 8) {  // an 8x8 transpose
         __m256 r[8], t[8], u[8];
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k[j0 + i] + d);
+        for (int i = 0; i < 8; ++i) r[i] = Load8Avx2(k[j0 + i] + d);
         for (int i = 0; i < 8; i += 2) {
           t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
           t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -175,10 +201,39 @@ XRT_TARGET_AVX2 void PackChunkAvx2(const float* const* k, const float* const* v,
       }
     }
     for (; d < dim; ++d) {
-      for (int j = 0; j < 8; ++j) kt[d * kChunk + j0 + j] = j0 + j < n ? k[j0 + j][d] : 0.0f;
+      for (int j = 0; j < 8; ++j) {
+        kt[d * kChunk + j0 + j] = j0 + j < n ? LoadOne(k[j0 + j] + d) : 0.0f;
+      }
     }
   }
 }
+
+// A kF16 cache's values: n halves to floats (exact) and floats to halves
+// (FloatToHalf's rounding, nearest even; F16C's vcvtps2ph rounds the same).
+void HalvesToFloatsScalar(const uint16_t* h, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(h[i]);
+}
+void FloatsToHalvesScalar(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToHalf(x[i]);
+}
+#if defined(__x86_64__)
+XRT_TARGET_AVX2 void HalvesToFloatsAvx2(const uint16_t* h, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  HalvesToFloatsScalar(h + i, n - i, out + i);
+}
+XRT_TARGET_AVX2 void FloatsToHalvesAvx2(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  FloatsToHalvesScalar(x + i, n - i, out + i);
+}
+#endif
 
 // Scores of R rows against keys j0 .. j0 + 8NK - 1 of the packed chunk, row
 // r's in s[r * kChunk + j]: one fma chain per key over d = 0, 1, ... and a
@@ -251,7 +306,8 @@ XRT_TARGET_AVX2 inline __m256 LoadLanesAvx2(const float* x, __m256i mask) {
 // NV = 0: the dim tail of one masked vector.
 template <int R, int NV>
 XRT_TARGET_AVX2 inline void AccumulateRowsAvx2(float* acc, int64_t dim, const float* corr,
-                                               const float* p, const float* v, int n, int64_t d) {
+                                               const float* p, const float* const* v, int n,
+                                               int64_t d) {
   constexpr int kV = NV == 0 ? 1 : NV;
   const __m256i mask = TailMask8(NV == 0 ? dim - d : 8);
   __m256 a[R][kV];
@@ -266,7 +322,7 @@ XRT_TARGET_AVX2 inline void AccumulateRowsAvx2(float* acc, int64_t dim, const fl
   for (int j = 0; j < n; ++j) {
     __m256 vv[kV];
 #pragma GCC unroll 4
-    for (int i = 0; i < kV; ++i) vv[i] = LoadLanesAvx2<NV>(v + j * dim + d + 8 * i, mask);
+    for (int i = 0; i < kV; ++i) vv[i] = LoadLanesAvx2<NV>(v[j] + d + 8 * i, mask);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256 pj = _mm256_set1_ps(p[r * kChunk + j]);
@@ -310,17 +366,17 @@ XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
   const int64_t full = c.dim / 8 * 8;
   int64_t d = 0;
   for (; d + 8 * kWide <= full; d += 8 * kWide) {
-    AccumulateRowsAvx2<R, kWide>(acc, c.dim, corr, s, c.vc, c.n, d);
+    AccumulateRowsAvx2<R, kWide>(acc, c.dim, corr, s, c.v, c.n, d);
   }
   if (d + 16 <= full) {
-    AccumulateRowsAvx2<R, 2>(acc, c.dim, corr, s, c.vc, c.n, d);
+    AccumulateRowsAvx2<R, 2>(acc, c.dim, corr, s, c.v, c.n, d);
     d += 16;
   }
   if (d < full) {
-    AccumulateRowsAvx2<R, 1>(acc, c.dim, corr, s, c.vc, c.n, d);
+    AccumulateRowsAvx2<R, 1>(acc, c.dim, corr, s, c.v, c.n, d);
     d += 8;
   }
-  if (d < c.dim) AccumulateRowsAvx2<R, 0>(acc, c.dim, corr, s, c.vc, c.n, d);
+  if (d < c.dim) AccumulateRowsAvx2<R, 0>(acc, c.dim, corr, s, c.v, c.n, d);
 }
 
 // Rows in blocks of 3 (12 score accumulators), a remainder of 1 taken as
@@ -665,10 +721,14 @@ constexpr Primitives kScalarPrimitives{&ScoresScalar, &ExpSumScalar, &Accumulate
 constexpr Primitives kAvx512Primitives{&ScoresAvx512, &ExpSumAvx512, &AccumulateAvx512};
 #endif
 
-// The chunk step of one ISA, and its key packing (if it has one).
+// The chunk step of one ISA, its key packing (if it has one) and the half
+// conversions of a kF16 cache.
 struct ChunkKernels {
   UpdateFn update;
   PackFn pack;
+  PackHalvesFn pack_halves = nullptr;  // with `pack`: the kF16 cache's
+  void (*to_floats)(const uint16_t*, int64_t, float*) = &HalvesToFloatsScalar;
+  void (*to_halves)(const float*, int64_t, uint16_t*) = &FloatsToHalvesScalar;
 };
 
 // The chunk step for `isa` and this head_dim.
@@ -696,9 +756,24 @@ ChunkKernels KernelsFor(CpuIsa isa, int64_t dim) {
         return {&UpdateGeneric<kAvx512Primitives>, nullptr};
     }
   }
-  if (isa == CpuIsa::kAvx2) return {&UpdateAvx2, &PackChunkAvx2};
+  if (isa == CpuIsa::kAvx2) {
+    return {&UpdateAvx2, &PackChunkAvx2<float>, &PackChunkAvx2<uint16_t>};
+  }
 #endif
   return {&UpdateGeneric<kScalarPrimitives>, nullptr};
+}
+
+// KernelsFor with the half conversions of the ISA (the results are the same
+// on every path: the conversions are exact or correctly rounded).
+ChunkKernels KernelsAndConversionsFor(CpuIsa isa, int64_t dim) {
+  ChunkKernels k = KernelsFor(isa, dim);
+#if defined(__x86_64__)
+  if (isa != CpuIsa::kScalar) {
+    k.to_floats = &HalvesToFloatsAvx2;
+    k.to_halves = &FloatsToHalvesAvx2;
+  }
+#endif
+  return k;
 }
 
 Status Validate(const PagedAttentionArgs& a) {
@@ -713,6 +788,10 @@ Status Validate(const PagedAttentionArgs& a) {
         "paged attention: bad shape (num_heads={}, num_kv_heads={}, head_dim={}, "
         "block_size={}, num_blocks={})",
         a.num_heads, a.num_kv_heads, a.head_dim, a.block_size, a.num_blocks);
+  }
+  if (a.kv_dtype != KvCacheDtype::kF32 && a.kv_dtype != KvCacheDtype::kF16) {
+    return InvalidArgumentError("paged attention: unknown kv cache dtype {}",
+                                static_cast<int>(a.kv_dtype));
   }
   if (a.num_heads % a.num_kv_heads != 0) {
     return InvalidArgumentError(
@@ -793,13 +872,22 @@ Status Validate(const PagedAttentionArgs& a) {
   return Status::Ok();
 }
 
-void WriteKv(const PagedAttentionArgs& a) {
+void WriteKv(const PagedAttentionArgs& a, const ChunkKernels& kernels) {
   const int64_t width = a.num_kv_heads * a.head_dim;
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     const int64_t slot = a.slot_mapping[t];
     if (slot < 0) continue;
-    std::memcpy(a.k_cache + slot * width, a.k + t * a.k_stride, width * sizeof(float));
-    std::memcpy(a.v_cache + slot * width, a.v + t * a.v_stride, width * sizeof(float));
+    if (a.kv_dtype == KvCacheDtype::kF16) {
+      kernels.to_halves(a.k + t * a.k_stride, width,
+                        static_cast<uint16_t*>(a.k_cache) + slot * width);
+      kernels.to_halves(a.v + t * a.v_stride, width,
+                        static_cast<uint16_t*>(a.v_cache) + slot * width);
+    } else {
+      std::memcpy(static_cast<float*>(a.k_cache) + slot * width, a.k + t * a.k_stride,
+                  width * sizeof(float));
+      std::memcpy(static_cast<float*>(a.v_cache) + slot * width, a.v + t * a.v_stride,
+                  width * sizeof(float));
+    }
   }
 }
 
@@ -819,7 +907,8 @@ constexpr int64_t kItemsPerThread = 4;
 // Per-tile scratch, reused across a thread's tiles and calls (it only grows).
 struct TileScratch {
   std::vector<float> buf;
-  std::vector<float> kt, vc;  // a chunk's keys and values, packed
+  std::vector<float> kt, vc;    // a chunk's keys and values, packed
+  std::vector<float> k32, v32;  // a kF16 cache's chunk as floats
   std::vector<const float*> q;
 };
 
@@ -838,7 +927,11 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
   const int64_t q_len = qsl[tile.request + 1] - qsl[tile.request];
   const int64_t pos0 = a.seq_lens[tile.request] - q_len + (tile.t0 - qsl[tile.request]);
   const int32_t* table = a.block_tables + tile.request * a.max_blocks_per_req;
-  const int64_t stride = a.num_kv_heads * dim;  // floats per cache slot
+  const int64_t stride = a.num_kv_heads * dim;  // values per cache slot
+  const bool half = a.kv_dtype == KvCacheDtype::kF16;
+  const int64_t elem = KvCacheElementBytes(a.kv_dtype);
+  const char* k_cache = static_cast<const char*>(a.k_cache);
+  const char* v_cache = static_cast<const char*>(a.v_cache);
 
   // buf: acc [rows][dim], m [rows], l [rows], s [rows][kChunk]
   scratch.buf.resize(rows * dim + 2 * rows + rows * kChunk);
@@ -862,11 +955,18 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
     scratch.kt.resize(kChunk * dim);
     scratch.vc.resize(kChunk * dim);
   }
+  if (half && !kernels.pack_halves) {
+    scratch.k32.resize(kChunk * dim);
+    scratch.v32.resize(kChunk * dim);
+  }
+  const char* k_row[kChunk];
+  const char* v_row[kChunk];
+  // A tile of one token (a decode step) reads each value row once: in place.
+  const bool copy_v = tile.count > 1;
   ChunkUpdate c;
   c.k = kp;
   c.v = vp;
   c.kt = scratch.kt.data();
-  c.vc = scratch.vc.data();
   c.dim = dim;
   c.scale = a.scale;
   // Rows [r0, r0 + n_rows) against the chunk's first n keys.
@@ -886,8 +986,8 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
     const int n = static_cast<int>(std::min<int64_t>(kChunk, num_keys - start));
     for (int j = 0; j < n; ++j) {
       const int64_t slot = static_cast<int64_t>(table[block]) * a.block_size + offset;
-      kp[j] = a.k_cache + slot * stride + kvh * dim;
-      vp[j] = a.v_cache + slot * stride + kvh * dim;
+      k_row[j] = k_cache + (slot * stride + kvh * dim) * elem;
+      v_row[j] = v_cache + (slot * stride + kvh * dim) * elem;
       if (++offset == a.block_size) {
         offset = 0;
         ++block;
@@ -897,12 +997,37 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
     // went through since): ask for all of the chunk's lines at once rather
     // than one miss at a time as the scores reach them.
     for (int j = 0; j < n; ++j) {
-      for (int64_t d = 0; d < dim; d += 16) {
-        __builtin_prefetch(kp[j] + d);
-        __builtin_prefetch(vp[j] + d);
+      for (int64_t byte = 0; byte < dim * elem; byte += 64) {
+        __builtin_prefetch(k_row[j] + byte);
+        __builtin_prefetch(v_row[j] + byte);
       }
     }
-    if (kernels.pack) kernels.pack(kp, vp, n, dim, scratch.kt.data(), scratch.vc.data());
+    for (int j = 0; j < n && !(half && kernels.pack_halves); ++j) {
+      if (half) {  // to floats for an ISA that reads the rows in place
+        float* k32 = scratch.k32.data() + j * dim;
+        float* v32 = scratch.v32.data() + j * dim;
+        kernels.to_floats(reinterpret_cast<const uint16_t*>(k_row[j]), dim, k32);
+        kernels.to_floats(reinterpret_cast<const uint16_t*>(v_row[j]), dim, v32);
+        kp[j] = k32;
+        vp[j] = v32;
+      } else {
+        kp[j] = reinterpret_cast<const float*>(k_row[j]);
+        vp[j] = reinterpret_cast<const float*>(v_row[j]);
+      }
+    }
+    if (half && kernels.pack_halves) {
+      const uint16_t* k_half[kChunk];
+      const uint16_t* v_half[kChunk];
+      for (int j = 0; j < n; ++j) {
+        k_half[j] = reinterpret_cast<const uint16_t*>(k_row[j]);
+        v_half[j] = reinterpret_cast<const uint16_t*>(v_row[j]);
+      }
+      kernels.pack_halves(k_half, v_half, n, dim, scratch.kt.data(), scratch.vc.data());
+      for (int j = 0; j < n; ++j) vp[j] = scratch.vc.data() + j * dim;
+    } else if (kernels.pack) {
+      kernels.pack(kp, vp, n, dim, scratch.kt.data(), copy_v ? scratch.vc.data() : nullptr);
+      for (int j = 0; copy_v && j < n; ++j) vp[j] = scratch.vc.data() + j * dim;
+    }
     // Tokens from `whole` on see all kChunk keys (or, in the last chunk, all
     // n); the ones before see start .. their position, if anything.
     const int64_t whole = std::max<int64_t>(0, start + n - 1 - pos0);
@@ -926,7 +1051,8 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
 Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, CpuIsa isa) {
   XRT_RETURN_IF_ERROR(Validate(args));
   if (args.num_tokens == 0) return Status::Ok();
-  WriteKv(args);
+  const ChunkKernels kernels = KernelsAndConversionsFor(isa, args.head_dim);
+  WriteKv(args, kernels);
 
   // Tokens no request owns (a bucket's padding) get zeros; the work items
   // are the owned tokens' tiles only, so a decode step in a bucket of 16
@@ -964,7 +1090,6 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
     return kx != ky ? kx > ky : x.t0 < y.t0;
   });
 
-  const ChunkKernels kernels = KernelsFor(isa, args.head_dim);
   const int64_t items = static_cast<int64_t>(tiles.size()) * args.num_kv_heads;
   auto run = [&](int64_t begin, int64_t end) {
     // Each thread's own, kept across calls: a decode step's attention is a

@@ -22,10 +22,17 @@
 //     out[t][h] = sum_j softmax_j(scale * q·k_j) v_j, in f32 with an online
 //     (running-max) softmax. Tokens not owned by any request get out = 0.
 //
-// Layouts (floats):
+// Layouts (q, k, v, out are floats; the caches are elements of kv_dtype):
 //   q[t*q_stride + h*head_dim + d], k/v[t*k_stride + kvh*head_dim + d],
 //   out[t*out_stride + h*head_dim + d],
 //   k_cache/v_cache[((block*block_size + offset)*num_kv_heads + kvh)*head_dim + d].
+//
+// KV cache dtype: kF32 stores k/v as they are; kF16 stores each value as an
+// IEEE half, rounded to nearest even (FloatToHalf), and attention reads it
+// back exactly (every half is an f32). So with kF16 the output equals, bit for
+// bit, that of kF32 run on k/v rounded to half first, on every ISA path; it
+// halves the cache's memory and the bytes a decode step's attention reads
+// (llama.cpp's default cache type; vLLM's --kv-cache-dtype).
 //
 // Batch invariance: the output of a token depends only on its q, its
 // position, and its request's cached K/V (in the order of positions 0..pos):
@@ -60,6 +67,12 @@
 
 namespace xrt {
 
+// The element type of the paged KV cache (see the file comment).
+enum class KvCacheDtype : uint8_t { kF32 = 0, kF16 = 1 };
+
+// Bytes per cached value: 4 or 2.
+constexpr int64_t KvCacheElementBytes(KvCacheDtype t) { return t == KvCacheDtype::kF16 ? 2 : 4; }
+
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [t][h*head_dim + d], row stride q_stride
   int64_t q_stride = 0;
@@ -69,8 +82,9 @@ struct PagedAttentionArgs {
   int64_t v_stride = 0;
   float* out = nullptr;  // [t][h*head_dim + d], row stride out_stride
   int64_t out_stride = 0;
-  float* k_cache = nullptr;  // [num_blocks][block_size][num_kv_heads][head_dim]
-  float* v_cache = nullptr;
+  void* k_cache = nullptr;  // [num_blocks][block_size][num_kv_heads][head_dim] of kv_dtype
+  void* v_cache = nullptr;
+  KvCacheDtype kv_dtype = KvCacheDtype::kF32;
   const int32_t* slot_mapping = nullptr;     // [num_tokens]; -1 = padding token
   const int32_t* block_tables = nullptr;     // [max_num_reqs][max_blocks_per_req]
   const int32_t* seq_lens = nullptr;         // [max_num_reqs]; incl. this step; 0 = unused

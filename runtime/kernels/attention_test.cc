@@ -1,5 +1,6 @@
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/test_util.h"
+#include "runtime/kernels/weight_format.h"
 
 #include <gtest/gtest.h>
 
@@ -292,6 +293,75 @@ TEST(PagedAttentionTest, LongPromptsInTilesForEveryGroupSize) {
   CheckBatchInvariance<24, BatchT<24, 8, 2>>(kLong);
   CheckMatchesReferenceAndWritesCache<8, BatchT<8, 6, 1>>(kMixed);
   CheckBatchInvariance<8, BatchT<8, 6, 1>>(kMixed);
+}
+
+// kF16 cache: the output equals, bit for bit, the kF32 path's on K/V
+// rounded to half (in the cache and this step's k/v alike), and the new
+// tokens' K/V are stored as FloatToHalf of k/v. Odd dims (the conversions'
+// scalar tails) and long prompts (tiles, several 64-key chunks) included.
+template <int D, class B = BatchT<D>>
+void CheckHalfCacheIsF32OnRoundedKv(const std::vector<Request>& requests) {
+  auto round = [](std::vector<float>& x) {
+    for (float& v : x) v = HalfToFloat(FloatToHalf(v));
+  };
+  auto halves = [](const std::vector<float>& x) {
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = FloatToHalf(x[i]);
+    return h;
+  };
+  ThreadPool pool(2);
+  for (CpuIsa isa : SupportedIsas()) {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      B want(requests, /*padding=*/2);
+      round(want.k_cache_);
+      round(want.v_cache_);
+      round(want.k_);
+      round(want.v_);
+      ASSERT_TRUE(PagedAttentionWithIsa(want.Args(), p, isa).ok());
+
+      B got(requests, /*padding=*/2);
+      std::vector<uint16_t> k16 = halves(got.k_cache_), v16 = halves(got.v_cache_);
+      PagedAttentionArgs a = got.Args();
+      a.k_cache = k16.data();
+      a.v_cache = v16.data();
+      a.kv_dtype = KvCacheDtype::kF16;
+      Status st = PagedAttentionWithIsa(a, p, isa);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ASSERT_EQ(0, std::memcmp(got.out_.data(), want.out_.data(), got.out_.size() * 4))
+          << CpuIsaName(isa) << " dim " << D;
+      for (int t = 0; t < got.qsl_[B::kMaxReqs]; ++t) {
+        for (int j = 0; j < B::kKvWidth; ++j) {
+          ASSERT_EQ(k16[got.slots_[t] * B::kKvWidth + j], FloatToHalf(got.k_[t * B::kKvWidth + j]));
+          ASSERT_EQ(v16[got.slots_[t] * B::kKvWidth + j], FloatToHalf(got.v_[t * B::kKvWidth + j]));
+        }
+      }
+      // And it is still attention: close to the f64 reference on the exact K/V.
+      for (size_t r = 0; r < requests.size(); ++r) {
+        for (int i = 0; i < requests[r].q_len; ++i) {
+          const std::vector<double> ref = got.Reference(r, i);
+          for (int j = 0; j < B::kQWidth; ++j) {
+            ASSERT_NEAR(got.out_[(got.qsl_[r] + i) * B::kQWidth + j], ref[j], 2e-3);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTest, HalfCacheIsTheF32PathOnHalfRoundedKv) {
+  CheckHalfCacheIsF32OnRoundedKv<20>(kMixed);
+  CheckHalfCacheIsF32OnRoundedKv<64>(kMixed);
+  CheckHalfCacheIsF32OnRoundedKv<64>(kLong);
+  CheckHalfCacheIsF32OnRoundedKv<8, BatchT<8, 6, 1>>(kMixed);
+}
+
+TEST(PagedAttentionTest, UnknownKvCacheDtypeIsAnError) {
+  Batch b(kMixed, 0);
+  PagedAttentionArgs a = b.Args();
+  a.kv_dtype = static_cast<KvCacheDtype>(7);
+  Status st = PagedAttention(a, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("kv cache dtype 7"), std::string::npos) << st.message();
 }
 
 TEST(PagedAttentionTest, OutOfRangeSlotIsAnErrorAndWritesNothing) {

@@ -18,7 +18,7 @@ bool MulChecked(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_over
 bool LayerArrayBytes(const KvCacheParams& p, int64_t num_blocks, int64_t* out) {
   int64_t n = num_blocks;
   return MulChecked(n, p.block_size, &n) && MulChecked(n, p.num_kv_heads, &n) &&
-         MulChecked(n, p.head_dim, &n) && MulChecked(n, static_cast<int64_t>(sizeof(float)), out);
+         MulChecked(n, p.head_dim, &n) && MulChecked(n, p.element_bytes, out);
 }
 
 }  // namespace
@@ -35,6 +35,10 @@ Status ValidateKvCacheParams(const KvCacheParams& p, bool check_num_blocks) {
   for (const auto& f : fields) {
     if (f.value < 1)
       return InvalidArgumentError("kv cache: {} is {}; must be >= 1", f.name, f.value);
+  }
+  if (p.element_bytes != 2 && p.element_bytes != 4) {
+    return InvalidArgumentError("kv cache: element_bytes is {}; must be 2 (f16) or 4 (f32)",
+                                p.element_bytes);
   }
   int64_t bytes = 0;
   const int64_t blocks = check_num_blocks ? p.num_blocks : 1;
@@ -69,42 +73,41 @@ Expected<KvCacheStorage> KvCacheStorage::Create(const KvCacheParams& params) {
             "kv cache: cannot map {} bytes for layer {} ({} blocks; {} bytes in all)", alloc_bytes,
             layer, params.num_blocks, 2 * params.num_layers * bytes);
       }
-      arrays->emplace_back(static_cast<float*>(p), Unmapper{alloc_bytes});
+      arrays->emplace_back(p, Unmapper{alloc_bytes});
     }
   }
   return KvCacheStorage(params, std::move(keys), std::move(values));
 }
 
-void KvCacheStorage::Unmapper::operator()(float* p) const { ::munmap(p, bytes); }
+void KvCacheStorage::Unmapper::operator()(void* p) const { ::munmap(p, bytes); }
 
-float* KvCacheStorage::key(int64_t layer) {
+void* KvCacheStorage::key(int64_t layer) {
   assert(layer >= 0 && layer < params_.num_layers);
   return keys_[static_cast<size_t>(layer)].get();
 }
-float* KvCacheStorage::value(int64_t layer) {
+void* KvCacheStorage::value(int64_t layer) {
   assert(layer >= 0 && layer < params_.num_layers);
   return values_[static_cast<size_t>(layer)].get();
 }
-const float* KvCacheStorage::key(int64_t layer) const {
+const void* KvCacheStorage::key(int64_t layer) const {
   assert(layer >= 0 && layer < params_.num_layers);
   return keys_[static_cast<size_t>(layer)].get();
 }
-const float* KvCacheStorage::value(int64_t layer) const {
+const void* KvCacheStorage::value(int64_t layer) const {
   assert(layer >= 0 && layer < params_.num_layers);
   return values_[static_cast<size_t>(layer)].get();
 }
 
-int64_t KvCacheStorage::floats_per_layer() const {
+int64_t KvCacheStorage::values_per_layer() const {
   return params_.num_blocks * params_.block_size * params_.num_kv_heads * params_.head_dim;
 }
 
 int64_t KvCacheStorage::total_bytes() const {
-  return 2 * params_.num_layers * floats_per_layer() * static_cast<int64_t>(sizeof(float));
+  return 2 * params_.num_layers * values_per_layer() * params_.element_bytes;
 }
 
 int64_t KvCacheStorage::BytesPerBlock(const KvCacheParams& p) {
-  return 2 * p.num_layers * p.block_size * p.num_kv_heads * p.head_dim *
-         static_cast<int64_t>(sizeof(float));
+  return 2 * p.num_layers * p.block_size * p.num_kv_heads * p.head_dim * p.element_bytes;
 }
 
 Expected<int64_t> KvCacheStorage::NumBlocksForBudget(const KvCacheParams& params, int64_t bytes) {

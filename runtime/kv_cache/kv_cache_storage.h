@@ -1,6 +1,7 @@
 // KvCacheStorage: the memory of the paged KV cache.
 //
-// Per layer, one K and one V array of floats laid out as
+// Per layer, one K and one V array of values (element_bytes each: 4 for an
+// f32 cache, 2 for an f16 one; the attention kernel's KvCacheDtype) laid out as
 //   [num_blocks][block_size][num_kv_heads][head_dim]
 // (the layout the paged attention kernel reads, runtime/kernels/attention.h):
 // element (slot, kv_head, d) of a layer is at
@@ -29,6 +30,7 @@ struct KvCacheParams {
   int64_t head_dim = 0;
   int64_t block_size = 0;  // tokens per block
   int64_t num_blocks = 0;
+  int64_t element_bytes = 4;  // bytes per cached value: 4 (f32) or 2 (f16)
 };
 
 class KvCacheStorage {
@@ -42,19 +44,19 @@ class KvCacheStorage {
   KvCacheStorage& operator=(KvCacheStorage&&) = default;
 
   // The K / V array of `layer` (0 <= layer < num_layers, asserted).
-  float* key(int64_t layer);
-  float* value(int64_t layer);
-  const float* key(int64_t layer) const;
-  const float* value(int64_t layer) const;
+  void* key(int64_t layer);
+  void* value(int64_t layer);
+  const void* key(int64_t layer) const;
+  const void* value(int64_t layer) const;
 
   const KvCacheParams& params() const { return params_; }
-  // Floats in one layer's K (or V) array.
-  int64_t floats_per_layer() const;
+  // Values in one layer's K (or V) array.
+  int64_t values_per_layer() const;
   // Total bytes owned (K and V of every layer).
   int64_t total_bytes() const;
 
   // Bytes one block takes across all layers, K and V:
-  //   2 * num_layers * block_size * num_kv_heads * head_dim * sizeof(float).
+  //   2 * num_layers * block_size * num_kv_heads * head_dim * element_bytes.
   // params.num_blocks is ignored. The other fields must be >= 1 (see
   // ValidateKvCacheParams); the result is then exact and positive for any
   // realistic model.
@@ -68,9 +70,9 @@ class KvCacheStorage {
  private:
   struct Unmapper {
     size_t bytes = 0;
-    void operator()(float* p) const;
+    void operator()(void* p) const;
   };
-  using Array = std::unique_ptr<float, Unmapper>;
+  using Array = std::unique_ptr<void, Unmapper>;
 
   KvCacheStorage(const KvCacheParams& params, std::vector<Array> keys, std::vector<Array> values)
       : params_(params), keys_(std::move(keys)), values_(std::move(values)) {}

@@ -25,11 +25,12 @@ TEST(KvCacheStorage, AllocatesAlignedZeroedArraysPerLayer) {
   auto s = KvCacheStorage::Create(SmallParams());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const int64_t n = 5 * 4 * 2 * 8;
-  EXPECT_EQ(s->floats_per_layer(), n);
+  EXPECT_EQ(s->values_per_layer(), n);
   EXPECT_EQ(s->total_bytes(), 2 * 3 * n * 4);
   std::vector<const float*> seen;
   for (int64_t layer = 0; layer < 3; ++layer) {
-    for (float* a : {s->key(layer), s->value(layer)}) {
+    for (void* raw : {s->key(layer), s->value(layer)}) {
+      float* a = static_cast<float*>(raw);
       ASSERT_NE(a, nullptr);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], 0.0f) << layer << " " << i;
@@ -41,10 +42,28 @@ TEST(KvCacheStorage, AllocatesAlignedZeroedArraysPerLayer) {
   std::sort(seen.begin(), seen.end());
   EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end());
   // Moving keeps the pointers.
-  float* k0 = s->key(0);
+  void* k0 = s->key(0);
   KvCacheStorage moved = std::move(s).value();
   EXPECT_EQ(moved.key(0), k0);
-  EXPECT_EQ(moved.key(0)[n - 1], 1.0f);
+  EXPECT_EQ(static_cast<float*>(moved.key(0))[n - 1], 1.0f);
+}
+
+TEST(KvCacheStorage, HalfCacheTakesHalfTheBytesAndFitsTwiceTheBlocks) {
+  KvCacheParams p = SmallParams();
+  p.element_bytes = 2;
+  auto s = KvCacheStorage::Create(p);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const int64_t n = 5 * 4 * 2 * 8;
+  EXPECT_EQ(s->values_per_layer(), n);
+  EXPECT_EQ(s->total_bytes(), 2 * 3 * n * 2);
+  static_cast<uint16_t*>(s->value(2))[n - 1] = 0x3c00;  // the whole array is writable
+  EXPECT_EQ(KvCacheStorage::BytesPerBlock(p), 2 * 3 * 4 * 2 * 8 * 2);
+  KvCacheParams f32 = SmallParams();
+  const int64_t budget = 10 * KvCacheStorage::BytesPerBlock(f32);
+  EXPECT_EQ(*KvCacheStorage::NumBlocksForBudget(f32, budget), 10);
+  EXPECT_EQ(*KvCacheStorage::NumBlocksForBudget(p, budget), 20);
+  p.element_bytes = 3;
+  EXPECT_THAT(KvCacheStorage::Create(p).status().message(), HasSubstr("element_bytes is 3"));
 }
 
 TEST(KvCacheStorage, CreateNamesTheBadField) {

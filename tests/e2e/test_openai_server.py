@@ -313,6 +313,32 @@ def test_preemption_and_chunked_prefill(artifacts, server):
         small.stop()
 
 
+def test_f16_kv_cache_holds_twice_the_blocks_and_serves_batch_invariantly(artifacts):
+    # The same byte budget holds twice the blocks of halves; concurrent streams give
+    # each request's text alone (the kernel's half path is batch invariant too).
+    blocks = {}
+    for dtype in ("f32", "f16"):
+        r = subprocess.run([XRT, "run", artifacts["main"], "--port", "0", "--kv-cache-memory",
+                            "1MiB", "--kv-cache-dtype", "bogus"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "--kv-cache-dtype" in r.stderr, r.stderr
+        s = Server(artifacts["main"], "--kv-cache-memory", "4MiB", "--kv-cache-dtype", dtype)
+        try:
+            blocks[dtype] = s.metrics()["xrt_kv_cache_blocks_total"]
+            if dtype == "f16":
+                prompts = [f"{i}: {PROMPT}" * (1 + i % 3) for i in range(12)]
+                alone = [greedy(s, p, max_tokens=16).choices[0].text for p in prompts]
+                with concurrent.futures.ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+                    together = list(pool.map(
+                        lambda p: greedy(s, p, max_tokens=16).choices[0].text, prompts))
+                assert together == alone
+                assert all(greedy(s, p, max_tokens=16).usage.completion_tokens == 16
+                           for p in prompts[:2])
+        finally:
+            s.stop()
+    assert blocks["f16"] == 2 * blocks["f32"], blocks
+
+
 def test_raising_a_compiled_limit_is_an_error(artifacts):
     r = subprocess.run([XRT, "run", artifacts["main"], "--max-num-seqs", "1000"],
                        capture_output=True, text=True, timeout=60)

@@ -16,14 +16,16 @@ struct DecoderArtifacts {
 
 // Compiles decoder fixture `name` (kDecoderFixtures) with --compute `compute` and
 // --weight-dtype `weight_dtype` into
-// <tmp>/xcc_numerics_[<compute>_][<weight_dtype>_]<name>/{wide,chunked}.xpk.
+// <tmp>/xcc_numerics_[<tag>_][<compute>_][<weight_dtype>_]<name>/{wide,chunked}.xpk
+// (each test its own `tag` where the other options match another test's: ctest
+// runs the tests in parallel).
 inline xrt::Expected<DecoderArtifacts> CompileDecoderFixture(
     const std::string& name, const std::string& compute = "f32",
-    const std::string& weight_dtype = "auto") {
+    const std::string& weight_dtype = "auto", const std::string& tag = "") {
   namespace fs = std::filesystem;
   const fs::path dir =
       fs::temp_directory_path() /
-      ("xcc_numerics_" + (compute == "f32" ? "" : compute + "_") +
+      ("xcc_numerics_" + (tag.empty() ? "" : tag + "_") + (compute == "f32" ? "" : compute + "_") +
        (weight_dtype == "auto" ? "" : weight_dtype + "_") + FixtureParamName(name));
   fs::create_directories(dir);
   DecoderArtifacts a{(dir / "wide.xpk").string(), (dir / "chunked.xpk").string()};

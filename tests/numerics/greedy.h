@@ -29,9 +29,11 @@ struct TestEngine {
   std::unique_ptr<xrt::EngineCore> core;
 };
 
-inline xrt::Expected<TestEngine> OpenEngine(const std::string& artifact) {
+inline xrt::Expected<TestEngine> OpenEngine(
+    const std::string& artifact, xrt::KvCacheDtype kv_cache_dtype = xrt::KvCacheDtype::kF32) {
   xrt::ModelRunnerParams rp;
   rp.artifact_path = artifact;
+  rp.kv_cache_dtype = kv_cache_dtype;
   const char* threads = std::getenv("XCC_TEST_THREADS");
   rp.num_threads = threads ? std::atoi(threads) : 2;
   TestEngine e;
