@@ -391,7 +391,8 @@ BENCHMARK(BM_ThreadPoolEmptyParallelFor)->ArgName("threads")->Arg(1)->Arg(2)->Us
 // Paged attention over `reqs` requests of `context` positions each, of which
 // the last `q_len` are this step's query tokens (q_len = 1: a decode batch;
 // q_len = context: whole-prompt prefills). Heads of SmolLM2-135M (9 q heads,
-// 3 kv heads) or Llama-3.2-1B (32, 8); head_dim 64; blocks of 16.
+// 3 kv heads) or Llama-3.2-1B (32, 8); head_dim 64; blocks of 16. kv_f16: the
+// cache holds halves (xrt --kv-cache-dtype f16).
 void BM_PagedAttention(benchmark::State& state) {
   const int64_t reqs = state.range(0), context = state.range(1), q_len = state.range(2);
   const int threads = static_cast<int>(state.range(3));
@@ -400,9 +401,15 @@ void BM_PagedAttention(benchmark::State& state) {
   const int64_t num_blocks = reqs * blocks_per_req;
   const int64_t kv_width = kv_heads * dim, q_width = heads * dim;
   const int64_t tokens = reqs * q_len;
+  const bool f16 = state.range(6) != 0;
   std::vector<float> k_cache(num_blocks * block * kv_width), v_cache(k_cache.size());
   FillRandom(k_cache.data(), k_cache.size(), 3);
   FillRandom(v_cache.data(), v_cache.size(), 4);
+  std::vector<uint16_t> k_half(f16 ? k_cache.size() : 0), v_half(k_half.size());
+  for (size_t i = 0; i < k_half.size(); ++i) {
+    k_half[i] = FloatToHalf(k_cache[i]);
+    v_half[i] = FloatToHalf(v_cache[i]);
+  }
   std::vector<float> q(tokens * q_width), k(tokens * kv_width), v(tokens * kv_width), out(q.size());
   FillRandom(q.data(), q.size(), 5);
   FillRandom(k.data(), k.size(), 6);
@@ -427,8 +434,9 @@ void BM_PagedAttention(benchmark::State& state) {
   a.v_stride = kv_width;
   a.out = out.data();
   a.out_stride = q_width;
-  a.k_cache = k_cache.data();
-  a.v_cache = v_cache.data();
+  a.k_cache = f16 ? static_cast<void*>(k_half.data()) : k_cache.data();
+  a.v_cache = f16 ? static_cast<void*>(v_half.data()) : v_cache.data();
+  a.kv_dtype = f16 ? KvCacheDtype::kF16 : KvCacheDtype::kF32;
   a.slot_mapping = slots.data();
   a.block_tables = tables.data();
   a.seq_lens = seq_lens.data();
@@ -453,20 +461,26 @@ void BM_PagedAttention(benchmark::State& state) {
   state.counters["GFLOPS"] = benchmark::Counter(reqs * keys * heads * dim * 4 * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
   if (q_len == 1) {  // decode: K and V of every request read once
-    state.counters["GBps"] = benchmark::Counter(2.0 * reqs * context * kv_width * 4 * 1e-9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GBps"] =
+        benchmark::Counter(2.0 * reqs * context * kv_width * (f16 ? 2 : 4) * 1e-9,
+                           benchmark::Counter::kIsIterationInvariantRate);
   }
 }
 BENCHMARK(BM_PagedAttention)
-    ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads"})
-    ->Args({1, 32, 1, 1, 9, 3})  // one request's decode step: overhead, not flops
-    ->Args({1, 32, 1, 2, 9, 3})
-    ->Args({16, 1024, 1, 1, 9, 3})
-    ->Args({16, 1024, 1, 2, 9, 3})
-    ->Args({1, 512, 512, 1, 9, 3})
-    ->Args({1, 512, 512, 2, 9, 3})
-    ->Args({1, 512, 512, 2, 32, 8})
-    ->Args({1, 2048, 2048, 2, 32, 8})
+    ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads", "kv_f16"})
+    ->Args({1, 32, 1, 1, 9, 3, 0})  // one request's decode step: overhead, not flops
+    ->Args({1, 32, 1, 2, 9, 3, 0})
+    ->Args({1, 1024, 1, 2, 9, 3, 0})  // one long decode: 3 kv heads on 2 threads
+    ->Args({1, 1024, 1, 2, 9, 3, 1})
+    ->Args({16, 1024, 1, 1, 9, 3, 0})
+    ->Args({16, 1024, 1, 2, 9, 3, 0})
+    ->Args({16, 1024, 1, 1, 9, 3, 1})
+    ->Args({16, 1024, 1, 2, 9, 3, 1})
+    ->Args({1, 512, 512, 1, 9, 3, 0})
+    ->Args({1, 512, 512, 2, 9, 3, 0})
+    ->Args({1, 512, 512, 2, 9, 3, 1})
+    ->Args({1, 512, 512, 2, 32, 8, 0})
+    ->Args({1, 2048, 2048, 2, 32, 8, 0})
     ->UseRealTime();
 
 }  // namespace

@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE] "
-                 "[--lora single|mixed] [--profile]\n",
+                 "[--lora single|mixed] [--kv-cache-dtype auto|f32|f16] [--profile]\n",
                  argv[0]);
     return 2;
   }
@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::string lora;  // "", "single" or "mixed"
   bool profile = false;
+  std::string kv_dtype = "auto";
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--profile") {
@@ -162,6 +163,14 @@ int main(int argc, char** argv) {
       json_path = v;
     else if (a == "--lora")
       lora = v;
+    else if (a == "--kv-cache-dtype")
+      kv_dtype = v;
+  }
+  if (auto dtype = xrt::ParseKvCacheDtype(kv_dtype); dtype.ok()) {
+    rp.kv_cache_dtype = *dtype;
+  } else {
+    std::fprintf(stderr, "error: %s\n", dtype.status().message().c_str());
+    return 1;
   }
   auto runner = xrt::ModelRunner::Create(rp);
   if (!runner.ok()) {
@@ -242,6 +251,7 @@ int main(int argc, char** argv) {
   out["artifact"] = rp.artifact_path;
   out["lora"] = lora.empty() ? "none" : lora;
   out["threads"] = r.pool().num_threads();
+  out["kv_cache_dtype"] = kv_dtype == "f16" ? "f16" : "f32";
   out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
   out["decode_weight_bytes_per_step"] = weight_bytes;
   out["decode_weight_bytes_by_dtype"] = bytes_by_dtype;
