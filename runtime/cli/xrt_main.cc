@@ -340,9 +340,7 @@ int main(int argc, char** argv) {
   gen->add_option("--threads", rp.num_threads, "Worker threads (default: all cores)");
   gen->add_option("--num-kv-blocks", rp.num_kv_blocks, "KV cache blocks (default: from limits)");
   std::string gen_kv_dtype = "auto";
-  gen->add_option("--kv-cache-dtype", gen_kv_dtype, kv_dtype_help)
-      ->check(CLI::IsMember({"auto", "f32", "f16"}))
-      ->capture_default_str();
+  gen->add_option("--kv-cache-dtype", gen_kv_dtype, kv_dtype_help)->capture_default_str();
   gen->add_flag("--ignore-eos", ignoreEos, "Keep generating past end-of-sequence tokens");
   gen->add_option("--image", images,
                   "An image file (PNG, JPEG, WebP), repeatable: in a raw prompt the model's image "
@@ -377,9 +375,7 @@ int main(int argc, char** argv) {
   run->add_option("--kv-cache-memory", kv_memory, "KV cache size, e.g. 2GiB");
   run->add_option("--num-kv-blocks", run_rp.num_kv_blocks, "KV cache size in blocks");
   std::string run_kv_dtype = "auto";
-  run->add_option("--kv-cache-dtype", run_kv_dtype, kv_dtype_help)
-      ->check(CLI::IsMember({"auto", "f32", "f16"}))
-      ->capture_default_str();
+  run->add_option("--kv-cache-dtype", run_kv_dtype, kv_dtype_help)->capture_default_str();
   run->add_option("--served-model-name", run_sp.served_model_name,
                   "Model name in the API (default: the artifact's file name)");
   run->add_option("--api-key", run_sp.api_key, "Require 'Authorization: Bearer KEY' on /v1");

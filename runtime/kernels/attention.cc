@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/kernels/packed_simd.h"
 #include "runtime/kernels/simd.h"
 #include "runtime/kernels/weight_format.h"
 
@@ -91,6 +92,18 @@ void AccumulateScalar(float* acc, float corr, const float* p, const float* const
   }
 }
 
+inline float LoadOne(const float* x) { return *x; }
+inline float LoadOne(const uint16_t* x) { return HalfToFloat(*x); }
+
+// A kF16 cache's values: n halves to floats (exact) and floats to halves
+// (FloatToHalf's rounding, nearest even; F16C's vcvtps2ph rounds the same).
+void HalvesToFloatsScalar(const uint16_t* h, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = LoadOne(h + i);
+}
+void FloatsToHalvesScalar(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToHalf(x[i]);
+}
+
 #if defined(__x86_64__)
 
 // ------------------------------------------------------------------ AVX2 --
@@ -146,6 +159,26 @@ XRT_TARGET_AVX2 float ExpSumAvx2(float* s, int n, float m) {
   return HorizontalSum8(sum);
 }
 
+// Eight floats at x, or eight halves as floats; the halves conversions of
+// a kF16 cache (HalvesToFloatsScalar, FloatsToHalvesScalar) on F16C.
+XRT_TARGET_AVX2 inline __m256 Load8Avx2(const float* x) { return _mm256_loadu_ps(x); }
+XRT_TARGET_AVX2 inline __m256 Load8Avx2(const uint16_t* x) {
+  return packed_simd::Halves8(reinterpret_cast<const uint8_t*>(x));
+}
+XRT_TARGET_AVX2 void HalvesToFloatsAvx2(const uint16_t* h, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Load8Avx2(h + i));
+  HalvesToFloatsScalar(h + i, n - i, out + i);
+}
+XRT_TARGET_AVX2 void FloatsToHalvesAvx2(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  FloatsToHalvesScalar(x + i, n - i, out + i);
+}
+
 // The chunk packed for the AVX2 step, once for all the rows that read it:
 // the keys transposed, kt[d * kChunk + j] = k[j][d] for j < n (zeros up to
 // the next multiple of 8 keys), so the scores load 8 keys' values of one d
@@ -157,13 +190,6 @@ XRT_TARGET_AVX2 float ExpSumAvx2(float* s, int n, float m) {
 // attention).
 // (From a kF16 cache, T = uint16_t: the values are converted as they are
 // read, exactly.)
-XRT_TARGET_AVX2 inline __m256 Load8Avx2(const float* x) { return _mm256_loadu_ps(x); }
-XRT_TARGET_AVX2 inline __m256 Load8Avx2(const uint16_t* x) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-}
-inline float LoadOne(const float* x) { return *x; }
-inline float LoadOne(const uint16_t* x) { return HalfToFloat(*x); }
-
 template <typename T>
 XRT_TARGET_AVX2 void PackChunkAvx2(const T* const* k, const T* const* v, int n, int64_t dim,
                                    float* kt, float* vc) {
@@ -171,9 +197,7 @@ XRT_TARGET_AVX2 void PackChunkAvx2(const T* const* k, const T* const* v, int n, 
     if constexpr (std::is_same_v<T, float>) {
       std::memcpy(vc + j * dim, v[j], dim * sizeof(float));
     } else {
-      int64_t d = 0;
-      for (; d + 8 <= dim; d += 8) _mm256_storeu_ps(vc + j * dim + d, Load8Avx2(v[j] + d));
-      for (; d < dim; ++d) vc[j * dim + d] = LoadOne(v[j] + d);
+      HalvesToFloatsAvx2(v[j], dim, vc + j * dim);
     }
   }
   for (int j0 = 0; j0 < n; j0 += 8) {
@@ -207,33 +231,6 @@ XRT_TARGET_AVX2 void PackChunkAvx2(const T* const* k, const T* const* v, int n, 
     }
   }
 }
-
-// A kF16 cache's values: n halves to floats (exact) and floats to halves
-// (FloatToHalf's rounding, nearest even; F16C's vcvtps2ph rounds the same).
-void HalvesToFloatsScalar(const uint16_t* h, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(h[i]);
-}
-void FloatsToHalvesScalar(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = FloatToHalf(x[i]);
-}
-#if defined(__x86_64__)
-XRT_TARGET_AVX2 void HalvesToFloatsAvx2(const uint16_t* h, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-  }
-  HalvesToFloatsScalar(h + i, n - i, out + i);
-}
-XRT_TARGET_AVX2 void FloatsToHalvesAvx2(const float* x, int64_t n, uint16_t* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-  }
-  FloatsToHalvesScalar(x + i, n - i, out + i);
-}
-#endif
 
 // Scores of R rows against keys j0 .. j0 + 8NK - 1 of the packed chunk, row
 // r's in s[r * kChunk + j]: one fma chain per key over d = 0, 1, ... and a
@@ -1002,20 +999,7 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
         __builtin_prefetch(v_row[j] + byte);
       }
     }
-    for (int j = 0; j < n && !(half && kernels.pack_halves); ++j) {
-      if (half) {  // to floats for an ISA that reads the rows in place
-        float* k32 = scratch.k32.data() + j * dim;
-        float* v32 = scratch.v32.data() + j * dim;
-        kernels.to_floats(reinterpret_cast<const uint16_t*>(k_row[j]), dim, k32);
-        kernels.to_floats(reinterpret_cast<const uint16_t*>(v_row[j]), dim, v32);
-        kp[j] = k32;
-        vp[j] = v32;
-      } else {
-        kp[j] = reinterpret_cast<const float*>(k_row[j]);
-        vp[j] = reinterpret_cast<const float*>(v_row[j]);
-      }
-    }
-    if (half && kernels.pack_halves) {
+    if (half && kernels.pack_halves) {  // converted as they are packed
       const uint16_t* k_half[kChunk];
       const uint16_t* v_half[kChunk];
       for (int j = 0; j < n; ++j) {
@@ -1024,9 +1008,24 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
       }
       kernels.pack_halves(k_half, v_half, n, dim, scratch.kt.data(), scratch.vc.data());
       for (int j = 0; j < n; ++j) vp[j] = scratch.vc.data() + j * dim;
-    } else if (kernels.pack) {
-      kernels.pack(kp, vp, n, dim, scratch.kt.data(), copy_v ? scratch.vc.data() : nullptr);
-      for (int j = 0; copy_v && j < n; ++j) vp[j] = scratch.vc.data() + j * dim;
+    } else {
+      for (int j = 0; j < n; ++j) {
+        if (half) {  // to floats for an ISA that reads the rows in place
+          float* k32 = scratch.k32.data() + j * dim;
+          float* v32 = scratch.v32.data() + j * dim;
+          kernels.to_floats(reinterpret_cast<const uint16_t*>(k_row[j]), dim, k32);
+          kernels.to_floats(reinterpret_cast<const uint16_t*>(v_row[j]), dim, v32);
+          kp[j] = k32;
+          vp[j] = v32;
+        } else {
+          kp[j] = reinterpret_cast<const float*>(k_row[j]);
+          vp[j] = reinterpret_cast<const float*>(v_row[j]);
+        }
+      }
+      if (kernels.pack) {
+        kernels.pack(kp, vp, n, dim, scratch.kt.data(), copy_v ? scratch.vc.data() : nullptr);
+        for (int j = 0; copy_v && j < n; ++j) vp[j] = scratch.vc.data() + j * dim;
+      }
     }
     // Tokens from `whole` on see all kChunk keys (or, in the last chunk, all
     // n); the ones before see start .. their position, if anything.

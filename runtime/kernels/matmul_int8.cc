@@ -383,6 +383,22 @@ XRT_TARGET_AVX512 inline __m512i BroadcastQuad(const int8_t* q) {
 
 constexpr int64_t kPrefetchBytes = 8192;
 
+// Prefetches part `part` of `parts` of a block's cache lines (the block
+// `bytes` long at `blk`), kPrefetchBytes ahead, into L2. A K-quant
+// super-block (4.5-6.6 KiB a panel) is prefetched a sub-block's share at a
+// time: its 72-105 prefetches issued at once at the super-block's start
+// stalled the quad loop behind them (q4_k at M = 1 from L2: ~1.5x slower),
+// and spread out they keep the line fill requests flowing through the whole
+// super-block (from DRAM, two threads, 8192x2048: q4_k M = 1 16-18 -> 18-20
+// GB/s, M = 4 11-13 -> 16-19; q6_k M = 1 15.5 -> 18.5). The AVX-512 kernel,
+// not measured on an AVX-512 machine since, still takes a block at once.
+inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts) {
+  const int64_t lines = (bytes + 63) / 64;
+  for (int64_t line = part * lines / parts; line < (part + 1) * lines / parts; ++line) {
+    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64 * line, _MM_HINT_T1);
+  }
+}
+
 // Adds the pair products of weight quads kq0 .. kq0 + Q - 1 of `blk` with
 // each row's activation quads (at qrow[i] + kq0 * 4) to the int16 sums.
 template <WeightFormat F, int R, int Q>
@@ -439,11 +455,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
     constexpr int64_t kBytes = SuperBlockBytes(F);
     for (int64_t b = 0; b < k / kSuperBlock; ++b) {
       const uint8_t* sb = panel + b * kBytes;
-      if (prefetch) {
-        for (int64_t line = 0; line < kBytes; line += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(sb) + kPrefetchBytes + line, _MM_HINT_T1);
-        }
-      }
+      if (prefetch) PrefetchPart(sb, kBytes, 0, 1);
       const int8_t* qsb[R];
       for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
       // isum: sum over sub-blocks of scale * dot. imin: of min * qsum
@@ -513,11 +525,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
     const __m512i ones = _mm512_set1_epi16(1);
     for (int64_t b = 0; b < k / kQuantGroup; ++b) {
       const uint8_t* grp = panel + b * group_bytes;
-      if (prefetch) {
-        for (int64_t line = 0; line < group_bytes; line += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(grp) + kPrefetchBytes + line, _MM_HINT_T1);
-        }
-      }
+      if (prefetch) PrefetchPart(grp, group_bytes, 0, 1);
       const int8_t* qg[R];
       for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
       __m512i dot[R][2];
@@ -615,21 +623,6 @@ XRT_TARGET_AVX2 inline __m256i BytePairs(const uint8_t* p) {
   const __m256i twice = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
   return _mm256_shuffle_epi8(_mm256_set1_epi64x(v), twice);
-}
-
-// Prefetches part `part` of `parts` of a block's cache lines (the block
-// `bytes` long at `blk`), kPrefetchBytes ahead, into L2. A K-quant
-// super-block (4.5-6.6 KiB a panel) is prefetched a sub-block's share at a
-// time: its 72-105 prefetches issued at once at the super-block's start
-// stalled the quad loop behind them (q4_k at M = 1 from L2: ~1.5x slower),
-// and spread out they keep the line fill requests flowing through the whole
-// super-block (from DRAM, two threads, 8192x2048: q4_k M = 1 16-18 -> 18-20
-// GB/s, M = 4 11-13 -> 16-19; q6_k M = 1 15.5 -> 18.5).
-XRT_TARGET_AVX2 inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts) {
-  const int64_t lines = (bytes + 63) / 64;
-  for (int64_t line = part * lines / parts; line < (part + 1) * lines / parts; ++line) {
-    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64 * line, _MM_HINT_T1);
-  }
 }
 
 // ---- The nibble formats on AVX2: quads (QuadNibbleByte) ----

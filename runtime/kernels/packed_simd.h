@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/kernels/matmul.h"  // kPackNR
 #include "runtime/kernels/simd.h"
 #include "runtime/kernels/weight_format.h"
 

@@ -316,12 +316,11 @@ def test_preemption_and_chunked_prefill(artifacts, server):
 def test_f16_kv_cache_holds_twice_the_blocks_and_serves_batch_invariantly(artifacts):
     # The same byte budget holds twice the blocks of halves; concurrent streams give
     # each request's text alone (the kernel's half path is batch invariant too).
+    r = subprocess.run([XRT, "run", artifacts["main"], "--port", "0", "--kv-cache-dtype", "bogus"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--kv-cache-dtype" in r.stderr, r.stderr
     blocks = {}
     for dtype in ("f32", "f16"):
-        r = subprocess.run([XRT, "run", artifacts["main"], "--port", "0", "--kv-cache-memory",
-                            "1MiB", "--kv-cache-dtype", "bogus"],
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode != 0 and "--kv-cache-dtype" in r.stderr, r.stderr
         s = Server(artifacts["main"], "--kv-cache-memory", "4MiB", "--kv-cache-dtype", dtype)
         try:
             blocks[dtype] = s.metrics()["xrt_kv_cache_blocks_total"]
