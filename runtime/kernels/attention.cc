@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -900,29 +901,60 @@ constexpr int64_t kTileRows = 96;
 // Work items ((tile, kv head) pairs) per thread at least, where the tokens
 // allow it, so that a short prompt still keeps every thread busy.
 constexpr int64_t kItemsPerThread = 4;
+// Keys per partition (a multiple of kChunk): every row's keys are reduced
+// partition by partition, [0, 256), [256, 512), ..., each from a fresh
+// softmax state, and the partitions' states are folded in increasing order
+// (flash-decoding's split-K). A long decode's partitions can then run on
+// different threads, with the same arithmetic as on one.
+constexpr int64_t kPartition = 4 * kChunk;
 
-// Per-tile scratch, reused across a thread's tiles and calls (it only grows).
+// Per-thread scratch, reused across items and calls (it only grows).
 struct TileScratch {
-  std::vector<float> buf;
+  std::vector<float> s;         // the rows' scores of one chunk
+  std::vector<float> state;     // a partition's state (RowStates) while folding
   std::vector<float> kt, vc;    // a chunk's keys and values, packed
   std::vector<float> k32, v32;  // a kF16 cache's chunk as floats
   std::vector<const float*> q;
 };
 
-// Attention for tile `tile` and the query heads of kv head kvh. Token i of
-// the tile sits at position pos0 + i and sees keys 0 .. pos0 + i. Each
-// 64-key chunk is one update for all the rows whose tokens see it whole,
-// and one per remaining token for its part of it, so every row goes through
+// One tile's rows (its tokens x the query heads of one kv head): token i
+// sits at position pos0 + i and sees keys 0 .. pos0 + i.
+struct TileRows {
+  const Tile* tile;
+  int64_t kvh, group, rows, pos0;
+
+  TileRows(const PagedAttentionArgs& a, const Tile& t, int64_t kv_head)
+      : tile(&t), kvh(kv_head), group(a.num_heads / a.num_kv_heads), rows(t.count * group) {
+    const int32_t* qsl = a.query_start_loc;
+    pos0 = a.seq_lens[t.request] - (qsl[t.request + 1] - qsl[t.request]) + (t.t0 - qsl[t.request]);
+  }
+  int64_t num_keys() const { return pos0 + tile->count; }  // the last token's
+  int64_t num_partitions() const { return (num_keys() + kPartition - 1) / kPartition; }
+  // The first token that sees a key of partition p.
+  int64_t first_token(int64_t p) const { return std::max<int64_t>(0, p * kPartition - pos0); }
+};
+
+// The online-softmax state of a tile's rows, in one buffer of
+// StateSize(rows, dim) floats: acc [rows][dim], m [rows] (running max of the
+// scores), l [rows] (running sum of exp(score - m)).
+int64_t StateSize(int64_t rows, int64_t dim) { return rows * (dim + 2); }
+struct RowStates {
+  float *acc, *m, *l;
+  RowStates(float* buf, int64_t rows, int64_t dim)
+      : acc(buf), m(buf + rows * dim), l(buf + rows * dim + rows) {}
+};
+
+// Partition p of the tile's rows into `state`: the rows of the tokens that
+// see one of its keys (from first_token(p) on) start from a fresh state and
+// go through its 64-key chunks in order; the other rows are not touched.
+// Each chunk is one update for all the rows whose tokens see it whole, and
+// one per remaining token for its part of it, so every row goes through
 // exactly the steps it would alone (see the header's batch invariance).
-void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const Tile& tile,
-                int64_t kvh, TileScratch& scratch) {
-  const int64_t dim = a.head_dim;
-  const int64_t group = a.num_heads / a.num_kv_heads;
-  const int64_t h0 = kvh * group;
-  const int64_t rows = tile.count * group;
-  const int32_t* qsl = a.query_start_loc;
-  const int64_t q_len = qsl[tile.request + 1] - qsl[tile.request];
-  const int64_t pos0 = a.seq_lens[tile.request] - q_len + (tile.t0 - qsl[tile.request]);
+void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, const TileRows& t,
+                     int64_t p, TileScratch& scratch, float* state) {
+  const Tile& tile = *t.tile;
+  const int64_t dim = a.head_dim, group = t.group, pos0 = t.pos0;
+  const int64_t i0 = t.first_token(p);
   const int32_t* table = a.block_tables + tile.request * a.max_blocks_per_req;
   const int64_t stride = a.num_kv_heads * dim;  // values per cache slot
   const bool half = a.kv_dtype == KvCacheDtype::kF16;
@@ -930,16 +962,13 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
   const char* k_cache = static_cast<const char*>(a.k_cache);
   const char* v_cache = static_cast<const char*>(a.v_cache);
 
-  // buf: acc [rows][dim], m [rows], l [rows], s [rows][kChunk]
-  scratch.buf.resize(rows * dim + 2 * rows + rows * kChunk);
-  float* acc = scratch.buf.data();
-  float* m = acc + rows * dim;
-  float* l = m + rows;
-  float* s = l + rows;
-  std::fill(acc, acc + rows * dim, 0.0f);
-  std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
-  std::fill(l, l + rows, 0.0f);
-  scratch.q.resize(rows);
+  RowStates st(state, t.rows, dim);
+  std::fill(st.acc + i0 * group * dim, st.acc + t.rows * dim, 0.0f);
+  std::fill(st.m + i0 * group, st.m + t.rows, -std::numeric_limits<float>::infinity());
+  std::fill(st.l + i0 * group, st.l + t.rows, 0.0f);
+  scratch.s.resize(t.rows * kChunk);
+  scratch.q.resize(t.rows);
+  const int64_t h0 = t.kvh * group;
   for (int64_t i = 0; i < tile.count; ++i) {
     for (int64_t g = 0; g < group; ++g) {
       scratch.q[i * group + g] = a.q + (tile.t0 + i) * a.q_stride + (h0 + g) * dim;
@@ -971,20 +1000,21 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
     c.q = scratch.q.data() + r0;
     c.n = n;
     c.rows = n_rows;
-    c.m = m + r0;
-    c.l = l + r0;
-    c.acc = acc + r0 * dim;
-    c.s = s + r0 * kChunk;
+    c.m = st.m + r0;
+    c.l = st.l + r0;
+    c.acc = st.acc + r0 * dim;
+    c.s = scratch.s.data() + r0 * kChunk;
     kernels.update(c);
   };
-  const int64_t num_keys = pos0 + tile.count;  // the last token's
-  int64_t block = 0, offset = 0;               // cache position of key `start + j`
-  for (int64_t start = 0; start < num_keys; start += kChunk) {
-    const int n = static_cast<int>(std::min<int64_t>(kChunk, num_keys - start));
+  const int64_t end = std::min(t.num_keys(), (p + 1) * kPartition);
+  int64_t block = p * kPartition / a.block_size;  // cache position of key `start + j`
+  int64_t offset = p * kPartition % a.block_size;
+  for (int64_t start = p * kPartition; start < end; start += kChunk) {
+    const int n = static_cast<int>(std::min<int64_t>(kChunk, end - start));
     for (int j = 0; j < n; ++j) {
       const int64_t slot = static_cast<int64_t>(table[block]) * a.block_size + offset;
-      k_row[j] = k_cache + (slot * stride + kvh * dim) * elem;
-      v_row[j] = v_cache + (slot * stride + kvh * dim) * elem;
+      k_row[j] = k_cache + (slot * stride + t.kvh * dim) * elem;
+      v_row[j] = v_cache + (slot * stride + t.kvh * dim) * elem;
       if (++offset == a.block_size) {
         offset = 0;
         ++block;
@@ -1035,15 +1065,47 @@ void AttendTile(const PagedAttentionArgs& a, const ChunkKernels& kernels, const 
     }
     if (whole < tile.count) run(whole * group, (tile.count - whole) * group, n);
   }
-  for (int64_t i = 0; i < tile.count; ++i) {
-    float* out = a.out + (tile.t0 + i) * a.out_stride + h0 * dim;
-    for (int64_t g = 0; g < group; ++g) {
-      const int64_t r = i * group + g;
-      const float inv = 1.0f / l[r];
-      for (int64_t d = 0; d < dim; ++d) out[g * dim + d] = acc[r * dim + d] * inv;
+}
+
+// Folds partition p's state (`part`) into the running state of the
+// partitions before it (`into`), for the rows of the tokens that see p:
+// both rescaled to the larger max, then added. Always in increasing p, so
+// the result does not depend on where each partition was computed.
+void FoldPartition(const TileRows& t, int64_t p, int64_t dim, float* part, float* into) {
+  RowStates from(part, t.rows, dim), to(into, t.rows, dim);
+  for (int64_t r = t.first_token(p) * t.group; r < t.rows; ++r) {
+    const float m = std::max(to.m[r], from.m[r]);
+    const float c_to = std::exp(to.m[r] - m), c_from = std::exp(from.m[r] - m);
+    to.l[r] = std::fma(from.l[r], c_from, to.l[r] * c_to);
+    to.m[r] = m;
+    float* acc = to.acc + r * dim;
+    const float* add = from.acc + r * dim;
+    for (int64_t d = 0; d < dim; ++d) acc[d] = std::fma(add[d], c_from, acc[d] * c_to);
+  }
+}
+
+// out = acc / l for the tile's rows.
+void WriteRows(const PagedAttentionArgs& a, const TileRows& t, float* state) {
+  const int64_t dim = a.head_dim;
+  RowStates st(state, t.rows, dim);
+  for (int64_t i = 0; i < t.tile->count; ++i) {
+    float* out = a.out + (t.tile->t0 + i) * a.out_stride + t.kvh * t.group * dim;
+    for (int64_t g = 0; g < t.group; ++g) {
+      const int64_t r = i * t.group + g;
+      const float inv = 1.0f / st.l[r];
+      for (int64_t d = 0; d < dim; ++d) out[g * dim + d] = st.acc[r * dim + d] * inv;
     }
   }
 }
+
+// A work item: a tile's rows for one kv head, all of its partitions
+// (part = -1: folded and written out by the item) or partition `part` alone
+// (its state left in `state` for the caller to fold).
+struct Item {
+  int32_t tile, kvh, part;
+  int64_t keys;  // the most keys one of its rows sees (for the schedule)
+  float* state;
+};
 
 }  // namespace
 
@@ -1059,8 +1121,9 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   std::vector<bool> owned(args.num_tokens, false);
   std::vector<Tile> tiles;
   const int threads = pool ? pool->num_threads() : 1;
-  const int64_t group = args.num_heads / args.num_kv_heads;
-  const int64_t min_tiles = (kItemsPerThread * threads + args.num_kv_heads - 1) / args.num_kv_heads;
+  const int64_t kv_heads = args.num_kv_heads, dim = args.head_dim;
+  const int64_t group = args.num_heads / kv_heads;
+  const int64_t min_tiles = (kItemsPerThread * threads + kv_heads - 1) / kv_heads;
   const int64_t queries =  // query_start_loc may be null with no request rows
       args.max_num_reqs > 0 ? args.query_start_loc[args.max_num_reqs] - args.query_start_loc[0] : 0;
   const int32_t tile_tokens =
@@ -1078,30 +1141,92 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
                   args.num_heads * args.head_dim * sizeof(float));
     }
   }
-  // Longest first (the tiles that see the most keys), so that the threads'
-  // last items are short ones.
-  auto keys = [&](const Tile& x) {
-    const int32_t* qsl = args.query_start_loc;
-    return args.seq_lens[x.request] - (qsl[x.request + 1] - (x.t0 + x.count));
-  };
-  std::sort(tiles.begin(), tiles.end(), [&](const Tile& x, const Tile& y) {
-    const int32_t kx = keys(x), ky = keys(y);
-    return kx != ky ? kx > ky : x.t0 < y.t0;
+
+  // A tile whose rows carry more than a 2 * threads-th of the work (rows x
+  // keys) has its partitions run as separate items (a long decode alone, or
+  // next to short ones), the caller folding them afterwards; the others are
+  // one item per kv head. The same arithmetic either way: a choice of speed.
+  double total_work = 0;
+  for (const Tile& tile : tiles)
+    total_work += double(tile.count) * TileRows(args, tile, 0).num_keys();
+  thread_local std::vector<float> partials;  // the split items' states
+  std::vector<Item> items;
+  std::vector<size_t> split;  // the tiles split into partitions
+  int64_t partial_floats = 0;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const TileRows t(args, tiles[i], 0);
+    const int64_t parts = t.num_partitions();
+    if (threads > 1 && parts > 1 && 2.0 * threads * tiles[i].count * t.num_keys() > total_work) {
+      split.push_back(i);
+      partial_floats += kv_heads * parts * StateSize(t.rows, dim);
+    }
+  }
+  partials.resize(partial_floats);
+  float* next_state = partials.data();
+  for (size_t i = 0, s = 0; i < tiles.size(); ++i) {
+    const TileRows t(args, tiles[i], 0);
+    const bool is_split = s < split.size() && split[s] == i;
+    s += is_split;
+    for (int32_t kvh = 0; kvh < kv_heads; ++kvh) {
+      if (!is_split) {
+        items.push_back({static_cast<int32_t>(i), kvh, -1, t.num_keys(), nullptr});
+        continue;
+      }
+      for (int32_t p = 0; p < t.num_partitions(); ++p) {
+        const int64_t keys = std::min(t.num_keys(), (p + 1) * kPartition) - p * kPartition;
+        items.push_back({static_cast<int32_t>(i), kvh, p, keys, next_state});
+        next_state += StateSize(t.rows, dim);
+      }
+    }
+  }
+  // The items that see the most keys first, so that the threads' last
+  // items are short ones.
+  std::sort(items.begin(), items.end(), [](const Item& x, const Item& y) {
+    if (x.keys != y.keys) return x.keys > y.keys;
+    return std::tie(x.tile, x.kvh, x.part) < std::tie(y.tile, y.kvh, y.part);
   });
 
-  const int64_t items = static_cast<int64_t>(tiles.size()) * args.num_kv_heads;
   auto run = [&](int64_t begin, int64_t end) {
     // Each thread's own, kept across calls: a decode step's attention is a
     // few microseconds, which allocating and zeroing the scratch would double.
     thread_local TileScratch scratch;
     for (int64_t i = begin; i < end; ++i) {
-      AttendTile(args, kernels, tiles[i / args.num_kv_heads], i % args.num_kv_heads, scratch);
+      const Item& item = items[i];
+      const TileRows t(args, tiles[item.tile], item.kvh);
+      if (item.part >= 0) {
+        AttendPartition(args, kernels, t, item.part, scratch, item.state);
+        continue;
+      }
+      const int64_t size = StateSize(t.rows, dim);
+      scratch.state.resize(2 * size);
+      float* total = scratch.state.data();
+      AttendPartition(args, kernels, t, 0, scratch, total);
+      for (int64_t p = 1; p < t.num_partitions(); ++p) {
+        AttendPartition(args, kernels, t, p, scratch, total + size);
+        FoldPartition(t, p, dim, total + size, total);
+      }
+      WriteRows(args, t, total);
     }
   };
+  const int64_t num_items = static_cast<int64_t>(items.size());
   if (threads <= 1) {
-    run(0, items);
+    run(0, num_items);
   } else {
-    pool->ParallelForGrain(items, std::max<int64_t>(1, items / (16 * threads)), run);
+    pool->ParallelForGrain(num_items, std::max<int64_t>(1, num_items / (16 * threads)), run);
+  }
+  // The split tiles' partitions, folded in order (laid out by kv head, then
+  // partition).
+  float* state = partials.data();
+  for (size_t i : split) {
+    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
+      const TileRows t(args, tiles[i], kvh);
+      const int64_t size = StateSize(t.rows, dim);
+      for (int64_t p = 1; p < t.num_partitions(); ++p) {
+        FoldPartition(t, p, dim, state + p * size, state);
+      }
+      WriteRows(args, t, state);
+      state += t.num_partitions() * size;
+    }
   }
   return Status::Ok();
 }

@@ -36,13 +36,16 @@
 //
 // Batch invariance: the output of a token depends only on its q, its
 // position, and its request's cached K/V (in the order of positions 0..pos):
-// keys are reduced in increasing position, one online-softmax step per chunk
-// of 64 positions aligned to absolute positions ([0,64), [64,128), ...), each
-// step's arithmetic fixed by the chunk's length, so the values are
-// bit-identical whatever else is in the batch, whether the token comes as a
-// decode or inside a prefill chunk, and whatever the thread count. The ISA
-// path is fixed per process (BestCpuIsa()); the SIMD paths use a polynomial
-// exp (about 1 ulp) instead of libm's.
+// keys are reduced in partitions of 256 positions aligned to absolute
+// positions ([0,256), [256,512), ...), each from a fresh state with one
+// online-softmax step per chunk of 64 positions in increasing order (each
+// step's arithmetic fixed by the chunk's length); the partitions' states are
+// then folded in increasing order (rescaled to the larger max, added). So the
+// values are bit-identical whatever else is in the batch, whether the token
+// comes as a decode or inside a prefill chunk, whatever the thread count and
+// whether its partitions ran on one thread or several. The ISA path is fixed
+// per process (BestCpuIsa()); the SIMD paths use a polynomial exp (about
+// 1 ulp) instead of libm's.
 //
 // Tiles: a request's query tokens are attended in tiles of consecutive
 // tokens (up to 96 query rows: tokens x the query heads of a kv head; fewer
@@ -53,10 +56,13 @@
 //
 // Threading: the KV write runs on the caller; the attention work items,
 // (tile, kv head) pairs, are spread over `pool` (nullptr: run on the
-// caller), the tiles that see the most keys first. Thread-compatible:
-// concurrent calls must not share caches or outputs. Allocates per call a
-// tile list and, per thread, a tile's scratch (its rows' running softmax
-// state and one packed chunk of keys and values).
+// caller), the ones that see the most keys first. A tile that would leave
+// threads idle (one long decode has only num_kv_heads items) is split: its
+// partitions become items of their own (flash-decoding's split-K), whose
+// states the caller folds afterwards. Thread-compatible: concurrent calls
+// must not share caches or outputs. Allocates per call a tile and item
+// list; keeps per thread a tile's scratch (softmax states, one packed chunk
+// of keys and values) and, on the caller, the split partitions' states.
 #pragma once
 
 #include <cstdint>

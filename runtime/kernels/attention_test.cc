@@ -26,8 +26,8 @@ struct Request {
 template <int kDim, int kHeadsT = 6, int kKvHeadsT = 2>
 class BatchT {
  public:
-  static constexpr int kHeads = kHeadsT, kKvHeads = kKvHeadsT, kBlockSize = 4, kNumBlocks = 64;
-  static constexpr int kMaxReqs = 6, kMaxBlocksPerReq = 48;
+  static constexpr int kHeads = kHeadsT, kKvHeads = kKvHeadsT, kBlockSize = 4, kNumBlocks = 320;
+  static constexpr int kMaxReqs = 6, kMaxBlocksPerReq = 200;
   static constexpr int kKvWidth = kKvHeads * kDim, kQWidth = kHeads * kDim;
 
   // `requests` fill rows 0..; `padding` extra tokens at the end with slot -1
@@ -162,6 +162,13 @@ const std::vector<Request> kMixed = {{0, 9}, {13, 1}, {6, 5}, {25, 1}, {127, 26}
 // Long prompts: several tiles of query tokens per request, tiles that
 // straddle 64-key chunks, a prefill continuing after 40 cached positions.
 const std::vector<Request> kLong = {{0, 130}, {40, 30}};
+
+// Contexts of several 256-key partitions: a long decode (its partitions
+// run as separate items when it is alone), a prompt whose tiles cross a
+// partition boundary, short neighbours.
+const std::vector<Request> kPartitioned = {{700, 1}, {300, 2}, {250, 12}, {0, 1}};
+// One request whose multi-token tiles are long enough to be split.
+const std::vector<Request> kPartitionedPrompt = {{600, 8}};
 
 // head_dim D: 20 (AVX-512 tail), 8 (less than a vector), 64, 160 (> 128,
 // the wide path). B: the batch type (head counts).
@@ -348,10 +355,39 @@ void CheckHalfCacheIsF32OnRoundedKv(const std::vector<Request>& requests) {
   }
 }
 
+// Keys reduced in 256-key partitions, folded in order: a token's output is
+// the same bits whether its tile's partitions run on one thread or as
+// separate items on several (the thread count decides the split).
+template <int D, class B = BatchT<D>>
+void CheckPartitionsSplitAnywhere(const std::vector<Request>& requests) {
+  for (CpuIsa isa : SupportedIsas()) {
+    B one(requests, /*padding=*/1);
+    ASSERT_TRUE(PagedAttentionWithIsa(one.Args(), nullptr, isa).ok());
+    for (int threads : {2, 3, 4, 8}) {
+      ThreadPool pool(threads);
+      B b(requests, /*padding=*/1);
+      ASSERT_TRUE(PagedAttentionWithIsa(b.Args(), &pool, isa).ok());
+      ASSERT_EQ(0, std::memcmp(b.out_.data(), one.out_.data(), b.out_.size() * 4))
+          << CpuIsaName(isa) << " dim " << D << " threads " << threads;
+    }
+  }
+}
+
+TEST(PagedAttentionTest, LongContextsInPartitions) {
+  CheckMatchesReferenceAndWritesCache<64>(kPartitioned);
+  CheckBatchInvariance<64>(kPartitioned);
+  CheckPartitionsSplitAnywhere<64>(kPartitioned);
+  CheckMatchesReferenceAndWritesCache<20, BatchT<20, 3, 3>>(kPartitionedPrompt);
+  CheckBatchInvariance<20, BatchT<20, 3, 3>>(kPartitionedPrompt);
+  CheckPartitionsSplitAnywhere<20, BatchT<20, 3, 3>>(kPartitionedPrompt);
+  CheckPartitionsSplitAnywhere<8, BatchT<8, 6, 1>>({{520, 1}});
+}
+
 TEST(PagedAttentionTest, HalfCacheIsTheF32PathOnHalfRoundedKv) {
   CheckHalfCacheIsF32OnRoundedKv<20>(kMixed);
   CheckHalfCacheIsF32OnRoundedKv<64>(kMixed);
   CheckHalfCacheIsF32OnRoundedKv<64>(kLong);
+  CheckHalfCacheIsF32OnRoundedKv<64>(kPartitioned);
   CheckHalfCacheIsF32OnRoundedKv<8, BatchT<8, 6, 1>>(kMixed);
 }
 
