@@ -183,12 +183,11 @@ XRT_TARGET_AVX2 void FloatsToHalvesAvx2(const float* x, int64_t n, uint16_t* out
 // The chunk packed for the AVX2 step, once for all the rows that read it:
 // the keys transposed, kt[d * kChunk + j] = k[j][d] for j < n (zeros up to
 // the next multiple of 8 keys), so the scores load 8 keys' values of one d
-// as a vector; the values, when vc is given, in consecutive rows of vc. A kv
-// head's rows in the paged cache are num_kv_heads * head_dim floats apart,
-// which maps a chunk onto a few L1 sets: a tile of many rows, reading each
-// value row once per row block, reads the copy; a decode step's few rows read
-// the cache's rows in place (the copy was a quarter of a long-context decode
-// attention).
+// as a vector; the values, when vc is given, in consecutive rows of vc: a
+// tile of many rows, reading each value row once per row block, reads the
+// copy (one buffer, whatever blocks the chunk spans); a decode step's few
+// rows read the cache's rows in place (the copy was a quarter of a
+// long-context decode attention).
 // (From a kF16 cache, T = uint16_t: the values are converted as they are
 // read, exactly.)
 template <typename T>
@@ -870,21 +869,28 @@ Status Validate(const PagedAttentionArgs& a) {
   return Status::Ok();
 }
 
+// Offset, in values, of the cache row of kv head kvh at position `offset`
+// of block `block` (the header's layout).
+inline int64_t CacheRow(const PagedAttentionArgs& a, int64_t block, int64_t kvh, int64_t offset) {
+  return ((block * a.num_kv_heads + kvh) * a.block_size + offset) * a.head_dim;
+}
+
 void WriteKv(const PagedAttentionArgs& a, const ChunkKernels& kernels) {
-  const int64_t width = a.num_kv_heads * a.head_dim;
+  const int64_t dim = a.head_dim;
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     const int64_t slot = a.slot_mapping[t];
     if (slot < 0) continue;
-    if (a.kv_dtype == KvCacheDtype::kF16) {
-      kernels.to_halves(a.k + t * a.k_stride, width,
-                        static_cast<uint16_t*>(a.k_cache) + slot * width);
-      kernels.to_halves(a.v + t * a.v_stride, width,
-                        static_cast<uint16_t*>(a.v_cache) + slot * width);
-    } else {
-      std::memcpy(static_cast<float*>(a.k_cache) + slot * width, a.k + t * a.k_stride,
-                  width * sizeof(float));
-      std::memcpy(static_cast<float*>(a.v_cache) + slot * width, a.v + t * a.v_stride,
-                  width * sizeof(float));
+    for (int64_t kvh = 0; kvh < a.num_kv_heads; ++kvh) {
+      const int64_t row = CacheRow(a, slot / a.block_size, kvh, slot % a.block_size);
+      const float* k = a.k + t * a.k_stride + kvh * dim;
+      const float* v = a.v + t * a.v_stride + kvh * dim;
+      if (a.kv_dtype == KvCacheDtype::kF16) {
+        kernels.to_halves(k, dim, static_cast<uint16_t*>(a.k_cache) + row);
+        kernels.to_halves(v, dim, static_cast<uint16_t*>(a.v_cache) + row);
+      } else {
+        std::memcpy(static_cast<float*>(a.k_cache) + row, k, dim * sizeof(float));
+        std::memcpy(static_cast<float*>(a.v_cache) + row, v, dim * sizeof(float));
+      }
     }
   }
 }
@@ -956,7 +962,6 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
   const int64_t dim = a.head_dim, group = t.group, pos0 = t.pos0;
   const int64_t i0 = t.first_token(p);
   const int32_t* table = a.block_tables + tile.request * a.max_blocks_per_req;
-  const int64_t stride = a.num_kv_heads * dim;  // values per cache slot
   const bool half = a.kv_dtype == KvCacheDtype::kF16;
   const int64_t elem = KvCacheElementBytes(a.kv_dtype);
   const char* k_cache = static_cast<const char*>(a.k_cache);
@@ -1012,9 +1017,9 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
   for (int64_t start = p * kPartition; start < end; start += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, end - start));
     for (int j = 0; j < n; ++j) {
-      const int64_t slot = static_cast<int64_t>(table[block]) * a.block_size + offset;
-      k_row[j] = k_cache + (slot * stride + t.kvh * dim) * elem;
-      v_row[j] = v_cache + (slot * stride + t.kvh * dim) * elem;
+      const int64_t row = CacheRow(a, table[block], t.kvh, offset) * elem;
+      k_row[j] = k_cache + row;
+      v_row[j] = v_cache + row;
       if (++offset == a.block_size) {
         offset = 0;
         ++block;

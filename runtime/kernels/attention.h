@@ -11,8 +11,9 @@
 //     q_len <= seq_len, ceil(seq_len / block_size) <= max_blocks_per_req and
 //     those block-table entries in [0, num_blocks). Any violation returns an
 //     error Status and leaves out and the caches untouched.
-//  2. KV write: for t in 0..num_tokens-1 with slot_mapping[t] >= 0,
-//     k_cache/v_cache[slot] = k/v[t] (all kv heads). Done in token order, so
+//  2. KV write: for t in 0..num_tokens-1 with slot_mapping[t] >= 0, the
+//     cache rows of slot (block slot / block_size, offset slot % block_size)
+//     get k/v[t] (all kv heads). Done in token order, so
 //     if two tokens share a slot (e.g. a scratch slot for padding), the later
 //     token's values win.
 //  3. Attention: request r owns tokens [qsl[r], qsl[r+1]); they are the last
@@ -25,7 +26,10 @@
 // Layouts (q, k, v, out are floats; the caches are elements of kv_dtype):
 //   q[t*q_stride + h*head_dim + d], k/v[t*k_stride + kvh*head_dim + d],
 //   out[t*out_stride + h*head_dim + d],
-//   k_cache/v_cache[((block*block_size + offset)*num_kv_heads + kvh)*head_dim + d].
+//   k_cache/v_cache[((block*num_kv_heads + kvh)*block_size + offset)*head_dim + d]
+// (a block holds each kv head's block_size rows together, as vLLM's cache
+// does: a request's keys for one head are read in runs of block_size rows,
+// not one row every num_kv_heads * head_dim values).
 //
 // KV cache dtype: kF32 stores k/v as they are; kF16 stores each value as an
 // IEEE half, rounded to nearest even (FloatToHalf), and attention reads it
@@ -88,7 +92,7 @@ struct PagedAttentionArgs {
   int64_t v_stride = 0;
   float* out = nullptr;  // [t][h*head_dim + d], row stride out_stride
   int64_t out_stride = 0;
-  void* k_cache = nullptr;  // [num_blocks][block_size][num_kv_heads][head_dim] of kv_dtype
+  void* k_cache = nullptr;  // [num_blocks][num_kv_heads][block_size][head_dim] of kv_dtype
   void* v_cache = nullptr;
   KvCacheDtype kv_dtype = KvCacheDtype::kF32;
   const int32_t* slot_mapping = nullptr;     // [num_tokens]; -1 = padding token

@@ -58,8 +58,8 @@ class BatchT {
       for (auto& x : history_v_.back()) x = dist(rng);
       for (int p = 0; p < requests[r].context; ++p) {  // earlier steps' K/V
         const int slot = Slot(r, p);
-        std::memcpy(&k_cache_[slot * kKvWidth], &history_k_[r][p * kKvWidth], kKvWidth * 4);
-        std::memcpy(&v_cache_[slot * kKvWidth], &history_v_[r][p * kKvWidth], kKvWidth * 4);
+        StoreRow(k_cache_, slot, &history_k_[r][p * kKvWidth]);
+        StoreRow(v_cache_, slot, &history_v_[r][p * kKvWidth]);
       }
       qsl_[r] = tokens;
       tokens += requests[r].q_len;
@@ -84,6 +84,29 @@ class BatchT {
       for (int i = 0; i < kKvWidth; ++i) k_[t * kKvWidth + i] = v_[t * kKvWidth + i] = 9.0f;
     }
     out_.assign(num_tokens_ * kQWidth, 123.0f);
+  }
+
+  // Index in k_cache_ / v_cache_ of kv head kvh's row at `slot` (the
+  // kernel's layout, attention.h).
+  static int CacheIndex(int slot, int kvh) {
+    return ((slot / kBlockSize * kKvHeads + kvh) * kBlockSize + slot % kBlockSize) * kDim;
+  }
+  // Copies the kKvWidth values of `row` (all kv heads) into `cache` at slot.
+  template <typename T>
+  static void StoreRow(std::vector<T>& cache, int slot, const T* row) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      std::copy(row + h * kDim, row + (h + 1) * kDim, cache.begin() + CacheIndex(slot, h));
+    }
+  }
+  // The kKvWidth values at `slot` of `cache`, all kv heads.
+  template <typename T>
+  static std::vector<T> LoadRow(const std::vector<T>& cache, int slot) {
+    std::vector<T> row(kKvWidth);
+    for (int h = 0; h < kKvHeads; ++h) {
+      std::copy(cache.begin() + CacheIndex(slot, h), cache.begin() + CacheIndex(slot, h) + kDim,
+                row.begin() + h * kDim);
+    }
+    return row;
   }
 
   int Slot(size_t r, int pos) const {
@@ -185,9 +208,9 @@ void CheckMatchesReferenceAndWritesCache(const std::vector<Request>& requests = 
           const int t = b.qsl_[r] + i;
           // The new K/V landed in the cache at the token's slot.
           const int slot = b.slots_[t];
-          ASSERT_EQ(0, std::memcmp(&b.k_cache_[slot * B::kKvWidth], &b.k_[t * B::kKvWidth],
+          ASSERT_EQ(0, std::memcmp(B::LoadRow(b.k_cache_, slot).data(), &b.k_[t * B::kKvWidth],
                                    B::kKvWidth * 4));
-          ASSERT_EQ(0, std::memcmp(&b.v_cache_[slot * B::kKvWidth], &b.v_[t * B::kKvWidth],
+          ASSERT_EQ(0, std::memcmp(B::LoadRow(b.v_cache_, slot).data(), &b.v_[t * B::kKvWidth],
                                    B::kKvWidth * 4));
           std::vector<double> ref = b.Reference(r, i);
           for (int j = 0; j < B::kQWidth; ++j) {
@@ -227,7 +250,8 @@ TEST(PagedAttentionTest, PaddingTokensMayShareAScratchSlot) {
   Batch b(kMixed, /*padding=*/3, scratch);
   ThreadPool pool(2);
   ASSERT_TRUE(PagedAttention(b.Args(), &pool).ok());
-  EXPECT_EQ(b.k_cache_[scratch * Batch::kKvWidth], 9.0f);
+  EXPECT_EQ(b.k_cache_[Batch::CacheIndex(scratch, 0)], 9.0f);
+  EXPECT_EQ(b.v_cache_[Batch::CacheIndex(scratch, Batch::kKvHeads - 1) + 19], 9.0f);
   const int t = b.qsl_[1];
   std::vector<double> ref = b.Reference(1, 0);
   for (int j = 0; j < Batch::kQWidth; ++j)
@@ -337,9 +361,11 @@ void CheckHalfCacheIsF32OnRoundedKv(const std::vector<Request>& requests) {
       ASSERT_EQ(0, std::memcmp(got.out_.data(), want.out_.data(), got.out_.size() * 4))
           << CpuIsaName(isa) << " dim " << D;
       for (int t = 0; t < got.qsl_[B::kMaxReqs]; ++t) {
+        const std::vector<uint16_t> k_row = B::LoadRow(k16, got.slots_[t]);
+        const std::vector<uint16_t> v_row = B::LoadRow(v16, got.slots_[t]);
         for (int j = 0; j < B::kKvWidth; ++j) {
-          ASSERT_EQ(k16[got.slots_[t] * B::kKvWidth + j], FloatToHalf(got.k_[t * B::kKvWidth + j]));
-          ASSERT_EQ(v16[got.slots_[t] * B::kKvWidth + j], FloatToHalf(got.v_[t * B::kKvWidth + j]));
+          ASSERT_EQ(k_row[j], FloatToHalf(got.k_[t * B::kKvWidth + j]));
+          ASSERT_EQ(v_row[j], FloatToHalf(got.v_[t * B::kKvWidth + j]));
         }
       }
       // And it is still attention: close to the f64 reference on the exact K/V.

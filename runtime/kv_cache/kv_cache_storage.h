@@ -2,10 +2,11 @@
 //
 // Per layer, one K and one V array of values (element_bytes each: 4 for an
 // f32 cache, 2 for an f16 one; the attention kernel's KvCacheDtype) laid out as
-//   [num_blocks][block_size][num_kv_heads][head_dim]
+//   [num_blocks][num_kv_heads][block_size][head_dim]
 // (the layout the paged attention kernel reads, runtime/kernels/attention.h):
 // element (slot, kv_head, d) of a layer is at
-//   (slot * num_kv_heads + kv_head) * head_dim + d,  slot = block * block_size + offset.
+//   ((block * num_kv_heads + kv_head) * block_size + offset) * head_dim + d,
+// slot = block * block_size + offset.
 // Every array starts on a page boundary and reads as zeros; its pages are
 // committed lazily, as blocks are first written (anonymous mappings).
 //
