@@ -5,9 +5,10 @@
       --out bench/results/serving-compare.json
 
 For each concurrency (1, 8, 32 by default; 16, 32 and 128 random prompts of 128 tokens, 64
-generated tokens, ignore_eos), starts `xrt run` on each artifact in turn (2 threads,
---max-num-seqs 32, --kv-cache-memory 1GiB), drives it with bench/serving_bench.py, and
-stops it. A and B alternate at every concurrency so that a machine whose load changes
+generated tokens, ignore_eos; --input-len / --output-len change the lengths), starts
+`xrt run` on each artifact in turn (2 threads, --max-num-seqs 32 or --max-num-seqs, --kv-cache-memory 1GiB,
+then --a-args / --b-args, e.g. --b-args="--kv-cache-dtype f16" to compare two runtime
+settings of one build and artifact), drives it with bench/serving_bench.py, and stops it. A and B alternate at every concurrency so that a machine whose load changes
 affects both alike. Writes every serving_bench result JSON beside --out and a summary
 (output tokens/s, median TTFT and TPOT, peak server RSS per side, B / A ratios) to --out.
 Needs aiohttp (serving_bench.py).
@@ -16,6 +17,7 @@ Needs aiohttp (serving_bench.py).
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -31,11 +33,12 @@ def side(spec):
     return label, xrt, artifact
 
 
-def run(label, xrt, artifact, conc, prompts, port, outdir, threads):
+def run(label, xrt, artifact, extra, conc, prompts, port, outdir, args):
     log = open(os.path.join(outdir, f"{label}-c{conc}.log"), "w")
     server = subprocess.Popen(
-        [xrt, "run", artifact, "--port", str(port), "--threads", str(threads), "--max-num-seqs",
-         "32", "--kv-cache-memory", "1GiB", "--served-model-name", "model"],
+        [xrt, "run", artifact, "--port", str(port), "--threads", str(args.threads),
+         "--max-num-seqs", str(args.max_num_seqs), "--kv-cache-memory", "1GiB", "--served-model-name", "model"] +
+        shlex.split(extra),
         stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(300):
@@ -50,7 +53,8 @@ def run(label, xrt, artifact, conc, prompts, port, outdir, threads):
         subprocess.run(
             [sys.executable, os.path.join(HERE, "serving_bench.py"), "--base-url",
              f"http://127.0.0.1:{port}", "--model", "model", "--dataset", "random",
-             "--random-input-len", "128", "--random-output-len", "64", "--ignore-eos",
+             "--random-input-len", str(args.input_len), "--random-output-len",
+             str(args.output_len), "--ignore-eos",
              "--num-prompts", str(prompts), "--max-concurrency", str(conc), "--server-pid",
              str(server.pid), "--disable-progress", "--result-json", result],
             check=True, stdout=subprocess.DEVNULL)
@@ -73,19 +77,26 @@ def main():
     ap.add_argument("--concurrency", default="1:16,8:32,32:128",
                     help="CONCURRENCY:PROMPTS pairs (default 1:16,8:32,32:128)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-num-seqs", type=int, default=32,
+                    help="xrt run --max-num-seqs (default 32; at most the artifact's)")
+    ap.add_argument("--input-len", type=int, default=128, help="prompt tokens (default 128)")
+    ap.add_argument("--output-len", type=int, default=64, help="generated tokens (default 64)")
+    ap.add_argument("--a-args", default="", help="extra `xrt run` arguments for A")
+    ap.add_argument("--b-args", default="", help="extra `xrt run` arguments for B")
     args = ap.parse_args()
-    a, b = side(args.a), side(args.b)
+    a, b = side(args.a) + (args.a_args,), side(args.b) + (args.b_args,)
     outdir = os.path.splitext(args.out)[0]
     os.makedirs(outdir, exist_ok=True)
-    summary = {"a": {"label": a[0], "xrt": a[1], "artifact": a[2],
+    summary = {"a": {"label": a[0], "xrt": a[1], "artifact": a[2], "xrt_args": a[3],
                      "artifact_bytes": os.path.getsize(a[2])},
-               "b": {"label": b[0], "xrt": b[1], "artifact": b[2],
+               "b": {"label": b[0], "xrt": b[1], "artifact": b[2], "xrt_args": b[3],
                      "artifact_bytes": os.path.getsize(b[2])},
-               "threads": args.threads, "load_average_start": os.getloadavg(), "runs": []}
+               "threads": args.threads, "max_num_seqs": args.max_num_seqs, "input_len": args.input_len,
+               "output_len": args.output_len, "load_average_start": os.getloadavg(), "runs": []}
     for pair in args.concurrency.split(","):
         conc, prompts = (int(x) for x in pair.split(":"))
-        ra = run(*a, conc, prompts, 8421, outdir, args.threads)
-        rb = run(*b, conc, prompts, 8422, outdir, args.threads)
+        ra = run(*a, conc, prompts, 8421, outdir, args)
+        rb = run(*b, conc, prompts, 8422, outdir, args)
         entry = {"concurrency": conc, "prompts": prompts, a[0]: ra, b[0]: rb,
                  "output_tokens_per_s_ratio": rb["output_tokens_per_s"] / ra["output_tokens_per_s"]}
         summary["runs"].append(entry)
