@@ -84,8 +84,9 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   } else if (params.kv_cache_bytes > 0) {
     XRT_ASSIGN_OR_RETURN(kv.num_blocks,
                          KvCacheStorage::NumBlocksForBudget(kv, params.kv_cache_bytes));
-  } else {
-    kv.num_blocks = r->core_params_.num_kv_blocks;  // xrt run's default
+  } else {  // xrt run's default, sized for this cache's element size
+    kv.num_blocks = DefaultNumKvBlocks(kv, r->core_params_.compiled.max_num_seqs,
+                                       r->core_params_.compiled.max_blocks_per_req);
   }
   r->core_params_.num_kv_blocks = kv.num_blocks;
   XRT_ASSIGN_OR_RETURN(KvCacheStorage storage, KvCacheStorage::Create(kv));

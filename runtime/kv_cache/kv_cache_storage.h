@@ -88,7 +88,8 @@ class KvCacheStorage {
 Status ValidateKvCacheParams(const KvCacheParams& params, bool check_num_blocks);
 
 // The KV cache size a server uses when none is given: enough blocks for
-// max_num_seqs sequences of max_blocks_per_req blocks, capped at 4 GiB.
+// max_num_seqs sequences of max_blocks_per_req blocks, capped at 4 GiB of
+// params.element_bytes values (an f16 cache gets twice the blocks under the cap).
 int64_t DefaultNumKvBlocks(const KvCacheParams& params, int64_t max_num_seqs,
                            int64_t max_blocks_per_req);
 

@@ -66,6 +66,22 @@ TEST(KvCacheStorage, HalfCacheTakesHalfTheBytesAndFitsTwiceTheBlocks) {
   EXPECT_THAT(KvCacheStorage::Create(p).status().message(), HasSubstr("element_bytes is 3"));
 }
 
+TEST(KvCacheStorage, DefaultSizeIsCappedInBytesOfTheElementSize) {
+  KvCacheParams f32 = SmallParams();
+  f32.num_layers = 8;
+  f32.num_kv_heads = 8;
+  f32.head_dim = 128;
+  f32.block_size = 16;  // 1 MiB per f32 block: 4096 blocks under the 4 GiB cap
+  ASSERT_EQ(KvCacheStorage::BytesPerBlock(f32), int64_t{1} << 20);
+  KvCacheParams f16 = f32;
+  f16.element_bytes = 2;
+  EXPECT_EQ(DefaultNumKvBlocks(f32, 16, 100), 1600);  // under the cap: what is asked
+  EXPECT_EQ(DefaultNumKvBlocks(f16, 16, 100), 1600);
+  EXPECT_EQ(DefaultNumKvBlocks(f32, 64, 512), 4096);  // capped
+  EXPECT_EQ(DefaultNumKvBlocks(f16, 64, 512), 8192);
+  EXPECT_EQ(DefaultNumKvBlocks(f16, 64, 100), 6400);
+}
+
 TEST(KvCacheStorage, CreateNamesTheBadField) {
   KvCacheParams p = SmallParams();
   p.head_dim = 0;
