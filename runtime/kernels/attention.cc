@@ -913,6 +913,8 @@ constexpr int64_t kItemsPerThread = 4;
 // (flash-decoding's split-K). A long decode's partitions can then run on
 // different threads, with the same arithmetic as on one.
 constexpr int64_t kPartition = 4 * kChunk;
+// The most floats of split partition states one call keeps (4 MiB).
+constexpr int64_t kMaxPartialFloats = int64_t{1} << 20;
 
 // Per-thread scratch, reused across items and calls (it only grows).
 struct TileScratch {
@@ -1151,6 +1153,8 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   // keys) has its partitions run as separate items (a long decode alone, or
   // next to short ones), the caller folding them afterwards; the others are
   // one item per kv head. The same arithmetic either way: a choice of speed.
+  // The split states stay under kMaxPartialFloats (a 96-row prompt tile at
+  // 32k keys would need 50 MB; a decode at 32k with 8 kv heads needs 2 MB).
   double total_work = 0;
   for (const Tile& tile : tiles)
     total_work += double(tile.count) * TileRows(args, tile, 0).num_keys();
@@ -1161,9 +1165,11 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   for (size_t i = 0; i < tiles.size(); ++i) {
     const TileRows t(args, tiles[i], 0);
     const int64_t parts = t.num_partitions();
-    if (threads > 1 && parts > 1 && 2.0 * threads * tiles[i].count * t.num_keys() > total_work) {
+    const int64_t floats = kv_heads * parts * StateSize(t.rows, dim);
+    if (threads > 1 && parts > 1 && 2.0 * threads * tiles[i].count * t.num_keys() > total_work &&
+        partial_floats + floats <= kMaxPartialFloats) {
       split.push_back(i);
-      partial_floats += kv_heads * parts * StateSize(t.rows, dim);
+      partial_floats += floats;
     }
   }
   partials.resize(partial_floats);
