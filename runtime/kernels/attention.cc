@@ -1110,8 +1110,8 @@ void WriteRows(const PagedAttentionArgs& a, const TileRows& t, float* state) {
 // (its state left in `state` for the caller to fold).
 struct Item {
   int32_t tile, kvh, part;
-  int64_t keys;  // the most keys one of its rows sees (for the schedule)
-  float* state;
+  int64_t keys;   // the most keys one of its rows sees (for the schedule)
+  int64_t state;  // a partition's: where in the call's partial states its state goes
 };
 
 }  // namespace
@@ -1159,37 +1159,29 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   for (const Tile& tile : tiles)
     total_work += double(tile.count) * TileRows(args, tile, 0).num_keys();
   thread_local std::vector<float> partials;  // the split items' states
-  std::vector<Item> items;
-  std::vector<size_t> split;  // the tiles split into partitions
   int64_t partial_floats = 0;
+  std::vector<Item> items;
   for (size_t i = 0; i < tiles.size(); ++i) {
     const TileRows t(args, tiles[i], 0);
-    const int64_t parts = t.num_partitions();
-    const int64_t floats = kv_heads * parts * StateSize(t.rows, dim);
-    if (threads > 1 && parts > 1 && 2.0 * threads * tiles[i].count * t.num_keys() > total_work &&
-        partial_floats + floats <= kMaxPartialFloats) {
-      split.push_back(i);
-      partial_floats += floats;
+    const int64_t parts = t.num_partitions(), size = StateSize(t.rows, dim);
+    const bool split = threads > 1 && parts > 1 &&
+                       2.0 * threads * tiles[i].count * t.num_keys() > total_work &&
+                       partial_floats + kv_heads * parts * size <= kMaxPartialFloats;
+    for (int32_t kvh = 0; kvh < kv_heads; ++kvh) {
+      if (!split) {
+        items.push_back({static_cast<int32_t>(i), kvh, -1, t.num_keys(), -1});
+        continue;
+      }
+      for (int32_t p = 0; p < parts; ++p) {
+        const int64_t keys = std::min(t.num_keys(), (p + 1) * kPartition) - p * kPartition;
+        items.push_back({static_cast<int32_t>(i), kvh, p, keys, partial_floats});
+        partial_floats += size;
+      }
     }
   }
   partials.resize(partial_floats);
-  float* next_state = partials.data();
-  for (size_t i = 0, s = 0; i < tiles.size(); ++i) {
-    const TileRows t(args, tiles[i], 0);
-    const bool is_split = s < split.size() && split[s] == i;
-    s += is_split;
-    for (int32_t kvh = 0; kvh < kv_heads; ++kvh) {
-      if (!is_split) {
-        items.push_back({static_cast<int32_t>(i), kvh, -1, t.num_keys(), nullptr});
-        continue;
-      }
-      for (int32_t p = 0; p < t.num_partitions(); ++p) {
-        const int64_t keys = std::min(t.num_keys(), (p + 1) * kPartition) - p * kPartition;
-        items.push_back({static_cast<int32_t>(i), kvh, p, keys, next_state});
-        next_state += StateSize(t.rows, dim);
-      }
-    }
-  }
+  // The caller's: `partials` named on a pool thread would be that thread's.
+  float* const states = partials.data();
   // The items that see the most keys first, so that the threads' last
   // items are short ones.
   std::sort(items.begin(), items.end(), [](const Item& x, const Item& y) {
@@ -1205,7 +1197,7 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
       const Item& item = items[i];
       const TileRows t(args, tiles[item.tile], item.kvh);
       if (item.part >= 0) {
-        AttendPartition(args, kernels, t, item.part, scratch, item.state);
+        AttendPartition(args, kernels, t, item.part, scratch, states + item.state);
         continue;
       }
       const int64_t size = StateSize(t.rows, dim);
@@ -1225,19 +1217,17 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   } else {
     pool->ParallelForGrain(num_items, std::max<int64_t>(1, num_items / (16 * threads)), run);
   }
-  // The split tiles' partitions, folded in order (laid out by kv head, then
-  // partition).
-  float* state = partials.data();
-  for (size_t i : split) {
-    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
-      const TileRows t(args, tiles[i], kvh);
-      const int64_t size = StateSize(t.rows, dim);
-      for (int64_t p = 1; p < t.num_partitions(); ++p) {
-        FoldPartition(t, p, dim, state + p * size, state);
-      }
-      WriteRows(args, t, state);
-      state += t.num_partitions() * size;
+  // The split tiles' partitions, folded in order (a tile's partitions for one
+  // kv head are consecutive states, from its partition 0's).
+  for (const Item& item : items) {
+    if (item.part != 0) continue;
+    const TileRows t(args, tiles[item.tile], item.kvh);
+    const int64_t size = StateSize(t.rows, dim);
+    float* state = states + item.state;
+    for (int64_t p = 1; p < t.num_partitions(); ++p) {
+      FoldPartition(t, p, dim, state + p * size, state);
     }
+    WriteRows(args, t, state);
   }
   return Status::Ok();
 }
