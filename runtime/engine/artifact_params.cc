@@ -129,7 +129,7 @@ Expected<std::optional<VisionParams>> VisionParamsOf(const Artifact& artifact) {
   return std::optional<VisionParams>(std::move(out));
 }
 
-Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact) {
+Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact, int64_t kv_element_bytes) {
   EngineCoreParams p;
   p.compiled = CompiledLimitsOf(artifact);
   const CompiledBuckets b = CompiledBucketsOf(artifact);
@@ -141,8 +141,9 @@ Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact) {
     p.encoder_cache_rows = vision->encoder_cache_rows;
     p.tokens_per_image = vision->tokens_per_image;
   }
-  p.num_kv_blocks = DefaultNumKvBlocks(KvCacheParamsOf(artifact), p.compiled.max_num_seqs,
-                                       p.compiled.max_blocks_per_req);
+  KvCacheParams kv = KvCacheParamsOf(artifact);
+  kv.element_bytes = kv_element_bytes;
+  p.num_kv_blocks = DefaultNumKvBlocks(kv, p.compiled.max_num_seqs, p.compiled.max_blocks_per_req);
   p.vocab_size = artifact.manifest().config()->vocab_size();
   p.eos_token_ids = EosTokenIdsOf(artifact);
   return p;

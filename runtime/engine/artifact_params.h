@@ -64,9 +64,11 @@ Expected<std::optional<VisionParams>> VisionParamsOf(const Artifact& artifact);
 
 // EngineCoreParams for serving `artifact` as xrt run does by default: its
 // compiled limits and buckets, vocabulary, EOS ids, and the KV pool xrt run
-// sizes when given no --kv-cache-memory / --num-kv-blocks. The caller sets
+// sizes when given no --kv-cache-memory / --num-kv-blocks, for a cache of
+// kv_element_bytes per value (4: f32, xrt's default; 2: f16). The caller sets
 // the executor, tokenizer, requested limits and switches. Errors of
 // BucketTable::Create (an artifact without lm_step or lm_logits executables).
-Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact);
+Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact,
+                                               int64_t kv_element_bytes = 4);
 
 }  // namespace xrt

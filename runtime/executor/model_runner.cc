@@ -45,7 +45,8 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   const Artifact& a = *r->artifact_;
   const xpk::Manifest& m = a.manifest();
   const xpk::ModelConfig& cfg = *m.config();
-  XRT_ASSIGN_OR_RETURN(r->core_params_, EngineCoreParamsFor(a));
+  XRT_ASSIGN_OR_RETURN(r->core_params_,
+                       EngineCoreParamsFor(a, KvCacheElementBytes(params.kv_cache_dtype)));
   r->sampling_defaults_ = SamplingDefaultsOf(a);
   r->hidden_size_ = cfg.hidden_size();
 
@@ -84,9 +85,8 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   } else if (params.kv_cache_bytes > 0) {
     XRT_ASSIGN_OR_RETURN(kv.num_blocks,
                          KvCacheStorage::NumBlocksForBudget(kv, params.kv_cache_bytes));
-  } else {  // xrt run's default, sized for this cache's element size
-    kv.num_blocks = DefaultNumKvBlocks(kv, r->core_params_.compiled.max_num_seqs,
-                                       r->core_params_.compiled.max_blocks_per_req);
+  } else {
+    kv.num_blocks = r->core_params_.num_kv_blocks;  // xrt run's default, for this element size
   }
   r->core_params_.num_kv_blocks = kv.num_blocks;
   XRT_ASSIGN_OR_RETURN(KvCacheStorage storage, KvCacheStorage::Create(kv));
