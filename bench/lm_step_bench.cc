@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
   out["artifact"] = rp.artifact_path;
   out["lora"] = lora.empty() ? "none" : lora;
   out["threads"] = r.pool().num_threads();
-  out["kv_cache_dtype"] = rp.kv_cache_dtype == xrt::KvCacheDtype::kF16 ? "f16" : "f32";
+  out["kv_cache_dtype"] = xrt::KvCacheDtypeName(r.kv_cache_dtype());
   out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
   out["decode_weight_bytes_per_step"] = weight_bytes;
   out["decode_weight_bytes_by_dtype"] = bytes_by_dtype;

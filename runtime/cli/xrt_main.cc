@@ -264,11 +264,11 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
   std::fprintf(
       stderr,
       "xrt: serving '%s' on http://%s:%d/v1 (max_num_seqs %lld, max_num_batched_tokens %lld, "
-      "max_model_len %lld, %lld KV blocks of %lld tokens)\n",
+      "max_model_len %lld, %lld KV blocks of %lld tokens, %s KV cache)\n",
       sp.served_model_name.c_str(), sp.host.c_str(), server.port(),
       static_cast<long long>(lim.max_num_seqs), static_cast<long long>(lim.max_num_batched_tokens),
       static_cast<long long>(lim.max_model_len), static_cast<long long>(r.num_kv_blocks()),
-      static_cast<long long>(lim.block_size));
+      static_cast<long long>(lim.block_size), xrt::KvCacheDtypeName(r.kv_cache_dtype()));
   int sig = 0;
   sigwait(&signals, &sig);
   server.StopAccepting();
@@ -312,10 +312,10 @@ int main(int argc, char** argv) {
       "Recompute the checksum of every weights segment before running (reads the whole "
       "artifact); fail on a mismatch. The code is always verified";
   const char* kv_dtype_help =
-      "KV cache element type: auto (= f32: keys and values as computed) or f16 (rounded to "
-      "half, as llama.cpp's default cache: half the memory, so twice the tokens for "
-      "--kv-cache-memory, and half the bytes decode attention reads; outputs deviate slightly, "
-      "see the README)";
+      "KV cache element type: f32 (keys and values as computed), f16 (rounded to half, as "
+      "llama.cpp's default cache: half the memory, so twice the tokens for --kv-cache-memory, "
+      "and half the bytes decode attention reads; outputs deviate slightly, see the README), or "
+      "auto: f16 for an artifact compiled with --compute bf16 or int8, f32 otherwise";
   int64_t maxTokens = 128;
   xrt::SamplingParams sp;
   sp.temperature = 0.0f;

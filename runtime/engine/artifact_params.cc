@@ -43,6 +43,15 @@ KvCacheParams KvCacheParamsOf(const Artifact& artifact) {
   return kv;
 }
 
+int64_t AutoKvCacheElementBytes(const Artifact& artifact) {
+  for (const xpk::Executable* e : *artifact.manifest().executables()) {
+    if (e->kind() != xpk::ExecutableKind::lm_step || !e->commands()) continue;
+    for (const xpk::Command* c : *e->commands())
+      if (c->ukernel() == xpk::Ukernel::matmul && c->compute() != xpk::ComputeType::f32) return 2;
+  }
+  return 4;
+}
+
 SamplingDefaults SamplingDefaultsOf(const Artifact& artifact) {
   const xpk::ModelConfig& c = *artifact.manifest().config();
   SamplingDefaults d;
@@ -129,7 +138,8 @@ Expected<std::optional<VisionParams>> VisionParamsOf(const Artifact& artifact) {
   return std::optional<VisionParams>(std::move(out));
 }
 
-Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact, int64_t kv_element_bytes) {
+Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact,
+                                               std::optional<int64_t> kv_element_bytes) {
   EngineCoreParams p;
   p.compiled = CompiledLimitsOf(artifact);
   const CompiledBuckets b = CompiledBucketsOf(artifact);
@@ -142,7 +152,7 @@ Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact, int64_t
     p.tokens_per_image = vision->tokens_per_image;
   }
   KvCacheParams kv = KvCacheParamsOf(artifact);
-  kv.element_bytes = kv_element_bytes;
+  kv.element_bytes = kv_element_bytes.value_or(AutoKvCacheElementBytes(artifact));
   p.num_kv_blocks = DefaultNumKvBlocks(kv, p.compiled.max_num_seqs, p.compiled.max_blocks_per_req);
   p.vocab_size = artifact.manifest().config()->vocab_size();
   p.eos_token_ids = EosTokenIdsOf(artifact);

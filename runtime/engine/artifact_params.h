@@ -33,8 +33,16 @@ struct CompiledBuckets {
 };
 CompiledBuckets CompiledBucketsOf(const Artifact& artifact);
 
-// The KV cache geometry of the model (num_blocks is left 0).
+// The KV cache geometry of the model (num_blocks is left 0, element_bytes 4).
 KvCacheParams KvCacheParamsOf(const Artifact& artifact);
+
+// The KV cache element size xrt's `--kv-cache-dtype auto` picks for `artifact`:
+// 2 (an f16 cache) when a matmul of its lm_step executables computes in bf16
+// or int8 (`xcc compile --compute bf16|int8`: the model already trades
+// precision for speed, and halves are read faster and hold twice the tokens),
+// 4 (f32, keys and values as computed) otherwise, so that f32 compute keeps
+// its agreement with HF.
+int64_t AutoKvCacheElementBytes(const Artifact& artifact);
 
 // The model's generation_config defaults (ModelConfig.default_*; a field the
 // compiler recorded as "not given" stays unset).
@@ -65,10 +73,11 @@ Expected<std::optional<VisionParams>> VisionParamsOf(const Artifact& artifact);
 // EngineCoreParams for serving `artifact` as xrt run does by default: its
 // compiled limits and buckets, vocabulary, EOS ids, and the KV pool xrt run
 // sizes when given no --kv-cache-memory / --num-kv-blocks, for a cache of
-// kv_element_bytes per value (4: f32, xrt's default; 2: f16). The caller sets
-// the executor, tokenizer, requested limits and switches. Errors of
-// BucketTable::Create (an artifact without lm_step or lm_logits executables).
-Expected<EngineCoreParams> EngineCoreParamsFor(const Artifact& artifact,
-                                               int64_t kv_element_bytes = 4);
+// kv_element_bytes per value (4: f32; 2: f16; std::nullopt: the size `auto`
+// picks, AutoKvCacheElementBytes). The caller sets the executor, tokenizer,
+// requested limits and switches. Errors of BucketTable::Create (an artifact
+// without lm_step or lm_logits executables).
+Expected<EngineCoreParams> EngineCoreParamsFor(
+    const Artifact& artifact, std::optional<int64_t> kv_element_bytes = std::nullopt);
 
 }  // namespace xrt

@@ -33,9 +33,10 @@ Status RegisterPackedAdapters(const Artifact& a, LoraRegistry* registry) {
 
 }  // namespace
 
-Expected<KvCacheDtype> ParseKvCacheDtype(const std::string& name) {
-  if (name == "auto" || name == "f32") return KvCacheDtype::kF32;
-  if (name == "f16") return KvCacheDtype::kF16;
+Expected<std::optional<KvCacheDtype>> ParseKvCacheDtype(const std::string& name) {
+  if (name == "auto") return std::optional<KvCacheDtype>();
+  if (name == "f32") return std::optional<KvCacheDtype>(KvCacheDtype::kF32);
+  if (name == "f16") return std::optional<KvCacheDtype>(KvCacheDtype::kF16);
   return InvalidArgumentError("--kv-cache-dtype: '{}' is not one of auto, f32, f16", name);
 }
 
@@ -45,8 +46,10 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
   const Artifact& a = *r->artifact_;
   const xpk::Manifest& m = a.manifest();
   const xpk::ModelConfig& cfg = *m.config();
+  r->kv_cache_dtype_ = params.kv_cache_dtype.value_or(
+      AutoKvCacheElementBytes(a) == 2 ? KvCacheDtype::kF16 : KvCacheDtype::kF32);
   XRT_ASSIGN_OR_RETURN(r->core_params_,
-                       EngineCoreParamsFor(a, KvCacheElementBytes(params.kv_cache_dtype)));
+                       EngineCoreParamsFor(a, KvCacheElementBytes(r->kv_cache_dtype_)));
   r->sampling_defaults_ = SamplingDefaultsOf(a);
   r->hidden_size_ = cfg.hidden_size();
 
@@ -79,7 +82,7 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
 
   // KV cache.
   KvCacheParams kv = KvCacheParamsOf(a);
-  kv.element_bytes = KvCacheElementBytes(params.kv_cache_dtype);
+  kv.element_bytes = KvCacheElementBytes(r->kv_cache_dtype_);
   if (params.num_kv_blocks > 0) {
     kv.num_blocks = params.num_kv_blocks;
   } else if (params.kv_cache_bytes > 0) {
@@ -101,7 +104,7 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerPara
     ep.kv.values.push_back(r->kv_->value(l));
   }
   ep.kv.num_blocks = kv.num_blocks;
-  ep.kv.dtype = params.kv_cache_dtype;
+  ep.kv.dtype = r->kv_cache_dtype_;
   if (!r->encoder_cache_.empty()) ep.encoder_cache = r->encoder_cache_.data();
   if (const xpk::LoraConfig* lora = m.lora()) {
     LoraGeometry geometry = LoraGeometryOf(lora);

@@ -42,12 +42,14 @@ struct ModelRunnerParams {
   int64_t kv_cache_bytes = 0;
   // The cache's element type (runtime/kernels/attention.h): f16 halves its
   // memory (twice the blocks for a byte budget) and decode attention's reads.
-  KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
+  // std::nullopt ("auto"): f16 for an artifact whose matmuls compute in bf16
+  // or int8, f32 otherwise (AutoKvCacheElementBytes).
+  std::optional<KvCacheDtype> kv_cache_dtype;
 };
 
-// "auto" or "f32" -> kF32, "f16" -> kF16 (xrt's --kv-cache-dtype); else
-// InvalidArgument naming the value and the choices.
-Expected<KvCacheDtype> ParseKvCacheDtype(const std::string& name);
+// xrt's --kv-cache-dtype: "auto" -> std::nullopt, "f32" -> kF32, "f16" -> kF16;
+// else InvalidArgument naming the value and the choices.
+Expected<std::optional<KvCacheDtype>> ParseKvCacheDtype(const std::string& name);
 
 class ModelRunner : public StepExecutor {
  public:
@@ -90,6 +92,8 @@ class ModelRunner : public StepExecutor {
   const InputBuilder& input_builder() const { return *input_builder_; }
   int64_t vocab_size() const { return core_params_.vocab_size; }
   int64_t num_kv_blocks() const { return kv_->params().num_blocks; }
+  // The KV cache's element type (the one asked for, or what "auto" chose).
+  KvCacheDtype kv_cache_dtype() const { return kv_cache_dtype_; }
   // An artifact compiled with LoRA: the adapters known (those packed into the
   // artifact are registered at creation; thread-safe, so servers load and unload
   // while steps run) and the slots the executables read (engine thread only).
@@ -115,6 +119,7 @@ class ModelRunner : public StepExecutor {
   std::optional<InputBuilder> input_builder_;
   EngineCoreParams core_params_;  // the artifact's; executor etc. set by engine_core_params()
   SamplingDefaults sampling_defaults_;
+  KvCacheDtype kv_cache_dtype_ = KvCacheDtype::kF32;
   int64_t hidden_size_ = 0;
   std::map<int64_t, const xpk::Executable*> logits_by_bucket_, vision_by_bucket_;
   // lm_step by (LoRA mode, bucket).

@@ -82,6 +82,10 @@ enum class KvCacheDtype : uint8_t { kF32 = 0, kF16 = 1 };
 
 // Bytes per cached value: 4 or 2.
 constexpr int64_t KvCacheElementBytes(KvCacheDtype t) { return t == KvCacheDtype::kF16 ? 2 : 4; }
+// "f32" or "f16", as xrt's --kv-cache-dtype spells it.
+constexpr const char* KvCacheDtypeName(KvCacheDtype t) {
+  return t == KvCacheDtype::kF16 ? "f16" : "f32";
+}
 
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [t][h*head_dim + d], row stride q_stride

@@ -338,6 +338,32 @@ def test_f16_kv_cache_holds_twice_the_blocks_and_serves_batch_invariantly(artifa
     assert blocks["f16"] == 2 * blocks["f32"], blocks
 
 
+def test_auto_kv_cache_is_f16_for_int8_compute_and_f32_otherwise(artifacts):
+    # `auto` (the default) follows the artifact's compute precision: f32 compute keeps
+    # an f32 cache (its agreement with HF); int8 (or bf16) compute gets the f16 one.
+    def blocks_and_dtype(artifact, *args):
+        s = Server(artifact, "--kv-cache-memory", "4MiB", *args)
+        try:
+            line = re.search(r"KV blocks of \d+ tokens, (\w+) KV cache", s.logs())
+            assert line, s.logs()
+            text = greedy(s, PROMPT, max_tokens=8).choices[0].text
+            return s.metrics()["xrt_kv_cache_blocks_total"], line.group(1), text
+        finally:
+            s.stop()
+
+    f32_blocks, f32_dtype, _ = blocks_and_dtype(artifacts["main"])
+    assert f32_dtype == "f32"
+    with tempfile.TemporaryDirectory() as tmp:
+        int8 = compile_artifact(tmp, "int8.xpk", "--max-num-seqs", "8", "--max-num-batched-tokens",
+                                "64", "--weight-dtype", "q8_0", "--compute", "int8")
+        auto_blocks, auto_dtype, auto_text = blocks_and_dtype(int8)
+        forced_blocks, forced_dtype, _ = blocks_and_dtype(int8, "--kv-cache-dtype", "f32")
+        asked_blocks, asked_dtype, asked_text = blocks_and_dtype(int8, "--kv-cache-dtype", "f16")
+    assert (auto_dtype, forced_dtype, asked_dtype) == ("f16", "f32", "f16")
+    assert auto_blocks == asked_blocks == 2 * forced_blocks == 2 * f32_blocks
+    assert auto_text == asked_text
+
+
 def test_raising_a_compiled_limit_is_an_error(artifacts):
     r = subprocess.run([XRT, "run", artifacts["main"], "--max-num-seqs", "1000"],
                        capture_output=True, text=True, timeout=60)

@@ -55,6 +55,14 @@ TEST(ComputeBf16, MatchesTheBf16ReferenceAndReportsTheDeviation) {
     auto compiled = xcc::testing::CompileDecoderFixture(name, "bf16");
     ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
     const std::string artifacts[] = {compiled->wide, compiled->chunked};
+    {
+      // xrt's default cache for a bf16-compute artifact is f16 (its deviation:
+      // kv_cache_f16_numerics_test, compute_int8_numerics_test); this test checks the
+      // compute mode alone, on an f32 cache.
+      auto engine = xcc::testing::OpenEngine(compiled->wide, /*kv_cache_dtype=*/std::nullopt);
+      ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+      EXPECT_EQ(engine->runner->kv_cache_dtype(), xrt::KvCacheDtype::kF16);
+    }
 
     std::vector<xcc::testing::GreedyResult> wide;
     float max_vs_f32 = 0, max_vs_bf16 = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,8 +30,10 @@ struct TestEngine {
   std::unique_ptr<xrt::EngineCore> core;
 };
 
+// `kv_cache_dtype`: f32 unless asked (std::nullopt: xrt's "auto").
 inline xrt::Expected<TestEngine> OpenEngine(
-    const std::string& artifact, xrt::KvCacheDtype kv_cache_dtype = xrt::KvCacheDtype::kF32) {
+    const std::string& artifact,
+    std::optional<xrt::KvCacheDtype> kv_cache_dtype = xrt::KvCacheDtype::kF32) {
   xrt::ModelRunnerParams rp;
   rp.artifact_path = artifact;
   rp.kv_cache_dtype = kv_cache_dtype;
