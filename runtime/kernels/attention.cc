@@ -30,8 +30,11 @@ struct ChunkUpdate {
   const float* const* q;  // [rows]
   const float* const* k;
   const float* const* v;
-  const float* kt;  // the ISA's PackFn, if it has one: the keys, [dim][kChunk]
-  int n;            // keys in the chunk, <= kChunk
+  // The chunk's rows of a kF16 cache, for an update that reads halves in
+  // place (ChunkKernels::update_halves); k and v are then unused.
+  const uint16_t* const* k_half;
+  const uint16_t* const* v_half;
+  int n;  // keys in the chunk, <= kChunk
   int64_t dim, rows;
   float scale;
   float* m;    // [rows] running max of the scores
@@ -40,14 +43,6 @@ struct ChunkUpdate {
   float* s;    // scratch, [rows][kChunk]
 };
 using UpdateFn = void (*)(const ChunkUpdate&);
-// Packs a chunk's n keys (k[j]) into kt ([dim][kChunk] floats), the layout
-// the ISA's UpdateFn reads, and its values (v[j]) into consecutive rows of vc
-// ([kChunk][dim]) unless vc is null (the update reads them through c.v).
-using PackFn = void (*)(const float* const* k, const float* const* v, int n, int64_t dim, float* kt,
-                        float* vc);
-// The same from a kF16 cache's rows (halves), converted as they are packed.
-using PackHalvesFn = void (*)(const uint16_t* const* k, const uint16_t* const* v, int n,
-                              int64_t dim, float* kt, float* vc);
 
 // Per-ISA inner loops over one chunk. Each key's dot product is computed by
 // the same instruction sequence whatever n is, so a score does not depend on
@@ -180,106 +175,90 @@ XRT_TARGET_AVX2 void FloatsToHalvesAvx2(const float* x, int64_t n, uint16_t* out
   FloatsToHalvesScalar(x + i, n - i, out + i);
 }
 
-// The chunk packed for the AVX2 step, once for all the rows that read it:
-// the keys transposed, kt[d * kChunk + j] = k[j][d] for j < n (zeros up to
-// the next multiple of 8 keys), so the scores load 8 keys' values of one d
-// as a vector; the values, when vc is given, in consecutive rows of vc: a
-// tile of many rows, reading each value row once per row block, reads the
-// copy (one buffer, whatever blocks the chunk spans); a decode step's few
-// rows read the cache's rows in place (the copy was a quarter of a
-// long-context decode attention).
-// (From a kF16 cache, T = uint16_t: the values are converted as they are
-// read, exactly.)
+// The first `rem` (< 8) values of a cache row from x, the other lanes zero:
+// a row's dim tail (a masked load would read past the end of a half row).
 template <typename T>
-XRT_TARGET_AVX2 void PackChunkAvx2(const T* const* k, const T* const* v, int n, int64_t dim,
-                                   float* kt, float* vc) {
-  for (int j = 0; vc && j < n; ++j) {
-    if constexpr (std::is_same_v<T, float>) {
-      std::memcpy(vc + j * dim, v[j], dim * sizeof(float));
-    } else {
-      HalvesToFloatsAvx2(v[j], dim, vc + j * dim);
-    }
-  }
-  for (int j0 = 0; j0 < n; j0 += 8) {
-    int64_t d = 0;
-    if (j0 + 8 <= n) {
-      for (; d + 8 <= dim; d += 8) {  // an 8x8 transpose
-        __m256 r[8], t[8], u[8];
-        for (int i = 0; i < 8; ++i) r[i] = Load8Avx2(k[j0 + i] + d);
-        for (int i = 0; i < 8; i += 2) {
-          t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-          t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-        }
-        for (int i = 0; i < 8; i += 4) {
-          u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-          u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-          u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-          u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-        }
-        for (int i = 0; i < 4; ++i) {
-          _mm256_storeu_ps(kt + (d + i) * kChunk + j0,
-                           _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-          _mm256_storeu_ps(kt + (d + i + 4) * kChunk + j0,
-                           _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
-        }
-      }
-    }
-    for (; d < dim; ++d) {
-      for (int j = 0; j < 8; ++j) {
-        kt[d * kChunk + j0 + j] = j0 + j < n ? LoadOne(k[j0 + j] + d) : 0.0f;
-      }
-    }
-  }
+XRT_TARGET_AVX2 inline __m256 LoadTailAvx2(const T* x, int64_t rem) {
+  alignas(32) float t[8] = {};
+  for (int64_t l = 0; l < rem; ++l) t[l] = LoadOne(x + l);
+  return _mm256_load_ps(t);
 }
 
-// Scores of R rows against keys j0 .. j0 + 8NK - 1 of the packed chunk, row
-// r's in s[r * kChunk + j]: one fma chain per key over d = 0, 1, ... and a
-// multiply by scale, the arithmetic of ScoresScalar, so a score depends on
-// nothing but its query and key. Each key vector is loaded once for the R
-// rows, each query value broadcast once for the 8NK keys.
-template <int R, int NK>
-XRT_TARGET_AVX2 inline void ScoresTileAvx2(const float* const* q, const float* kt, int64_t dim,
-                                           float scale, int j0, float* s) {
+// The scores of 4 keys from their accumulators (a[j]: key j's 8 lanes, lane
+// l the fma chain over d = l, l + 8, ...): key j's lanes summed as
+// ((l0 + l2) + (l1 + l3)) + ((l4 + l6) + (l5 + l7)), in lane j.
+XRT_TARGET_AVX2 inline __m128 ReduceLanes4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 b0 = _mm256_add_ps(_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
+  const __m256 b1 = _mm256_add_ps(_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
+  const __m256d b0d = _mm256_castps_pd(b0), b1d = _mm256_castps_pd(b1);
+  const __m256 c = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(b0d, b1d)),
+                                 _mm256_castpd_ps(_mm256_unpackhi_pd(b0d, b1d)));
+  return _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+}
+
+// Scores of R rows against NK keys (kj[i]: key i's cache row, floats or
+// halves read in place), row r's in s[r * kChunk + i]. A score is 8 fma
+// chains, lane l over d = l, l + 8, ... (the dim tail's missing lanes add
+// 0 * 0), reduced by ReduceLanes4 and multiplied by scale: it depends on
+// nothing but its query and key, however the rows and keys are blocked.
+// Each key vector is loaded (and converted) once for the R rows.
+template <int R, int NK, typename T>
+XRT_TARGET_AVX2 inline void ScoresTileAvx2(const float* const* q, const T* const* kj, int64_t dim,
+                                           float scale, float* s) {
+  static_assert(NK % 4 == 0);
   __m256 acc[R][NK];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < NK; ++i) acc[r][i] = _mm256_setzero_ps();
   }
-  for (int64_t d = 0; d < dim; ++d) {
-    const float* krow = kt + d * kChunk + j0;
-    __m256 qb[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) qb[r] = _mm256_broadcast_ss(q[r] + d);
-#pragma GCC unroll 4
+  const int64_t full = dim / 8 * 8;
+  for (int64_t d = 0; d < full; d += 8) {
+#pragma GCC unroll 8
     for (int i = 0; i < NK; ++i) {
-      const __m256 kv = _mm256_loadu_ps(krow + 8 * i);
+      const __m256 kv = Load8Avx2(kj[i] + d);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        __m256 sum = _mm256_fmadd_ps(qb[r], kv, acc[r][i]);
-        XRT_KEEP_IN_REGISTER(sum);
-        acc[r][i] = sum;
+        acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + d), kv, acc[r][i]);
       }
     }
   }
-  const __m256 sv = _mm256_set1_ps(scale);
+  if (full < dim) {
+    const __m256i mask = TailMask8(dim - full);
+#pragma GCC unroll 8
+    for (int i = 0; i < NK; ++i) {
+      const __m256 kv = LoadTailAvx2(kj[i] + full, dim - full);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        acc[r][i] = _mm256_fmadd_ps(_mm256_maskload_ps(q[r] + full, mask), kv, acc[r][i]);
+      }
+    }
+  }
+  const __m128 sv = _mm_set1_ps(scale);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int i = 0; i < NK; ++i) {
-      _mm256_storeu_ps(s + r * kChunk + j0 + 8 * i, _mm256_mul_ps(acc[r][i], sv));
+#pragma GCC unroll 2
+    for (int i = 0; i < NK; i += 4) {
+      const __m128 sums = ReduceLanes4(acc[r][i], acc[r][i + 1], acc[r][i + 2], acc[r][i + 3]);
+      _mm_storeu_ps(s + r * kChunk + i, _mm_mul_ps(sums, sv));
     }
   }
 }
 
-// Scores of R rows against the chunk's n keys (a multiple of 8 computed;
-// the ones past n are never read).
-template <int R>
-XRT_TARGET_AVX2 inline void ScoresRowsAvx2(const float* const* q, const float* kt, int n,
+// Scores of R rows against the chunk's n keys, NK at a time: 4 for several
+// rows (R x 4 accumulators), 8 for one (enough independent chains). The
+// keys of a last partial group are computed on copies of its first key and
+// their scores (written up to a multiple of NK, within kChunk) never read.
+template <int R, typename T>
+XRT_TARGET_AVX2 inline void ScoresRowsAvx2(const float* const* q, const T* const* k, int n,
                                            int64_t dim, float scale, float* s) {
-  int j0 = 0;
-  for (; j0 + 32 <= n; j0 += 32) ScoresTileAvx2<R, 4>(q, kt, dim, scale, j0, s);
-  for (; j0 < n; j0 += 8) ScoresTileAvx2<R, 1>(q, kt, dim, scale, j0, s);
+  constexpr int NK = R == 1 ? 8 : 4;
+  static_assert(kChunk % NK == 0);
+  for (int j0 = 0; j0 < n; j0 += NK) {
+    const T* kj[NK];
+    for (int i = 0; i < NK; ++i) kj[i] = k[j0 + i < n ? j0 + i : j0];
+    ScoresTileAvx2<R, NK>(q, kj, dim, scale, s + j0);
+  }
 }
 
 // The largest of s[0 .. n), n >= 1 (exact in any order).
@@ -292,34 +271,40 @@ XRT_TARGET_AVX2 inline float MaxAvx2(const float* s, int n) {
   return m;
 }
 
-template <int NV>
-XRT_TARGET_AVX2 inline __m256 LoadLanesAvx2(const float* x, __m256i mask) {
-  return NV == 0 ? _mm256_maskload_ps(x, mask) : _mm256_loadu_ps(x);
+// Eight values from x, or (NV = 0) the dim tail of `rem` values.
+template <int NV, typename T>
+XRT_TARGET_AVX2 inline __m256 LoadLanesAvx2(const T* x, int64_t rem) {
+  if constexpr (NV == 0)
+    return LoadTailAvx2(x, rem);
+  else
+    return Load8Avx2(x);
 }
 
 // acc[r][d .. d + 8NV) = acc * corr[r] + sum_j p[r][j] v[j] for R rows (p
-// rows kChunk apart, v rows dim apart), each value vector loaded once for
-// the R rows; one fma chain per lane in increasing j, as for one row alone.
-// NV = 0: the dim tail of one masked vector.
-template <int R, int NV>
+// rows kChunk apart, v rows dim apart, floats or halves), each value vector
+// loaded once for the R rows; one fma chain per lane in increasing j, as for
+// one row alone. NV = 0: the dim tail of one masked vector.
+template <int R, int NV, typename T>
 XRT_TARGET_AVX2 inline void AccumulateRowsAvx2(float* acc, int64_t dim, const float* corr,
-                                               const float* p, const float* const* v, int n,
+                                               const float* p, const T* const* v, int n,
                                                int64_t d) {
   constexpr int kV = NV == 0 ? 1 : NV;
-  const __m256i mask = TailMask8(NV == 0 ? dim - d : 8);
+  const int64_t rem = dim - d;
+  const __m256i mask = TailMask8(NV == 0 ? rem : 8);
   __m256 a[R][kV];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     const __m256 c = _mm256_set1_ps(corr[r]);
 #pragma GCC unroll 4
     for (int i = 0; i < kV; ++i) {
-      a[r][i] = _mm256_mul_ps(LoadLanesAvx2<NV>(acc + r * dim + d + 8 * i, mask), c);
+      const float* x = acc + r * dim + d + 8 * i;
+      a[r][i] = _mm256_mul_ps(NV == 0 ? _mm256_maskload_ps(x, mask) : _mm256_loadu_ps(x), c);
     }
   }
   for (int j = 0; j < n; ++j) {
     __m256 vv[kV];
 #pragma GCC unroll 4
-    for (int i = 0; i < kV; ++i) vv[i] = LoadLanesAvx2<NV>(v[j] + d + 8 * i, mask);
+    for (int i = 0; i < kV; ++i) vv[i] = LoadLanesAvx2<NV>(v[j] + d + 8 * i, rem);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256 pj = _mm256_set1_ps(p[r * kChunk + j]);
@@ -340,13 +325,29 @@ XRT_TARGET_AVX2 inline void AccumulateRowsAvx2(float* acc, int64_t dim, const fl
   }
 }
 
+// The chunk's key and value rows: floats, or a kF16 cache's halves.
+template <typename T>
+const T* const* KeyRows(const ChunkUpdate& c) {
+  if constexpr (std::is_same_v<T, float>)
+    return c.k;
+  else
+    return c.k_half;
+}
+template <typename T>
+const T* const* ValueRows(const ChunkUpdate& c) {
+  if constexpr (std::is_same_v<T, float>)
+    return c.v;
+  else
+    return c.v_half;
+}
+
 // The chunk step for R rows (from row r0): scores, each row's max, exp and
 // sum, then the value accumulation, the keys and values read once for the R
 // rows.
-template <int R>
+template <int R, typename T>
 XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
   float* s = c.s + r0 * kChunk;
-  ScoresRowsAvx2<R>(c.q + r0, c.kt, c.n, c.dim, c.scale, s);
+  ScoresRowsAvx2<R>(c.q + r0, KeyRows<T>(c), c.n, c.dim, c.scale, s);
   float corr[R];
   for (int r = 0; r < R; ++r) {
     const int64_t g = r0 + r;
@@ -359,30 +360,33 @@ XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
   // kWide vectors of d at a time: R x kWide accumulators, kWide values and a
   // broadcast in 16 registers.
   constexpr int kWide = R == 3 ? 3 : 4;
+  const T* const* v = ValueRows<T>(c);
   float* acc = c.acc + r0 * c.dim;
   const int64_t full = c.dim / 8 * 8;
   int64_t d = 0;
   for (; d + 8 * kWide <= full; d += 8 * kWide) {
-    AccumulateRowsAvx2<R, kWide>(acc, c.dim, corr, s, c.v, c.n, d);
+    AccumulateRowsAvx2<R, kWide>(acc, c.dim, corr, s, v, c.n, d);
   }
   if (d + 16 <= full) {
-    AccumulateRowsAvx2<R, 2>(acc, c.dim, corr, s, c.v, c.n, d);
+    AccumulateRowsAvx2<R, 2>(acc, c.dim, corr, s, v, c.n, d);
     d += 16;
   }
   if (d < full) {
-    AccumulateRowsAvx2<R, 1>(acc, c.dim, corr, s, c.v, c.n, d);
+    AccumulateRowsAvx2<R, 1>(acc, c.dim, corr, s, v, c.n, d);
     d += 8;
   }
-  if (d < c.dim) AccumulateRowsAvx2<R, 0>(acc, c.dim, corr, s, c.v, c.n, d);
+  if (d < c.dim) AccumulateRowsAvx2<R, 0>(acc, c.dim, corr, s, v, c.n, d);
 }
 
 // Rows in blocks of 3 (12 score accumulators), a remainder of 1 taken as
-// 2 + 2 (the 4 query heads of a Llama kv head, say).
+// 2 + 2 (the 4 query heads of a Llama kv head, say). T: the cache rows'
+// type, float or (read in place from a kF16 cache) halves.
+template <typename T>
 XRT_TARGET_AVX2 void UpdateAvx2(const ChunkUpdate& c) {
   int64_t r = 0;
-  for (; c.rows - r >= 5 || c.rows - r == 3; r += 3) UpdateRowsAvx2<3>(c, r);
-  for (; c.rows - r >= 2; r += 2) UpdateRowsAvx2<2>(c, r);
-  if (r < c.rows) UpdateRowsAvx2<1>(c, r);
+  for (; c.rows - r >= 5 || c.rows - r == 3; r += 3) UpdateRowsAvx2<3, T>(c, r);
+  for (; c.rows - r >= 2; r += 2) UpdateRowsAvx2<2, T>(c, r);
+  if (r < c.rows) UpdateRowsAvx2<1, T>(c, r);
 }
 
 // --------------------------------------------------------------- AVX-512 --
@@ -718,12 +722,11 @@ constexpr Primitives kScalarPrimitives{&ScoresScalar, &ExpSumScalar, &Accumulate
 constexpr Primitives kAvx512Primitives{&ScoresAvx512, &ExpSumAvx512, &AccumulateAvx512};
 #endif
 
-// The chunk step of one ISA, its key packing (if it has one) and the half
-// conversions of a kF16 cache.
+// The chunk step of one ISA, the one that reads a kF16 cache's rows in place
+// (if it has one), and the half conversions of a kF16 cache.
 struct ChunkKernels {
   UpdateFn update;
-  PackFn pack;
-  PackHalvesFn pack_halves = nullptr;  // with `pack`: the kF16 cache's
+  UpdateFn update_halves = nullptr;  // null: the rows are converted to floats first
   void (*to_floats)(const uint16_t*, int64_t, float*) = &HalvesToFloatsScalar;
   void (*to_halves)(const float*, int64_t, uint16_t*) = &FloatsToHalvesScalar;
 };
@@ -734,30 +737,28 @@ ChunkKernels KernelsFor(CpuIsa isa, int64_t dim) {
   if (isa == CpuIsa::kAvx512) {
     switch ((dim + 15) / 16) {
       case 1:
-        return {&UpdateAvx512<1>, nullptr};
+        return {&UpdateAvx512<1>};
       case 2:
-        return {&UpdateAvx512<2>, nullptr};
+        return {&UpdateAvx512<2>};
       case 3:
-        return {&UpdateAvx512<3>, nullptr};
+        return {&UpdateAvx512<3>};
       case 4:
-        return {&UpdateAvx512<4>, nullptr};
+        return {&UpdateAvx512<4>};
       case 5:
-        return {&UpdateAvx512<5>, nullptr};
+        return {&UpdateAvx512<5>};
       case 6:
-        return {&UpdateAvx512<6>, nullptr};
+        return {&UpdateAvx512<6>};
       case 7:
-        return {&UpdateAvx512<7>, nullptr};
+        return {&UpdateAvx512<7>};
       case 8:
-        return {&UpdateAvx512<8>, nullptr};
+        return {&UpdateAvx512<8>};
       default:
-        return {&UpdateGeneric<kAvx512Primitives>, nullptr};
+        return {&UpdateGeneric<kAvx512Primitives>};
     }
   }
-  if (isa == CpuIsa::kAvx2) {
-    return {&UpdateAvx2, &PackChunkAvx2<float>, &PackChunkAvx2<uint16_t>};
-  }
+  if (isa == CpuIsa::kAvx2) return {&UpdateAvx2<float>, &UpdateAvx2<uint16_t>};
 #endif
-  return {&UpdateGeneric<kScalarPrimitives>, nullptr};
+  return {&UpdateGeneric<kScalarPrimitives>};
 }
 
 // KernelsFor with the half conversions of the ISA (the results are the same
@@ -901,8 +902,8 @@ struct Tile {
 };
 
 // Query rows per tile at most: tokens x query heads of a kv head. Rows of
-// one tile share each chunk's K/V reads and packing (and its block-table
-// walk): 512-token prompts ran 10-15% faster with 48-96 rows than with 24.
+// one tile share each chunk's K/V reads (and its block-table walk):
+// 512-token prompts ran 10-15% faster with 48-96 rows than with 24.
 constexpr int64_t kTileRows = 96;
 // Work items ((tile, kv head) pairs) per thread at least, where the tokens
 // allow it, so that a short prompt still keeps every thread busy.
@@ -920,7 +921,6 @@ constexpr int64_t kMaxPartialFloats = int64_t{1} << 20;
 struct TileScratch {
   std::vector<float> s;         // the rows' scores of one chunk
   std::vector<float> state;     // a partition's state (RowStates) while folding
-  std::vector<float> kt, vc;    // a chunk's keys and values, packed
   std::vector<float> k32, v32;  // a kF16 cache's chunk as floats
   std::vector<const float*> q;
 };
@@ -984,22 +984,26 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
 
   const float* kp[kChunk];
   const float* vp[kChunk];
-  if (kernels.pack) {
-    scratch.kt.resize(kChunk * dim);
-    scratch.vc.resize(kChunk * dim);
-  }
-  if (half && !kernels.pack_halves) {
+  const uint16_t* k_half[kChunk];
+  const uint16_t* v_half[kChunk];
+  // A kF16 cache's rows are read in place by a decode step (one token: each
+  // row is read once, by its group's rows) where the ISA can; otherwise (a
+  // prompt's rows read each one once per row block) converted to floats
+  // once per chunk.
+  const UpdateFn update =
+      half && tile.count == 1 && kernels.update_halves ? kernels.update_halves : kernels.update;
+  const bool to_floats = half && update == kernels.update;
+  if (to_floats) {
     scratch.k32.resize(kChunk * dim);
     scratch.v32.resize(kChunk * dim);
   }
   const char* k_row[kChunk];
   const char* v_row[kChunk];
-  // A tile of one token (a decode step) reads each value row once: in place.
-  const bool copy_v = tile.count > 1;
   ChunkUpdate c;
   c.k = kp;
   c.v = vp;
-  c.kt = scratch.kt.data();
+  c.k_half = k_half;
+  c.v_half = v_half;
   c.dim = dim;
   c.scale = a.scale;
   // Rows [r0, r0 + n_rows) against the chunk's first n keys.
@@ -1011,7 +1015,7 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
     c.l = st.l + r0;
     c.acc = st.acc + r0 * dim;
     c.s = scratch.s.data() + r0 * kChunk;
-    kernels.update(c);
+    update(c);
   };
   const int64_t end = std::min(t.num_keys(), (p + 1) * kPartition);
   int64_t block = p * kPartition / a.block_size;  // cache position of key `start + j`
@@ -1036,32 +1040,20 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
         __builtin_prefetch(v_row[j] + byte);
       }
     }
-    if (half && kernels.pack_halves) {  // converted as they are packed
-      const uint16_t* k_half[kChunk];
-      const uint16_t* v_half[kChunk];
-      for (int j = 0; j < n; ++j) {
+    for (int j = 0; j < n; ++j) {
+      if (!half) {
+        kp[j] = reinterpret_cast<const float*>(k_row[j]);
+        vp[j] = reinterpret_cast<const float*>(v_row[j]);
+      } else if (!to_floats) {
         k_half[j] = reinterpret_cast<const uint16_t*>(k_row[j]);
         v_half[j] = reinterpret_cast<const uint16_t*>(v_row[j]);
-      }
-      kernels.pack_halves(k_half, v_half, n, dim, scratch.kt.data(), scratch.vc.data());
-      for (int j = 0; j < n; ++j) vp[j] = scratch.vc.data() + j * dim;
-    } else {
-      for (int j = 0; j < n; ++j) {
-        if (half) {  // to floats for an ISA that reads the rows in place
-          float* k32 = scratch.k32.data() + j * dim;
-          float* v32 = scratch.v32.data() + j * dim;
-          kernels.to_floats(reinterpret_cast<const uint16_t*>(k_row[j]), dim, k32);
-          kernels.to_floats(reinterpret_cast<const uint16_t*>(v_row[j]), dim, v32);
-          kp[j] = k32;
-          vp[j] = v32;
-        } else {
-          kp[j] = reinterpret_cast<const float*>(k_row[j]);
-          vp[j] = reinterpret_cast<const float*>(v_row[j]);
-        }
-      }
-      if (kernels.pack) {
-        kernels.pack(kp, vp, n, dim, scratch.kt.data(), copy_v ? scratch.vc.data() : nullptr);
-        for (int j = 0; copy_v && j < n; ++j) vp[j] = scratch.vc.data() + j * dim;
+      } else {
+        float* k32 = scratch.k32.data() + j * dim;
+        float* v32 = scratch.v32.data() + j * dim;
+        kernels.to_floats(reinterpret_cast<const uint16_t*>(k_row[j]), dim, k32);
+        kernels.to_floats(reinterpret_cast<const uint16_t*>(v_row[j]), dim, v32);
+        kp[j] = k32;
+        vp[j] = v32;
       }
     }
     // Tokens from `whole` on see all kChunk keys (or, in the last chunk, all

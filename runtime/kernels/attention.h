@@ -48,7 +48,10 @@
 // values are bit-identical whatever else is in the batch, whether the token
 // comes as a decode or inside a prefill chunk, whatever the thread count and
 // whether its partitions ran on one thread or several. The ISA path is fixed
-// per process (BestCpuIsa()); the SIMD paths use a polynomial exp (about
+// per process (BestCpuIsa()), and each sums a score q·k in one order of its
+// own (scalar: one fma chain over d; AVX2: 8 chains, lane l over d = l,
+// l + 8, ..., added in a fixed tree; AVX-512: 16 lanes), the same for a
+// decode and a prompt's tile; the SIMD paths use a polynomial exp (about
 // 1 ulp) instead of libm's.
 //
 // Tiles: a request's query tokens are attended in tiles of consecutive
@@ -65,8 +68,8 @@
 // partitions become items of their own (flash-decoding's split-K), whose
 // states the caller folds afterwards. Thread-compatible: concurrent calls
 // must not share caches or outputs. Allocates per call a tile and item
-// list; keeps per thread a tile's scratch (softmax states, one packed chunk
-// of keys and values) and, on the caller, the split partitions' states.
+// list; keeps per thread a tile's scratch (softmax states, scores, a kF16
+// cache's chunk as floats) and, on the caller, the split partitions' states.
 #pragma once
 
 #include <cstdint>
