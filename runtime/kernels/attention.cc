@@ -325,20 +325,15 @@ XRT_TARGET_AVX2 inline void AccumulateRowsAvx2(float* acc, int64_t dim, const fl
   }
 }
 
-// The chunk's key and value rows: floats, or a kF16 cache's halves.
+// The chunk's key or value rows as T: the float rows, or a kF16 cache's
+// halves.
 template <typename T>
-const T* const* KeyRows(const ChunkUpdate& c) {
-  if constexpr (std::is_same_v<T, float>)
-    return c.k;
-  else
-    return c.k_half;
-}
-template <typename T>
-const T* const* ValueRows(const ChunkUpdate& c) {
-  if constexpr (std::is_same_v<T, float>)
-    return c.v;
-  else
-    return c.v_half;
+const T* const* RowsOf(const float* const* floats, const uint16_t* const* halves) {
+  if constexpr (std::is_same_v<T, float>) {
+    return floats;
+  } else {
+    return halves;
+  }
 }
 
 // The chunk step for R rows (from row r0): scores, each row's max, exp and
@@ -347,7 +342,7 @@ const T* const* ValueRows(const ChunkUpdate& c) {
 template <int R, typename T>
 XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
   float* s = c.s + r0 * kChunk;
-  ScoresRowsAvx2<R>(c.q + r0, KeyRows<T>(c), c.n, c.dim, c.scale, s);
+  ScoresRowsAvx2<R>(c.q + r0, RowsOf<T>(c.k, c.k_half), c.n, c.dim, c.scale, s);
   float corr[R];
   for (int r = 0; r < R; ++r) {
     const int64_t g = r0 + r;
@@ -360,7 +355,7 @@ XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
   // kWide vectors of d at a time: R x kWide accumulators, kWide values and a
   // broadcast in 16 registers.
   constexpr int kWide = R == 3 ? 3 : 4;
-  const T* const* v = ValueRows<T>(c);
+  const T* const* v = RowsOf<T>(c.v, c.v_half);
   float* acc = c.acc + r0 * c.dim;
   const int64_t full = c.dim / 8 * 8;
   int64_t d = 0;
