@@ -88,6 +88,12 @@ void AccumulateScalar(float* acc, float corr, const float* p, const float* const
   }
 }
 
+// acc[d] = fma(add[d], c_from, acc[d] * c_to), d in [0, dim): a row of
+// FoldPartition (every ISA's version gives these bits).
+void FoldRowScalar(float* acc, const float* add, int64_t dim, float c_to, float c_from) {
+  for (int64_t d = 0; d < dim; ++d) acc[d] = std::fma(add[d], c_from, acc[d] * c_to);
+}
+
 inline float LoadOne(const float* x) { return *x; }
 inline float LoadOne(const uint16_t* x) { return HalfToFloat(*x); }
 
@@ -165,6 +171,19 @@ XRT_TARGET_AVX2 void HalvesToFloatsAvx2(const uint16_t* h, int64_t n, float* out
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Load8Avx2(h + i));
   HalvesToFloatsScalar(h + i, n - i, out + i);
+}
+XRT_TARGET_AVX2 void FoldRowAvx2(float* acc, const float* add, int64_t dim, float c_to,
+                                 float c_from) {
+  const __m256 to = _mm256_set1_ps(c_to), from = _mm256_set1_ps(c_from);
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(acc + d), to);
+    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(add + d), from, scaled));
+  }
+  for (; d < dim; ++d) {  // _mm_fmadd_ss: an fma without libm's call
+    const __m128 scaled = _mm_mul_ss(_mm_set_ss(acc[d]), _mm_set_ss(c_to));
+    acc[d] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(add[d]), _mm_set_ss(c_from), scaled));
+  }
 }
 XRT_TARGET_AVX2 void FloatsToHalvesAvx2(const float* x, int64_t n, uint16_t* out) {
   int64_t i = 0;
@@ -724,6 +743,7 @@ struct ChunkKernels {
   UpdateFn update_halves = nullptr;  // null: the rows are converted to floats first
   void (*to_floats)(const uint16_t*, int64_t, float*) = &HalvesToFloatsScalar;
   void (*to_halves)(const float*, int64_t, uint16_t*) = &FloatsToHalvesScalar;
+  void (*fold_row)(float*, const float*, int64_t, float, float) = &FoldRowScalar;
 };
 
 // The chunk step for `isa` and this head_dim.
@@ -756,14 +776,16 @@ ChunkKernels KernelsFor(CpuIsa isa, int64_t dim) {
   return {&UpdateGeneric<kScalarPrimitives>};
 }
 
-// KernelsFor with the half conversions of the ISA (the results are the same
-// on every path: the conversions are exact or correctly rounded).
+// KernelsFor with the half conversions and the partition fold of the ISA
+// (the results are the same on every path: the conversions are exact or
+// correctly rounded, the fold's fma and multiply are single roundings).
 ChunkKernels KernelsAndConversionsFor(CpuIsa isa, int64_t dim) {
   ChunkKernels k = KernelsFor(isa, dim);
 #if defined(__x86_64__)
   if (isa != CpuIsa::kScalar) {
     k.to_floats = &HalvesToFloatsAvx2;
     k.to_halves = &FloatsToHalvesAvx2;
+    k.fold_row = &FoldRowAvx2;
   }
 #endif
   return k;
@@ -1065,16 +1087,15 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
 // partitions before it (`into`), for the rows of the tokens that see p:
 // both rescaled to the larger max, then added. Always in increasing p, so
 // the result does not depend on where each partition was computed.
-void FoldPartition(const TileRows& t, int64_t p, int64_t dim, float* part, float* into) {
+void FoldPartition(const ChunkKernels& kernels, const TileRows& t, int64_t p, int64_t dim,
+                   float* part, float* into) {
   RowStates from(part, t.rows, dim), to(into, t.rows, dim);
   for (int64_t r = t.first_token(p) * t.group; r < t.rows; ++r) {
     const float m = std::max(to.m[r], from.m[r]);
     const float c_to = std::exp(to.m[r] - m), c_from = std::exp(from.m[r] - m);
     to.l[r] = std::fma(from.l[r], c_from, to.l[r] * c_to);
     to.m[r] = m;
-    float* acc = to.acc + r * dim;
-    const float* add = from.acc + r * dim;
-    for (int64_t d = 0; d < dim; ++d) acc[d] = std::fma(add[d], c_from, acc[d] * c_to);
+    kernels.fold_row(to.acc + r * dim, from.acc + r * dim, dim, c_to, c_from);
   }
 }
 
@@ -1193,7 +1214,7 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
       AttendPartition(args, kernels, t, 0, scratch, total);
       for (int64_t p = 1; p < t.num_partitions(); ++p) {
         AttendPartition(args, kernels, t, p, scratch, total + size);
-        FoldPartition(t, p, dim, total + size, total);
+        FoldPartition(kernels, t, p, dim, total + size, total);
       }
       WriteRows(args, t, total);
     }
@@ -1212,7 +1233,7 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
     const int64_t size = StateSize(t.rows, dim);
     float* state = states + item.state;
     for (int64_t p = 1; p < t.num_partitions(); ++p) {
-      FoldPartition(t, p, dim, state + p * size, state);
+      FoldPartition(kernels, t, p, dim, state + p * size, state);
     }
     WriteRows(args, t, state);
   }
