@@ -1,16 +1,18 @@
 // lm_step_bench: prefill and decode speed of a compiled artifact, per bucket,
 // next to this machine's memory bandwidth measured in the same run.
 //
-//   lm_step_bench ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE]
-//                 [--lora single|mixed] [--profile]
+//   lm_step_bench ARTIFACT [--threads N] [--context L] [--decode-reqs R] [--iters K]
+//                 [--json FILE] [--lora single|mixed] [--kv-cache-dtype auto|f32|f16] [--profile]
 //
 // Prefill: one request whose step fills a whole token bucket (lm_step + the
 // lm_logits of its last token), tokens/s = bucket / step time.
-// Decode: one request with L tokens of context, one token per step
-// (lm_step in its smallest bucket + lm_logits). The bandwidth roofline
-// fraction is (weight bytes a decode step must read / step time) / measured
-// read bandwidth; the bytes are those of every weight the two executables
-// bind, except the embedding table, of which a decode step reads one row.
+// Decode: R requests (default 1; a server's batch at concurrency R) with L
+// tokens of context each, one token per request per step (lm_step in the
+// smallest bucket that holds R + lm_logits for R rows); tokens/s = R / step
+// time. The bandwidth roofline fraction is (weight bytes a decode step must
+// read / step time) / measured read bandwidth; the bytes are those of every
+// weight the two executables bind, except the embedding table, of which a
+// decode step reads one row per token.
 //
 // --profile: the prefill and decode steps also report where their time goes, per command
 // label (Executor::set_profile: "dispatch rope_q", "matmul q4_1 576x1536", "paged_attention",
@@ -133,14 +135,15 @@ struct Runner {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s ARTIFACT [--threads N] [--context L] [--iters K] [--json FILE] "
-                 "[--lora single|mixed] [--kv-cache-dtype auto|f32|f16] [--profile]\n",
+                 "usage: %s ARTIFACT [--threads N] [--context L] [--decode-reqs R] [--iters K] "
+                 "[--json FILE] [--lora single|mixed] [--kv-cache-dtype auto|f32|f16] "
+                 "[--profile]\n",
                  argv[0]);
     return 2;
   }
   xrt::ModelRunnerParams rp;
   rp.artifact_path = argv[1];
-  int64_t context = 128, iters = 10;
+  int64_t context = 128, iters = 10, decode_reqs = 1;
   std::string json_path;
   std::string lora;  // "", "single" or "mixed"
   bool profile = false;
@@ -157,6 +160,8 @@ int main(int argc, char** argv) {
       rp.num_threads = std::atoi(v);
     else if (a == "--context")
       context = std::atoll(v);
+    else if (a == "--decode-reqs")
+      decode_reqs = std::atoll(v);
     else if (a == "--iters")
       iters = std::atoll(v);
     else if (a == "--json")
@@ -222,17 +227,23 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
     return t;
   };
-  // Runs `count` tokens of request 1 at its current position; returns seconds.
-  auto step = [&](xrt::KvCacheManager& kv, const std::vector<int32_t>& toks) -> double {
-    int64_t count = static_cast<int64_t>(toks.size());
-    if (!kv.AllocateSlots(1, count).ok()) return -1;
-    xrt::ScheduledRequest sr;
-    sr.token_ids = toks.data();
-    sr.num_tokens = count;
-    sr.num_computed_tokens = *kv.NumComputedTokens(1);
-    sr.block_table = *kv.BlockTable(1);
-    sr.needs_logits = true;
-    if (!r.input_builder().Build({sr}, &in).ok()) return -1;
+  // Runs one step: toks[i] at request ids[i]'s current position; returns seconds
+  // (-1 on an error).
+  auto step = [&](xrt::KvCacheManager& kv, const std::vector<int64_t>& ids,
+                  const std::vector<std::vector<int32_t>>& toks) -> double {
+    std::vector<xrt::ScheduledRequest> reqs(ids.size());
+    int64_t count = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t n = static_cast<int64_t>(toks[i].size());
+      if (!kv.AllocateSlots(ids[i], n).ok()) return -1;
+      reqs[i].token_ids = toks[i].data();
+      reqs[i].num_tokens = n;
+      reqs[i].num_computed_tokens = *kv.NumComputedTokens(ids[i]);
+      reqs[i].block_table = *kv.BlockTable(ids[i]);
+      reqs[i].needs_logits = true;
+      count += n;
+    }
+    if (!r.input_builder().Build(reqs, &in).ok()) return -1;
     if (!lora.empty()) {
       const int64_t slots = r.artifact().manifest().lora()->max_loras();
       for (int64_t t = 0; t < count; ++t)
@@ -243,7 +254,8 @@ int main(int argc, char** argv) {
     auto logits = r.Execute(in);
     double s = Seconds(t0, Clock::now());
     if (!logits.ok()) return -1;
-    (void)kv.CommitComputed(1, count);
+    for (size_t i = 0; i < ids.size(); ++i)
+      (void)kv.CommitComputed(ids[i], static_cast<int64_t>(toks[i].size()));
     return s;
   };
 
@@ -266,7 +278,7 @@ int main(int argc, char** argv) {
       xrt::KvCacheManager kv = make_kv();
       auto toks = tokens(bucket);
       if (!kv.AddRequest(1, toks.data(), bucket).ok()) break;
-      double s = step(kv, toks);
+      double s = step(kv, {1}, {toks});
       if (s < 0) break;
       times.push_back(s);
     }
@@ -281,41 +293,60 @@ int main(int argc, char** argv) {
     out["prefill"].push_back(row);
   }
 
-  // Decode at `context` tokens of context.
+  // Decode: decode_reqs requests at `context` tokens of context.
+  const int64_t max_reqs = std::min(r.limits().max_num_seqs, r.buckets().max_tokens());
+  if (decode_reqs < 1 || decode_reqs > max_reqs) {
+    std::fprintf(stderr, "--decode-reqs %lld: the artifact's steps hold 1 to %lld requests\n",
+                 static_cast<long long>(decode_reqs), static_cast<long long>(max_reqs));
+    return 1;
+  }
   {
     xrt::KvCacheManager kv = make_kv();
     auto prompt = tokens(context);
-    if (kv.AddRequest(1, prompt.data(), context).ok()) {
-      int64_t done = 0;
-      const int64_t chunk = r.buckets().max_tokens();
-      while (done < context) {
+    std::vector<int64_t> ids;
+    bool ready = true;
+    // Prefilled one request at a time, in chunks of the largest bucket.
+    const int64_t chunk = r.buckets().max_tokens();
+    for (int64_t id = 1; ready && id <= decode_reqs; ++id) {
+      ready = kv.AddRequest(id, prompt.data(), context).ok();
+      for (int64_t done = 0; ready && done < context;) {
         std::vector<int32_t> part(prompt.begin() + done,
                                   prompt.begin() + std::min(context, done + chunk));
-        if (step(kv, part) < 0) break;
+        ready = step(kv, {id}, {part}) >= 0;
         done += static_cast<int64_t>(part.size());
       }
-      std::vector<double> times;
-      xrt::CommandProfile prof;
-      if (profile) r.executor().set_profile(&prof);
-      for (int64_t it = 0; it < std::max<int64_t>(iters, 20); ++it) {
-        std::vector<int32_t> one = {static_cast<int32_t>(it % vocab)};
-        (void)kv.AppendTokens(1, one.data(), 1);
-        double s = step(kv, one);
-        if (s < 0) break;
-        times.push_back(s);
+      ids.push_back(id);
+    }
+    if (!ready) {
+      std::fprintf(stderr, "decode: cannot prefill %lld requests of %lld tokens\n",
+                   static_cast<long long>(decode_reqs), static_cast<long long>(context));
+      return 1;
+    }
+    std::vector<double> times;
+    xrt::CommandProfile prof;
+    if (profile) r.executor().set_profile(&prof);
+    for (int64_t it = 0; it < std::max<int64_t>(iters, 20); ++it) {
+      std::vector<std::vector<int32_t>> next(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        next[i] = {static_cast<int32_t>((it + 31 * static_cast<int64_t>(i)) % vocab)};
+        (void)kv.AppendTokens(ids[i], next[i].data(), 1);
       }
-      r.executor().set_profile(nullptr);
-      if (profile && !times.empty()) out["decode_profile"] = ProfileJson(prof, times);
-      if (!times.empty()) {
-        std::sort(times.begin(), times.end());
-        double med = times[times.size() / 2];
-        double gbs = weight_bytes / med / 1e9;
-        out["decode"] = {{"context", context},
-                         {"median_ms", med * 1e3},
-                         {"tokens_per_s", 1.0 / med},
-                         {"weight_read_gbs", gbs},
-                         {"roofline_fraction", gbs / out["read_bandwidth_gbs"].get<double>()}};
-      }
+      double s = step(kv, ids, next);
+      if (s < 0) break;
+      times.push_back(s);
+    }
+    r.executor().set_profile(nullptr);
+    if (profile && !times.empty()) out["decode_profile"] = ProfileJson(prof, times);
+    if (!times.empty()) {
+      std::sort(times.begin(), times.end());
+      double med = times[times.size() / 2];
+      double gbs = weight_bytes / med / 1e9;
+      out["decode"] = {{"context", context},
+                       {"reqs", decode_reqs},
+                       {"median_ms", med * 1e3},
+                       {"tokens_per_s", decode_reqs / med},
+                       {"weight_read_gbs", gbs},
+                       {"roofline_fraction", gbs / out["read_bandwidth_gbs"].get<double>()}};
     }
   }
   if (!xcc::bench::EmitJson(out, json_path)) return 1;
