@@ -1014,8 +1014,6 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
     scratch.k32.resize(kChunk * dim);
     scratch.v32.resize(kChunk * dim);
   }
-  const char* k_row[kChunk];
-  const char* v_row[kChunk];
   ChunkUpdate c;
   c.k = kp;
   c.v = vp;
@@ -1039,39 +1037,36 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
   int64_t offset = p * kPartition % a.block_size;
   for (int64_t start = p * kPartition; start < end; start += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, end - start));
+    // A decode step finds its K/V rows out of cache (a whole step of weights
+    // went through since): all of the chunk's lines are asked for as its rows
+    // are found, rather than one miss at a time as the scores reach them.
     for (int j = 0; j < n; ++j) {
       const int64_t row = CacheRow(a, table[block], t.kvh, offset) * elem;
-      k_row[j] = k_cache + row;
-      v_row[j] = v_cache + row;
+      const char* k_row = k_cache + row;
+      const char* v_row = v_cache + row;
+      for (int64_t byte = 0; byte < dim * elem; byte += 64) {
+        __builtin_prefetch(k_row + byte);
+        __builtin_prefetch(v_row + byte);
+      }
+      if (half) {
+        k_half[j] = reinterpret_cast<const uint16_t*>(k_row);
+        v_half[j] = reinterpret_cast<const uint16_t*>(v_row);
+      } else {
+        kp[j] = reinterpret_cast<const float*>(k_row);
+        vp[j] = reinterpret_cast<const float*>(v_row);
+      }
       if (++offset == a.block_size) {
         offset = 0;
         ++block;
       }
     }
-    // A decode step finds its K/V rows out of cache (a whole step of weights
-    // went through since): ask for all of the chunk's lines at once rather
-    // than one miss at a time as the scores reach them.
-    for (int j = 0; j < n; ++j) {
-      for (int64_t byte = 0; byte < dim * elem; byte += 64) {
-        __builtin_prefetch(k_row[j] + byte);
-        __builtin_prefetch(v_row[j] + byte);
-      }
-    }
-    for (int j = 0; j < n; ++j) {
-      if (!half) {
-        kp[j] = reinterpret_cast<const float*>(k_row[j]);
-        vp[j] = reinterpret_cast<const float*>(v_row[j]);
-      } else if (!to_floats) {
-        k_half[j] = reinterpret_cast<const uint16_t*>(k_row[j]);
-        v_half[j] = reinterpret_cast<const uint16_t*>(v_row[j]);
-      } else {
-        float* k32 = scratch.k32.data() + j * dim;
-        float* v32 = scratch.v32.data() + j * dim;
-        kernels.to_floats(reinterpret_cast<const uint16_t*>(k_row[j]), dim, k32);
-        kernels.to_floats(reinterpret_cast<const uint16_t*>(v_row[j]), dim, v32);
-        kp[j] = k32;
-        vp[j] = v32;
-      }
+    for (int j = 0; to_floats && j < n; ++j) {
+      float* k32 = scratch.k32.data() + j * dim;
+      float* v32 = scratch.v32.data() + j * dim;
+      kernels.to_floats(k_half[j], dim, k32);
+      kernels.to_floats(v_half[j], dim, v32);
+      kp[j] = k32;
+      vp[j] = v32;
     }
     // Tokens from `whole` on see all kChunk keys (or, in the last chunk, all
     // n); the ones before see start .. their position, if anything.
