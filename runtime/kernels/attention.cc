@@ -1077,16 +1077,16 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
     c.n_ahead = n_ahead;
     update(c);
   };
-  // The K and V rows of keys [from, from + n) into k_rows / v_rows.
+  // The K and V rows of keys [from, from + n) into k_rows / v_rows, a
+  // block's run of consecutive rows at a time.
   auto find_rows = [&](int64_t from, int n, const char** k_rows, const char** v_rows) {
-    int64_t block = from / a.block_size, offset = from % a.block_size;
-    for (int j = 0; j < n; ++j) {
+    for (int j = 0; j < n;) {
+      const int64_t block = (from + j) / a.block_size, offset = (from + j) % a.block_size;
       const int64_t row = CacheRow(a, table[block], t.kvh, offset) * elem;
-      k_rows[j] = k_cache + row;
-      v_rows[j] = v_cache + row;
-      if (++offset == a.block_size) {
-        offset = 0;
-        ++block;
+      const int run = static_cast<int>(std::min<int64_t>(n - j, a.block_size - offset));
+      for (int i = 0; i < run; ++i, ++j) {
+        k_rows[j] = k_cache + row + i * c.row_bytes;
+        v_rows[j] = v_cache + row + i * c.row_bytes;
       }
     }
   };
