@@ -391,8 +391,8 @@ BENCHMARK(BM_ThreadPoolEmptyParallelFor)->ArgName("threads")->Arg(1)->Arg(2)->Us
 // Paged attention over `reqs` requests of `context` positions each, of which
 // the last `q_len` are this step's query tokens (q_len = 1: a decode batch;
 // q_len = context: whole-prompt prefills). Heads of SmolLM2-135M (9 q heads,
-// 3 kv heads) or Llama-3.2-1B (32, 8); head_dim 64; blocks of 16. kv_f16: the
-// cache holds halves (xrt --kv-cache-dtype f16).
+// 3 kv heads) or Llama-3.2-1B (32, 8); head_dim 64; blocks of 16. kv_dtype:
+// the cache's element type, 0 f32, 1 f16, 2 fp8 (xrt --kv-cache-dtype).
 void BM_PagedAttention(benchmark::State& state) {
   const int64_t reqs = state.range(0), context = state.range(1), q_len = state.range(2);
   const int threads = static_cast<int>(state.range(3));
@@ -401,7 +401,8 @@ void BM_PagedAttention(benchmark::State& state) {
   const int64_t num_blocks = reqs * blocks_per_req;
   const int64_t kv_width = kv_heads * dim, q_width = heads * dim;
   const int64_t tokens = reqs * q_len;
-  const bool f16 = state.range(6) != 0;
+  const auto kv_dtype = static_cast<KvCacheDtype>(state.range(6));
+  const bool f16 = kv_dtype == KvCacheDtype::kF16, fp8 = kv_dtype == KvCacheDtype::kFp8E4M3;
   // layers > 1: as many caches, one per call in turn, as a model's layers
   // do (30 of SmolLM2's at context 1024 are 47 MB, past the L3: each call
   // reads its K/V from DRAM); 1: the same cache every call, warm.
@@ -414,6 +415,11 @@ void BM_PagedAttention(benchmark::State& state) {
   for (size_t i = 0; i < k_half.size(); ++i) {
     k_half[i] = FloatToHalf(k_cache[i]);
     v_half[i] = FloatToHalf(v_cache[i]);
+  }
+  std::vector<uint8_t> k_fp8(fp8 ? k_cache.size() : 0), v_fp8(k_fp8.size());
+  for (size_t i = 0; i < k_fp8.size(); ++i) {
+    k_fp8[i] = FloatToFp8E4M3(k_cache[i]);
+    v_fp8[i] = FloatToFp8E4M3(v_cache[i]);
   }
   std::vector<float> q(tokens * q_width), k(tokens * kv_width), v(tokens * kv_width), out(q.size());
   FillRandom(q.data(), q.size(), 5);
@@ -439,7 +445,7 @@ void BM_PagedAttention(benchmark::State& state) {
   a.v_stride = kv_width;
   a.out = out.data();
   a.out_stride = q_width;
-  a.kv_dtype = f16 ? KvCacheDtype::kF16 : KvCacheDtype::kF32;
+  a.kv_dtype = kv_dtype;
   a.slot_mapping = slots.data();
   a.block_tables = tables.data();
   a.seq_lens = seq_lens.data();
@@ -457,8 +463,12 @@ void BM_PagedAttention(benchmark::State& state) {
   int64_t layer = 0;
   for (auto _ : state) {
     const int64_t at = layer * cache_values;
-    a.k_cache = f16 ? static_cast<void*>(k_half.data() + at) : k_cache.data() + at;
-    a.v_cache = f16 ? static_cast<void*>(v_half.data() + at) : v_cache.data() + at;
+    a.k_cache = f16   ? static_cast<void*>(k_half.data() + at)
+                : fp8 ? static_cast<void*>(k_fp8.data() + at)
+                      : static_cast<void*>(k_cache.data() + at);
+    a.v_cache = f16   ? static_cast<void*>(v_half.data() + at)
+                : fp8 ? static_cast<void*>(v_fp8.data() + at)
+                      : static_cast<void*>(v_cache.data() + at);
     layer = (layer + 1) % layers;
     Status st = PagedAttention(a, pool);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
@@ -470,24 +480,26 @@ void BM_PagedAttention(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
   if (q_len == 1) {  // decode: K and V of every request read once
     state.counters["GBps"] =
-        benchmark::Counter(2.0 * reqs * context * kv_width * (f16 ? 2 : 4) * 1e-9,
+        benchmark::Counter(2.0 * reqs * context * kv_width * KvCacheElementBytes(kv_dtype) * 1e-9,
                            benchmark::Counter::kIsIterationInvariantRate);
   }
 }
 BENCHMARK(BM_PagedAttention)
-    ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads", "kv_f16", "layers"})
+    ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads", "kv_dtype", "layers"})
     ->Args({1, 32, 1, 1, 9, 3, 0, 1})  // one request's decode step: overhead, not flops
     ->Args({1, 32, 1, 2, 9, 3, 0, 1})
     ->Args({1, 1024, 1, 2, 9, 3, 0, 1})  // one long decode: 3 kv heads on 2 threads
     ->Args({1, 1024, 1, 2, 9, 3, 1, 1})
     ->Args({1, 1024, 1, 2, 9, 3, 0, 30})  // the same from DRAM, as in a model's decode step
     ->Args({1, 1024, 1, 2, 9, 3, 1, 30})
+    ->Args({1, 1024, 1, 2, 9, 3, 2, 30})
     ->Args({16, 1024, 1, 1, 9, 3, 0, 1})
     ->Args({16, 1024, 1, 2, 9, 3, 0, 1})
     ->Args({16, 1024, 1, 1, 9, 3, 1, 1})
     ->Args({16, 1024, 1, 2, 9, 3, 1, 1})
     ->Args({16, 1024, 1, 2, 9, 3, 0, 4})  // 4 x 24 MB
     ->Args({16, 1024, 1, 2, 9, 3, 1, 4})
+    ->Args({16, 1024, 1, 2, 9, 3, 2, 4})
     ->Args({1, 512, 512, 1, 9, 3, 0, 1})
     ->Args({1, 512, 512, 2, 9, 3, 0, 1})
     ->Args({1, 512, 512, 2, 9, 3, 1, 1})

@@ -30,10 +30,13 @@ struct ChunkUpdate {
   const float* const* q;  // [rows]
   const float* const* k;
   const float* const* v;
-  // The chunk's rows of a kF16 cache, for an update that reads halves in
-  // place (ChunkKernels::update_halves); k and v are then unused.
+  // The chunk's rows of a kF16 / kFp8E4M3 cache, for an update that reads
+  // them in place (ChunkKernels::update_halves / update_fp8); k and v are
+  // then unused.
   const uint16_t* const* k_half;
   const uint16_t* const* v_half;
+  const uint8_t* const* k_fp8;
+  const uint8_t* const* v_fp8;
   int n;  // keys in the chunk, <= kChunk
   int64_t dim, rows;
   float scale;
@@ -123,14 +126,20 @@ void FoldRowScalar(float* acc, const float* add, int64_t dim, float c_to, float 
 
 inline float LoadOne(const float* x) { return *x; }
 inline float LoadOne(const uint16_t* x) { return HalfToFloat(*x); }
+inline float LoadOne(const uint8_t* x) { return Fp8E4M3ToFloat(*x); }
 
-// A kF16 cache's values: n halves to floats (exact) and floats to halves
-// (FloatToHalf's rounding, nearest even; F16C's vcvtps2ph rounds the same).
-void HalvesToFloatsScalar(const uint16_t* h, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = LoadOne(h + i);
+// A kF16 or kFp8E4M3 cache's values: n of them to floats (exact), and
+// floats to them (FloatToHalf's rounding, nearest even, which F16C's
+// vcvtps2ph shares; FloatToFp8E4M3's).
+template <typename T>
+void ToFloatsScalar(const T* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = LoadOne(x + i);
 }
 void FloatsToHalvesScalar(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = FloatToHalf(x[i]);
+}
+void FloatsToFp8Scalar(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToFp8E4M3(x[i]);
 }
 
 #if defined(__x86_64__)
@@ -188,16 +197,30 @@ XRT_TARGET_AVX2 float ExpSumAvx2(float* s, int n, float m) {
   return HorizontalSum8(sum);
 }
 
-// Eight floats at x, or eight halves as floats; the halves conversions of
-// a kF16 cache (HalvesToFloatsScalar, FloatsToHalvesScalar) on F16C.
+// Eight floats at x, or eight halves or e4m3 codes as floats (exact, as
+// LoadOne); the conversions of a kF16 / kFp8E4M3 cache on F16C.
 XRT_TARGET_AVX2 inline __m256 Load8Avx2(const float* x) { return _mm256_loadu_ps(x); }
 XRT_TARGET_AVX2 inline __m256 Load8Avx2(const uint16_t* x) {
   return packed_simd::Halves8(reinterpret_cast<const uint8_t*>(x));
 }
-XRT_TARGET_AVX2 void HalvesToFloatsAvx2(const uint16_t* h, int64_t n, float* out) {
+// Fp8E4M3ToFloat's half on 8 lanes: each code in the high byte of a 16-bit
+// lane, shifted right by one with the sign bit cleared from bit 14, is
+// s 0eeee mmm0000000: the half worth the code times 2^-8; the NaN codes
+// (magnitude 0x7f, 0x3f80 after the shift) made half NaNs.
+XRT_TARGET_AVX2 inline __m256 Load8Avx2(const uint8_t* x) {
+  const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x));
+  const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(), codes);
+  __m128i h = _mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<int16_t>(0xbfff)));
+  const __m128i magnitude = _mm_set1_epi16(0x7fff);
+  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, magnitude), _mm_set1_epi16(0x3f80));
+  h = _mm_or_si128(h, _mm_and_si128(nan, magnitude));
+  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+template <typename T>
+XRT_TARGET_AVX2 void ToFloatsAvx2(const T* x, int64_t n, float* out) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Load8Avx2(h + i));
-  HalvesToFloatsScalar(h + i, n - i, out + i);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Load8Avx2(x + i));
+  ToFloatsScalar(x + i, n - i, out + i);
 }
 XRT_TARGET_AVX2 void FoldRowAvx2(float* acc, const float* add, int64_t dim, float c_to,
                                  float c_from) {
@@ -378,14 +401,17 @@ XRT_TARGET_AVX2 inline void AccumulateRowsAvx2(float* acc, int64_t dim, const fl
   }
 }
 
-// The chunk's key or value rows as T: the float rows, or a kF16 cache's
-// halves.
+// The chunk's key (or value) rows as T: floats, a kF16 cache's halves or a
+// kFp8E4M3 cache's codes.
 template <typename T>
-const T* const* RowsOf(const float* const* floats, const uint16_t* const* halves) {
+const T* const* RowsOf(const ChunkUpdate& c, bool values) {
   if constexpr (std::is_same_v<T, float>) {
-    return floats;
+    return values ? c.v : c.k;
+  } else if constexpr (std::is_same_v<T, uint16_t>) {
+    return values ? c.v_half : c.k_half;
   } else {
-    return halves;
+    static_assert(std::is_same_v<T, uint8_t>);
+    return values ? c.v_fp8 : c.k_fp8;
   }
 }
 
@@ -395,8 +421,7 @@ const T* const* RowsOf(const float* const* floats, const uint16_t* const* halves
 template <int R, typename T>
 XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
   float* s = c.s + r0 * kChunk;
-  ScoresRowsAvx2<R>(c.q + r0, RowsOf<T>(c.k, c.k_half), c.n, c.dim, c.scale, s,
-                    r0 == 0 ? &c : nullptr);
+  ScoresRowsAvx2<R>(c.q + r0, RowsOf<T>(c, false), c.n, c.dim, c.scale, s, r0 == 0 ? &c : nullptr);
   float corr[R];
   for (int r = 0; r < R; ++r) {
     const int64_t g = r0 + r;
@@ -409,7 +434,7 @@ XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
   // kWide vectors of d at a time: R x kWide accumulators, kWide values and a
   // broadcast in 16 registers.
   constexpr int kWide = R == 3 ? 3 : 4;
-  const T* const* v = RowsOf<T>(c.v, c.v_half);
+  const T* const* v = RowsOf<T>(c, true);
   float* acc = c.acc + r0 * c.dim;
   const int64_t full = c.dim / 8 * 8;
   int64_t d = 0;
@@ -432,7 +457,7 @@ XRT_TARGET_AVX2 void UpdateRowsAvx2(const ChunkUpdate& c, int64_t r0) {
 
 // Rows in blocks of 3 (12 score accumulators), a remainder of 1 taken as
 // 2 + 2 (the 4 query heads of a Llama kv head, say). T: the cache rows'
-// type, float or (read in place from a kF16 cache) halves.
+// type: float, or (read in place) a kF16 cache's halves or a kFp8E4M3 cache's codes.
 template <typename T>
 XRT_TARGET_AVX2 void UpdateAvx2(const ChunkUpdate& c) {
   int64_t r = 0;
@@ -776,13 +801,16 @@ constexpr Primitives kScalarPrimitives{&ScoresScalar, &ExpSumScalar, &Accumulate
 constexpr Primitives kAvx512Primitives{&ScoresAvx512, &ExpSumAvx512, &AccumulateAvx512};
 #endif
 
-// The chunk step of one ISA, the one that reads a kF16 cache's rows in place
-// (if it has one), and the half conversions of a kF16 cache.
+// The chunk step of one ISA, the ones that read a kF16 / kFp8E4M3 cache's
+// rows in place (if it has them), and the conversions of those caches.
 struct ChunkKernels {
   UpdateFn update;
   UpdateFn update_halves = nullptr;  // null: the rows are converted to floats first
-  void (*to_floats)(const uint16_t*, int64_t, float*) = &HalvesToFloatsScalar;
+  UpdateFn update_fp8 = nullptr;     // the same
+  void (*halves_to_floats)(const uint16_t*, int64_t, float*) = &ToFloatsScalar<uint16_t>;
+  void (*fp8_to_floats)(const uint8_t*, int64_t, float*) = &ToFloatsScalar<uint8_t>;
   void (*to_halves)(const float*, int64_t, uint16_t*) = &FloatsToHalvesScalar;
+  void (*to_fp8)(const float*, int64_t, uint8_t*) = &FloatsToFp8Scalar;
   void (*fold_row)(float*, const float*, int64_t, float, float) = &FoldRowScalar;
 };
 
@@ -811,7 +839,8 @@ ChunkKernels KernelsFor(CpuIsa isa, int64_t dim) {
         return {&UpdateGeneric<kAvx512Primitives>};
     }
   }
-  if (isa == CpuIsa::kAvx2) return {&UpdateAvx2<float>, &UpdateAvx2<uint16_t>};
+  if (isa == CpuIsa::kAvx2)
+    return {&UpdateAvx2<float>, &UpdateAvx2<uint16_t>, &UpdateAvx2<uint8_t>};
 #endif
   return {&UpdateGeneric<kScalarPrimitives>};
 }
@@ -823,7 +852,8 @@ ChunkKernels KernelsAndConversionsFor(CpuIsa isa, int64_t dim) {
   ChunkKernels k = KernelsFor(isa, dim);
 #if defined(__x86_64__)
   if (isa != CpuIsa::kScalar) {
-    k.to_floats = &HalvesToFloatsAvx2;
+    k.halves_to_floats = &ToFloatsAvx2<uint16_t>;
+    k.fp8_to_floats = &ToFloatsAvx2<uint8_t>;
     k.to_halves = &FloatsToHalvesAvx2;
     k.fold_row = &FoldRowAvx2;
   }
@@ -844,7 +874,8 @@ Status Validate(const PagedAttentionArgs& a) {
         "block_size={}, num_blocks={})",
         a.num_heads, a.num_kv_heads, a.head_dim, a.block_size, a.num_blocks);
   }
-  if (a.kv_dtype != KvCacheDtype::kF32 && a.kv_dtype != KvCacheDtype::kF16) {
+  if (a.kv_dtype != KvCacheDtype::kF32 && a.kv_dtype != KvCacheDtype::kF16 &&
+      a.kv_dtype != KvCacheDtype::kFp8E4M3) {
     return InvalidArgumentError("paged attention: unknown kv cache dtype {}",
                                 static_cast<int>(a.kv_dtype));
   }
@@ -945,6 +976,9 @@ void WriteKv(const PagedAttentionArgs& a, const ChunkKernels& kernels) {
       if (a.kv_dtype == KvCacheDtype::kF16) {
         kernels.to_halves(k, dim, static_cast<uint16_t*>(a.k_cache) + row);
         kernels.to_halves(v, dim, static_cast<uint16_t*>(a.v_cache) + row);
+      } else if (a.kv_dtype == KvCacheDtype::kFp8E4M3) {
+        kernels.to_fp8(k, dim, static_cast<uint8_t*>(a.k_cache) + row);
+        kernels.to_fp8(v, dim, static_cast<uint8_t*>(a.v_cache) + row);
       } else {
         std::memcpy(static_cast<float*>(a.k_cache) + row, k, dim * sizeof(float));
         std::memcpy(static_cast<float*>(a.v_cache) + row, v, dim * sizeof(float));
@@ -1009,6 +1043,20 @@ struct RowStates {
       : acc(buf), m(buf + rows * dim), l(buf + rows * dim + rows) {}
 };
 
+// A chunk's K and V rows of a kF16 / kFp8E4M3 cache (T: halves or codes) as
+// typed pointers, and (k32 not null) as floats in k32 / v32.
+template <typename T>
+void PlaceNarrowRow(const char* k_row, const char* v_row, int64_t dim,
+                    void (*to_floats)(const T*, int64_t, float*), const T** k, const T** v,
+                    float* k32, float* v32) {
+  *k = reinterpret_cast<const T*>(k_row);
+  *v = reinterpret_cast<const T*>(v_row);
+  if (k32) {
+    to_floats(*k, dim, k32);
+    to_floats(*v, dim, v32);
+  }
+}
+
 // Partition p of the tile's rows into `state`: the rows of the tokens that
 // see one of its keys (from first_token(p) on) start from a fresh state and
 // go through its 64-key chunks in order; the other rows are not touched.
@@ -1021,8 +1069,8 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
   const int64_t dim = a.head_dim, group = t.group, pos0 = t.pos0;
   const int64_t i0 = t.first_token(p);
   const int32_t* table = a.block_tables + tile.request * a.max_blocks_per_req;
-  const bool half = a.kv_dtype == KvCacheDtype::kF16;
-  const int64_t elem = KvCacheElementBytes(a.kv_dtype);
+  const KvCacheDtype dtype = a.kv_dtype;
+  const int64_t elem = KvCacheElementBytes(dtype);
   const char* k_cache = static_cast<const char*>(a.k_cache);
   const char* v_cache = static_cast<const char*>(a.v_cache);
 
@@ -1043,15 +1091,19 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
   const float* vp[kChunk];
   const uint16_t* k_half[kChunk];
   const uint16_t* v_half[kChunk];
+  const uint8_t* k_fp8[kChunk];
+  const uint8_t* v_fp8[kChunk];
   // The K and V rows (as bytes) of a chunk and of the one after it.
   const char* rows[2][2][kChunk];
-  // A kF16 cache's rows are read in place by a decode step (one token: each
-  // row is read once, by its group's rows) where the ISA can; otherwise (a
-  // prompt's rows read each one once per row block) converted to floats
-  // once per chunk.
-  const UpdateFn update =
-      half && tile.count == 1 && kernels.update_halves ? kernels.update_halves : kernels.update;
-  const bool to_floats = half && update == kernels.update;
+  // A kF16 / kFp8E4M3 cache's rows are read in place by a decode step (one
+  // token: each row is read once, by its group's rows) where the ISA can;
+  // otherwise (a prompt's rows read each one once per row block) converted
+  // to floats once per chunk.
+  const UpdateFn in_place = dtype == KvCacheDtype::kF16       ? kernels.update_halves
+                            : dtype == KvCacheDtype::kFp8E4M3 ? kernels.update_fp8
+                                                              : nullptr;
+  const UpdateFn update = tile.count == 1 && in_place ? in_place : kernels.update;
+  const bool to_floats = dtype != KvCacheDtype::kF32 && update == kernels.update;
   if (to_floats) {
     scratch.k32.resize(kChunk * dim);
     scratch.v32.resize(kChunk * dim);
@@ -1061,6 +1113,8 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
   c.v = vp;
   c.k_half = k_half;
   c.v_half = v_half;
+  c.k_fp8 = k_fp8;
+  c.v_fp8 = v_fp8;
   c.dim = dim;
   c.scale = a.scale;
   c.row_bytes = dim * elem;
@@ -1108,23 +1162,29 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
     c.ahead_k = rows[1 - cur][0];
     c.ahead_v = rows[1 - cur][1];
     for (int j = 0; j < n; ++j) {
-      if (half) {
-        k_half[j] = reinterpret_cast<const uint16_t*>(rows[cur][0][j]);
-        v_half[j] = reinterpret_cast<const uint16_t*>(rows[cur][1][j]);
-      } else {
-        kp[j] = reinterpret_cast<const float*>(rows[cur][0][j]);
-        vp[j] = reinterpret_cast<const float*>(rows[cur][1][j]);
+      const char* k_row = rows[cur][0][j];
+      const char* v_row = rows[cur][1][j];
+      float* k32 = to_floats ? scratch.k32.data() + j * dim : nullptr;
+      float* v32 = to_floats ? scratch.v32.data() + j * dim : nullptr;
+      switch (dtype) {
+        case KvCacheDtype::kF16:
+          PlaceNarrowRow(k_row, v_row, dim, kernels.halves_to_floats, k_half + j, v_half + j, k32,
+                         v32);
+          break;
+        case KvCacheDtype::kFp8E4M3:
+          PlaceNarrowRow(k_row, v_row, dim, kernels.fp8_to_floats, k_fp8 + j, v_fp8 + j, k32, v32);
+          break;
+        case KvCacheDtype::kF32:
+          kp[j] = reinterpret_cast<const float*>(k_row);
+          vp[j] = reinterpret_cast<const float*>(v_row);
+          break;
+      }
+      if (to_floats) {
+        kp[j] = k32;
+        vp[j] = v32;
       }
     }
     cur = 1 - cur;
-    for (int j = 0; to_floats && j < n; ++j) {
-      float* k32 = scratch.k32.data() + j * dim;
-      float* v32 = scratch.v32.data() + j * dim;
-      kernels.to_floats(k_half[j], dim, k32);
-      kernels.to_floats(v_half[j], dim, v32);
-      kp[j] = k32;
-      vp[j] = v32;
-    }
     // Tokens from `whole` on see all kChunk keys (or, in the last chunk, all
     // n); the ones before see start .. their position, if anything.
     const int64_t whole = std::max<int64_t>(0, start + n - 1 - pos0);

@@ -36,7 +36,12 @@
 // back exactly (every half is an f32). So with kF16 the output equals, bit for
 // bit, that of kF32 run on k/v rounded to half first, on every ISA path; it
 // halves the cache's memory and the bytes a decode step's attention reads
-// (llama.cpp's default cache type; vLLM's --kv-cache-dtype).
+// (llama.cpp's default cache type; vLLM's --kv-cache-dtype). kFp8E4M3 does
+// the same with one byte per value: OCP fp8 e4m3 (FloatToFp8E4M3: nearest
+// even, saturating at +-448), with no scale (vLLM's fp8 cache with the
+// default k/v scales of 1), so a quarter of kF32's bytes at 3 mantissa bits:
+// values under 2^-6 keep less (subnormals, down to 2^-9), and larger ones
+// than 448 are clipped.
 //
 // Batch invariance: the output of a token depends only on its q, its
 // position, and its request's cached K/V (in the order of positions 0..pos):
@@ -81,13 +86,15 @@
 namespace xrt {
 
 // The element type of the paged KV cache (see the file comment).
-enum class KvCacheDtype : uint8_t { kF32 = 0, kF16 = 1 };
+enum class KvCacheDtype : uint8_t { kF32 = 0, kF16 = 1, kFp8E4M3 = 2 };
 
-// Bytes per cached value: 4 or 2.
-constexpr int64_t KvCacheElementBytes(KvCacheDtype t) { return t == KvCacheDtype::kF16 ? 2 : 4; }
-// "f32" or "f16", as xrt's --kv-cache-dtype spells it.
+// Bytes per cached value: 4, 2 or 1.
+constexpr int64_t KvCacheElementBytes(KvCacheDtype t) {
+  return t == KvCacheDtype::kF16 ? 2 : t == KvCacheDtype::kFp8E4M3 ? 1 : 4;
+}
+// "f32", "f16" or "fp8", as xrt's --kv-cache-dtype spells it.
 constexpr const char* KvCacheDtypeName(KvCacheDtype t) {
-  return t == KvCacheDtype::kF16 ? "f16" : "f32";
+  return t == KvCacheDtype::kF16 ? "f16" : t == KvCacheDtype::kFp8E4M3 ? "fp8" : "f32";
 }
 
 struct PagedAttentionArgs {

@@ -326,19 +326,40 @@ TEST(PagedAttentionTest, LongPromptsInTilesForEveryGroupSize) {
   CheckBatchInvariance<8, BatchT<8, 6, 1>>(kMixed);
 }
 
-// kF16 cache: the output equals, bit for bit, the kF32 path's on K/V
-// rounded to half (in the cache and this step's k/v alike), and the new
-// tokens' K/V are stored as FloatToHalf of k/v. Odd dims (the conversions'
-// scalar tails) and long prompts (tiles, several 64-key chunks) included.
-template <int D, class B = BatchT<D>>
-void CheckHalfCacheIsF32OnRoundedKv(const std::vector<Request>& requests) {
+// The element conversions of a kF16 (E = uint16_t) or kFp8E4M3 (uint8_t)
+// cache, and how far its output may be from the f64 reference on exact K/V.
+template <typename E>
+struct CacheElement;
+template <>
+struct CacheElement<uint16_t> {
+  static constexpr KvCacheDtype kDtype = KvCacheDtype::kF16;
+  static constexpr double kTolerance = 2e-3;
+  static uint16_t Encode(float x) { return FloatToHalf(x); }
+  static float Decode(uint16_t h) { return HalfToFloat(h); }
+};
+template <>
+struct CacheElement<uint8_t> {
+  static constexpr KvCacheDtype kDtype = KvCacheDtype::kFp8E4M3;
+  static constexpr double kTolerance = 5e-2;  // 3 mantissa bits
+  static uint8_t Encode(float x) { return FloatToFp8E4M3(x); }
+  static float Decode(uint8_t c) { return Fp8E4M3ToFloat(c); }
+};
+
+// kF16 / kFp8E4M3 cache: the output equals, bit for bit, the kF32 path's on
+// K/V rounded to the element type (in the cache and this step's k/v alike),
+// and the new tokens' K/V are stored as their Encode. Odd dims (the
+// conversions' scalar tails) and long prompts (tiles, several 64-key
+// chunks) included.
+template <typename E, int D, class B = BatchT<D>>
+void CheckNarrowCacheIsF32OnRoundedKv(const std::vector<Request>& requests) {
+  using C = CacheElement<E>;
   auto round = [](std::vector<float>& x) {
-    for (float& v : x) v = HalfToFloat(FloatToHalf(v));
+    for (float& v : x) v = C::Decode(C::Encode(v));
   };
-  auto halves = [](const std::vector<float>& x) {
-    std::vector<uint16_t> h(x.size());
-    for (size_t i = 0; i < x.size(); ++i) h[i] = FloatToHalf(x[i]);
-    return h;
+  auto encode = [](const std::vector<float>& x) {
+    std::vector<E> e(x.size());
+    for (size_t i = 0; i < x.size(); ++i) e[i] = C::Encode(x[i]);
+    return e;
   };
   ThreadPool pool(2);
   for (CpuIsa isa : SupportedIsas()) {
@@ -351,32 +372,35 @@ void CheckHalfCacheIsF32OnRoundedKv(const std::vector<Request>& requests) {
       ASSERT_TRUE(PagedAttentionWithIsa(want.Args(), p, isa).ok());
 
       B got(requests, /*padding=*/2);
-      std::vector<uint16_t> k16 = halves(got.k_cache_), v16 = halves(got.v_cache_);
+      std::vector<E> k_cache = encode(got.k_cache_), v_cache = encode(got.v_cache_);
       PagedAttentionArgs a = got.Args();
-      a.k_cache = k16.data();
-      a.v_cache = v16.data();
-      a.kv_dtype = KvCacheDtype::kF16;
+      a.k_cache = k_cache.data();
+      a.v_cache = v_cache.data();
+      a.kv_dtype = C::kDtype;
       Status st = PagedAttentionWithIsa(a, p, isa);
       ASSERT_TRUE(st.ok()) << st.ToString();
       ASSERT_EQ(0, std::memcmp(got.out_.data(), want.out_.data(), got.out_.size() * 4))
-          << CpuIsaName(isa) << " dim " << D;
+          << CpuIsaName(isa) << " dim " << D << " " << KvCacheDtypeName(C::kDtype);
       for (int t = 0; t < got.qsl_[B::kMaxReqs]; ++t) {
-        const std::vector<uint16_t> k_row = B::LoadRow(k16, got.slots_[t]);
-        const std::vector<uint16_t> v_row = B::LoadRow(v16, got.slots_[t]);
+        const std::vector<E> k_row = B::LoadRow(k_cache, got.slots_[t]);
+        const std::vector<E> v_row = B::LoadRow(v_cache, got.slots_[t]);
         for (int j = 0; j < B::kKvWidth; ++j) {
-          ASSERT_EQ(k_row[j], FloatToHalf(got.k_[t * B::kKvWidth + j]));
-          ASSERT_EQ(v_row[j], FloatToHalf(got.v_[t * B::kKvWidth + j]));
+          ASSERT_EQ(k_row[j], C::Encode(got.k_[t * B::kKvWidth + j]));
+          ASSERT_EQ(v_row[j], C::Encode(got.v_[t * B::kKvWidth + j]));
         }
       }
       // And it is still attention: close to the f64 reference on the exact K/V.
+      double worst = 0;
       for (size_t r = 0; r < requests.size(); ++r) {
         for (int i = 0; i < requests[r].q_len; ++i) {
           const std::vector<double> ref = got.Reference(r, i);
           for (int j = 0; j < B::kQWidth; ++j) {
-            ASSERT_NEAR(got.out_[(got.qsl_[r] + i) * B::kQWidth + j], ref[j], 2e-3);
+            worst =
+                std::max(worst, std::fabs(got.out_[(got.qsl_[r] + i) * B::kQWidth + j] - ref[j]));
           }
         }
       }
+      ASSERT_LE(worst, C::kTolerance) << KvCacheDtypeName(C::kDtype) << " dim " << D;
     }
   }
 }
@@ -409,12 +433,21 @@ TEST(PagedAttentionTest, LongContextsInPartitions) {
   CheckPartitionsSplitAnywhere<8, BatchT<8, 6, 1>>({{520, 1}});
 }
 
+template <typename E>
+void CheckNarrowCacheOnEveryShape() {
+  CheckNarrowCacheIsF32OnRoundedKv<E, 20>(kMixed);
+  CheckNarrowCacheIsF32OnRoundedKv<E, 64>(kMixed);
+  CheckNarrowCacheIsF32OnRoundedKv<E, 64>(kLong);
+  CheckNarrowCacheIsF32OnRoundedKv<E, 64>(kPartitioned);
+  CheckNarrowCacheIsF32OnRoundedKv<E, 8, BatchT<8, 6, 1>>(kMixed);
+}
+
 TEST(PagedAttentionTest, HalfCacheIsTheF32PathOnHalfRoundedKv) {
-  CheckHalfCacheIsF32OnRoundedKv<20>(kMixed);
-  CheckHalfCacheIsF32OnRoundedKv<64>(kMixed);
-  CheckHalfCacheIsF32OnRoundedKv<64>(kLong);
-  CheckHalfCacheIsF32OnRoundedKv<64>(kPartitioned);
-  CheckHalfCacheIsF32OnRoundedKv<8, BatchT<8, 6, 1>>(kMixed);
+  CheckNarrowCacheOnEveryShape<uint16_t>();
+}
+
+TEST(PagedAttentionTest, Fp8CacheIsTheF32PathOnFp8RoundedKv) {
+  CheckNarrowCacheOnEveryShape<uint8_t>();
 }
 
 TEST(PagedAttentionTest, UnknownKvCacheDtypeIsAnError) {

@@ -57,6 +57,33 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(units)));
 }
 
+// An e4m3 code's bits moved into a half's (sign to bit 15, exponent and
+// mantissa to bits 13..7) make a half worth the e4m3 value times 2^-8, for
+// normals and subnormals alike (the exponent's bias goes from 7 to 15).
+float Fp8E4M3ToFloat(uint8_t x) {
+  if ((x & 0x7fu) == 0x7fu) return (x & 0x80u) ? -NAN : NAN;
+  const uint16_t h = static_cast<uint16_t>(((x & 0x80u) << 8) | ((x & 0x7fu) << 7));
+  return HalfToFloat(h) * 256.0f;
+}
+
+uint8_t FloatToFp8E4M3(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7fu;   // nan
+  if (magnitude >= 0x43e00000u) return sign | 0x7eu;  // 448 and above: 448
+  if (magnitude >= 0x3c800000u) {                     // normal (>= 2^-6)
+    uint32_t v = magnitude - (120u << 23);            // rebias 127 -> 7
+    v += 0x7ffffu + ((v >> 20) & 1u);                 // round to nearest even at bit 20
+    return static_cast<uint8_t>(sign | (v >> 20));
+  }
+  // Subnormal: the value in units of 2^-9 (an exact scaling), rounded to the
+  // nearest even integer; 8 becomes the smallest normal.
+  const float units = std::fabs(f) * 512.0f;
+  return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::nearbyint(units)));
+}
+
 float BFloat16ToFloat(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;

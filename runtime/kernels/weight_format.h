@@ -249,6 +249,11 @@ float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);
 float BFloat16ToFloat(uint16_t h);
 uint16_t FloatToBFloat16(float f);
+// OCP fp8 e4m3 (e4m3fn: bias 7, subnormals down to 2^-9, no infinities, NaN
+// 0x7f / 0xff) <-> f32. To e4m3: round to nearest even, saturating to +-448
+// (the largest finite; infinities too), NaN to NaN. From e4m3: exact.
+float Fp8E4M3ToFloat(uint8_t x);
+uint8_t FloatToFp8E4M3(float f);
 
 // Dequantizes column `n` of the packed weight (= row n of W) into out[K]: the
 // values the matmul kernels use. For the embedding lookup of a tied table and

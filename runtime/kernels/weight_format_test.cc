@@ -263,6 +263,59 @@ TEST(WeightFormatTest, HalfConversions) {
   EXPECT_EQ(BFloat16ToFloat(0xc040), -3.0f);
 }
 
+// e4m3 by its definition: (-1)^s 2^(e-7) (1 + m/8), subnormals 2^-6 m/8.
+double DecodeFp8E4M3(uint8_t x) {
+  const int e = (x >> 3) & 0xf, m = x & 7;
+  if ((x & 0x7f) == 0x7f) return NAN;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (x & 0x80) ? -mag : mag;
+}
+
+TEST(WeightFormatTest, Fp8E4M3Conversions) {
+  EXPECT_EQ(FloatToFp8E4M3(1.0f), 0x38);
+  EXPECT_EQ(FloatToFp8E4M3(-0.5f), 0xb0);
+  EXPECT_EQ(FloatToFp8E4M3(448.0f), 0x7e);
+  EXPECT_EQ(FloatToFp8E4M3(464.0f), 0x7e);  // saturates (would round to 480)
+  EXPECT_EQ(FloatToFp8E4M3(-1e30f), 0xfe);
+  EXPECT_EQ(FloatToFp8E4M3(INFINITY), 0x7e);
+  EXPECT_EQ(FloatToFp8E4M3(1.0625f), 0x38);  // tie -> even
+  EXPECT_EQ(FloatToFp8E4M3(1.1875f), 0x3a);  // tie -> even (up)
+  EXPECT_EQ(FloatToFp8E4M3(1.0625f + 0x1p-20f), 0x39);
+  EXPECT_EQ(FloatToFp8E4M3(0x1p-9f), 0x01);              // smallest subnormal
+  EXPECT_EQ(FloatToFp8E4M3(0x1p-10f), 0x00);             // tie -> even (0)
+  EXPECT_EQ(FloatToFp8E4M3(3 * 0x1p-10f), 0x02);         // tie -> even (2)
+  EXPECT_EQ(FloatToFp8E4M3(-0x1p-6f + 0x1p-11f), 0x88);  // rounds up to normal
+  EXPECT_EQ(FloatToFp8E4M3(-0.0f), 0x80);
+  EXPECT_EQ(FloatToFp8E4M3(std::numeric_limits<float>::quiet_NaN()) & 0x7f, 0x7f);
+  for (int x = 0; x < 256; ++x) {
+    const float f = Fp8E4M3ToFloat(static_cast<uint8_t>(x));
+    const double ref = DecodeFp8E4M3(static_cast<uint8_t>(x));
+    if (std::isnan(ref)) {
+      EXPECT_TRUE(std::isnan(f)) << x;
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), ref) << x;
+    ASSERT_EQ(Bits(f), Bits(static_cast<float>(ref))) << x;  // -0 too
+    ASSERT_EQ(FloatToFp8E4M3(f), x) << x;                    // every code survives the round trip
+  }
+  // Any float in range rounds to the nearest code, ties to the even one.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> exponent(-12.0f, 9.0f), mantissa(1.0f, 2.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = std::ldexp(mantissa(rng), static_cast<int>(exponent(rng))) * (i % 2 ? -1 : 1);
+    if (std::fabs(x) > 448.0f) continue;
+    int best = -1;
+    for (int c = 0; c < 256; ++c) {
+      const double d = DecodeFp8E4M3(static_cast<uint8_t>(c));
+      if (std::isnan(d) || std::signbit(d) != std::signbit(x)) continue;
+      const double err = std::fabs(d - x);
+      const double best_err = best < 0 ? INFINITY : std::fabs(DecodeFp8E4M3(best) - x);
+      if (err < best_err || (err == best_err && (c & 1) == 0)) best = c;
+    }
+    ASSERT_EQ(FloatToFp8E4M3(x), best) << x;
+  }
+}
+
 // Hand-checked bytes of each layout, N not a multiple of 32: padding is zero.
 TEST(WeightFormatTest, LayoutBytes) {
   const int64_t n = 33, k = 64;
