@@ -2,7 +2,8 @@
 // next to this machine's memory bandwidth measured in the same run.
 //
 //   lm_step_bench ARTIFACT [--threads N] [--context L] [--decode-reqs R] [--iters K]
-//                 [--json FILE] [--lora single|mixed] [--kv-cache-dtype auto|f32|f16] [--profile]
+//                 [--json FILE] [--lora single|mixed] [--kv-cache-dtype auto|f32|f16|fp8]
+//                 [--profile]
 //
 // Prefill: one request whose step fills a whole token bucket (lm_step + the
 // lm_logits of its last token), tokens/s = bucket / step time.
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s ARTIFACT [--threads N] [--context L] [--decode-reqs R] [--iters K] "
-                 "[--json FILE] [--lora single|mixed] [--kv-cache-dtype auto|f32|f16] "
+                 "[--json FILE] [--lora single|mixed] [--kv-cache-dtype auto|f32|f16|fp8] "
                  "[--profile]\n",
                  argv[0]);
     return 2;

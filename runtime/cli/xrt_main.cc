@@ -1,6 +1,6 @@
 // xrt: the serving runtime. Loads a compiled .xpk artifact; never compiles.
 //   xrt run ARTIFACT [--host H] [--port P] [--max-num-seqs N] [--max-num-batched-tokens N]
-//           [--kv-cache-memory BYTES | --num-kv-blocks N] [--kv-cache-dtype auto|f32|f16]
+//           [--kv-cache-memory BYTES | --num-kv-blocks N] [--kv-cache-dtype auto|f32|f16|fp8]
 //           [--served-model-name NAME] [--api-key
 //           KEY]
 //           [--shutdown-timeout SECONDS] [--allowed-local-media-path DIR]
@@ -314,8 +314,10 @@ int main(int argc, char** argv) {
   const char* kv_dtype_help =
       "KV cache element type: f32 (keys and values as computed), f16 (rounded to half, as "
       "llama.cpp's default cache: half the memory, so twice the tokens for --kv-cache-memory, "
-      "and half the bytes decode attention reads; outputs deviate slightly, see the README), or "
-      "auto: f16 for an artifact compiled with --compute bf16 or int8, f32 otherwise";
+      "and half the bytes decode attention reads; outputs deviate slightly, see the README), fp8 "
+      "(alias fp8_e4m3: one byte per value, OCP e4m3 without scales, as vLLM's fp8 cache: half "
+      "of f16's memory and bytes again, at 3 mantissa bits; outputs deviate more, see the "
+      "README), or auto: f16 for an artifact compiled with --compute bf16 or int8, f32 otherwise";
   int64_t maxTokens = 128;
   xrt::SamplingParams sp;
   sp.temperature = 0.0f;

@@ -37,7 +37,9 @@ Expected<std::optional<KvCacheDtype>> ParseKvCacheDtype(const std::string& name)
   if (name == "auto") return std::optional<KvCacheDtype>();
   if (name == "f32") return std::optional<KvCacheDtype>(KvCacheDtype::kF32);
   if (name == "f16") return std::optional<KvCacheDtype>(KvCacheDtype::kF16);
-  return InvalidArgumentError("--kv-cache-dtype: '{}' is not one of auto, f32, f16", name);
+  if (name == "fp8" || name == "fp8_e4m3")
+    return std::optional<KvCacheDtype>(KvCacheDtype::kFp8E4M3);
+  return InvalidArgumentError("--kv-cache-dtype: '{}' is not one of auto, f32, f16, fp8", name);
 }
 
 Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerParams& params) {

@@ -36,9 +36,9 @@ Status ValidateKvCacheParams(const KvCacheParams& p, bool check_num_blocks) {
     if (f.value < 1)
       return InvalidArgumentError("kv cache: {} is {}; must be >= 1", f.name, f.value);
   }
-  if (p.element_bytes != 2 && p.element_bytes != 4) {
-    return InvalidArgumentError("kv cache: element_bytes is {}; must be 2 (f16) or 4 (f32)",
-                                p.element_bytes);
+  if (p.element_bytes != 1 && p.element_bytes != 2 && p.element_bytes != 4) {
+    return InvalidArgumentError(
+        "kv cache: element_bytes is {}; must be 1 (fp8), 2 (f16) or 4 (f32)", p.element_bytes);
   }
   int64_t bytes = 0;
   const int64_t blocks = check_num_blocks ? p.num_blocks : 1;

@@ -1,7 +1,8 @@
 // KvCacheStorage: the memory of the paged KV cache.
 //
 // Per layer, one K and one V array of values (element_bytes each: 4 for an
-// f32 cache, 2 for an f16 one; the attention kernel's KvCacheDtype) laid out as
+// f32 cache, 2 for an f16 one, 1 for fp8; the attention kernel's
+// KvCacheDtype) laid out as
 //   [num_blocks][num_kv_heads][block_size][head_dim]
 // (the layout the paged attention kernel reads, runtime/kernels/attention.h):
 // element (slot, kv_head, d) of a layer is at
@@ -31,7 +32,7 @@ struct KvCacheParams {
   int64_t head_dim = 0;
   int64_t block_size = 0;  // tokens per block
   int64_t num_blocks = 0;
-  int64_t element_bytes = 4;  // bytes per cached value: 4 (f32) or 2 (f16)
+  int64_t element_bytes = 4;  // bytes per cached value: 4 (f32), 2 (f16) or 1 (fp8)
 };
 
 class KvCacheStorage {

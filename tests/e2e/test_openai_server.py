@@ -364,6 +364,29 @@ def test_auto_kv_cache_is_f16_for_int8_compute_and_f32_otherwise(artifacts):
     assert auto_text == asked_text
 
 
+def test_fp8_kv_cache_holds_twice_the_f16_tokens_and_serves(artifacts):
+    # `--kv-cache-dtype fp8` (vLLM's spelling; fp8_e4m3 too): one byte per value.
+    def run(*args):
+        s = Server(artifacts["main"], "--kv-cache-memory", "4MiB", *args)
+        try:
+            line = re.search(r"KV blocks of \d+ tokens, (\w+) KV cache", s.logs())
+            assert line, s.logs()
+            out = greedy(s, PROMPT, max_tokens=8, extra_body={"ignore_eos": True})
+            return s.metrics()["xrt_kv_cache_blocks_total"], line.group(1), out
+        finally:
+            s.stop()
+
+    f16_blocks, f16_dtype, _ = run("--kv-cache-dtype", "f16")
+    fp8_blocks, fp8_dtype, out = run("--kv-cache-dtype", "fp8_e4m3")
+    assert (f16_dtype, fp8_dtype) == ("f16", "fp8")
+    assert fp8_blocks == 2 * f16_blocks
+    assert out.usage.completion_tokens == 8 and out.choices[0].text
+    r = subprocess.run([XRT, "run", artifacts["main"], "--kv-cache-dtype", "fp4"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "'fp4'" in r.stderr and "fp8" in r.stderr, r.stderr
+
+
 def test_raising_a_compiled_limit_is_an_error(artifacts):
     r = subprocess.run([XRT, "run", artifacts["main"], "--max-num-seqs", "1000"],
                        capture_output=True, text=True, timeout=60)
