@@ -243,6 +243,37 @@ XRT_TARGET_AVX2 void FloatsToHalvesAvx2(const float* x, int64_t n, uint16_t* out
   }
   FloatsToHalvesScalar(x + i, n - i, out + i);
 }
+// FloatToFp8E4M3 on 8 lanes: both the normal rounding (rebias, round to
+// nearest even at bit 20) and the subnormal one (|x| * 2^9 by vcvtps2dq,
+// nearest even under the default rounding mode, as std::nearbyint) are
+// computed and the lane's range picks one, or 448 (saturated) or NaN.
+XRT_TARGET_AVX2 void FloatsToFp8Avx2(const float* x, int64_t n, uint8_t* out) {
+  const __m256i magnitude_mask = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+    const __m256i magnitude = _mm256_and_si256(bits, magnitude_mask);
+    __m256i v = _mm256_sub_epi32(magnitude, _mm256_set1_epi32(120 << 23));
+    v = _mm256_add_epi32(v, _mm256_add_epi32(_mm256_set1_epi32(0x7ffff),
+                                             _mm256_and_si256(_mm256_srli_epi32(v, 20), one)));
+    __m256i code = _mm256_srli_epi32(v, 20);
+    // (clamped to 2^-6 first, so that no lane converts out of int range)
+    const __m256 small = _mm256_min_ps(_mm256_castsi256_ps(magnitude), _mm256_set1_ps(0x1p-6f));
+    const __m256i units = _mm256_cvtps_epi32(_mm256_mul_ps(small, _mm256_set1_ps(512.0f)));
+    code = _mm256_blendv_epi8(code, units,
+                              _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3c800000), magnitude));
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7e),
+                              _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x43dfffff)));
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7f),
+                              _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000)));
+    code = _mm256_or_si256(code,
+                           _mm256_and_si256(_mm256_srli_epi32(bits, 24), _mm256_set1_epi32(0x80)));
+    const __m128i words =
+        _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
+  }
+  FloatsToFp8Scalar(x + i, n - i, out + i);
+}
 
 // The first `rem` (< 8) values of a cache row from x, the other lanes zero:
 // a row's dim tail (a masked load would read past the end of a half row).
@@ -855,6 +886,7 @@ ChunkKernels KernelsAndConversionsFor(CpuIsa isa, int64_t dim) {
     k.halves_to_floats = &ToFloatsAvx2<uint16_t>;
     k.fp8_to_floats = &ToFloatsAvx2<uint8_t>;
     k.to_halves = &FloatsToHalvesAvx2;
+    k.to_fp8 = &FloatsToFp8Avx2;
     k.fold_row = &FoldRowAvx2;
   }
 #endif

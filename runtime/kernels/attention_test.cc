@@ -450,6 +450,43 @@ TEST(PagedAttentionTest, Fp8CacheIsTheF32PathOnFp8RoundedKv) {
   CheckNarrowCacheOnEveryShape<uint8_t>();
 }
 
+// An fp8 cache's KV write rounds like FloatToFp8E4M3 on every ISA path, for
+// values of every range: ties, subnormals, saturation, infinities, NaN (in
+// the values only: a NaN key's scores would take the exp through NaN, which
+// the emulated build's float-to-int conversion reports as undefined).
+TEST(PagedAttentionTest, Fp8CacheWritesRoundLikeFloatToFp8E4M3) {
+  const std::vector<float> special = {
+      0.0f,   -0.0f,  1.0625f, 1.1875f,  0x1p-9f,  0x1p-10f, 3 * 0x1p-10f, -0x1p-6f + 0x1p-11f,
+      448.0f, 464.0f, -1e30f,  INFINITY, -INFINITY};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-14.0f, 10.0f), mantissa(1.0f, 2.0f);
+  for (CpuIsa isa : SupportedIsas()) {
+    Batch b(kMixed, 0);
+    const int tokens = b.qsl_[Batch::kMaxReqs];
+    for (int i = 0; i < tokens * Batch::kKvWidth; ++i) {
+      const float x = std::ldexp(mantissa(rng), static_cast<int>(exponent(rng)));
+      b.k_[i] = i < static_cast<int>(special.size()) ? special[i] : (i % 2 ? -x : x);
+      b.v_[i] = i % 3 == 0 ? special[i % special.size()] : i % 3 == 1 ? x : NAN;
+    }
+    std::vector<uint8_t> k8(b.k_cache_.size()), v8(b.v_cache_.size());
+    PagedAttentionArgs a = b.Args();
+    a.k_cache = k8.data();
+    a.v_cache = v8.data();
+    a.kv_dtype = KvCacheDtype::kFp8E4M3;
+    ASSERT_TRUE(PagedAttentionWithIsa(a, nullptr, isa).ok());
+    for (int t = 0; t < tokens; ++t) {
+      const std::vector<uint8_t> k_row = Batch::LoadRow(k8, b.slots_[t]);
+      const std::vector<uint8_t> v_row = Batch::LoadRow(v8, b.slots_[t]);
+      for (int j = 0; j < Batch::kKvWidth; ++j) {
+        ASSERT_EQ(k_row[j], FloatToFp8E4M3(b.k_[t * Batch::kKvWidth + j]))
+            << CpuIsaName(isa) << " " << b.k_[t * Batch::kKvWidth + j];
+        ASSERT_EQ(v_row[j], FloatToFp8E4M3(b.v_[t * Batch::kKvWidth + j]))
+            << CpuIsaName(isa) << " " << b.v_[t * Batch::kKvWidth + j];
+      }
+    }
+  }
+}
+
 TEST(PagedAttentionTest, UnknownKvCacheDtypeIsAnError) {
   Batch b(kMixed, 0);
   PagedAttentionArgs a = b.Args();
