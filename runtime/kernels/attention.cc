@@ -1075,17 +1075,24 @@ struct RowStates {
       : acc(buf), m(buf + rows * dim), l(buf + rows * dim + rows) {}
 };
 
-// A chunk's K and V rows of a kF16 / kFp8E4M3 cache (T: halves or codes) as
-// typed pointers, and (k32 not null) as floats in k32 / v32.
+// A chunk's n K and V rows (rows[0] / rows[1], as bytes) as typed pointers
+// k / v (T: floats, halves or e4m3 codes); with to_floats, also converted to
+// floats into k32 / v32 (rows dim apart), which kp / vp then point at. One
+// loop per cache type, so that the pointer arrays stay in registers.
 template <typename T>
-void PlaceNarrowRow(const char* k_row, const char* v_row, int64_t dim,
-                    void (*to_floats)(const T*, int64_t, float*), const T** k, const T** v,
-                    float* k32, float* v32) {
-  *k = reinterpret_cast<const T*>(k_row);
-  *v = reinterpret_cast<const T*>(v_row);
-  if (k32) {
-    to_floats(*k, dim, k32);
-    to_floats(*v, dim, v32);
+void PlaceRows(const char* const (&rows)[2][kChunk], int n, int64_t dim,
+               void (*to_floats)(const T*, int64_t, float*), const T** k, const T** v, float* k32,
+               float* v32, const float** kp, const float** vp) {
+  for (int j = 0; j < n; ++j) {
+    k[j] = reinterpret_cast<const T*>(rows[0][j]);
+    v[j] = reinterpret_cast<const T*>(rows[1][j]);
+  }
+  if (!to_floats) return;
+  for (int j = 0; j < n; ++j) {
+    to_floats(k[j], dim, k32 + j * dim);
+    to_floats(v[j], dim, v32 + j * dim);
+    kp[j] = k32 + j * dim;
+    vp[j] = v32 + j * dim;
   }
 }
 
@@ -1193,28 +1200,20 @@ void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, c
     find_rows(start + kChunk, n_ahead, rows[1 - cur][0], rows[1 - cur][1]);
     c.ahead_k = rows[1 - cur][0];
     c.ahead_v = rows[1 - cur][1];
-    for (int j = 0; j < n; ++j) {
-      const char* k_row = rows[cur][0][j];
-      const char* v_row = rows[cur][1][j];
-      float* k32 = to_floats ? scratch.k32.data() + j * dim : nullptr;
-      float* v32 = to_floats ? scratch.v32.data() + j * dim : nullptr;
-      switch (dtype) {
-        case KvCacheDtype::kF16:
-          PlaceNarrowRow(k_row, v_row, dim, kernels.halves_to_floats, k_half + j, v_half + j, k32,
-                         v32);
-          break;
-        case KvCacheDtype::kFp8E4M3:
-          PlaceNarrowRow(k_row, v_row, dim, kernels.fp8_to_floats, k_fp8 + j, v_fp8 + j, k32, v32);
-          break;
-        case KvCacheDtype::kF32:
-          kp[j] = reinterpret_cast<const float*>(k_row);
-          vp[j] = reinterpret_cast<const float*>(v_row);
-          break;
-      }
-      if (to_floats) {
-        kp[j] = k32;
-        vp[j] = v32;
-      }
+    float* k32 = scratch.k32.data();
+    float* v32 = scratch.v32.data();
+    switch (dtype) {
+      case KvCacheDtype::kF16:
+        PlaceRows(rows[cur], n, dim, to_floats ? kernels.halves_to_floats : nullptr, k_half, v_half,
+                  k32, v32, kp, vp);
+        break;
+      case KvCacheDtype::kFp8E4M3:
+        PlaceRows(rows[cur], n, dim, to_floats ? kernels.fp8_to_floats : nullptr, k_fp8, v_fp8, k32,
+                  v32, kp, vp);
+        break;
+      case KvCacheDtype::kF32:
+        PlaceRows<float>(rows[cur], n, dim, nullptr, kp, vp, k32, v32, kp, vp);
+        break;
     }
     cur = 1 - cur;
     // Tokens from `whole` on see all kChunk keys (or, in the last chunk, all
