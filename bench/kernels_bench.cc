@@ -402,7 +402,7 @@ void BM_PagedAttention(benchmark::State& state) {
   const int64_t kv_width = kv_heads * dim, q_width = heads * dim;
   const int64_t tokens = reqs * q_len;
   const auto kv_dtype = static_cast<KvCacheDtype>(state.range(6));
-  const bool f16 = kv_dtype == KvCacheDtype::kF16, fp8 = kv_dtype == KvCacheDtype::kFp8E4M3;
+  const int64_t elem = KvCacheElementBytes(kv_dtype);
   // layers > 1: as many caches, one per call in turn, as a model's layers
   // do (30 of SmolLM2's at context 1024 are 47 MB, past the L3: each call
   // reads its K/V from DRAM); 1: the same cache every call, warm.
@@ -411,16 +411,25 @@ void BM_PagedAttention(benchmark::State& state) {
   std::vector<float> k_cache(layers * cache_values), v_cache(k_cache.size());
   FillRandom(k_cache.data(), k_cache.size(), 3);
   FillRandom(v_cache.data(), v_cache.size(), 4);
-  std::vector<uint16_t> k_half(f16 ? k_cache.size() : 0), v_half(k_half.size());
-  for (size_t i = 0; i < k_half.size(); ++i) {
-    k_half[i] = FloatToHalf(k_cache[i]);
-    v_half[i] = FloatToHalf(v_cache[i]);
-  }
-  std::vector<uint8_t> k_fp8(fp8 ? k_cache.size() : 0), v_fp8(k_fp8.size());
-  for (size_t i = 0; i < k_fp8.size(); ++i) {
-    k_fp8[i] = FloatToFp8E4M3(k_cache[i]);
-    v_fp8[i] = FloatToFp8E4M3(v_cache[i]);
-  }
+  // An f16 or fp8 cache holds the same values rounded, elem bytes each
+  // (empty for f32, which uses the floats themselves).
+  auto narrow = [&](const std::vector<float>& x) {
+    std::vector<uint8_t> out(kv_dtype == KvCacheDtype::kF32 ? 0 : x.size() * elem);
+    for (size_t i = 0; !out.empty() && i < x.size(); ++i) {
+      if (kv_dtype == KvCacheDtype::kF16) {
+        const uint16_t h = FloatToHalf(x[i]);
+        std::memcpy(&out[2 * i], &h, 2);
+      } else {
+        out[i] = FloatToFp8E4M3(x[i]);
+      }
+    }
+    return out;
+  };
+  std::vector<uint8_t> k_narrow = narrow(k_cache), v_narrow = narrow(v_cache);
+  // Layer `at`'s cache (at in values).
+  auto cache_at = [&](std::vector<float>& f32, std::vector<uint8_t>& bytes, int64_t at) -> void* {
+    return bytes.empty() ? static_cast<void*>(f32.data() + at) : bytes.data() + at * elem;
+  };
   std::vector<float> q(tokens * q_width), k(tokens * kv_width), v(tokens * kv_width), out(q.size());
   FillRandom(q.data(), q.size(), 5);
   FillRandom(k.data(), k.size(), 6);
@@ -463,12 +472,8 @@ void BM_PagedAttention(benchmark::State& state) {
   int64_t layer = 0;
   for (auto _ : state) {
     const int64_t at = layer * cache_values;
-    a.k_cache = f16   ? static_cast<void*>(k_half.data() + at)
-                : fp8 ? static_cast<void*>(k_fp8.data() + at)
-                      : static_cast<void*>(k_cache.data() + at);
-    a.v_cache = f16   ? static_cast<void*>(v_half.data() + at)
-                : fp8 ? static_cast<void*>(v_fp8.data() + at)
-                      : static_cast<void*>(v_cache.data() + at);
+    a.k_cache = cache_at(k_cache, k_narrow, at);
+    a.v_cache = cache_at(v_cache, v_narrow, at);
     layer = (layer + 1) % layers;
     Status st = PagedAttention(a, pool);
     if (!st.ok()) state.SkipWithError(st.ToString().c_str());
@@ -479,9 +484,8 @@ void BM_PagedAttention(benchmark::State& state) {
   state.counters["GFLOPS"] = benchmark::Counter(reqs * keys * heads * dim * 4 * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
   if (q_len == 1) {  // decode: K and V of every request read once
-    state.counters["GBps"] =
-        benchmark::Counter(2.0 * reqs * context * kv_width * KvCacheElementBytes(kv_dtype) * 1e-9,
-                           benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GBps"] = benchmark::Counter(2.0 * reqs * context * kv_width * elem * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
   }
 }
 BENCHMARK(BM_PagedAttention)
