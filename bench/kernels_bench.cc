@@ -122,8 +122,8 @@ void TimeRotating(benchmark::State& state, const Weights& w, const Call& call) {
 // copies of `cold_bytes` in all), with a bias or accumulating into C.
 void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads,
                   int64_t cold_bytes, bool bias, bool accumulate,
-                  WeightFormat format = WeightFormat::kF32,
-                  ComputeType compute = ComputeType::kF32) {
+                  WeightFormat format = WeightFormat::kF32, ComputeType compute = ComputeType::kF32,
+                  CpuIsa isa = BestCpuIsa()) {
   Weights w = MakeWeights(n, k, cold_bytes, /*pack=*/true, format);
   Buffer a = Allocate(m * k), c = Allocate(m * n);
   FillRandom(a.get(), m * k, 1);
@@ -144,10 +144,10 @@ void RunXrtMatmul(benchmark::State& state, int64_t m, int64_t n, int64_t k, int 
   args.compute = compute;
   TimeRotating(state, w, [&](const float* packed_w) {
     args.packed_w = packed_w;
-    Matmul(args, pool);
+    MatmulWithIsa(args, pool, isa);
   });
   SetCounters(state, m, n, k, PackedWeightBytes(format, n, k));
-  std::string label = CpuIsaName(BestCpuIsa());
+  std::string label = CpuIsaName(isa);
   if (format != WeightFormat::kF32) label = label + " " + WeightFormatName(format);
   if (compute != ComputeType::kF32) label = label + " " + ComputeTypeName(compute) + " compute";
   state.SetLabel(label);
@@ -234,6 +234,36 @@ void MatmulKQuantShapes(benchmark::internal::Benchmark* b) {
   b->MinTime(0.2);
 }
 BENCHMARK(BM_XrtMatmulFormat)->Name("BM_XrtMatmulKQuant")->Apply(MatmulKQuantShapes);
+
+// int8 compute on each AVX-512 tier this CPU has, side by side: vpmaddubsw +
+// vpmaddwd (avx512) against vpdpbusd (avx512_vnni), same bits. Args: format,
+// isa (CpuIsa value), M, N, K, threads.
+void BM_XrtMatmulInt8Isa(benchmark::State& state) {
+  const auto isa = static_cast<CpuIsa>(state.range(1));
+  if (!CpuIsaSupported(isa)) {
+    state.SkipWithError("this CPU cannot run that ISA path");
+    return;
+  }
+  const int64_t m = state.range(2);
+  RunXrtMatmul(state, m, state.range(3), state.range(4), static_cast<int>(state.range(5)),
+               m <= 16 ? kColdBytes : 0, /*bias=*/true, /*accumulate=*/false,
+               static_cast<WeightFormat>(state.range(0)), ComputeType::kInt8, isa);
+}
+
+void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"format", "isa", "M", "N", "K", "threads"});
+  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
+                         WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
+    for (int64_t m : {1, 128})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 576}, {2048, 2048}, {8192, 2048}})
+        for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
+          if (IsKQuantFormat(f) && k % kSuperBlock != 0) continue;
+          b->Args({static_cast<int64_t>(f), static_cast<int64_t>(isa), m, n, k, 2});
+        }
+  b->UseRealTime();
+  b->MinTime(0.2);
+}
+BENCHMARK(BM_XrtMatmulInt8Isa)->Apply(MatmulInt8IsaShapes);
 
 void MatmulShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "N", "K", "threads"});

@@ -848,7 +848,7 @@ struct ChunkKernels {
 // The chunk step for `isa` and this head_dim.
 ChunkKernels KernelsFor(CpuIsa isa, int64_t dim) {
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) {
+  if (IsaAtLeast(isa, CpuIsa::kAvx512)) {
     switch ((dim + 15) / 16) {
       case 1:
         return {&UpdateAvx512<1>};

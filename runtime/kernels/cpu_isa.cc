@@ -26,6 +26,8 @@ const char* CpuIsaName(CpuIsa isa) {
       return "avx2";
     case CpuIsa::kAvx512:
       return "avx512";
+    case CpuIsa::kAvx512Vnni:
+      return "avx512_vnni";
   }
   return "unknown";
 }
@@ -52,12 +54,19 @@ bool CpuIsaSupported(CpuIsa isa) {
 #else
       return false;
 #endif
+    case CpuIsa::kAvx512Vnni:
+#if defined(__x86_64__)
+      return CpuIsaSupported(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512vnni");
+#else
+      return false;
+#endif
   }
   return false;
 }
 
 CpuIsa BestCpuIsa() {
   static const CpuIsa best = [] {
+    if (CpuIsaSupported(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
     if (CpuIsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
     if (CpuIsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
     return CpuIsa::kScalar;

@@ -9,6 +9,10 @@
 // of batch composition. Different paths may round differently; tests use the
 // explicit-ISA entry points of each kernel to cover every path the machine
 // supports.
+//
+// The paths are tiers, each a superset of the one below (as oneDNN's
+// avx512_core < avx512_core_vnni): a kernel with nothing of its own for a
+// tier runs the tier below it (IsaAtLeast).
 #pragma once
 
 namespace xrt {
@@ -17,9 +21,16 @@ enum class CpuIsa {
   kScalar = 0,  // portable C++, no SIMD assumptions
   kAvx2 = 1,    // AVX2 + FMA + F16C
   kAvx512 = 2,  // AVX-512F (+VL/DQ/BW)
+  // AVX-512 + AVX512_VNNI (vpdpbusd: u8 x s8 dot products of four into
+  // int32). Only the int8 matmul has code of its own for it; its results are
+  // the AVX-512 path's bits (exact integer sums).
+  kAvx512Vnni = 3,
 };
 
-// "scalar", "avx2", "avx512".
+// True if `isa` is tier `tier` or above it.
+constexpr bool IsaAtLeast(CpuIsa isa, CpuIsa tier) { return isa >= tier; }
+
+// "scalar", "avx2", "avx512", "avx512_vnni".
 const char* CpuIsaName(CpuIsa isa);
 
 // True if this CPU (and OS, for the AVX state) can run `isa`.

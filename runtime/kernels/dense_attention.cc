@@ -141,7 +141,7 @@ __attribute__((target("avx512f,avx512vl,avx2,fma"))) void AttendRowsAvx512(
 // the other kernels).
 AttendRowsFn AttendRowsFor(CpuIsa isa) {
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) return AttendRowsAvx512;
+  if (IsaAtLeast(isa, CpuIsa::kAvx512)) return AttendRowsAvx512;
   if (isa == CpuIsa::kAvx2) return AttendRowsAvx2;
 #endif
   return AttendRowsScalar;

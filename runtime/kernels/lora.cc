@@ -373,7 +373,7 @@ const LoraKernels& KernelsFor(CpuIsa isa) {
 #if defined(__x86_64__)
   static const LoraKernels avx2 = MakeAvx2Kernels();
   static const LoraKernels avx512 = MakeAvx512Kernels();
-  if (isa == CpuIsa::kAvx512) return avx512;
+  if (IsaAtLeast(isa, CpuIsa::kAvx512)) return avx512;
   if (isa == CpuIsa::kAvx2) return avx2;
 #endif
   return scalar;

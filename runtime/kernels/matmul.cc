@@ -1117,7 +1117,7 @@ const IsaKernels& KernelsFor(CpuIsa isa) {
 #if defined(__x86_64__)
   static const IsaKernels avx2 = MakeAvx2Kernels();
   static const IsaKernels avx512 = MakeAvx512Kernels();
-  if (isa == CpuIsa::kAvx512) return avx512;
+  if (IsaAtLeast(isa, CpuIsa::kAvx512)) return avx512;
   if (isa == CpuIsa::kAvx2) return avx2;
 #endif
   return scalar;
@@ -1140,7 +1140,7 @@ void CopyRowsF32(const uint8_t* panel, int64_t k0, int64_t rows, float* out) {
 template <WeightFormat F>
 DequantFn DequantForFormat(CpuIsa isa) {
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) return &DequantRowsAvx512<F>;
+  if (IsaAtLeast(isa, CpuIsa::kAvx512)) return &DequantRowsAvx512<F>;
   if (isa == CpuIsa::kAvx2) return &DequantRowsAvx2<F>;
 #endif
   (void)isa;
@@ -1258,8 +1258,8 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
     return;
   }
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512 && args.w_format != WeightFormat::kF32 && args.m <= kGemvMaxRows &&
-      args.k > 0) {
+  if (IsaAtLeast(isa, CpuIsa::kAvx512) && args.w_format != WeightFormat::kF32 &&
+      args.m <= kGemvMaxRows && args.k > 0) {
     GemvFusedAvx512(args, pool);
     return;
   }
@@ -1280,7 +1280,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   if (bf16) {
     round_block = &RoundToBf16Portable;
 #if defined(__x86_64__)
-    if (isa == CpuIsa::kAvx512) round_block = &RoundToBf16Block;
+    if (IsaAtLeast(isa, CpuIsa::kAvx512)) round_block = &RoundToBf16Block;
 #endif
   }
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);

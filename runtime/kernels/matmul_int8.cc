@@ -399,6 +399,36 @@ inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts)
   }
 }
 
+// Weight quads kq of `blk` as the unsigned operand of vpmaddubsw / vpdpbusd.
+// q8_0's signed quants become |w|, and *neg_lo / *neg_hi mark the bytes
+// whose activation takes w's sign instead (ActivationQuads); the other
+// formats' quants are unsigned already (no mask).
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline void UnsignedWeightQuads(const uint8_t* blk, int kq, __m512i* lo,
+                                                  __m512i* hi, __mmask64* neg_lo,
+                                                  __mmask64* neg_hi) {
+  WeightQuads<F>(blk, kq, lo, hi);
+  if constexpr (F == WeightFormat::kQ8_0) {
+    *neg_lo = _mm512_movepi8_mask(*lo);
+    *neg_hi = _mm512_movepi8_mask(*hi);
+    *lo = _mm512_abs_epi8(*lo);
+    *hi = _mm512_abs_epi8(*hi);
+  }
+}
+
+// The four activation quants at q broadcast to every dword, as the signed
+// operand against UnsignedWeightQuads' *lo and *hi.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline void ActivationQuads(const int8_t* q, __mmask64 neg_lo, __mmask64 neg_hi,
+                                              __m512i* a_lo, __m512i* a_hi) {
+  *a_lo = *a_hi = BroadcastQuad(q);
+  if constexpr (F == WeightFormat::kQ8_0) {
+    const __m512i zero = _mm512_setzero_si512();
+    *a_lo = _mm512_mask_sub_epi8(*a_lo, neg_lo, zero, *a_lo);
+    *a_hi = _mm512_mask_sub_epi8(*a_hi, neg_hi, zero, *a_hi);
+  }
+}
+
 // Adds the pair products of weight quads kq0 .. kq0 + Q - 1 of `blk` with
 // each row's activation quads (at qrow[i] + kq0 * 4) to the int16 sums.
 template <WeightFormat F, int R, int Q>
@@ -408,26 +438,113 @@ XRT_TARGET_AVX512 inline void AddPairSums(const uint8_t* blk, int kq0, const int
 #pragma GCC unroll 8
   for (int kq = kq0; kq < kq0 + Q; ++kq) {
     __m512i lo, hi;
-    WeightQuads<F>(blk, kq, &lo, &hi);
     __mmask64 neg_lo = 0, neg_hi = 0;
-    if constexpr (F == WeightFormat::kQ8_0) {
-      // Signed x signed: |w| against the activations with w's sign.
-      neg_lo = _mm512_movepi8_mask(lo);
-      neg_hi = _mm512_movepi8_mask(hi);
-      lo = _mm512_abs_epi8(lo);
-      hi = _mm512_abs_epi8(hi);
-    }
+    UnsignedWeightQuads<F>(blk, kq, &lo, &hi, &neg_lo, &neg_hi);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      __m512i a_lo = BroadcastQuad(qrow[i] + kq * 4), a_hi = a_lo;
-      if constexpr (F == WeightFormat::kQ8_0) {
-        const __m512i zero = _mm512_setzero_si512();
-        a_lo = _mm512_mask_sub_epi8(a_lo, neg_lo, zero, a_lo);
-        a_hi = _mm512_mask_sub_epi8(a_hi, neg_hi, zero, a_hi);
-      }
+      __m512i a_lo, a_hi;
+      ActivationQuads<F>(qrow[i] + kq * 4, neg_lo, neg_hi, &a_lo, &a_hi);
       sum16[i][0] = _mm512_add_epi16(sum16[i][0], PairProducts(lo, a_lo));
       sum16[i][1] = _mm512_add_epi16(sum16[i][1], PairProducts(hi, a_hi));
     }
+  }
+}
+
+// Sub-block s of a K-quant super-block, per column of each half: the scale
+// (int32 lanes) and the multiplier of the sub-block's activation sum as
+// (x, 0) int16 pairs: the min for q4_k / q5_k, the scale for q6_k (whose
+// quants are stored offset by 32).
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline void SubBlockScales(const uint8_t* sb, int s, __m512i (&scale)[2],
+                                             __m512i (&by_qsum)[2]) {
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (F == WeightFormat::kQ6_K) {
+      scale[h] = _mm512_cvtepi8_epi32(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 16 * h)));
+      by_qsum[h] = _mm512_and_si512(scale[h], _mm512_set1_epi32(0xffff));
+    } else {
+      packed_simd::KScaleMin16(sb, s, h, &scale[h], &by_qsum[h]);
+    }
+  }
+}
+
+// imin[i][h] += by_qsum[h] * (row i's sum of the activation quants of
+// sub-block s of super-block b).
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512 inline void AddSubBlockMins(const QuantRows<R>& rows, int64_t b, int s,
+                                              const __m512i (&by_qsum)[2], __m512i (&imin)[R][2]) {
+  constexpr int kSub = KSubBlockRows(F);
+  for (int i = 0; i < R; ++i) {
+    const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kSub) / kSumRows;
+    int32_t qsum = 0;
+    for (int j = 0; j < kSub / kSumRows; ++j) qsum += s16[j];
+    const __m512i q = LowHalf(qsum);
+    for (int h = 0; h < 2; ++h)
+      imin[i][h] = _mm512_add_epi32(imin[i][h], _mm512_madd_epi16(by_qsum[h], q));
+  }
+}
+
+// Step 2's scale step for super-block b (at sb) of every row, from its
+// integer sums: isum (sum of scale * dot) and imin (AddSubBlockMins).
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512 inline void AddSuperBlock(const uint8_t* sb, const QuantRows<R>& rows, int64_t b,
+                                            const __m512i (&isum)[R][2],
+                                            const __m512i (&imin)[R][2], __m512 (&acc)[R][2]) {
+  for (int h = 0; h < 2; ++h) {
+    const __m512 dw = packed_simd::Halves16(sb + 32 * h);
+    const __m512 dmin = F == WeightFormat::kQ6_K
+                            ? _mm512_setzero_ps()
+                            : packed_simd::Halves16(sb + kKDminOffset + 32 * h);
+    for (int i = 0; i < R; ++i) {
+      const __m512 da = _mm512_set1_ps(rows.d[i][b]);
+      __m512i sum = isum[i][h];
+      if constexpr (F == WeightFormat::kQ6_K) {
+        sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(imin[i][h], 5));
+      }
+      acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(sum), acc[i][h]);
+      if constexpr (F != WeightFormat::kQ6_K) {
+        const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(_mm512_mul_ps(dmin, da)), _mm512_set1_epi32(INT32_MIN)));
+        acc[i][h] = _mm512_fmadd_ps(neg, _mm512_cvtepi32_ps(imin[i][h]), acc[i][h]);
+      }
+    }
+  }
+}
+
+// Step 2's scale step for group b (at grp) of every row, from the integer
+// dot products of its quants.
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512 inline void AddGroup(const uint8_t* grp, const QuantRows<R>& rows, int64_t b,
+                                       const __m512i (&dot)[R][2], __m512 (&acc)[R][2]) {
+  for (int h = 0; h < 2; ++h) {
+    const __m512 dw = packed_simd::Halves16(grp + 32 * h);
+    for (int i = 0; i < R; ++i) {
+      const float da = rows.d[i][b];
+      const int32_t qsum = rows.sum16[i][2 * b] + rows.sum16[i][2 * b + 1];
+      __m512i isum = dot[i][h];
+      if constexpr (F == WeightFormat::kQ4_0) {
+        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
+      }
+      acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da)), _mm512_cvtepi32_ps(isum),
+                                  acc[i][h]);
+      if constexpr (F == WeightFormat::kQ4_1) {
+        const __m512 mw = packed_simd::Halves16(grp + 64 + 32 * h);
+        acc[i][h] = _mm512_fmadd_ps(mw, _mm512_set1_ps(rows.ds[i][b]), acc[i][h]);
+      }
+    }
+  }
+}
+
+// Rows i0 .. i0 + R - 1 of the panel's columns of C from their sums.
+template <int R>
+XRT_TARGET_AVX512 inline void StoreRowsAvx512(const Int8Problem& p, int64_t col0, int64_t i0,
+                                              const __m512 (&acc)[R][2]) {
+  const MatmulArgs& a = *p.args;
+  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
+  const float* bias = a.bias ? a.bias + col0 : nullptr;
+  for (int i = 0; i < R; ++i) {
+    packed_simd::StoreRow32Avx512(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols,
+                                  acc[i][0], acc[i][1]);
   }
 }
 
@@ -441,16 +558,15 @@ XRT_TARGET_AVX512 inline void AddPairSums(const uint8_t* blk, int kq0, const int
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                        int64_t i0) {
-  const MatmulArgs& a = *p.args;
-  const int64_t k = a.k;
+  const int64_t k = p.args->k;
   // Row groups after the first read the panel the first one brought in.
   const bool prefetch = i0 < kGroupRows;
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   if constexpr (IsKQuantFormat(F)) {
-    constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
-    constexpr int kSubQuads = kSub / 4;
+    constexpr int kSubs = kSuperBlock / KSubBlockRows(F);
+    constexpr int kSubQuads = KSubBlockRows(F) / 4;
     constexpr int kChunk = std::min(kSubQuads, PairSumsPerInt16<F>());
     constexpr int64_t kBytes = SuperBlockBytes(F);
     for (int64_t b = 0; b < k / kSuperBlock; ++b) {
@@ -458,28 +574,14 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
       if (prefetch) PrefetchPart(sb, kBytes, 0, 1);
       const int8_t* qsb[R];
       for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
-      // isum: sum over sub-blocks of scale * dot. imin: of min * qsum
-      // (q4_k, q5_k) or of scale * qsum (q6_k, whose quants are offset by 32).
       __m512i isum[R][2], imin[R][2];
       for (int i = 0; i < R; ++i)
         for (int h = 0; h < 2; ++h) isum[i][h] = imin[i][h] = _mm512_setzero_si512();
 #pragma GCC unroll 1
       for (int s = 0; s < kSubs; ++s) {
-        // Per column of each half: the scale as (sc, sc) int16 pairs, and the
-        // qsum multiplier as (x, 0).
         __m512i scale[2], by_qsum[2];
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (F == WeightFormat::kQ6_K) {
-            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(
-                reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 16 * h)));
-            scale[h] = PairOf(sc);
-            by_qsum[h] = _mm512_and_si512(sc, _mm512_set1_epi32(0xffff));
-          } else {
-            __m512i sc;
-            packed_simd::KScaleMin16(sb, s, h, &sc, &by_qsum[h]);
-            scale[h] = PairOf(sc);
-          }
-        }
+        SubBlockScales<F>(sb, s, scale, by_qsum);
+        for (int h = 0; h < 2; ++h) scale[h] = PairOf(scale[h]);  // as (sc, sc) pairs
 #pragma GCC unroll 4
         for (int c = 0; c < kSubQuads / kChunk; ++c) {
           __m512i sum16[R][2];
@@ -489,34 +591,9 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
             for (int h = 0; h < 2; ++h)
               isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_madd_epi16(sum16[i][h], scale[h]));
         }
-        for (int i = 0; i < R; ++i) {
-          const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kSub) / kSumRows;
-          int32_t qsum = 0;
-          for (int j = 0; j < kSub / kSumRows; ++j) qsum += s16[j];
-          const __m512i q = LowHalf(qsum);
-          for (int h = 0; h < 2; ++h)
-            imin[i][h] = _mm512_add_epi32(imin[i][h], _mm512_madd_epi16(by_qsum[h], q));
-        }
+        AddSubBlockMins<F, R>(rows, b, s, by_qsum, imin);
       }
-      for (int h = 0; h < 2; ++h) {
-        const __m512 dw = packed_simd::Halves16(sb + 32 * h);
-        const __m512 dmin = F == WeightFormat::kQ6_K
-                                ? _mm512_setzero_ps()
-                                : packed_simd::Halves16(sb + kKDminOffset + 32 * h);
-        for (int i = 0; i < R; ++i) {
-          const __m512 da = _mm512_set1_ps(rows.d[i][b]);
-          if constexpr (F == WeightFormat::kQ6_K) {
-            isum[i][h] = _mm512_sub_epi32(isum[i][h], _mm512_slli_epi32(imin[i][h], 5));
-          }
-          acc[i][h] =
-              _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[i][h]), acc[i][h]);
-          if constexpr (F != WeightFormat::kQ6_K) {
-            const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(
-                _mm512_castps_si512(_mm512_mul_ps(dmin, da)), _mm512_set1_epi32(INT32_MIN)));
-            acc[i][h] = _mm512_fmadd_ps(neg, _mm512_cvtepi32_ps(imin[i][h]), acc[i][h]);
-          }
-        }
-      }
+      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);
     }
   } else {
     constexpr int kGroupQuads = kQuantGroup / 4;
@@ -539,31 +616,106 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
           for (int h = 0; h < 2; ++h)
             dot[i][h] = _mm512_add_epi32(dot[i][h], _mm512_madd_epi16(sum16[i][h], ones));
       }
-      for (int h = 0; h < 2; ++h) {
-        const __m512 dw = packed_simd::Halves16(grp + 32 * h);
-        for (int i = 0; i < R; ++i) {
-          const float da = rows.d[i][b];
-          const int32_t qsum = rows.sum16[i][2 * b] + rows.sum16[i][2 * b + 1];
-          __m512i isum = dot[i][h];
-          if constexpr (F == WeightFormat::kQ4_0) {
-            isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
-          }
-          acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da)),
-                                      _mm512_cvtepi32_ps(isum), acc[i][h]);
-          if constexpr (F == WeightFormat::kQ4_1) {
-            const __m512 mw = packed_simd::Halves16(grp + 64 + 32 * h);
-            acc[i][h] = _mm512_fmadd_ps(mw, _mm512_set1_ps(rows.ds[i][b]), acc[i][h]);
-          }
-        }
+      AddGroup<F, R>(grp, rows, b, dot, acc);
+    }
+  }
+  StoreRowsAvx512<R>(p, col0, i0, acc);
+}
+
+// ----------------------------------------------------------- AVX512_VNNI --
+
+// Adds each row's four-term dot products of weight quads kq0 .. kq0 + Q - 1
+// of `blk` with its activation quads (at qrow[i] + kq0 * 4) to its int32
+// sums: one vpdpbusd per row and half, where PanelRowsAvx512 takes a
+// vpmaddubsw, an int16 add and a share of a widening vpmaddwd. With one or
+// two rows the quads go round-robin to 4 / R sums per row and half, so that
+// eight independent vpdpbusd chains are in flight whatever R (one row alone
+// would have two, each waiting on its last vpdpbusd's result).
+template <WeightFormat F, int R, int Q>
+XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
+                                               const int8_t* const* qrow, __m512i (&dot)[R][2]) {
+  constexpr int kChains = R >= 3 ? 1 : 4 / R;
+  static_assert(Q % kChains == 0);
+  __m512i part[kChains][R][2];
+  for (int c = 0; c < kChains; ++c)
+    for (int i = 0; i < R; ++i)
+      for (int h = 0; h < 2; ++h) part[c][i][h] = c == 0 ? dot[i][h] : _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int kq = kq0; kq < kq0 + Q; kq += kChains) {
+#pragma GCC unroll 4
+    for (int c = 0; c < kChains; ++c) {
+      __m512i lo, hi;
+      __mmask64 neg_lo = 0, neg_hi = 0;
+      UnsignedWeightQuads<F>(blk, kq + c, &lo, &hi, &neg_lo, &neg_hi);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        __m512i a_lo, a_hi;
+        ActivationQuads<F>(qrow[i] + (kq + c) * 4, neg_lo, neg_hi, &a_lo, &a_hi);
+        part[c][i][0] = _mm512_dpbusd_epi32(part[c][i][0], lo, a_lo);
+        part[c][i][1] = _mm512_dpbusd_epi32(part[c][i][1], hi, a_hi);
       }
     }
   }
-  const int cols = static_cast<int>(std::min<int64_t>(kPackNR, a.n - col0));
-  const float* bias = a.bias ? a.bias + col0 : nullptr;
   for (int i = 0; i < R; ++i) {
-    packed_simd::StoreRow32Avx512(a.c + (i0 + i) * a.ldc + col0, bias, a.accumulate, cols,
-                                  acc[i][0], acc[i][1]);
+    for (int h = 0; h < 2; ++h) {
+      dot[i][h] = part[0][i][h];
+      for (int c = 1; c < kChains; ++c) dot[i][h] = _mm512_add_epi32(dot[i][h], part[c][i][h]);
+    }
   }
+}
+
+// PanelRowsAvx512 with the products summed by vpdpbusd straight into int32:
+// a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude)
+// are then multiplied by its scale (vpmulld). The integer sums are the same
+// exact values, so the results are PanelRowsAvx512's bits.
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
+                                                int64_t col0, int64_t i0) {
+  const int64_t k = p.args->k;
+  const bool prefetch = i0 < kGroupRows;
+  __m512 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
+  if constexpr (IsKQuantFormat(F)) {
+    constexpr int kSubs = kSuperBlock / KSubBlockRows(F);
+    constexpr int kSubQuads = KSubBlockRows(F) / 4;
+    constexpr int64_t kBytes = SuperBlockBytes(F);
+    for (int64_t b = 0; b < k / kSuperBlock; ++b) {
+      const uint8_t* sb = panel + b * kBytes;
+      if (prefetch) PrefetchPart(sb, kBytes, 0, 1);
+      const int8_t* qsb[R];
+      for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
+      __m512i isum[R][2], imin[R][2];
+      for (int i = 0; i < R; ++i)
+        for (int h = 0; h < 2; ++h) isum[i][h] = imin[i][h] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+      for (int s = 0; s < kSubs; ++s) {
+        __m512i scale[2], by_qsum[2];
+        SubBlockScales<F>(sb, s, scale, by_qsum);
+        __m512i dot[R][2];
+        for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
+        AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
+        for (int i = 0; i < R; ++i)
+          for (int h = 0; h < 2; ++h)
+            isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(dot[i][h], scale[h]));
+        AddSubBlockMins<F, R>(rows, b, s, by_qsum, imin);
+      }
+      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);
+    }
+  } else {
+    const int64_t group_bytes = QuantGroupBytes(F);
+    for (int64_t b = 0; b < k / kQuantGroup; ++b) {
+      const uint8_t* grp = panel + b * group_bytes;
+      if (prefetch) PrefetchPart(grp, group_bytes, 0, 1);
+      const int8_t* qg[R];
+      for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
+      __m512i dot[R][2];
+      for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
+      AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
+      AddGroup<F, R>(grp, rows, b, dot, acc);
+    }
+  }
+  StoreRowsAvx512<R>(p, col0, i0, acc);
 }
 
 // -------------------------------------------------------------------- AVX2 --
@@ -1134,6 +1286,10 @@ struct Avx512Panels {
   template <WeightFormat F, int R>
   static constexpr PanelFn kFn = &PanelRowsAvx512<F, R>;
 };
+struct Avx512VnniPanels {
+  template <WeightFormat F, int R>
+  static constexpr PanelFn kFn = &PanelRowsAvx512Vnni<F, R>;
+};
 // The quad kernels on the thread's decoded panel where there is one.
 template <WeightFormat F, int R>
 XRT_TARGET_AVX2 void QuadRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
@@ -1249,7 +1405,7 @@ void QuantizeRowWithIsa(const float* a, int64_t k, int block, int8_t* q, float* 
 #endif
   for (int64_t b = 0; b < k / block; ++b) {
 #if defined(__x86_64__)
-    if (isa == CpuIsa::kAvx512) {
+    if (IsaAtLeast(isa, CpuIsa::kAvx512)) {
       QuantizeBlockAvx512(a + b * block, block, q + b * block, d + b);
       continue;
     }
@@ -1323,7 +1479,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const int64_t panel = u / groups, r0 = u % groups * kGroupRows;
       const int64_t r1 = std::min(m, r0 + kGroupRows);
 #if defined(__x86_64__)
-      if (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx2) {
+      if (IsaAtLeast(isa, CpuIsa::kAvx2)) {
         const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
         if (decode && panel != decoded_panel) {
           thread_local std::vector<uint8_t> buffer;
@@ -1334,8 +1490,10 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           decoded_panel = panel;
         }
         const int rows = static_cast<int>(r1 - r0);
-        const PanelFn fn = isa == CpuIsa::kAvx512 ? PanelFnFor<Avx512Panels>(args.w_format, rows)
-                                                  : PanelFnFor<Avx2Panels>(args.w_format, rows);
+        const PanelFn fn = isa == CpuIsa::kAvx512Vnni
+                               ? PanelFnFor<Avx512VnniPanels>(args.w_format, rows)
+                           : isa == CpuIsa::kAvx512 ? PanelFnFor<Avx512Panels>(args.w_format, rows)
+                                                    : PanelFnFor<Avx2Panels>(args.w_format, rows);
         fn(pt, w, panel * kPackNR, r0);
         continue;
       }

@@ -28,12 +28,15 @@
 #include "runtime/kernels/simd_emulate.h"
 #define XRT_TARGET_AVX2
 #define XRT_TARGET_AVX512
+#define XRT_TARGET_AVX512_VNNI
 #define XRT_KEEP_IN_REGISTER(v) ((void)0)
 #define XRT_OPAQUE_POINTER(p) ((void)0)
 #else
 #include <immintrin.h>
 #define XRT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
+#define XRT_TARGET_AVX512_VNNI \
+  __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx2,fma")))
 // An empty asm that claims to read and rewrite vector `v` in its register:
 // the compiler must materialize v here and cannot move arithmetic across it.
 // Used where GCC would reassociate a chain of integer adds into a tree that
