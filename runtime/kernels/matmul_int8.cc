@@ -21,8 +21,10 @@ namespace {
 constexpr int kSumRows = 16;  // k-values per entry of sum16
 
 // Rows of A per work unit: one decode of the weight quads serves them all
-// (each ISA has kernels for 1..kGroupRows rows).
+// (each ISA has kernels for 1..kGroupRows rows; the avx512_vnni kernels of
+// the group formats for up to kVnniGroupRows, GroupRowsFor).
 constexpr int64_t kGroupRows = 4;
+constexpr int64_t kVnniGroupRows = 6;
 
 // Step 1's scale for a block of n values whose largest magnitude is amax
 // (`finite`: no inf or NaN among them): *d, and *id = 127 / amax to multiply
@@ -648,7 +650,7 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
       __m512i lo, hi;
       __mmask64 neg_lo = 0, neg_hi = 0;
       UnsignedWeightQuads<F>(blk, kq + c, &lo, &hi, &neg_lo, &neg_hi);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         __m512i a_lo, a_hi;
         ActivationQuads<F>(qrow[i] + (kq + c) * 4, neg_lo, neg_hi, &a_lo, &a_hi);
@@ -673,7 +675,7 @@ template <WeightFormat F, int R>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
                                                 int64_t col0, int64_t i0) {
   const int64_t k = p.args->k;
-  const bool prefetch = i0 < kGroupRows;
+  const bool prefetch = i0 == 0;  // later row groups find the panel in cache
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
@@ -1284,10 +1286,12 @@ using PanelFn = void (*)(const Int8Problem&, const uint8_t*, int64_t, int64_t);
 
 // The panel kernels of one ISA, by format and row count.
 struct Avx512Panels {
+  static constexpr int kMaxRows = kGroupRows;
   template <WeightFormat F, int R>
   static constexpr PanelFn kFn = &PanelRowsAvx512<F, R>;
 };
 struct Avx512VnniPanels {
+  static constexpr int kMaxRows = kVnniGroupRows;
   template <WeightFormat F, int R>
   static constexpr PanelFn kFn = &PanelRowsAvx512Vnni<F, R>;
 };
@@ -1311,13 +1315,21 @@ XRT_TARGET_AVX2 void QuadRowsAvx2(const Int8Problem& p, const uint8_t* panel, in
 }
 
 struct Avx2Panels {
+  static constexpr int kMaxRows = kGroupRows;
   template <WeightFormat F, int R>
   static constexpr PanelFn kFn = &QuadRowsAvx2<F, R>;
 };
 
+// Up to 4 rows on every path; 5 and 6 where GroupRowsFor gives 6 (the
+// K-quants keep 4: their isum and imin sums of 6 rows would not fit the
+// registers beside the dot products).
 template <class Panels, WeightFormat F>
 PanelFn PanelFnFor(int rows) {
-  static_assert(kGroupRows == 4);
+  static_assert(kGroupRows == 4 && kVnniGroupRows == 6);
+  if constexpr (Panels::kMaxRows == kVnniGroupRows && !IsKQuantFormat(F)) {
+    if (rows == 5) return Panels::template kFn<F, 5>;
+    if (rows >= 6) return Panels::template kFn<F, 6>;
+  }
   switch (rows) {
     case 1:
       return Panels::template kFn<F, 1>;
@@ -1382,6 +1394,14 @@ DecodeFn DecodeFnFor(WeightFormat f) {
   }
 }
 #endif  // __x86_64__
+
+// Rows per work unit of format `f` on `isa`: more rows share each decoded
+// weight quad where the registers hold their sums (vpdpbusd needs no int16
+// partial sums), which moves the kernel from issue-bound towards vpdpbusd's
+// own throughput.
+int64_t GroupRowsFor(CpuIsa isa, WeightFormat f) {
+  return isa == CpuIsa::kAvx512Vnni && !IsKQuantFormat(f) ? kVnniGroupRows : kGroupRows;
+}
 
 // The caller's quantized rows of A, reused across calls.
 struct QuantizedRows {
@@ -1460,10 +1480,11 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
                 pairs,     has_ds ? ds : nullptr,
                 k / block, PackedPanelBytes(args.w_format, k)};
 
-  // Units: (panel, group of up to 4 rows), row groups fastest, so a panel
-  // stays in cache while every row group reads it.
+  // Units: (panel, group of up to group_rows rows), row groups fastest, so a
+  // panel stays in cache while every row group reads it.
   const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
-  const int64_t groups = (m + kGroupRows - 1) / kGroupRows;
+  const int64_t group_rows = GroupRowsFor(isa, args.w_format);
+  const int64_t groups = (m + group_rows - 1) / group_rows;
 #if defined(__x86_64__)
   // AVX2, enough row blocks: each thread decodes a panel once (the nibble
   // formats' bytes, q8_0's dword quads) before running its row blocks on it.
@@ -1477,8 +1498,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
     int64_t decoded_panel = -1;
 #endif
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t panel = u / groups, r0 = u % groups * kGroupRows;
-      const int64_t r1 = std::min(m, r0 + kGroupRows);
+      const int64_t panel = u / groups, r0 = u % groups * group_rows;
+      const int64_t r1 = std::min(m, r0 + group_rows);
 #if defined(__x86_64__)
       if (IsaAtLeast(isa, CpuIsa::kAvx2)) {
         const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
