@@ -634,35 +634,64 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // two rows the quads go round-robin to 4 / R sums per row and half, so that
 // eight independent vpdpbusd chains are in flight whatever R (one row alone
 // would have two, each waiting on its last vpdpbusd's result).
+//
+// q8_0's weights are signed, so they are vpdpbusd's signed operand and the
+// activations the unsigned one, offset by 128 (q ^ 0x80 = q + 128 as a byte):
+// sum (q + 128) * w = sum q * w + 128 * sum w, and the weights' own sums per
+// column (one vpdpbusd against ones per quad, for every row) take the excess
+// back out. That replaces the sign transfer of UnsignedWeightQuads /
+// ActivationQuads (two vpabsb and two mask moves per quad, two masked
+// subtractions per row and quad).
 template <WeightFormat F, int R, int Q>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
+  constexpr bool kSignedWeights = F == WeightFormat::kQ8_0;
   constexpr int kChains = R >= 3 ? 1 : 4 / R;
   static_assert(Q % kChains == 0);
   __m512i part[kChains][R][2];
   for (int c = 0; c < kChains; ++c)
     for (int i = 0; i < R; ++i)
       for (int h = 0; h < 2; ++h) part[c][i][h] = c == 0 ? dot[i][h] : _mm512_setzero_si512();
+  __m512i wsum[kChains][2];  // q8_0: the weights' sums, per chain like the dot products
+  for (int c = 0; c < kChains; ++c) wsum[c][0] = wsum[c][1] = _mm512_setzero_si512();
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i ones = _mm512_set1_epi8(1);
 #pragma GCC unroll 8
   for (int kq = kq0; kq < kq0 + Q; kq += kChains) {
 #pragma GCC unroll 4
     for (int c = 0; c < kChains; ++c) {
       __m512i lo, hi;
-      __mmask64 neg_lo = 0, neg_hi = 0;
-      UnsignedWeightQuads<F>(blk, kq + c, &lo, &hi, &neg_lo, &neg_hi);
+      if constexpr (kSignedWeights) {
+        WeightQuads<F>(blk, kq + c, &lo, &hi);
+        wsum[c][0] = _mm512_dpbusd_epi32(wsum[c][0], ones, lo);
+        wsum[c][1] = _mm512_dpbusd_epi32(wsum[c][1], ones, hi);
+      } else {
+        __mmask64 neg_lo = 0, neg_hi = 0;
+        UnsignedWeightQuads<F>(blk, kq + c, &lo, &hi, &neg_lo, &neg_hi);
+      }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        __m512i a_lo, a_hi;
-        ActivationQuads<F>(qrow[i] + (kq + c) * 4, neg_lo, neg_hi, &a_lo, &a_hi);
-        part[c][i][0] = _mm512_dpbusd_epi32(part[c][i][0], lo, a_lo);
-        part[c][i][1] = _mm512_dpbusd_epi32(part[c][i][1], hi, a_hi);
+        const __m512i a = BroadcastQuad(qrow[i] + (kq + c) * 4);
+        if constexpr (kSignedWeights) {
+          const __m512i a_u8 = _mm512_xor_si512(a, offset);
+          part[c][i][0] = _mm512_dpbusd_epi32(part[c][i][0], a_u8, lo);
+          part[c][i][1] = _mm512_dpbusd_epi32(part[c][i][1], a_u8, hi);
+        } else {
+          part[c][i][0] = _mm512_dpbusd_epi32(part[c][i][0], lo, a);
+          part[c][i][1] = _mm512_dpbusd_epi32(part[c][i][1], hi, a);
+        }
       }
     }
   }
+  for (int c = 1; c < kChains; ++c)
+    for (int h = 0; h < 2; ++h) wsum[0][h] = _mm512_add_epi32(wsum[0][h], wsum[c][h]);
   for (int i = 0; i < R; ++i) {
     for (int h = 0; h < 2; ++h) {
       dot[i][h] = part[0][i][h];
       for (int c = 1; c < kChains; ++c) dot[i][h] = _mm512_add_epi32(dot[i][h], part[c][i][h]);
+      if constexpr (kSignedWeights) {
+        dot[i][h] = _mm512_sub_epi32(dot[i][h], _mm512_slli_epi32(wsum[0][h], 7));
+      }
     }
   }
 }

@@ -304,6 +304,44 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
   }
 }
 
+// Every quant at an extreme (q8_0 all -128 or all 127, the nibble formats all
+// 0 or all 15) against activations all at +-127: the largest sums each
+// path's integer arithmetic must carry exactly (vpmaddubsw's int16 pairs,
+// vpdpbusd with q8_0's activations offset by 128), on row groups of every
+// height the paths use.
+TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
+  ThreadPool pool(2);
+  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1}) {
+    const int64_t n = 40, k = 4 * kQuantGroup, m = 7;
+    std::vector<uint8_t> ggml = RandomGgmlRows(f, n, k, 3);
+    const int64_t row_bytes = GgmlRowBytes(f, k), block_bytes = row_bytes / (k / kQuantGroup);
+    const int64_t quants = f == WeightFormat::kQ4_1 ? 4 : 2;  // bytes before the quants
+    for (int64_t b = 0; b < n * (k / kQuantGroup); ++b) {
+      // Alternate blocks: the lowest quants, then the highest.
+      const uint8_t low = f == WeightFormat::kQ8_0 ? 0x80 : 0x00;
+      const uint8_t high = f == WeightFormat::kQ8_0 ? 0x7f : 0xff;
+      uint8_t* block = ggml.data() + b * block_bytes;
+      std::fill(block + quants, block + block_bytes, b % 2 ? high : low);
+    }
+    Weight w;
+    w.packed.assign(PackedWeightBytes(f, n, k) + 64, 0);
+    PackWeightsFromBlocks(f, ggml.data(), n, k, row_bytes, w.packed.data());
+    for (int64_t r = 0; r < n; ++r)
+      w.rows.push_back(DecodeGgmlRow(f, ggml.data() + r * row_bytes, k));
+    std::vector<float> a(m * (k + 5), 1e30f);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t kk = 0; kk < k; ++kk)
+        a[i * (k + 5) + kk] = (i + kk / kQuantGroup) % 2 ? 3.0f : -3.0f;
+    for (CpuIsa isa : SupportedIsas()) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, p, isa);
+        ExpectMatchesReference(f, a, m, n, k, w, {}, false, c,
+                               std::string(WeightFormatName(f)) + " " + CpuIsaName(isa));
+      }
+    }
+  }
+}
+
 TEST(MatmulInt8Test, NonFiniteZeroAndTinyActivationBlocks) {
   for (WeightFormat f : kFormats) {
     const int64_t k = 2 * WeightFormatBlockSize(f) * (IsKQuantFormat(f) ? 1 : 4), n = 33, m = 4;
