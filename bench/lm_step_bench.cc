@@ -40,6 +40,7 @@
 
 #include "bench/bench_json.h"
 #include "runtime/executor/model_runner.h"
+#include "runtime/kernels/cpu_isa.h"
 #include "runtime/kv_cache/kv_cache_manager.h"
 #include "runtime/loader/artifact.h"
 #include "schemas/artifact_generated.h"
@@ -265,6 +266,7 @@ int main(int argc, char** argv) {
   out["lora"] = lora.empty() ? "none" : lora;
   out["threads"] = r.pool().num_threads();
   out["kv_cache_dtype"] = xrt::KvCacheDtypeName(r.kv_cache_dtype());
+  out["kernel_isa"] = xrt::CpuIsaName(xrt::BestCpuIsa());
   out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
   out["decode_weight_bytes_per_step"] = weight_bytes;
   out["decode_weight_bytes_by_dtype"] = bytes_by_dtype;

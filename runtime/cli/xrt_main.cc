@@ -38,6 +38,7 @@
 #include "runtime/engine/llm_engine.h"
 #include "runtime/engine/request_processor.h"
 #include "runtime/executor/model_runner.h"
+#include "runtime/kernels/cpu_isa.h"
 #include "runtime/lora/lora_manager.h"
 #include "runtime/lora/peft_adapter.h"
 #include "runtime/server/http_server.h"
@@ -264,11 +265,12 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
   std::fprintf(
       stderr,
       "xrt: serving '%s' on http://%s:%d/v1 (max_num_seqs %lld, max_num_batched_tokens %lld, "
-      "max_model_len %lld, %lld KV blocks of %lld tokens, %s KV cache)\n",
+      "max_model_len %lld, %lld KV blocks of %lld tokens, %s KV cache, %s kernels)\n",
       sp.served_model_name.c_str(), sp.host.c_str(), server.port(),
       static_cast<long long>(lim.max_num_seqs), static_cast<long long>(lim.max_num_batched_tokens),
       static_cast<long long>(lim.max_model_len), static_cast<long long>(r.num_kv_blocks()),
-      static_cast<long long>(lim.block_size), xrt::KvCacheDtypeName(r.kv_cache_dtype()));
+      static_cast<long long>(lim.block_size), xrt::KvCacheDtypeName(r.kv_cache_dtype()),
+      xrt::CpuIsaName(xrt::BestCpuIsa()));
   int sig = 0;
   sigwait(&signals, &sig);
   server.StopAccepting();
