@@ -727,12 +727,27 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
         __m512i dot[R][2];
         for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
         AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
-        for (int i = 0; i < R; ++i)
-          for (int h = 0; h < 2; ++h)
-            isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(dot[i][h], scale[h]));
-        AddSubBlockMins<F, R>(rows, b, s, by_qsum, imin);
+        if constexpr (F == WeightFormat::kQ6_K) {
+          // The quants' offset of 32 comes off each sub-block's dot products
+          // before the scale (sum (q - 32) a = dot - 32 qsum, exact), so no
+          // imin sums hold registers: isum is AddSuperBlock's whole sum.
+          static_assert(KSubBlockRows(F) == kSumRows);
+          for (int i = 0; i < R; ++i) {
+            const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kSumRows) / kSumRows;
+            const __m512i offset = _mm512_set1_epi32(32 * s16[0]);
+            for (int h = 0; h < 2; ++h) {
+              const __m512i centered = _mm512_sub_epi32(dot[i][h], offset);
+              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(centered, scale[h]));
+            }
+          }
+        } else {
+          for (int i = 0; i < R; ++i)
+            for (int h = 0; h < 2; ++h)
+              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(dot[i][h], scale[h]));
+          AddSubBlockMins<F, R>(rows, b, s, by_qsum, imin);
+        }
       }
-      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);
+      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);  // q6_k: imin stays 0
     }
   } else {
     const int64_t group_bytes = QuantGroupBytes(F);
