@@ -1365,8 +1365,9 @@ struct Avx2Panels {
 };
 
 // Up to 4 rows on every path; 5 and 6 where GroupRowsFor gives 6 (the
-// K-quants keep 4: their isum and imin sums of 6 rows would not fit the
-// registers beside the dot products).
+// K-quants keep 4: six rows' super-block sums (isum, and imin for q4_k /
+// q5_k) beside their dot products and f32 accumulators would need more than
+// the 32 zmm registers).
 template <class Panels, WeightFormat F>
 PanelFn PanelFnFor(int rows) {
   static_assert(kGroupRows == 4 && kVnniGroupRows == 6);
