@@ -198,7 +198,8 @@ struct QuantRows {
   const int8_t* q[R];
   const float* d[R];
   const int32_t* sum16[R];
-  const float* ds[R];  // q4_1
+  const float* ds[R];               // q4_1
+  const int32_t* sub_sum_pairs[R];  // q4_k, q5_k: SubBlockSumPairs
 };
 
 // Rows i0 .. i0 + R - 1 of the problem's quantized A.
@@ -211,6 +212,7 @@ QuantRows<R> QuantRowsAt(const Int8Problem& p, int64_t i0) {
     rows.d[i] = p.d + (i0 + i) * p.blocks;
     rows.sum16[i] = p.sum16 + (i0 + i) * (k / kSumRows);
     rows.ds[i] = p.ds ? p.ds + (i0 + i) * (k / kQuantGroup) : nullptr;
+    rows.sub_sum_pairs[i] = p.sub_sum_pairs ? p.sub_sum_pairs + (i0 + i) * (k / 64) : nullptr;
   }
   return rows;
 }
@@ -719,6 +721,8 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
       __m512i isum[R][2], imin[R][2];
       for (int i = 0; i < R; ++i)
         for (int h = 0; h < 2; ++h) isum[i][h] = imin[i][h] = _mm512_setzero_si512();
+      __m512i even_mins[2];  // q4_k, q5_k: the last even sub-block's mins
+      static_assert(kSubs % 2 == 0);
 #pragma GCC unroll 1
       for (int s = 0; s < kSubs; ++s) {
         if (prefetch) PrefetchPart(sb, kBytes, s, kSubs);
@@ -727,6 +731,24 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
         __m512i dot[R][2];
         for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
         AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
+        if constexpr (F != WeightFormat::kQ6_K) {
+          // The mins of sub-blocks 2p and 2p + 1 as int16 pairs, against the
+          // rows' quant sums of the two as pairs (SubBlockSumPairs): one
+          // vpdpwssd per row and half adds both min terms to imin.
+          if (s % 2 == 0) {
+            for (int h = 0; h < 2; ++h) even_mins[h] = by_qsum[h];
+          } else {
+            for (int h = 0; h < 2; ++h) {
+              const __m512i min_pairs =
+                  _mm512_or_si512(even_mins[h], _mm512_slli_epi32(by_qsum[h], 16));
+              for (int i = 0; i < R; ++i) {
+                const __m512i sums =
+                    _mm512_set1_epi32(rows.sub_sum_pairs[i][b * (kSubs / 2) + s / 2]);
+                imin[i][h] = _mm512_dpwssd_epi32(imin[i][h], min_pairs, sums);
+              }
+            }
+          }
+        }
         if constexpr (F == WeightFormat::kQ6_K) {
           // The quants' offset of 32 comes off each sub-block's dot products
           // before the scale (sum (q - 32) a = dot - 32 qsum, exact), so no
@@ -744,7 +766,6 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
           for (int i = 0; i < R; ++i)
             for (int h = 0; h < 2; ++h)
               isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(dot[i][h], scale[h]));
-          AddSubBlockMins<F, R>(rows, b, s, by_qsum, imin);
         }
       }
       AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);  // q6_k: imin stays 0
