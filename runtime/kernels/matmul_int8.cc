@@ -404,36 +404,6 @@ inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts)
   }
 }
 
-// Weight quads kq of `blk` as the unsigned operand of vpmaddubsw / vpdpbusd.
-// q8_0's signed quants become |w|, and *neg_lo / *neg_hi mark the bytes
-// whose activation takes w's sign instead (ActivationQuads); the other
-// formats' quants are unsigned already (no mask).
-template <WeightFormat F>
-XRT_TARGET_AVX512 inline void UnsignedWeightQuads(const uint8_t* blk, int kq, __m512i* lo,
-                                                  __m512i* hi, __mmask64* neg_lo,
-                                                  __mmask64* neg_hi) {
-  WeightQuads<F>(blk, kq, lo, hi);
-  if constexpr (F == WeightFormat::kQ8_0) {
-    *neg_lo = _mm512_movepi8_mask(*lo);
-    *neg_hi = _mm512_movepi8_mask(*hi);
-    *lo = _mm512_abs_epi8(*lo);
-    *hi = _mm512_abs_epi8(*hi);
-  }
-}
-
-// The four activation quants at q broadcast to every dword, as the signed
-// operand against UnsignedWeightQuads' *lo and *hi.
-template <WeightFormat F>
-XRT_TARGET_AVX512 inline void ActivationQuads(const int8_t* q, __mmask64 neg_lo, __mmask64 neg_hi,
-                                              __m512i* a_lo, __m512i* a_hi) {
-  *a_lo = *a_hi = BroadcastQuad(q);
-  if constexpr (F == WeightFormat::kQ8_0) {
-    const __m512i zero = _mm512_setzero_si512();
-    *a_lo = _mm512_mask_sub_epi8(*a_lo, neg_lo, zero, *a_lo);
-    *a_hi = _mm512_mask_sub_epi8(*a_hi, neg_hi, zero, *a_hi);
-  }
-}
-
 // Adds the pair products of weight quads kq0 .. kq0 + Q - 1 of `blk` with
 // each row's activation quads (at qrow[i] + kq0 * 4) to the int16 sums.
 template <WeightFormat F, int R, int Q>
@@ -443,12 +413,23 @@ XRT_TARGET_AVX512 inline void AddPairSums(const uint8_t* blk, int kq0, const int
 #pragma GCC unroll 8
   for (int kq = kq0; kq < kq0 + Q; ++kq) {
     __m512i lo, hi;
+    WeightQuads<F>(blk, kq, &lo, &hi);
     __mmask64 neg_lo = 0, neg_hi = 0;
-    UnsignedWeightQuads<F>(blk, kq, &lo, &hi, &neg_lo, &neg_hi);
+    if constexpr (F == WeightFormat::kQ8_0) {
+      // Signed x signed: |w| against the activations with w's sign.
+      neg_lo = _mm512_movepi8_mask(lo);
+      neg_hi = _mm512_movepi8_mask(hi);
+      lo = _mm512_abs_epi8(lo);
+      hi = _mm512_abs_epi8(hi);
+    }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      __m512i a_lo, a_hi;
-      ActivationQuads<F>(qrow[i] + kq * 4, neg_lo, neg_hi, &a_lo, &a_hi);
+      __m512i a_lo = BroadcastQuad(qrow[i] + kq * 4), a_hi = a_lo;
+      if constexpr (F == WeightFormat::kQ8_0) {
+        const __m512i zero = _mm512_setzero_si512();
+        a_lo = _mm512_mask_sub_epi8(a_lo, neg_lo, zero, a_lo);
+        a_hi = _mm512_mask_sub_epi8(a_hi, neg_hi, zero, a_hi);
+      }
       sum16[i][0] = _mm512_add_epi16(sum16[i][0], PairProducts(lo, a_lo));
       sum16[i][1] = _mm512_add_epi16(sum16[i][1], PairProducts(hi, a_hi));
     }
@@ -641,9 +622,8 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // activations the unsigned one, offset by 128 (q ^ 0x80 = q + 128 as a byte):
 // sum (q + 128) * w = sum q * w + 128 * sum w, and the weights' own sums per
 // column (one vpdpbusd against ones per quad, for every row) take the excess
-// back out. That replaces the sign transfer of UnsignedWeightQuads /
-// ActivationQuads (two vpabsb and two mask moves per quad, two masked
-// subtractions per row and quad).
+// back out. That replaces AddPairSums' sign transfer (two vpabsb and two mask
+// moves per quad, two masked subtractions per row and quad).
 template <WeightFormat F, int R, int Q>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
@@ -663,13 +643,10 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
 #pragma GCC unroll 4
     for (int c = 0; c < kChains; ++c) {
       __m512i lo, hi;
+      WeightQuads<F>(blk, kq + c, &lo, &hi);
       if constexpr (kSignedWeights) {
-        WeightQuads<F>(blk, kq + c, &lo, &hi);
         wsum[c][0] = _mm512_dpbusd_epi32(wsum[c][0], ones, lo);
         wsum[c][1] = _mm512_dpbusd_epi32(wsum[c][1], ones, hi);
-      } else {
-        __mmask64 neg_lo = 0, neg_hi = 0;
-        UnsignedWeightQuads<F>(blk, kq + c, &lo, &hi, &neg_lo, &neg_hi);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
@@ -731,24 +708,6 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
         __m512i dot[R][2];
         for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
         AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
-        if constexpr (F != WeightFormat::kQ6_K) {
-          // The mins of sub-blocks 2p and 2p + 1 as int16 pairs, against the
-          // rows' quant sums of the two as pairs (SubBlockSumPairs): one
-          // vpdpwssd per row and half adds both min terms to imin.
-          if (s % 2 == 0) {
-            for (int h = 0; h < 2; ++h) even_mins[h] = by_qsum[h];
-          } else {
-            for (int h = 0; h < 2; ++h) {
-              const __m512i min_pairs =
-                  _mm512_or_si512(even_mins[h], _mm512_slli_epi32(by_qsum[h], 16));
-              for (int i = 0; i < R; ++i) {
-                const __m512i sums =
-                    _mm512_set1_epi32(rows.sub_sum_pairs[i][b * (kSubs / 2) + s / 2]);
-                imin[i][h] = _mm512_dpwssd_epi32(imin[i][h], min_pairs, sums);
-              }
-            }
-          }
-        }
         if constexpr (F == WeightFormat::kQ6_K) {
           // The quants' offset of 32 comes off each sub-block's dot products
           // before the scale (sum (q - 32) a = dot - 32 qsum, exact), so no
@@ -766,6 +725,22 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
           for (int i = 0; i < R; ++i)
             for (int h = 0; h < 2; ++h)
               isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(dot[i][h], scale[h]));
+          // The mins of sub-blocks 2p and 2p + 1 as int16 pairs, against the
+          // rows' quant sums of the two as pairs (SubBlockSumPairs): one
+          // vpdpwssd per row and half adds both min terms to imin.
+          if (s % 2 == 0) {
+            for (int h = 0; h < 2; ++h) even_mins[h] = by_qsum[h];
+          } else {
+            for (int h = 0; h < 2; ++h) {
+              const __m512i min_pairs =
+                  _mm512_or_si512(even_mins[h], _mm512_slli_epi32(by_qsum[h], 16));
+              for (int i = 0; i < R; ++i) {
+                const __m512i sums =
+                    _mm512_set1_epi32(rows.sub_sum_pairs[i][b * (kSubs / 2) + s / 2]);
+                imin[i][h] = _mm512_dpwssd_epi32(imin[i][h], min_pairs, sums);
+              }
+            }
+          }
         }
       }
       AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);  // q6_k: imin stays 0
