@@ -28,6 +28,8 @@ const char* CpuIsaName(CpuIsa isa) {
       return "avx512";
     case CpuIsa::kAvx512Vnni:
       return "avx512_vnni";
+    case CpuIsa::kAvx512Bf16:
+      return "avx512_bf16";
   }
   return "unknown";
 }
@@ -60,12 +62,19 @@ bool CpuIsaSupported(CpuIsa isa) {
 #else
       return false;
 #endif
+    case CpuIsa::kAvx512Bf16:
+#if defined(__x86_64__)
+      return CpuIsaSupported(CpuIsa::kAvx512Vnni) && __builtin_cpu_supports("avx512bf16");
+#else
+      return false;
+#endif
   }
   return false;
 }
 
 CpuIsa BestCpuIsa() {
   static const CpuIsa best = [] {
+    if (CpuIsaSupported(CpuIsa::kAvx512Bf16)) return CpuIsa::kAvx512Bf16;
     if (CpuIsaSupported(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
     if (CpuIsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
     if (CpuIsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;

@@ -25,12 +25,17 @@ enum class CpuIsa {
   // int32). Only the int8 matmul has code of its own for it; its results are
   // the AVX-512 path's bits (exact integer sums).
   kAvx512Vnni = 3,
+  // AVX-512 + AVX512_VNNI + AVX512_BF16 (vdpbf16ps: bf16 pair dot products
+  // into f32). Only the kBF16 matmul's tile kernel has code of its own for
+  // it; its results are the other paths' bits (matmul.h's kBF16 chain is
+  // vdpbf16ps's order).
+  kAvx512Bf16 = 4,
 };
 
 // True if `isa` is tier `tier` or above it.
 constexpr bool IsaAtLeast(CpuIsa isa, CpuIsa tier) { return isa >= tier; }
 
-// "scalar", "avx2", "avx512", "avx512_vnni".
+// "scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16".
 const char* CpuIsaName(CpuIsa isa);
 
 // True if this CPU (and OS, for the AVX state) can run `isa`.

@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "runtime/kernels/packed_simd.h"
@@ -60,9 +61,54 @@ bool ComputeTypeFromName(const std::string& name, ComputeType* out) {
 
 namespace {
 
-// RoundToBf16Operand over n floats in place.
-void RoundToBf16Portable(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = RoundToBf16Operand(x[i]);
+// kBF16's flush to zero (matmul.h) of a result: below 2^-126 in magnitude, a
+// zero of its sign.
+inline float FlushTiny(float x) {
+  return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
+}
+
+// While alive, this thread's SSE / AVX arithmetic flushes tiny results to
+// zero (MXCSR.FTZ, x86's tininess after rounding): how every kBF16 path but
+// the scalar one (FlushTiny) meets the contract's flush. Restores MXCSR.
+class FlushToZeroScope {
+ public:
+  explicit FlushToZeroScope(bool on) {
+#if defined(__x86_64__)
+    if (on) {
+      saved_ = _mm_getcsr();
+      _mm_setcsr(saved_ | 0x8000u);
+      active_ = true;
+    }
+#else
+    (void)on;
+#endif
+  }
+  ~FlushToZeroScope() {
+#if defined(__x86_64__)
+    if (active_) _mm_setcsr(saved_);
+#endif
+  }
+  FlushToZeroScope(const FlushToZeroScope&) = delete;
+  FlushToZeroScope& operator=(const FlushToZeroScope&) = delete;
+
+ private:
+  unsigned saved_ = 0;
+  bool active_ = false;
+};
+
+// The decoded block's k-rows [0, rows) in kBF16's chain order (rows is even:
+// k-blocks start at even k): each pair of rows swapped, every value rounded
+// to a bf16 operand.
+void Bf16ChainOrderPortable(float* x, int64_t rows) {
+  for (int64_t r = 0; r < rows; r += 2) {
+    float* lo = x + r * kPackNR;
+    float* hi = lo + kPackNR;
+    for (int j = 0; j < kPackNR; ++j) {
+      const float even = RoundToBf16Operand(lo[j]);
+      lo[j] = RoundToBf16Operand(hi[j]);
+      hi[j] = even;
+    }
+  }
 }
 
 // One call runs an R x kPackNR tile (R <= the ISA's MR) of C from R rows of A
@@ -95,6 +141,7 @@ struct TileArgs {
   int64_t ldc;
   int ncols;
   bool accumulate;
+  bool flush;  // kBF16: results flushed to zero (the scalar path; MXCSR elsewhere)
 };
 using TileFn = void (*)(const TileArgs&);
 
@@ -111,7 +158,11 @@ void TileScalar(const TileArgs& t) {
     const float* b = t.panel + kk * kPackNR;
     for (int i = 0; i < R; ++i) {
       const float av = t.a[kk * R + i];
-      for (int j = 0; j < kPackNR; ++j) acc[i][j] = std::fma(av, b[j], acc[i][j]);
+      if (t.flush) {
+        for (int j = 0; j < kPackNR; ++j) acc[i][j] = FlushTiny(std::fma(av, b[j], acc[i][j]));
+      } else {
+        for (int j = 0; j < kPackNR; ++j) acc[i][j] = std::fma(av, b[j], acc[i][j]);
+      }
     }
   }
   if (!t.last) {
@@ -124,7 +175,9 @@ void TileScalar(const TileArgs& t) {
     for (int j = 0; j < t.ncols; ++j) {
       float v = acc[i][j];
       if (t.bias) v = v + t.bias[j];
+      if (t.flush) v = FlushTiny(v);
       if (t.accumulate) v = c[j] + v;
+      if (t.flush) v = FlushTiny(v);
       c[j] = v;
     }
   }
@@ -386,9 +439,10 @@ constexpr int kAvx512MR = 14;
 constexpr int kPrefetchL1Steps = 16;
 constexpr int kPrefetchL2Steps = 128;  // single-tile blocks (M = 1 decode)
 
+// A tile's running sums at the start of its k-block (zeros, or `partial`),
+// and at its end saved to `partial` or finished into C.
 template <int R>
-XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
-  __m512 acc0[R], acc1[R];
+XRT_TARGET_AVX512 inline void StartTileAvx512(const TileArgs& t, __m512* acc0, __m512* acc1) {
 #pragma GCC unroll 14
   for (int i = 0; i < R; ++i) {
     if (t.first) {
@@ -399,39 +453,10 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
       acc1[i] = _mm512_loadu_ps(t.partial + i * kPackNR + 16);
     }
   }
-  const float* a = t.a;
-  const float* b = t.panel;
-  const char* pf = t.pf;
-  for (int64_t kk = 0; kk < t.k; ++kk) {
-    const __m512 b0 = _mm512_loadu_ps(b);
-    const __m512 b1 = _mm512_loadu_ps(b + 16);
-    // L1 prefetch a little ahead (not for one-row tiles: that loop is pure
-    // streaming, the hardware prefetcher keeps up and extra requests only
-    // take fill buffers), and this tile's share of the next k-block into L2.
-    if (R > 1) {
-      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchL1Steps * kPackNR), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchL1Steps * kPackNR + 16), _MM_HINT_T0);
-    }
-    if (R == 1) {
-      // Same as the single-tile plan below, without the bookkeeping: this
-      // loop is short enough that the extra compare and branch cost ~10% of
-      // DRAM bandwidth at M = 1.
-      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchL2Steps * kPackNR), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchL2Steps * kPackNR + 16), _MM_HINT_T1);
-    } else if (pf < t.pf_end) {
-      _mm_prefetch(pf, _MM_HINT_T1);
-      if (t.pf_step > 64) _mm_prefetch(pf + 64, _MM_HINT_T1);
-      pf += t.pf_step;
-    }
-    b += kPackNR;
-#pragma GCC unroll 14
-    for (int i = 0; i < R; ++i) {
-      const __m512 av = _mm512_set1_ps(a[i]);
-      acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);
-      acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);
-    }
-    a += R;
-  }
+}
+template <int R>
+XRT_TARGET_AVX512 inline void FinishTileAvx512(const TileArgs& t, const __m512* acc0,
+                                               const __m512* acc1) {
   if (!t.last) {
 #pragma GCC unroll 14
     for (int i = 0; i < R; ++i) {
@@ -467,6 +492,81 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
   }
 }
 
+template <int R>
+XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
+  __m512 acc0[R], acc1[R];
+  StartTileAvx512<R>(t, acc0, acc1);
+  const float* a = t.a;
+  const float* b = t.panel;
+  const char* pf = t.pf;
+  for (int64_t kk = 0; kk < t.k; ++kk) {
+    const __m512 b0 = _mm512_loadu_ps(b);
+    const __m512 b1 = _mm512_loadu_ps(b + 16);
+    // L1 prefetch a little ahead (not for one-row tiles: that loop is pure
+    // streaming, the hardware prefetcher keeps up and extra requests only
+    // take fill buffers), and this tile's share of the next k-block into L2.
+    if (R > 1) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchL1Steps * kPackNR), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchL1Steps * kPackNR + 16), _MM_HINT_T0);
+    }
+    if (R == 1) {
+      // Same as the single-tile plan below, without the bookkeeping: this
+      // loop is short enough that the extra compare and branch cost ~10% of
+      // DRAM bandwidth at M = 1.
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchL2Steps * kPackNR), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchL2Steps * kPackNR + 16), _MM_HINT_T1);
+    } else if (pf < t.pf_end) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      if (t.pf_step > 64) _mm_prefetch(pf + 64, _MM_HINT_T1);
+      pf += t.pf_step;
+    }
+    b += kPackNR;
+#pragma GCC unroll 14
+    for (int i = 0; i < R; ++i) {
+      const __m512 av = _mm512_set1_ps(a[i]);
+      acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);
+    }
+    a += R;
+  }
+  FinishTileAvx512<R>(t, acc0, acc1);
+}
+
+// ------------------------------------------------------ AVX-512 + BF16 --
+// kBF16 tiles on vdpbf16ps, R x 32 as above: A comes as bf16 pairs
+// ([steps / 2][R] dwords, PackRowPairs), the decoded panel block as
+// [steps / 2][32] dwords (Bf16PairsAvx512). One instruction sums a k-pair
+// per column, the odd element first with flushes: matmul.h's kBF16 chain.
+
+XRT_TARGET_AVX512_BF16 inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i w) {
+#if defined(XRT_SIMD_EMULATE)
+  return xrt_simd_emulate::DotBf16Pairs(acc, a, w);
+#else
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)w);
+#endif
+}
+
+template <int R>
+XRT_TARGET_AVX512_BF16 void TileAvx512Bf16(const TileArgs& t) {
+  __m512 acc0[R], acc1[R];
+  StartTileAvx512<R>(t, acc0, acc1);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(t.a);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(t.panel);
+  for (int64_t kp = 0; kp < t.k / 2; ++kp) {
+    const __m512i b0 = _mm512_loadu_si512(b);
+    const __m512i b1 = _mm512_loadu_si512(b + 16);
+    b += kPackNR;
+#pragma GCC unroll 14
+    for (int i = 0; i < R; ++i) {
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[i]));
+      acc0[i] = DotBf16Pairs(acc0[i], av, b0);
+      acc1[i] = DotBf16Pairs(acc1[i], av, b1);
+    }
+    a += R;
+  }
+  FinishTileAvx512<R>(t, acc0, acc1);
+}
+
 // ------------------------------------------- AVX-512 packed-format decoding --
 // (GCC 12 reports its own conversion intrinsics' undefined pass-through
 // operands as maybe-uninitialized; a false positive.)
@@ -488,10 +588,108 @@ XRT_TARGET_AVX512 inline __m512 RoundToBf16Avx512(__m512 x) {
   return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u))));
 }
 
-// RoundToBf16Portable on AVX-512 (n % 16 == 0).
-XRT_TARGET_AVX512 void RoundToBf16Block(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16)
-    _mm512_storeu_ps(x + i, RoundToBf16Avx512(_mm512_loadu_ps(x + i)));
+// Bf16ChainOrderPortable on AVX-512.
+XRT_TARGET_AVX512 void Bf16ChainOrderAvx512(float* x, int64_t rows) {
+  for (int64_t r = 0; r < rows; r += 2) {
+    float* lo = x + r * kPackNR;
+    float* hi = lo + kPackNR;
+    for (int j = 0; j < kPackNR; j += 16) {
+      const __m512 even = RoundToBf16Avx512(_mm512_loadu_ps(lo + j));
+      _mm512_storeu_ps(lo + j, RoundToBf16Avx512(_mm512_loadu_ps(hi + j)));
+      _mm512_storeu_ps(hi + j, even);
+    }
+  }
+}
+
+// The decoded block's k-rows [0, rows) (rows even) as TileAvx512Bf16's bf16
+// pairs, in place: dword j of pair-row p is the bf16 operands of rows 2p
+// (low half) and 2p + 1 (high half) of column j.
+XRT_TARGET_AVX512 void Bf16PairsAvx512(float* x, int64_t rows) {
+  for (int64_t r = 0; r < rows; r += 2) {
+    const float* even = x + r * kPackNR;
+    const float* odd = even + kPackNR;
+    // Pair-row r / 2 ends at or before row r starts: both rows are loaded
+    // before their columns' dwords are stored.
+    float* out = x + r / 2 * kPackNR;
+    for (int j = 0; j < kPackNR; j += 16) {
+      const __m512i e = _mm512_castps_si512(RoundToBf16Avx512(_mm512_loadu_ps(even + j)));
+      const __m512i o = _mm512_castps_si512(RoundToBf16Avx512(_mm512_loadu_ps(odd + j)));
+      _mm512_storeu_si512(out + j, _mm512_or_si512(_mm512_srli_epi32(e, 16), o));
+    }
+  }
+}
+
+// Bf16PairsAvx512 straight from k-rows [k0, k0 + rows) of a panel of f32 or
+// bf16 weights into out ([ceil(rows / 2)][32] dwords), an odd last row paired
+// with a zero. bf16 weights are paired as stored: a subnormal one is a zero
+// to vdpbf16ps, as RoundToBf16Operand makes it on the other paths.
+XRT_TARGET_AVX512 void Bf16PairsFromF32(const uint8_t* panel, int64_t k0, int64_t rows,
+                                        float* out) {
+  const float* w = reinterpret_cast<const float*>(panel) + k0 * kPackNR;
+  for (int64_t r = 0; r < rows; r += 2) {
+    for (int j = 0; j < kPackNR; j += 16) {
+      const __m512i e = _mm512_castps_si512(RoundToBf16Avx512(_mm512_loadu_ps(w + j)));
+      const __m512i o =
+          r + 1 < rows ? _mm512_castps_si512(RoundToBf16Avx512(_mm512_loadu_ps(w + kPackNR + j)))
+                       : _mm512_setzero_si512();
+      _mm512_storeu_si512(out + j, _mm512_or_si512(_mm512_srli_epi32(e, 16), o));
+    }
+    w += 2 * kPackNR;
+    out += kPackNR;
+  }
+}
+
+XRT_TARGET_AVX512 void Bf16PairsFromBf16(const uint8_t* panel, int64_t k0, int64_t rows,
+                                         float* out) {
+  // Word w of pair-row half h: column 16h + w / 2 of the even row (w even,
+  // index < 32) or of the odd row (index 32 + ...).
+  alignas(64) static constexpr uint16_t kIdx[2][32] = {
+      {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
+      {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
+  const __m512i lo = _mm512_load_si512(kIdx[0]), hi = _mm512_load_si512(kIdx[1]);
+  const uint8_t* w = panel + k0 * kPackNR * 2;
+  for (int64_t r = 0; r < rows; r += 2) {
+    const __m512i e = _mm512_loadu_si512(w);
+    const __m512i o = r + 1 < rows ? _mm512_loadu_si512(w + kPackNR * 2) : _mm512_setzero_si512();
+    _mm512_storeu_si512(out, _mm512_permutex2var_epi16(e, lo, o));
+    _mm512_storeu_si512(out + 16, _mm512_permutex2var_epi16(e, hi, o));
+    w += 2 * kPackNR * 2;
+    out += kPackNR;
+  }
+}
+
+// PackRowPairs (below) of one row tile on AVX-512: `rows` rows of A from
+// `a` (stride lda) into tile ([ceil(k / 2)][rows] dwords).
+XRT_TARGET_AVX512 void PackTilePairsAvx512(const float* a, int64_t lda, int rows, int64_t k,
+                                           uint32_t* tile) {
+  // Dword p of the result: the high words (bf16 bits) of floats 2p, 2p + 1.
+  alignas(64) static constexpr uint16_t kHighWords[32] = {
+      1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+      33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  const __m512i high = _mm512_load_si512(kHighWords);
+  const __m512i stride =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(rows));
+  const int64_t pairs = (k + 1) / 2;
+  for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
+    const int64_t k0 = 2 * p0;
+    const int64_t n0 = std::clamp<int64_t>(k - k0, 0, 16),
+                  n1 = std::clamp<int64_t>(k - k0 - 16, 0, 16);
+    const __mmask16 m0 = static_cast<__mmask16>((1u << n0) - 1);
+    const __mmask16 m1 = static_cast<__mmask16>((1u << n1) - 1);
+    const __mmask16 out_mask =
+        static_cast<__mmask16>((1u << std::min<int64_t>(16, pairs - p0)) - 1);
+    for (int i = 0; i < rows; ++i) {
+      const float* src = a + i * lda + k0;
+      const __m512i x0 = _mm512_castps_si512(RoundToBf16Avx512(_mm512_maskz_loadu_ps(m0, src)));
+      const __m512i x1 =
+          _mm512_castps_si512(RoundToBf16Avx512(_mm512_maskz_loadu_ps(m1, src + 16)));
+      _mm512_mask_i32scatter_epi32(tile + p0 * rows + i, out_mask, stride,
+                                   _mm512_permutex2var_epi16(x0, high, x1), 4);
+    }
+  }
 }
 
 // Per k-row of a panel: the 32 column values as two zmm (columns 0-15, 16-31),
@@ -714,8 +912,9 @@ XRT_TARGET_AVX512 inline void StoreOutputs(const GemvArgs& g, int i, int col0, _
                                 g.accumulate, std::min(kPackNR, g.ncols - col0), v0, v1);
 }
 
-// Bf16: the decoded weights are rounded to bf16 operands in registers (A
-// comes rounded).
+// Bf16: kBF16's chain (matmul.h): the k-rows in pair order, the decoded
+// weights rounded to bf16 operands in registers (A comes rounded), run under
+// FlushToZeroScope.
 template <WeightFormat F, int R, int P, bool Bf16>
 XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
   __m512 acc[P][R][2];
@@ -744,16 +943,17 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
         const float* a = g.a + blk * kSuperBlock + s * kSub;
 #pragma GCC unroll 2
         for (int kk = 0; kk < kSub; ++kk) {
+          const int row = Bf16 ? kk ^ 1 : kk;
 #pragma GCC unroll 2
           for (int p = 0; p < P; ++p) {
-            DecodeKRow<F>(sb[p], s * kSub + kk, fac[p], &w0[p], &w1[p]);
+            DecodeKRow<F>(sb[p], s * kSub + row, fac[p], &w0[p], &w1[p]);
             if constexpr (Bf16) {
               w0[p] = RoundToBf16Avx512(w0[p]);
               w1[p] = RoundToBf16Avx512(w1[p]);
             }
 #pragma GCC unroll 4
             for (int i = 0; i < R; ++i) {
-              const __m512 av = _mm512_set1_ps(a[i * g.lda + kk]);
+              const __m512 av = _mm512_set1_ps(a[i * g.lda + row]);
               acc[p][i][0] = _mm512_fmadd_ps(av, w0[p], acc[p][i][0]);
               acc[p][i][1] = _mm512_fmadd_ps(av, w1[p], acc[p][i][1]);
             }
@@ -762,20 +962,34 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
       }
     }
   } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
-    for (int64_t k = 0; k < g.k; ++k) {
+    // kBF16: K padded to whole pairs (matmul.h).
+    const int64_t steps = Bf16 ? (g.k + 1) / 2 * 2 : g.k;
+    for (int64_t k = 0; k < steps; ++k) {
+      const int64_t row = Bf16 ? k ^ 1 : k;
+      if (Bf16 && row == g.k) {
+        // The zero after an odd K, first in its pair: -0 sums become +0.
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+          for (int i = 0; i < R; ++i) {
+            acc[p][i][0] = _mm512_add_ps(acc[p][i][0], _mm512_setzero_ps());
+            acc[p][i][1] = _mm512_add_ps(acc[p][i][1], _mm512_setzero_ps());
+          }
+        continue;
+      }
 #pragma GCC unroll 2
       for (int p = 0; p < P; ++p) {
         const uint8_t* panel = g.panel + p * g.panel_bytes;
-        _mm_prefetch(reinterpret_cast<const char*>(panel + k * kPackNR * 2 + kGemvPrefetchBytes),
+        _mm_prefetch(reinterpret_cast<const char*>(panel + row * kPackNR * 2 + kGemvPrefetchBytes),
                      _MM_HINT_T1);
-        Decode16BitRow<F>(panel, k, &w0[p], &w1[p]);
+        Decode16BitRow<F>(panel, row, &w0[p], &w1[p]);
         if constexpr (Bf16) {
           w0[p] = RoundToBf16Avx512(w0[p]);
           w1[p] = RoundToBf16Avx512(w1[p]);
         }
 #pragma GCC unroll 4
         for (int i = 0; i < R; ++i) {
-          const __m512 av = _mm512_set1_ps(g.a[i * g.lda + k]);
+          const __m512 av = _mm512_set1_ps(g.a[i * g.lda + row]);
           acc[p][i][0] = _mm512_fmadd_ps(av, w0[p], acc[p][i][0]);
           acc[p][i][1] = _mm512_fmadd_ps(av, w1[p], acc[p][i][1]);
         }
@@ -798,16 +1012,17 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
       const float* a = g.a + grp * kQuantGroup;
 #pragma GCC unroll 2
       for (int kk = 0; kk < kQuantGroup; ++kk) {
+        const int row = Bf16 ? kk ^ 1 : kk;
 #pragma GCC unroll 2
         for (int p = 0; p < P; ++p) {
-          DecodeQuantRow<F>(q[p], kk, sc[p], &w0[p], &w1[p]);
+          DecodeQuantRow<F>(q[p], row, sc[p], &w0[p], &w1[p]);
           if constexpr (Bf16) {
             w0[p] = RoundToBf16Avx512(w0[p]);
             w1[p] = RoundToBf16Avx512(w1[p]);
           }
 #pragma GCC unroll 4
           for (int i = 0; i < R; ++i) {
-            const __m512 av = _mm512_set1_ps(a[i * g.lda + kk]);
+            const __m512 av = _mm512_set1_ps(a[i * g.lda + row]);
             acc[p][i][0] = _mm512_fmadd_ps(av, w0[p], acc[p][i][0]);
             acc[p][i][1] = _mm512_fmadd_ps(av, w1[p], acc[p][i][1]);
           }
@@ -887,6 +1102,7 @@ void RunGemvUnits(const MatmulArgs& args, ThreadPool* pool, const float* a, int6
   const int64_t units = (panels + per_unit - 1) / per_unit;
   const int64_t panel_bytes = PackedPanelBytes(args.w_format, args.k);
   auto run_units = [&](int64_t u0, int64_t u1) {
+    const FlushToZeroScope ftz(args.compute == ComputeType::kBF16);
     GemvArgs g;
     g.a = a;
     g.lda = lda;
@@ -1092,6 +1308,25 @@ IsaKernels MakeAvx2Kernels() {
   return k;
 }
 
+IsaKernels MakeAvx512Bf16Kernels() {
+  IsaKernels k{kAvx512MR, {}};
+  k.tiles[1] = &TileAvx512Bf16<1>;
+  k.tiles[2] = &TileAvx512Bf16<2>;
+  k.tiles[3] = &TileAvx512Bf16<3>;
+  k.tiles[4] = &TileAvx512Bf16<4>;
+  k.tiles[5] = &TileAvx512Bf16<5>;
+  k.tiles[6] = &TileAvx512Bf16<6>;
+  k.tiles[7] = &TileAvx512Bf16<7>;
+  k.tiles[8] = &TileAvx512Bf16<8>;
+  k.tiles[9] = &TileAvx512Bf16<9>;
+  k.tiles[10] = &TileAvx512Bf16<10>;
+  k.tiles[11] = &TileAvx512Bf16<11>;
+  k.tiles[12] = &TileAvx512Bf16<12>;
+  k.tiles[13] = &TileAvx512Bf16<13>;
+  k.tiles[14] = &TileAvx512Bf16<14>;
+  return k;
+}
+
 IsaKernels MakeAvx512Kernels() {
   IsaKernels k{kAvx512MR, {}};
   k.tiles[1] = &TileAvx512<1>;
@@ -1112,11 +1347,15 @@ IsaKernels MakeAvx512Kernels() {
 }
 #endif
 
-const IsaKernels& KernelsFor(CpuIsa isa) {
+// The tile kernels of `isa`; `bf16_pairs`: kBF16's on bf16 pairs (the
+// avx512_bf16 tier).
+const IsaKernels& KernelsFor(CpuIsa isa, bool bf16_pairs) {
   static const IsaKernels scalar = MakeScalarKernels();
 #if defined(__x86_64__)
   static const IsaKernels avx2 = MakeAvx2Kernels();
   static const IsaKernels avx512 = MakeAvx512Kernels();
+  static const IsaKernels avx512_bf16 = MakeAvx512Bf16Kernels();
+  if (bf16_pairs) return avx512_bf16;
   if (IsaAtLeast(isa, CpuIsa::kAvx512)) return avx512;
   if (isa == CpuIsa::kAvx2) return avx2;
 #endif
@@ -1188,29 +1427,50 @@ struct RowTiling {
 };
 
 // Packs rows [r0, r1) of A into the row tiles of RowTiling(r1 - r0, mr):
-// tile j starts at out + Start(j)*k and is [k][Height(j)]; each value as a
-// bf16 operand when `round`.
-void PackRows(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int mr, bool round,
+// tile j starts at out + Start(j)*steps and is [steps][Height(j)]. f32: steps
+// = k, in order. `bf16`: kBF16's chain order (matmul.h), steps = k rounded up
+// to even, each pair swapped, the values rounded to bf16 operands and the pad
+// after an odd k a zero.
+void PackRows(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int mr, bool bf16,
               float* out) {
   const RowTiling tiling(r1 - r0, mr);
+  const int64_t steps = bf16 ? (k + 1) / 2 * 2 : k;
   for (int64_t j = 0; j < tiling.count; ++j) {
     const int rows = tiling.Height(j);
     const int64_t r = r0 + tiling.Start(j);
-    float* tile = out + (r - r0) * k;
+    float* tile = out + (r - r0) * steps;
     // 16 columns (one cache line of each row) at a time.
     for (int64_t k0 = 0; k0 < k; k0 += 16) {
       const int64_t k1 = std::min(k, k0 + 16);
       for (int i = 0; i < rows; ++i) {
         const float* src = a + (r + i) * lda;
-        if (round) {
-          for (int64_t kk = k0; kk < k1; ++kk) tile[kk * rows + i] = RoundToBf16Operand(src[kk]);
+        if (bf16) {
+          for (int64_t kk = k0; kk < k1; ++kk)
+            tile[(kk ^ 1) * rows + i] = RoundToBf16Operand(src[kk]);
         } else {
           for (int64_t kk = k0; kk < k1; ++kk) tile[kk * rows + i] = src[kk];
         }
       }
     }
+    if (steps > k)
+      for (int i = 0; i < rows; ++i) tile[(k ^ 1) * rows + i] = 0.0f;
   }
 }
+
+#if defined(__x86_64__)
+// PackRows for TileAvx512Bf16: tile j starts at out + Start(j) * pairs and is
+// [pairs][Height(j)] dwords, pairs = ceil(k / 2); dword p holds the bf16
+// operands of k = 2p (low half) and 2p + 1 (high half, a zero past k).
+void PackRowPairs(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int mr,
+                  uint32_t* out) {
+  const RowTiling tiling(r1 - r0, mr);
+  const int64_t pairs = (k + 1) / 2;
+  for (int64_t j = 0; j < tiling.count; ++j) {
+    const int64_t start = tiling.Start(j);
+    PackTilePairsAvx512(a + (r0 + start) * lda, lda, tiling.Height(j), k, out + start * pairs);
+  }
+}
+#endif
 
 // k-block length: one k-block of a panel (kKBlock x 128 bytes) stays in L1
 // while every row tile of the block runs over it, so the panel comes from
@@ -1270,28 +1530,49 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   }
 #endif
 
-  const IsaKernels& kern = KernelsFor(isa);
   const WeightFormat format = args.w_format;
   const bool bf16 = args.compute == ComputeType::kBF16;
+  // kBF16 on vdpbf16ps: A and the decoded blocks as bf16 pairs.
+  const bool pairs = bf16 && IsaAtLeast(isa, CpuIsa::kAvx512Bf16);
+  const IsaKernels& kern = KernelsFor(isa, pairs);
   // The weights through the decoded block: packed formats, and f32 rounded.
   const DequantFn dequant =
       format == WeightFormat::kF32 && !bf16 ? nullptr : DequantFor(isa, format);
-  void (*round_block)(float*, int64_t) = nullptr;
+  void (*chain_order)(float*, int64_t) = nullptr;
   if (bf16) {
-    round_block = &RoundToBf16Portable;
+    chain_order = &Bf16ChainOrderPortable;
 #if defined(__x86_64__)
-    if (IsaAtLeast(isa, CpuIsa::kAvx512)) round_block = &RoundToBf16Block;
+    if (IsaAtLeast(isa, CpuIsa::kAvx512)) chain_order = &Bf16ChainOrderAvx512;
+    if (pairs) chain_order = &Bf16PairsAvx512;
 #endif
   }
+  // Weights paired straight from the panel, without the f32 block.
+  void (*direct_pairs)(const uint8_t*, int64_t, int64_t, float*) = nullptr;
+#if defined(__x86_64__)
+  if (pairs && format == WeightFormat::kF32) direct_pairs = &Bf16PairsFromF32;
+  if (pairs && format == WeightFormat::kBF16) direct_pairs = &Bf16PairsFromBf16;
+#endif
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = kern.mr;
   const int64_t m = args.m, n = args.n, k = args.k;
+  // Length of each output's chain: k, or kBF16's whole pairs; A's packed
+  // values (floats or dwords) per step: 1, or 1/2 in pairs.
+  const int64_t steps = bf16 ? (k + 1) / 2 * 2 : k;
+  const int64_t per_step_div = pairs ? 2 : 1;
   const int64_t panels = (n + kPackNR - 1) / kPackNR;
 
-  // Row blocks: whole multiples of mr, sized so a block of A fits in L2.
-  int64_t block_rows = std::max<int64_t>(1, kABlockBytes / (std::max<int64_t>(k, 1) * 4));
+  // Row blocks: whole multiples of mr, sized so a block of A fits in L2, and
+  // as even as that allows (512 rows in blocks of at most 252: 3 x 182 or
+  // less, not 252, 252 and 8).
+  const int64_t row_bytes = std::max<int64_t>(steps, 1) * 4 / per_step_div;
+  int64_t block_rows = std::max<int64_t>(1, kABlockBytes / row_bytes);
   block_rows = std::max<int64_t>(mr, block_rows / mr * mr);
-  if (block_rows >= m) block_rows = m;
+  if (block_rows >= m) {
+    block_rows = m;
+  } else {
+    const int64_t count = (m + block_rows - 1) / block_rows;
+    block_rows = ((m + count - 1) / count + mr - 1) / mr * mr;
+  }
   const int64_t blocks = (m + block_rows - 1) / block_rows;
 
   // Work unit = (row block, panel), panel-fastest so consecutive units of a
@@ -1299,9 +1580,11 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int64_t units = blocks * panels;
   const uint64_t call = g_matmul_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   auto run_units = [&](int64_t u0, int64_t u1) {
+    const FlushToZeroScope ftz(bf16);
     TileArgs t;
     t.ldc = args.ldc;
     t.accumulate = args.accumulate;
+    t.flush = bf16;
     int64_t current_block = -1;
     const float* block_a = nullptr;
     for (int64_t u = u0; u < u1; ++u) {
@@ -1314,10 +1597,17 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
         } else {
           PackedBlock& packed = ThreadPackedBlock();
           if (packed.call != call || packed.block != blk) {
-            if (packed.data.size() < static_cast<size_t>((r1 - r0) * k)) {
-              packed.data.resize((r1 - r0) * k);
+            const int64_t size = (r1 - r0) * steps / per_step_div;
+            if (packed.data.size() < static_cast<size_t>(size)) packed.data.resize(size);
+#if defined(__x86_64__)
+            if (pairs) {
+              PackRowPairs(args.a, args.lda, r0, r1, k, mr,
+                           reinterpret_cast<uint32_t*>(packed.data.data()));
+            } else
+#endif
+            {
+              PackRows(args.a, args.lda, r0, r1, k, mr, bf16, packed.data.data());
             }
-            PackRows(args.a, args.lda, r0, r1, k, mr, bf16, packed.data.data());
             packed.call = call;
             packed.block = blk;
           }
@@ -1331,7 +1621,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const uint8_t* panel_bytes_p = static_cast<const uint8_t*>(args.packed_w) + p * panel_bytes;
       const float* panel = reinterpret_cast<const float*>(panel_bytes_p);  // f32 only
       const RowTiling tiling(r1 - r0, mr);
-      const int64_t k_blocks = std::max<int64_t>(1, (k + kKBlock - 1) / kKBlock);
+      const int64_t k_blocks = std::max<int64_t>(1, (steps + kKBlock - 1) / kKBlock);
       float* partial = nullptr;
       if (k_blocks > 1) {
         std::vector<float>& buf = PartialBuffer();
@@ -1345,7 +1635,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const int64_t share = (next_lines + tiling.count - 1) / tiling.count;
       for (int64_t kb = 0; kb < k_blocks; ++kb) {
         const int64_t k0 = kb * kKBlock;
-        t.k = std::min(kKBlock, k - k0);
+        t.k = std::min(kKBlock, steps - k0);
         t.first = kb == 0;
         t.last = kb == k_blocks - 1;
         const char* next = nullptr;
@@ -1353,8 +1643,14 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           // Decoded once per panel block for all row tiles; the packed bytes
           // stream sequentially (hardware prefetch), so no L2 plan.
           float* decoded = DecodedBlock();
-          dequant(panel_bytes_p, k0, t.k, decoded);
-          if (round_block) round_block(decoded, t.k * kPackNR);
+          const int64_t rows = std::min(t.k, k - k0);
+          if (direct_pairs) {
+            direct_pairs(panel_bytes_p, k0, rows, decoded);
+          } else {
+            dequant(panel_bytes_p, k0, rows, decoded);
+            if (rows < t.k) std::fill_n(decoded + rows * kPackNR, kPackNR, 0.0f);  // kBF16's pad
+            if (chain_order) chain_order(decoded, t.k);
+          }
           t.panel = decoded;
         } else {
           t.panel = panel + k0 * kPackNR;
@@ -1364,7 +1660,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
         for (int64_t j = 0; j < tiling.count; ++j) {
           const int64_t start = tiling.Start(j);
           const int rows = tiling.Height(j);
-          t.a = block_a + start * k + k0 * rows;
+          t.a = block_a + (start * steps + k0 * rows) / per_step_div;
           t.partial = partial ? partial + start * kPackNR : nullptr;
           t.c = args.c + (r0 + start) * args.ldc + col0;
           if (!next) {

@@ -33,17 +33,28 @@
 // multiply-adds in this order (the scalar path via std::fma).
 //
 // Compute types (MatmulArgs::compute). kF32 is the chain above on the f32
-// values. kBF16 is the same chain on bf16 operands: every a[i][k] and w[j][k]
-// is first replaced by RoundToBf16Operand of it (round to nearest even to 8
-// significant bits; bf16 subnormals read as a signed zero, as AMX and the
-// AVX512_BF16 conversions read them). A product of two bf16 values is exact
-// in f32, so each fma adds an exact product with one rounding, and everything
-// said above about batch invariance holds for kBF16 too. This is what a bf16
-// tile unit (AMX TDPBF16PS) multiplies; the order it sums in is its own (two
-// interleaved chains per instruction), so an AMX kernel needs an AVX-512
-// twin of that order for M below its tile height to stay batch invariant.
-// On CPUs without bf16 units kBF16 is slower than kF32 (the operands are
-// rounded in registers): it exists for its numerics contract. kInt8 is
+// values. kBF16 is the chain of a bf16 dot-product unit (AVX512_BF16's
+// vdpbf16ps, as measured lane for lane on hardware) on bf16 operands: every
+// a[i][k] and w[j][k] is first replaced by RoundToBf16Operand of it (round to
+// nearest even to 8 significant bits; bf16 subnormals read as a signed zero,
+// as AMX and the AVX512_BF16 conversions read them); K is padded with one
+// zero to an even length; and the pairs (2p, 2p+1) are summed in increasing
+// p, each pair's odd element first:
+//   dot = F(fma(a[2p], w[2p], F(fma(a[2p+1], w[2p+1], dot))))
+// where F flushes a result below 2^-126 in magnitude to a zero of its sign
+// (x86's flush to zero, tininess detected after rounding). A product of two
+// bf16 values is exact in f32, so each step adds an exact product with one
+// rounding. The pad's step only turns a -0 sum into +0. The bias and the
+// accumulate adds are flushed the same way: c = F(c_old + F(dot + bias)).
+// Everything said above about batch invariance holds for kBF16 too. (AMX's
+// TDPBF16PS takes a pair's even element first: a kernel on it would pack the
+// pairs' elements swapped.)
+// On the avx512_bf16 tier (cpu_isa.h) kBF16's tiles run on vdpbf16ps, a
+// k-pair per instruction, with A and the decoded panel blocks packed as bf16
+// pairs; the fused decode kernel (bandwidth bound) keeps its fma chain in the
+// same order. On CPUs without bf16 units kBF16 is slower than kF32 (the
+// operands are rounded in registers): there it exists for its numerics
+// contract. kInt8 is
 // llama.cpp's arithmetic on the formats with integer quants (q8_0, q4_0,
 // q4_1, q4_k, q5_k, q6_k): rows of A quantized to int8 per block, exact
 // integer dot products with the weights' quants, scales applied in f32 in a

@@ -1441,7 +1441,7 @@ DecodeFn DecodeFnFor(WeightFormat f) {
 // partial sums), which moves the kernel from issue-bound towards vpdpbusd's
 // own throughput.
 int64_t GroupRowsFor(CpuIsa isa, WeightFormat f) {
-  return isa == CpuIsa::kAvx512Vnni && !IsKQuantFormat(f) ? kVnniGroupRows : kGroupRows;
+  return IsaAtLeast(isa, CpuIsa::kAvx512Vnni) && !IsKQuantFormat(f) ? kVnniGroupRows : kGroupRows;
 }
 
 // The caller's quantized rows of A, reused across calls.
@@ -1553,7 +1553,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           decoded_panel = panel;
         }
         const int rows = static_cast<int>(r1 - r0);
-        const PanelFn fn = isa == CpuIsa::kAvx512Vnni
+        const PanelFn fn = IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
                                ? PanelFnFor<Avx512VnniPanels>(args.w_format, rows)
                            : isa == CpuIsa::kAvx512 ? PanelFnFor<Avx512Panels>(args.w_format, rows)
                                                     : PanelFnFor<Avx2Panels>(args.w_format, rows);

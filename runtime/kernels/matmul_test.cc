@@ -372,8 +372,15 @@ TEST(RoundToBf16OperandTest, RoundsToNearestEvenAndFlushesSubnormals) {
   }
 }
 
-// c = (acc ? c : 0) + (chain + bias) over bf16 operands: matmul.h's kBF16
-// contract computed directly from W's dequantized rows.
+// Below 2^-126 in magnitude: a zero of x's sign.
+float FlushToZero(float x) {
+  return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
+}
+
+// matmul.h's kBF16 contract computed directly from W's dequantized rows: per
+// output, over k padded to whole pairs with zeros, each pair's odd element
+// then its even one, each step one fma on bf16 operands flushed to zero; then
+// the bias and the accumulate, each flushed too.
 std::vector<float> Bf16Reference(const std::vector<float>& a, int64_t lda,
                                  const std::vector<float>& w_rows, const float* bias,
                                  const std::vector<float>& c0, int64_t ldc, int64_t m, int64_t n,
@@ -382,11 +389,14 @@ std::vector<float> Bf16Reference(const std::vector<float>& a, int64_t lda,
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float dot = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk)
-        dot = std::fma(RoundToBf16Operand(a[i * lda + kk]), RoundToBf16Operand(w_rows[j * k + kk]),
-                       dot);
-      float v = bias ? dot + bias[j] : dot;
-      c[i * ldc + j] = accumulate ? c0[i * ldc + j] + v : v;
+      for (int64_t pair = 0; pair < k; pair += 2)
+        for (int64_t kk : {pair + 1, pair}) {
+          const float x = kk < k ? RoundToBf16Operand(a[i * lda + kk]) : 0.0f;
+          const float w = kk < k ? RoundToBf16Operand(w_rows[j * k + kk]) : 0.0f;
+          dot = FlushToZero(std::fma(x, w, dot));
+        }
+      float v = bias ? FlushToZero(dot + bias[j]) : dot;
+      c[i * ldc + j] = accumulate ? FlushToZero(c0[i * ldc + j] + v) : v;
     }
   return c;
 }
@@ -424,9 +434,17 @@ TEST(MatmulBf16Test, BitIdenticalToTheBf16ChainOnEveryPathAndFormat) {
           a[0] = FromBits(0x00400000u);
           if (a.size() > 2) a[1] = 1.0f + std::ldexp(1.0f, -8);
           if (a.size() > 3) a[2] = -3.0e5f;
-          const std::vector<float> c0 = RandomVector(m * ldc, seed++);
+          std::vector<float> c0 = RandomVector(m * ldc, seed++);
           const bool with_bias = (m + n) % 2 == 0, accumulate = (m + k) % 2 == 1;
-          const float* b = with_bias ? bias.data() : nullptr;
+          std::vector<float> bias_m = bias;
+          // Every other m near 2^-126, so that products, sums, the bias and
+          // the accumulate all flush to zero in places.
+          if (m % 2 == 1) {
+            for (float& x : a) x = std::ldexp(x, -124);
+            for (float& x : c0) x = std::ldexp(x, -125);
+            for (float& x : bias_m) x = std::ldexp(x, -125);
+          }
+          const float* b = with_bias ? bias_m.data() : nullptr;
           const std::vector<float> want =
               Bf16Reference(a, lda, w_rows, b, c0, ldc, m, n, k, accumulate);
           for (CpuIsa isa : SupportedIsas()) {
@@ -441,6 +459,47 @@ TEST(MatmulBf16Test, BitIdenticalToTheBf16ChainOnEveryPathAndFormat) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The chain's order and flushes on hand-picked values (the f32 chain and an
+// increasing-k chain give other bits), for the tile kernels (f32 weights, and
+// 20 rows) and the fused decode (bf16 weights, 1 row).
+TEST(MatmulBf16Test, PairsOddElementFirstFlushesTinyAndPadsOddK) {
+  struct Case {
+    std::vector<float> a, w;
+    uint32_t want;
+  };
+  const float tiny_a = std::ldexp(1.0f, -100), tiny_w = -std::ldexp(1.0f, -30);
+  const Case cases[] = {
+      // Odd first: 0, 1, -1, 2^-24 gives 2^-24; increasing k gives 0.
+      {{1.0f, 0.0f, std::ldexp(1.0f, -24), -1.0f}, {1, 1, 1, 1}, Bits(std::ldexp(1.0f, -24))},
+      // Products of 2^-130 flush to -0 (f32: -2^-129).
+      {{tiny_a, tiny_a}, {tiny_w, tiny_w}, 0x80000000u},
+      // Odd k: the pad's zero turns the -0 into +0 before the last element's
+      // -0 product (a lone last step would leave -0).
+      {{tiny_a, tiny_a, 0.0f}, {tiny_w, tiny_w, -1.0f}, 0x00000000u},
+  };
+  for (const Case& c : cases) {
+    const int64_t k = c.a.size();
+    for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBF16}) {
+      std::vector<uint8_t> packed(PackedWeightBytes(format, 1, k) + 64);
+      PackWeightsFrom(format, c.w.data(), 1, k, packed.data());
+      const int64_t m = format == WeightFormat::kF32 ? 20 : 1;
+      std::vector<float> a;
+      for (int64_t i = 0; i < m; ++i) {
+        a.insert(a.end(), c.a.begin(), c.a.end());
+        a.push_back(0.0f);  // RunFormatInto's lda = k + 1
+      }
+      for (CpuIsa isa : SupportedIsas()) {
+        std::vector<float> got(m, 1.0f);
+        RunFormatInto(a.data(), m, 1, k, packed.data(), format, nullptr, false, got.data(), 1,
+                      nullptr, isa, ComputeType::kBF16);
+        for (int64_t i = 0; i < m; ++i)
+          EXPECT_EQ(Bits(got[i]), c.want)
+              << CpuIsaName(isa) << " " << WeightFormatName(format) << " k=" << k << " row " << i;
       }
     }
   }

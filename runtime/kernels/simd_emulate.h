@@ -222,6 +222,49 @@ inline Vec Fma(Vec a, Vec b, Vec c) {
 }
 }  // namespace xrt_simd_emulate
 
+// Not in SIMDe 0.7.4: the dword lanes of `a` whose bit of k is set, lane i
+// stored at base + index[i] * scale bytes.
+inline void _mm512_mask_i32scatter_epi32(void* base, __mmask16 k, __m512i index, __m512i a,
+                                         int scale) {
+  int32_t idx[16], x[16];
+  xrt_simd_emulate::ToLanes(index, idx);
+  xrt_simd_emulate::ToLanes(a, x);
+  for (int i = 0; i < 16; ++i)
+    if (k >> i & 1) std::memcpy(static_cast<char*>(base) + int64_t{idx[i]} * scale, &x[i], 4);
+}
+
+// vdpbf16ps (for XRT_TARGET_AVX512_BF16 code, which calls it through this
+// name): SIMDe sums each lane's two products unfused and in another order.
+// Lane by lane as the instruction computes it (Intel's pseudocode, and
+// measured on a Zen 5): the bf16 inputs and the f32 sum read with denormals as
+// zero, then per f32 lane the odd bf16 element's fused step and the even
+// one's, each result below 2^-126 flushed to a zero of its sign.
+namespace xrt_simd_emulate {
+inline float DenormalAsZero(float x) {
+  return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x;
+}
+inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i b) {
+  float s[16];
+  uint32_t x[16], y[16];
+  ToLanes(acc, s);
+  ToLanes(a, x);
+  ToLanes(b, y);
+  for (int i = 0; i < 16; ++i) {
+    float sum = DenormalAsZero(s[i]);
+    for (int shift : {16, 0}) {
+      uint32_t xb = (x[i] >> shift & 0xffffu) << 16, yb = (y[i] >> shift & 0xffffu) << 16;
+      float xv, yv;
+      std::memcpy(&xv, &xb, 4);
+      std::memcpy(&yv, &yb, 4);
+      sum = std::fma(DenormalAsZero(xv), DenormalAsZero(yv), sum);
+      if (std::fabs(sum) < std::numeric_limits<float>::min()) sum = std::copysign(0.0f, sum);
+    }
+    s[i] = sum;
+  }
+  return FromLanes<__m512>(s);
+}
+}  // namespace xrt_simd_emulate
+
 #undef _mm256_fmadd_ps
 #undef _mm256_fnmadd_ps
 #undef _mm512_fmadd_ps

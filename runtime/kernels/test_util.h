@@ -18,7 +18,8 @@ namespace testing {
 // Every ISA path this CPU can run (scalar first): kernels tests cover each.
 inline std::vector<CpuIsa> SupportedIsas() {
   std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
+                     CpuIsa::kAvx512Bf16}) {
     if (CpuIsaSupported(isa)) isas.push_back(isa);
   }
   return isas;
