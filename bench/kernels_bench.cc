@@ -34,6 +34,10 @@
 extern "C" void openblas_set_num_threads(int num_threads);
 #endif
 
+#ifdef XRT_BENCH_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
 namespace xrt {
 namespace {
 
@@ -264,6 +268,94 @@ void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
   b->MinTime(0.2);
 }
 BENCHMARK(BM_XrtMatmulInt8Isa)->Apply(MatmulInt8IsaShapes);
+
+// bf16 compute on the tiers side by side, with f32 compute as the baseline:
+// the f32 tile kernels on rounded operands (avx512) against vdpbf16ps
+// (avx512_bf16), same bits; the bf16 baseline is BM_OneDnnMatmul. Args:
+// format, compute (0 f32, 1 bf16), isa, M, N, K, threads.
+void BM_XrtMatmulBf16Isa(benchmark::State& state) {
+  const auto isa = static_cast<CpuIsa>(state.range(2));
+  if (!CpuIsaSupported(isa)) {
+    state.SkipWithError("this CPU cannot run that ISA path");
+    return;
+  }
+  // Weights hot (in cache where they fit) at every M, as in BM_OneDnnMatmul.
+  RunXrtMatmul(state, state.range(3), state.range(4), state.range(5),
+               static_cast<int>(state.range(6)), /*cold_bytes=*/0, /*bias=*/true,
+               /*accumulate=*/false, static_cast<WeightFormat>(state.range(0)),
+               static_cast<ComputeType>(state.range(1)), isa);
+}
+
+// The prefill shapes of the bf16 comparisons: SmolLM2's MLP up and the 1B
+// model's q/o and MLP gate/up.
+constexpr std::pair<int64_t, int64_t> kBf16Shapes[] = {{1536, 576}, {2048, 2048}, {8192, 2048}};
+constexpr int64_t kBf16Rows[] = {16, 128, 512};
+
+void MatmulBf16IsaShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"format", "compute", "isa", "M", "N", "K", "threads"});
+  const std::pair<ComputeType, CpuIsa> runs[] = {{ComputeType::kF32, CpuIsa::kAvx512},
+                                                 {ComputeType::kBF16, CpuIsa::kAvx512},
+                                                 {ComputeType::kBF16, CpuIsa::kAvx512Bf16}};
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ4_K})
+    for (int64_t m : kBf16Rows)
+      for (auto [n, k] : kBf16Shapes)
+        for (auto [c, isa] : runs) {
+          if (IsKQuantFormat(f) && k % kSuperBlock != 0) continue;
+          b->Args({static_cast<int64_t>(f), static_cast<int64_t>(c), static_cast<int64_t>(isa), m,
+                   n, k, 2});
+        }
+  b->UseRealTime();
+  b->MinTime(0.2);
+}
+BENCHMARK(BM_XrtMatmulBf16Isa)->Apply(MatmulBf16IsaShapes);
+
+#ifdef XRT_BENCH_HAVE_ONEDNN
+// oneDNN's matmul primitive at the same shapes: C [M][N] (f32) = A·Wᵀ, W [N][K]
+// reordered once into the layout the primitive asks for ("any"), A and W in
+// f32 or in bf16 (on AVX512_BF16, its brgemm kernels run vdpbf16ps; A comes
+// converted, which xrt's kBF16 does inside the call). Threads: oneDNN's own
+// (OMP_NUM_THREADS). Args: dtype (0 f32, 1 bf16), M, N, K.
+void BM_OneDnnMatmul(benchmark::State& state) {
+  using dnnl::memory;
+  const bool bf16 = state.range(0) == 1;
+  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::desc src_md({m, k}, dt, memory::format_tag::ab);
+  const memory::desc dst_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(src_md, memory::desc({k, n}, dt, memory::format_tag::any), dst_md), eng);
+  std::vector<float> w(n * k), a(m * k), c(m * n);
+  FillRandom(w.data(), n * k, 3);
+  FillRandom(a.data(), m * k, 1);
+  memory w_f32({{k, n}, memory::data_type::f32, memory::format_tag::ba}, eng, w.data());
+  memory a_f32({{m, k}, memory::data_type::f32, memory::format_tag::ab}, eng, a.data());
+  memory w_mem(pd.weights_desc(), eng), a_mem(src_md, eng), c_mem(dst_md, eng, c.data());
+  dnnl::reorder(w_f32, w_mem).execute(strm, w_f32, w_mem);
+  dnnl::reorder(a_f32, a_mem).execute(strm, a_f32, a_mem);
+  strm.wait();
+  const dnnl::matmul prim(pd);
+  for (auto _ : state) {
+    prim.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, c_mem}});
+    strm.wait();
+  }
+  SetCounters(state, m, n, k, static_cast<int64_t>(pd.weights_desc().get_size()));
+  const dnnl_version_t* v = dnnl_version();
+  state.SetLabel("oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                 std::to_string(v->patch) + " " + pd.impl_info_str());
+}
+
+void OneDnnShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "M", "N", "K"});
+  for (int64_t dtype : {0, 1})
+    for (int64_t m : kBf16Rows)
+      for (auto [n, k] : kBf16Shapes) b->Args({dtype, m, n, k});
+  b->UseRealTime();
+  b->MinTime(0.2);
+}
+BENCHMARK(BM_OneDnnMatmul)->Apply(OneDnnShapes);
+#endif
 
 void MatmulShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "N", "K", "threads"});
