@@ -639,23 +639,31 @@ XRT_TARGET_AVX512 void Bf16PairsFromF32(const uint8_t* panel, int64_t k0, int64_
   }
 }
 
-XRT_TARGET_AVX512 void Bf16PairsFromBf16(const uint8_t* panel, int64_t k0, int64_t rows,
-                                         float* out) {
-  // Word w of pair-row half h: column 16h + w / 2 of the even row (w even,
-  // index < 32) or of the odd row (index 32 + ...).
+// Pair-row p of a bf16 panel: k-rows 2p and 2p + 1 (`odd`: the latter is
+// real, else a zero) interleaved, columns 0-15 in *lo and 16-31 in *hi.
+XRT_TARGET_AVX512 inline void Bf16PairRow(const uint8_t* panel, int64_t p, bool odd, __m512i* lo,
+                                          __m512i* hi) {
+  // Word w of half h: column 16h + w / 2 of the even row (w even, index <
+  // 32) or of the odd row (index 32 + ...).
   alignas(64) static constexpr uint16_t kIdx[2][32] = {
       {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
        8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
       {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
        24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
-  const __m512i lo = _mm512_load_si512(kIdx[0]), hi = _mm512_load_si512(kIdx[1]);
-  const uint8_t* w = panel + k0 * kPackNR * 2;
+  const uint8_t* w = panel + p * 2 * kPackNR * 2;
+  const __m512i e = _mm512_loadu_si512(w);
+  const __m512i o = odd ? _mm512_loadu_si512(w + kPackNR * 2) : _mm512_setzero_si512();
+  *lo = _mm512_permutex2var_epi16(e, _mm512_load_si512(kIdx[0]), o);
+  *hi = _mm512_permutex2var_epi16(e, _mm512_load_si512(kIdx[1]), o);
+}
+
+XRT_TARGET_AVX512 void Bf16PairsFromBf16(const uint8_t* panel, int64_t k0, int64_t rows,
+                                         float* out) {
   for (int64_t r = 0; r < rows; r += 2) {
-    const __m512i e = _mm512_loadu_si512(w);
-    const __m512i o = r + 1 < rows ? _mm512_loadu_si512(w + kPackNR * 2) : _mm512_setzero_si512();
-    _mm512_storeu_si512(out, _mm512_permutex2var_epi16(e, lo, o));
-    _mm512_storeu_si512(out + 16, _mm512_permutex2var_epi16(e, hi, o));
-    w += 2 * kPackNR * 2;
+    __m512i lo, hi;
+    Bf16PairRow(panel, (k0 + r) / 2, r + 1 < rows, &lo, &hi);
+    _mm512_storeu_si512(out, lo);
+    _mm512_storeu_si512(out + 16, hi);
     out += kPackNR;
   }
 }
@@ -1045,6 +1053,74 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
 // Panels per fused-kernel call for R rows.
 constexpr int GemvPanels(int rows) { return rows <= 2 ? 2 : 1; }
 
+// GemvAvx512<F, R, P, true> of a 16-bit format on the avx512_bf16 tier, same
+// bits: a pair of k-rows per step, paired in registers (bf16: as stored; f16:
+// rounded to bf16 operands) and summed by vdpbf16ps against A packed as bf16
+// pairs (PackTilePairsAvx512: a[q * R + i] is row i's pair q).
+template <WeightFormat F, int R, int P>
+XRT_TARGET_AVX512_BF16 void GemvAvx512Bf16(const GemvArgs& g) {
+  __m512 acc[P][R][2];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) acc[p][i][0] = acc[p][i][1] = _mm512_setzero_ps();
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(g.a);
+  const int64_t pairs = (g.k + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const bool odd = 2 * q + 1 < g.k;
+#pragma GCC unroll 2
+    for (int p = 0; p < P; ++p) {
+      const uint8_t* panel = g.panel + p * g.panel_bytes;
+      const char* pf = reinterpret_cast<const char*>(panel + q * 4 * kPackNR) + kGemvPrefetchBytes;
+      _mm_prefetch(pf, _MM_HINT_T1);
+      _mm_prefetch(pf + 64, _MM_HINT_T1);
+      __m512i lo, hi;
+      if constexpr (F == WeightFormat::kBF16) {
+        Bf16PairRow(panel, q, odd, &lo, &hi);
+      } else {
+        __m512 e0, e1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
+        Decode16BitRow<F>(panel, 2 * q, &e0, &e1);
+        if (odd) Decode16BitRow<F>(panel, 2 * q + 1, &o0, &o1);
+        lo = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(RoundToBf16Avx512(e0)), 16),
+                             _mm512_castps_si512(RoundToBf16Avx512(o0)));
+        hi = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(RoundToBf16Avx512(e1)), 16),
+                             _mm512_castps_si512(RoundToBf16Avx512(o1)));
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m512i av = _mm512_set1_epi32(static_cast<int>(a[q * R + i]));
+        acc[p][i][0] = DotBf16Pairs(acc[p][i][0], av, lo);
+        acc[p][i][1] = DotBf16Pairs(acc[p][i][1], av, hi);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int p = 0; p < P; ++p) {
+    if (p * kPackNR >= g.ncols) break;
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) StoreOutputs(g, i, p * kPackNR, acc[p][i][0], acc[p][i][1]);
+  }
+}
+
+template <WeightFormat F>
+GemvFn GemvBf16For(int rows, int panels) {
+  switch (rows * 4 + panels) {
+    case 1 * 4 + 1:
+      return &GemvAvx512Bf16<F, 1, 1>;
+    case 1 * 4 + 2:
+      return &GemvAvx512Bf16<F, 1, 2>;
+    case 2 * 4 + 1:
+      return &GemvAvx512Bf16<F, 2, 1>;
+    case 2 * 4 + 2:
+      return &GemvAvx512Bf16<F, 2, 2>;
+    case 3 * 4 + 1:
+      return &GemvAvx512Bf16<F, 3, 1>;
+    case 4 * 4 + 1:
+      return &GemvAvx512Bf16<F, 4, 1>;
+  }
+  return nullptr;
+}
+
 template <WeightFormat F, bool Bf16>
 GemvFn GemvFor(int rows, int panels) {
   switch (rows * 4 + panels) {
@@ -1126,11 +1202,29 @@ void RunGemvUnits(const MatmulArgs& args, ThreadPool* pool, const float* a, int6
 
 // C = A·Wᵀ for m <= kGemvMaxRows on a non-f32 format: work units are groups
 // of GemvPanels(m) consecutive panels.
-void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool) {
+void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int rows = static_cast<int>(args.m);
   const float* a = args.a;
   int64_t lda = args.lda;
-  if (args.compute == ComputeType::kBF16) {
+  const bool bf16 = args.compute == ComputeType::kBF16;
+  if (bf16 && IsaAtLeast(isa, CpuIsa::kAvx512Bf16) &&
+      (args.w_format == WeightFormat::kBF16 || args.w_format == WeightFormat::kF16)) {
+    // vdpbf16ps on A's rows as bf16 pairs.
+    thread_local std::vector<uint32_t> pairs;
+    pairs.resize(rows * ((args.k + 1) / 2));
+    PackTilePairsAvx512(args.a, args.lda, rows, args.k, pairs.data());
+    const bool b = args.w_format == WeightFormat::kBF16;
+    const GemvFn kernel_for_count[3] = {
+        nullptr,
+        b ? GemvBf16For<WeightFormat::kBF16>(rows, 1) : GemvBf16For<WeightFormat::kF16>(rows, 1),
+        GemvPanels(rows) == 1 ? nullptr
+        : b                   ? GemvBf16For<WeightFormat::kBF16>(rows, 2)
+                              : GemvBf16For<WeightFormat::kF16>(rows, 2)};
+    RunGemvUnits(args, pool, reinterpret_cast<const float*>(pairs.data()), 0, GemvPanels(rows),
+                 kernel_for_count);
+    return;
+  }
+  if (bf16) {
     // The rows of A rounded once here rather than per panel in the kernel.
     thread_local std::vector<float> rounded;
     rounded.resize(rows * args.k);
@@ -1520,7 +1614,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
 #if defined(__x86_64__)
   if (IsaAtLeast(isa, CpuIsa::kAvx512) && args.w_format != WeightFormat::kF32 &&
       args.m <= kGemvMaxRows && args.k > 0) {
-    GemvFusedAvx512(args, pool);
+    GemvFusedAvx512(args, pool, isa);
     return;
   }
   if (isa == CpuIsa::kAvx2 && args.w_format != WeightFormat::kF32 && args.m == 1 &&
