@@ -546,6 +546,25 @@ XRT_TARGET_AVX512_BF16 inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i
 #endif
 }
 
+// The bf16 operands of lo[0..15] and hi[0..15] as 32 words, lo's first:
+// vcvtne2ps2bf16, which rounds as RoundToBf16Operand (nearest even,
+// subnormals to signed zeros, NaNs quieted; MatmulBf16Test checks it).
+XRT_TARGET_AVX512_BF16 inline __m512i Bf16Words(__m512 lo, __m512 hi) {
+#if defined(XRT_SIMD_EMULATE)
+  return xrt_simd_emulate::ConvertToBf16Words(lo, hi);
+#else
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+#endif
+}
+
+// Dword j: the bf16 operands of even[j] (low half) and odd[j] (high half).
+XRT_TARGET_AVX512_BF16 inline __m512i Bf16Pairs(__m512 even, __m512 odd) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), Bf16Words(even, odd));
+}
+
 template <int R>
 XRT_TARGET_AVX512_BF16 void TileAvx512Bf16(const TileArgs& t) {
   __m512 acc0[R], acc1[R];
@@ -604,7 +623,7 @@ XRT_TARGET_AVX512 void Bf16ChainOrderAvx512(float* x, int64_t rows) {
 // The decoded block's k-rows [0, rows) (rows even) as TileAvx512Bf16's bf16
 // pairs, in place: dword j of pair-row p is the bf16 operands of rows 2p
 // (low half) and 2p + 1 (high half) of column j.
-XRT_TARGET_AVX512 void Bf16PairsAvx512(float* x, int64_t rows) {
+XRT_TARGET_AVX512_BF16 void Bf16PairsAvx512(float* x, int64_t rows) {
   for (int64_t r = 0; r < rows; r += 2) {
     const float* even = x + r * kPackNR;
     const float* odd = even + kPackNR;
@@ -612,9 +631,7 @@ XRT_TARGET_AVX512 void Bf16PairsAvx512(float* x, int64_t rows) {
     // before their columns' dwords are stored.
     float* out = x + r / 2 * kPackNR;
     for (int j = 0; j < kPackNR; j += 16) {
-      const __m512i e = _mm512_castps_si512(RoundToBf16Avx512(_mm512_loadu_ps(even + j)));
-      const __m512i o = _mm512_castps_si512(RoundToBf16Avx512(_mm512_loadu_ps(odd + j)));
-      _mm512_storeu_si512(out + j, _mm512_or_si512(_mm512_srli_epi32(e, 16), o));
+      _mm512_storeu_si512(out + j, Bf16Pairs(_mm512_loadu_ps(even + j), _mm512_loadu_ps(odd + j)));
     }
   }
 }
@@ -623,16 +640,13 @@ XRT_TARGET_AVX512 void Bf16PairsAvx512(float* x, int64_t rows) {
 // bf16 weights into out ([ceil(rows / 2)][32] dwords), an odd last row paired
 // with a zero. bf16 weights are paired as stored: a subnormal one is a zero
 // to vdpbf16ps, as RoundToBf16Operand makes it on the other paths.
-XRT_TARGET_AVX512 void Bf16PairsFromF32(const uint8_t* panel, int64_t k0, int64_t rows,
-                                        float* out) {
+XRT_TARGET_AVX512_BF16 void Bf16PairsFromF32(const uint8_t* panel, int64_t k0, int64_t rows,
+                                             float* out) {
   const float* w = reinterpret_cast<const float*>(panel) + k0 * kPackNR;
   for (int64_t r = 0; r < rows; r += 2) {
     for (int j = 0; j < kPackNR; j += 16) {
-      const __m512i e = _mm512_castps_si512(RoundToBf16Avx512(_mm512_loadu_ps(w + j)));
-      const __m512i o =
-          r + 1 < rows ? _mm512_castps_si512(RoundToBf16Avx512(_mm512_loadu_ps(w + kPackNR + j)))
-                       : _mm512_setzero_si512();
-      _mm512_storeu_si512(out + j, _mm512_or_si512(_mm512_srli_epi32(e, 16), o));
+      const __m512 odd = r + 1 < rows ? _mm512_loadu_ps(w + kPackNR + j) : _mm512_setzero_ps();
+      _mm512_storeu_si512(out + j, Bf16Pairs(_mm512_loadu_ps(w + j), odd));
     }
     w += 2 * kPackNR;
     out += kPackNR;
@@ -670,32 +684,26 @@ XRT_TARGET_AVX512 void Bf16PairsFromBf16(const uint8_t* panel, int64_t k0, int64
 
 // PackRowPairs (below) of one row tile on AVX-512: `rows` rows of A from
 // `a` (stride lda) into tile ([ceil(k / 2)][rows] dwords).
-XRT_TARGET_AVX512 void PackTilePairsAvx512(const float* a, int64_t lda, int rows, int64_t k,
-                                           uint32_t* tile) {
-  // Dword p of the result: the high words (bf16 bits) of floats 2p, 2p + 1.
-  alignas(64) static constexpr uint16_t kHighWords[32] = {
-      1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-      33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i high = _mm512_load_si512(kHighWords);
+XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int rows, int64_t k,
+                                                uint32_t* tile) {
   const __m512i stride =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm512_set1_epi32(rows));
   const int64_t pairs = (k + 1) / 2;
   for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
     const int64_t k0 = 2 * p0;
-    const int64_t n0 = std::clamp<int64_t>(k - k0, 0, 16),
-                  n1 = std::clamp<int64_t>(k - k0 - 16, 0, 16);
+    const int64_t n0 = std::clamp<int64_t>(k - k0, 0, 16);
+    const int64_t n1 = std::clamp<int64_t>(k - k0 - 16, 0, 16);
     const __mmask16 m0 = static_cast<__mmask16>((1u << n0) - 1);
     const __mmask16 m1 = static_cast<__mmask16>((1u << n1) - 1);
     const __mmask16 out_mask =
         static_cast<__mmask16>((1u << std::min<int64_t>(16, pairs - p0)) - 1);
     for (int i = 0; i < rows; ++i) {
+      // Floats k0 .. k0 + 31 as 32 words in order: dword p is pair p0 + p.
       const float* src = a + i * lda + k0;
-      const __m512i x0 = _mm512_castps_si512(RoundToBf16Avx512(_mm512_maskz_loadu_ps(m0, src)));
-      const __m512i x1 =
-          _mm512_castps_si512(RoundToBf16Avx512(_mm512_maskz_loadu_ps(m1, src + 16)));
-      _mm512_mask_i32scatter_epi32(tile + p0 * rows + i, out_mask, stride,
-                                   _mm512_permutex2var_epi16(x0, high, x1), 4);
+      _mm512_mask_i32scatter_epi32(
+          tile + p0 * rows + i, out_mask, stride,
+          Bf16Words(_mm512_maskz_loadu_ps(m0, src), _mm512_maskz_loadu_ps(m1, src + 16)), 4);
     }
   }
 }
@@ -1053,10 +1061,24 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
 // Panels per fused-kernel call for R rows.
 constexpr int GemvPanels(int rows) { return rows <= 2 ? 2 : 1; }
 
-// GemvAvx512<F, R, P, true> of a 16-bit format on the avx512_bf16 tier, same
-// bits: a pair of k-rows per step, paired in registers (bf16: as stored; f16:
-// rounded to bf16 operands) and summed by vdpbf16ps against A packed as bf16
-// pairs (PackTilePairsAvx512: a[q * R + i] is row i's pair q).
+// acc[i] += row i's bf16 pair (a[i]) times the pair-row lo (columns 0-15) /
+// hi (16-31), i < R.
+template <int R>
+XRT_TARGET_AVX512_BF16 inline void AddPairRow(const uint32_t* a, __m512i lo, __m512i hi,
+                                              __m512 (*acc)[2]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    const __m512i av = _mm512_set1_epi32(static_cast<int>(a[i]));
+    acc[i][0] = DotBf16Pairs(acc[i][0], av, lo);
+    acc[i][1] = DotBf16Pairs(acc[i][1], av, hi);
+  }
+}
+
+// GemvAvx512<F, R, P, true> on the avx512_bf16 tier, same bits: a pair of
+// k-rows per step, decoded and paired in registers (bf16: as stored; the
+// others rounded to bf16 operands by Bf16Pairs) and summed by vdpbf16ps
+// against A packed as bf16 pairs (PackTilePairsAvx512: a[q * R + i] is row
+// i's pair q).
 template <WeightFormat F, int R, int P>
 XRT_TARGET_AVX512_BF16 void GemvAvx512Bf16(const GemvArgs& g) {
   __m512 acc[P][R][2];
@@ -1065,32 +1087,80 @@ XRT_TARGET_AVX512_BF16 void GemvAvx512Bf16(const GemvArgs& g) {
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) acc[p][i][0] = acc[p][i][1] = _mm512_setzero_ps();
   const uint32_t* a = reinterpret_cast<const uint32_t*>(g.a);
-  const int64_t pairs = (g.k + 1) / 2;
-  for (int64_t q = 0; q < pairs; ++q) {
-    const bool odd = 2 * q + 1 < g.k;
+  if constexpr (IsKQuantFormat(F)) {
+    constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
+    constexpr int64_t kBytes = SuperBlockBytes(F), kLines = kBytes / 64;
+    for (int64_t blk = 0; blk < g.k / kSuperBlock; ++blk) {
+      for (int s = 0; s < kSubs; ++s) {
+        KFactors fac[P];
+        const uint8_t* sb[P];
 #pragma GCC unroll 2
-    for (int p = 0; p < P; ++p) {
-      const uint8_t* panel = g.panel + p * g.panel_bytes;
-      const char* pf = reinterpret_cast<const char*>(panel + q * 4 * kPackNR) + kGemvPrefetchBytes;
-      _mm_prefetch(pf, _MM_HINT_T1);
-      _mm_prefetch(pf + 64, _MM_HINT_T1);
-      __m512i lo, hi;
-      if constexpr (F == WeightFormat::kBF16) {
-        Bf16PairRow(panel, q, odd, &lo, &hi);
-      } else {
-        __m512 e0, e1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
-        Decode16BitRow<F>(panel, 2 * q, &e0, &e1);
-        if (odd) Decode16BitRow<F>(panel, 2 * q + 1, &o0, &o1);
-        lo = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(RoundToBf16Avx512(e0)), 16),
-                             _mm512_castps_si512(RoundToBf16Avx512(o0)));
-        hi = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(RoundToBf16Avx512(e1)), 16),
-                             _mm512_castps_si512(RoundToBf16Avx512(o1)));
+        for (int p = 0; p < P; ++p) {
+          sb[p] = g.panel + p * g.panel_bytes + blk * kBytes;
+          const char* pf = reinterpret_cast<const char*>(sb[p]) + kGemvPrefetchBytes;
+          for (int64_t line = s * kLines / kSubs; line < (s + 1) * kLines / kSubs; ++line) {
+            _mm_prefetch(pf + line * 64, _MM_HINT_T1);
+          }
+          fac[p] = LoadKFactors<F>(sb[p], s);
+        }
+        const uint32_t* as = a + (blk * kSuperBlock + s * kSub) / 2 * R;
+        for (int kk = 0; kk < kSub; kk += 2) {
+#pragma GCC unroll 2
+          for (int p = 0; p < P; ++p) {
+            __m512 e0, e1, o0, o1;
+            DecodeKRow<F>(sb[p], s * kSub + kk, fac[p], &e0, &e1);
+            DecodeKRow<F>(sb[p], s * kSub + kk + 1, fac[p], &o0, &o1);
+            AddPairRow<R>(as + kk / 2 * R, Bf16Pairs(e0, o0), Bf16Pairs(e1, o1), acc[p]);
+          }
+        }
       }
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const __m512i av = _mm512_set1_epi32(static_cast<int>(a[q * R + i]));
-        acc[p][i][0] = DotBf16Pairs(acc[p][i][0], av, lo);
-        acc[p][i][1] = DotBf16Pairs(acc[p][i][1], av, hi);
+    }
+  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+    const int64_t pairs = (g.k + 1) / 2;
+    for (int64_t q = 0; q < pairs; ++q) {
+      const bool odd = 2 * q + 1 < g.k;
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p) {
+        const uint8_t* panel = g.panel + p * g.panel_bytes;
+        const char* pf =
+            reinterpret_cast<const char*>(panel + q * 4 * kPackNR) + kGemvPrefetchBytes;
+        _mm_prefetch(pf, _MM_HINT_T1);
+        _mm_prefetch(pf + 64, _MM_HINT_T1);
+        __m512i lo, hi;
+        if constexpr (F == WeightFormat::kBF16) {
+          Bf16PairRow(panel, q, odd, &lo, &hi);
+        } else {
+          __m512 e0, e1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
+          Decode16BitRow<F>(panel, 2 * q, &e0, &e1);
+          if (odd) Decode16BitRow<F>(panel, 2 * q + 1, &o0, &o1);
+          lo = Bf16Pairs(e0, o0);
+          hi = Bf16Pairs(e1, o1);
+        }
+        AddPairRow<R>(a + q * R, lo, hi, acc[p]);
+      }
+    }
+  } else {
+    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
+    for (int64_t grp = 0; grp < g.k / kQuantGroup; ++grp) {
+      GroupScales sc[P];
+      const uint8_t* q[P];
+#pragma GCC unroll 2
+      for (int p = 0; p < P; ++p) {
+        const uint8_t* group = g.panel + p * g.panel_bytes + grp * kGroupBytes;
+        const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
+        for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
+        sc[p] = LoadGroupScales<F>(group);
+        q[p] = group + QuantGroupQuantsOffset(F);
+      }
+      const uint32_t* ag = a + grp * kQuantGroup / 2 * R;
+      for (int kk = 0; kk < kQuantGroup; kk += 2) {
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p) {
+          __m512 e0, e1, o0, o1;
+          DecodeQuantRow<F>(q[p], kk, sc[p], &e0, &e1);
+          DecodeQuantRow<F>(q[p], kk + 1, sc[p], &o0, &o1);
+          AddPairRow<R>(ag + kk / 2 * R, Bf16Pairs(e0, o0), Bf16Pairs(e1, o1), acc[p]);
+        }
       }
     }
   }
@@ -1144,6 +1214,31 @@ template <WeightFormat F>
 GemvFn GemvFor(int rows, int panels, ComputeType compute) {
   return compute == ComputeType::kBF16 ? GemvFor<F, true>(rows, panels)
                                        : GemvFor<F, false>(rows, panels);
+}
+
+// GemvKernel's twin on the avx512_bf16 tier (kBF16).
+GemvFn GemvBf16Kernel(WeightFormat f, int rows, int panels) {
+  switch (f) {
+    case WeightFormat::kF16:
+      return GemvBf16For<WeightFormat::kF16>(rows, panels);
+    case WeightFormat::kBF16:
+      return GemvBf16For<WeightFormat::kBF16>(rows, panels);
+    case WeightFormat::kQ8_0:
+      return GemvBf16For<WeightFormat::kQ8_0>(rows, panels);
+    case WeightFormat::kQ4_0:
+      return GemvBf16For<WeightFormat::kQ4_0>(rows, panels);
+    case WeightFormat::kQ4_1:
+      return GemvBf16For<WeightFormat::kQ4_1>(rows, panels);
+    case WeightFormat::kQ4_K:
+      return GemvBf16For<WeightFormat::kQ4_K>(rows, panels);
+    case WeightFormat::kQ5_K:
+      return GemvBf16For<WeightFormat::kQ5_K>(rows, panels);
+    case WeightFormat::kQ6_K:
+      return GemvBf16For<WeightFormat::kQ6_K>(rows, panels);
+    case WeightFormat::kF32:
+      break;
+  }
+  return nullptr;
 }
 
 GemvFn GemvKernel(WeightFormat f, int rows, int panels, ComputeType c) {
@@ -1207,19 +1302,14 @@ void GemvFusedAvx512(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const float* a = args.a;
   int64_t lda = args.lda;
   const bool bf16 = args.compute == ComputeType::kBF16;
-  if (bf16 && IsaAtLeast(isa, CpuIsa::kAvx512Bf16) &&
-      (args.w_format == WeightFormat::kBF16 || args.w_format == WeightFormat::kF16)) {
+  if (bf16 && IsaAtLeast(isa, CpuIsa::kAvx512Bf16)) {
     // vdpbf16ps on A's rows as bf16 pairs.
     thread_local std::vector<uint32_t> pairs;
     pairs.resize(rows * ((args.k + 1) / 2));
     PackTilePairsAvx512(args.a, args.lda, rows, args.k, pairs.data());
-    const bool b = args.w_format == WeightFormat::kBF16;
     const GemvFn kernel_for_count[3] = {
-        nullptr,
-        b ? GemvBf16For<WeightFormat::kBF16>(rows, 1) : GemvBf16For<WeightFormat::kF16>(rows, 1),
-        GemvPanels(rows) == 1 ? nullptr
-        : b                   ? GemvBf16For<WeightFormat::kBF16>(rows, 2)
-                              : GemvBf16For<WeightFormat::kF16>(rows, 2)};
+        nullptr, GemvBf16Kernel(args.w_format, rows, 1),
+        GemvPanels(rows) > 1 ? GemvBf16Kernel(args.w_format, rows, 2) : nullptr};
     RunGemvUnits(args, pool, reinterpret_cast<const float*>(pairs.data()), 0, GemvPanels(rows),
                  kernel_for_count);
     return;

@@ -505,6 +505,78 @@ TEST(MatmulBf16Test, PairsOddElementFirstFlushesTinyAndPadsOddK) {
   }
 }
 
+// The kernels' own roundings of A and of W (vcvtne2ps2bf16 on the
+// avx512_bf16 tier, integer code on the others) are RoundToBf16Operand on
+// every kind of value: with the other operand 1, each output is one rounded
+// operand (k = 2: the pair's other product a zero).
+TEST(MatmulBf16Test, OperandsRoundAsRoundToBf16Operand) {
+  std::mt19937 rng(9);
+  std::vector<float> values;
+  for (int i = 0; i < 3000; ++i) {
+    const float x = FromBits(rng());
+    if (!std::isnan(x)) values.push_back(x);
+  }
+  // Ties (to even, both ways), a tie that rounds to infinity, the largest
+  // finite values, the normal / subnormal boundary, signed zeros, infinities.
+  for (uint32_t b : {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7f8000u, 0xff7f8000u, 0x7f7f7fffu,
+                     0x7f7fffffu, 0x00800000u, 0x007fffffu, 0x80000001u, 0x807fffffu, 0x0u,
+                     0x80000000u, 0x7f800000u, 0xff800000u, 0x3f80ffffu})
+    values.push_back(FromBits(b));
+  const int64_t count = values.size();
+  for (int64_t k : {1, 2}) {
+    // A: row i is (values[i], 0); W: one column of ones.
+    std::vector<float> a(count * (k + 1), 0.0f), ones(k, 1.0f);
+    for (int64_t i = 0; i < count; ++i) a[i * (k + 1)] = values[i];
+    // W: column j is (values[j], 0); A: one row of ones.
+    std::vector<float> w_rows(count * k, 0.0f), one_row(k + 1, 1.0f);
+    for (int64_t j = 0; j < count; ++j) w_rows[j * k] = values[j];
+    if (k == 2) one_row[1] = 0.0f;
+    const std::vector<float> want_a =
+        Bf16Reference(a, k + 1, ones, nullptr, std::vector<float>(count), 1, count, 1, k, false);
+    const std::vector<float> want_w = Bf16Reference(
+        one_row, k + 1, w_rows, nullptr, std::vector<float>(count), count, 1, count, k, false);
+    const std::vector<float> packed_ones = Pack(ones, 1, k), packed_w = Pack(w_rows, count, k);
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> got(count);
+      RunFormatInto(a.data(), count, 1, k, packed_ones.data(), WeightFormat::kF32, nullptr, false,
+                    got.data(), 1, nullptr, isa, ComputeType::kBF16);
+      for (int64_t i = 0; i < count; ++i)
+        ASSERT_EQ(Bits(got[i]), Bits(want_a[i]))
+            << CpuIsaName(isa) << " k=" << k << " a=" << std::hex << Bits(values[i]);
+      RunFormatInto(one_row.data(), 1, count, k, packed_w.data(), WeightFormat::kF32, nullptr,
+                    false, got.data(), count, nullptr, isa, ComputeType::kBF16);
+      for (int64_t j = 0; j < count; ++j)
+        ASSERT_EQ(Bits(got[j]), Bits(want_w[j]))
+            << CpuIsaName(isa) << " k=" << k << " w=" << std::hex << Bits(values[j]);
+    }
+  }
+  // Every f16 weight but the NaNs, through the decoders (one row: the fused
+  // decode kernel; 20: the tiles).
+  std::vector<float> halves;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float x = HalfToFloat(static_cast<uint16_t>(h));
+    if (!std::isnan(x)) halves.push_back(x);
+  }
+  const int64_t n = halves.size(), k = 2;
+  std::vector<float> w_rows(n * k, 0.0f);
+  for (int64_t j = 0; j < n; ++j) w_rows[j * k] = halves[j];
+  std::vector<uint8_t> packed(PackedWeightBytes(WeightFormat::kF16, n, k) + 64);
+  PackWeightsFrom(WeightFormat::kF16, w_rows.data(), n, k, packed.data());
+  for (int64_t m : {1, 20}) {
+    std::vector<float> a(m * (k + 1), 0.0f);
+    for (int64_t i = 0; i < m; ++i) a[i * (k + 1)] = 1.0f;
+    const std::vector<float> want =
+        Bf16Reference(a, k + 1, w_rows, nullptr, std::vector<float>(m * n), n, m, n, k, false);
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> got(m * n);
+      RunFormatInto(a.data(), m, n, k, packed.data(), WeightFormat::kF16, nullptr, false,
+                    got.data(), n, nullptr, isa, ComputeType::kBF16);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+          << CpuIsaName(isa) << " f16 weights, m=" << m;
+    }
+  }
+}
+
 // kBF16 is a different computation: on random data it differs from kF32,
 // by about bf16's relative precision.
 TEST(MatmulBf16Test, DiffersFromF32ByBf16Precision) {

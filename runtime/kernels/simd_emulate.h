@@ -263,6 +263,27 @@ inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i b) {
   }
   return FromLanes<__m512>(s);
 }
+
+// vcvtne2ps2bf16 as Intel defines it (round to nearest even, denormals as
+// signed zeros, NaNs quieted): lo's 16 lanes, then hi's, as 32 bf16 words.
+inline __m512i ConvertToBf16Words(__m512 lo, __m512 hi) {
+  uint32_t x[32];
+  uint16_t r[32];
+  ToLanes(lo, x);
+  ToLanes(hi, x + 16);
+  for (int i = 0; i < 32; ++i) {
+    uint32_t b = x[i];
+    if ((b & 0x7f800000u) == 0) {
+      b &= 0x80000000u;
+    } else if ((b & 0x7fffffffu) > 0x7f800000u) {
+      b |= 0x00400000u;
+    } else {
+      b += 0x7fffu + ((b >> 16) & 1u);
+    }
+    r[i] = static_cast<uint16_t>(b >> 16);
+  }
+  return FromLanes<__m512i>(r);
+}
 }  // namespace xrt_simd_emulate
 
 #undef _mm256_fmadd_ps
