@@ -12,6 +12,10 @@
 
 #include "runtime/kernels/test_util.h"
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 namespace xrt {
 namespace {
 
@@ -576,6 +580,35 @@ TEST(MatmulBf16Test, OperandsRoundAsRoundToBf16Operand) {
     }
   }
 }
+
+#if defined(__x86_64__)
+// kBF16's flush to zero is MXCSR.FTZ for the duration of the call only: the
+// caller's and the pool threads' f32 arithmetic afterwards (attention, norms)
+// must not flush.
+TEST(MatmulBf16Test, LeavesEveryThreadsMxcsrAsItWas) {
+  // MXCSR's control bits (FTZ, rounding, masks, DAZ), not its sticky flags.
+  const auto control = [] { return _mm_getcsr() & ~0x3Fu; };
+  ThreadPool pool(2);
+  const unsigned before = control();
+  ASSERT_EQ(before & 0x8040u, 0u) << "FTZ / DAZ already set";
+  const int64_t n = 70, k = 300;
+  const FormatWeights fw = MakeFormatWeights(WeightFormat::kBF16, n, k, 11);
+  for (int64_t m : {1, 29}) {
+    const std::vector<float> a = RandomVector(m * (k + 1), 12);
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> c(m * n);
+      RunFormatInto(a.data(), m, n, k, fw.packed.data(), WeightFormat::kBF16, nullptr, false,
+                    c.data(), n, &pool, isa, ComputeType::kBF16);
+      EXPECT_EQ(control(), before) << CpuIsaName(isa) << " m=" << m;
+      std::vector<unsigned> seen(64, before);
+      pool.ParallelFor(64, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) seen[i] = control();
+      });
+      for (unsigned csr : seen) EXPECT_EQ(csr, before) << CpuIsaName(isa) << " m=" << m;
+    }
+  }
+}
+#endif
 
 // kBF16 is a different computation: on random data it differs from kF32,
 // by about bf16's relative precision.
