@@ -534,9 +534,11 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
 
 // ------------------------------------------------------ AVX-512 + BF16 --
 // kBF16 tiles on vdpbf16ps, R x 32 as above: A comes as bf16 pairs
-// ([steps / 2][R] dwords, PackRowPairs), the decoded panel block as
-// [steps / 2][32] dwords (Bf16PairsAvx512). One instruction sums a k-pair
-// per column, the odd element first with flushes: matmul.h's kBF16 chain.
+// ([steps / 2][R] dwords, PackRowPairs), the panel's k-block as [steps /
+// 2][32] dwords, decoded into the block (Bf16PairsAvx512, Bf16PairsFrom*)
+// or, for bf16 weights, paired in registers (TileAvx512Bf16Direct). One
+// instruction sums a k-pair per column, the odd element first with flushes:
+// matmul.h's kBF16 chain.
 
 XRT_TARGET_AVX512_BF16 inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i w) {
 #if defined(XRT_SIMD_EMULATE)

@@ -73,7 +73,8 @@
 // Each thread that runs tiles keeps a thread-local buffer of packed A rows
 // (about max(1 MiB, 56*K bytes)), of running sums and (non-f32 formats or
 // kBF16) a 32 KiB decoded panel block; the fused decode kernel's caller keeps
-// one of its rows of A rounded (kBF16); nothing else is allocated.
+// its rows of A rounded, or as bf16 pairs (kBF16); nothing else is allocated.
+// kBF16 also sets this thread's MXCSR.FTZ while it runs and restores it.
 //
 // Performance shape: rows of A are packed per row block (k-major tiles of up
 // to 14 rows on AVX-512) and kept in L2 while the weight panels stream past;
