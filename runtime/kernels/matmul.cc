@@ -696,9 +696,16 @@ XRT_TARGET_AVX512_BF16 void TileAvx512Bf16Direct(const TileArgs& t) {
   StartTileAvx512<R>(t, acc0, acc1);
   const uint32_t* a = reinterpret_cast<const uint32_t*>(t.a);
   const uint8_t* panel = reinterpret_cast<const uint8_t*>(t.panel);
+  const char* pf = t.pf;
   for (int64_t kp = 0; kp < t.k / 2; ++kp) {
     __m512i b0, b1;
     Bf16PairRow(panel, kp, true, &b0, &b1);
+    // This tile's share of the next k-block, into L2 (TileArgs).
+    if (pf < t.pf_end) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      if (t.pf_step > 64) _mm_prefetch(pf + 64, _MM_HINT_T1);
+      pf += t.pf_step;
+    }
 #pragma GCC unroll 14
     for (int i = 0; i < R; ++i) {
       const __m512i av = _mm512_set1_epi32(static_cast<int>(a[i]));
@@ -1879,6 +1886,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
         const char* next = nullptr;
         if (direct_tiles) {
           t.panel = reinterpret_cast<const float*>(panel_bytes_p + k0 * kPackNR * 2);
+          next = reinterpret_cast<const char*>(panel_bytes_p + (k0 + t.k) * kPackNR * 2);
         } else if (dequant) {
           // Decoded once per panel block for all row tiles; the packed bytes
           // stream sequentially (hardware prefetch), so no L2 plan.
@@ -1896,7 +1904,11 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           t.panel = panel + k0 * kPackNR;
           next = reinterpret_cast<const char*>(t.panel + t.k * kPackNR);
         }
-        t.pf_step = tiling.count == 1 || share > t.k ? 128 : 64;
+        // Direct bf16 tiles: half the lines, over half the k-steps.
+        const int64_t lines = direct_tiles ? next_lines / 2 : next_lines;
+        const int64_t tile_share = (lines + tiling.count - 1) / tiling.count;
+        const int64_t tile_steps = direct_tiles ? t.k / 2 : t.k;
+        t.pf_step = tiling.count == 1 || tile_share > tile_steps ? 128 : 64;
         for (int64_t j = 0; j < tiling.count; ++j) {
           const int64_t start = tiling.Start(j);
           const int rows = tiling.Height(j);
@@ -1905,6 +1917,9 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           t.c = args.c + (r0 + start) * args.ldc + col0;
           if (!next) {
             t.pf = t.pf_end = nullptr;
+          } else if (direct_tiles) {
+            t.pf = next + j * tile_share * 64;
+            t.pf_end = t.pf + tile_share * 64;
           } else if (tiling.count == 1) {
             t.pf = reinterpret_cast<const char*>(t.panel + kPrefetchL2Steps * kPackNR);
             t.pf_end = t.pf + t.k * kPackNR * 4;
