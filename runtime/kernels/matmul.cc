@@ -684,14 +684,14 @@ XRT_TARGET_AVX512 void Bf16PairsFromBf16(const uint8_t* panel, int64_t k0, int64
   }
 }
 
-// TileAvx512Bf16 reading a bf16 panel as stored (t.panel: its k-row k0, an
-// even k-block length), each pair-row paired in registers (Bf16PairRow)
-// instead of through the decoded block. Measured against the decoded block,
-// interleaved: +10-17% at M = 16, +1-5% at M = 128 and 512 (every tile
-// repeats the two vpermt2w per pair-row, which costs less than the block's
-// store and reload).
-template <int R>
+// TileAvx512Bf16 reading a bf16 or f32 panel as stored (t.panel: its k-row
+// k0, an even k-block length), each pair-row paired in registers
+// (Bf16PairRow; f32: Bf16Pairs) instead of through the decoded block. Measured against the decoded
+// block, interleaved: +10-17% at M = 16, +1-5% at M = 128 and 512 (every tile repeats the two
+// vpermt2w per pair-row, which costs less than the block's store and reload).
+template <WeightFormat F, int R>
 XRT_TARGET_AVX512_BF16 void TileAvx512Bf16Direct(const TileArgs& t) {
+  static_assert(F == WeightFormat::kBF16 || F == WeightFormat::kF32);
   __m512 acc0[R], acc1[R];
   StartTileAvx512<R>(t, acc0, acc1);
   const uint32_t* a = reinterpret_cast<const uint32_t*>(t.a);
@@ -699,11 +699,17 @@ XRT_TARGET_AVX512_BF16 void TileAvx512Bf16Direct(const TileArgs& t) {
   const char* pf = t.pf;
   for (int64_t kp = 0; kp < t.k / 2; ++kp) {
     __m512i b0, b1;
-    Bf16PairRow(panel, kp, true, &b0, &b1);
-    // This tile's share of the next k-block, into L2 (TileArgs).
+    if constexpr (F == WeightFormat::kBF16) {
+      Bf16PairRow(panel, kp, true, &b0, &b1);
+    } else {
+      const float* w = reinterpret_cast<const float*>(panel) + kp * 2 * kPackNR;
+      b0 = Bf16Pairs(_mm512_loadu_ps(w), _mm512_loadu_ps(w + kPackNR));
+      b1 = Bf16Pairs(_mm512_loadu_ps(w + 16), _mm512_loadu_ps(w + kPackNR + 16));
+    }
+    // This tile's share of the next k-block, into L2 (TileArgs; pf_step up
+    // to 256 bytes here).
     if (pf < t.pf_end) {
-      _mm_prefetch(pf, _MM_HINT_T1);
-      if (t.pf_step > 64) _mm_prefetch(pf + 64, _MM_HINT_T1);
+      for (int line = 0; line < t.pf_step; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
       pf += t.pf_step;
     }
 #pragma GCC unroll 14
@@ -1546,22 +1552,23 @@ IsaKernels MakeAvx512Bf16Kernels() {
   return k;
 }
 
+template <WeightFormat F>
 IsaKernels MakeAvx512Bf16DirectKernels() {
   IsaKernels k{kAvx512MR, {}};
-  k.tiles[1] = &TileAvx512Bf16Direct<1>;
-  k.tiles[2] = &TileAvx512Bf16Direct<2>;
-  k.tiles[3] = &TileAvx512Bf16Direct<3>;
-  k.tiles[4] = &TileAvx512Bf16Direct<4>;
-  k.tiles[5] = &TileAvx512Bf16Direct<5>;
-  k.tiles[6] = &TileAvx512Bf16Direct<6>;
-  k.tiles[7] = &TileAvx512Bf16Direct<7>;
-  k.tiles[8] = &TileAvx512Bf16Direct<8>;
-  k.tiles[9] = &TileAvx512Bf16Direct<9>;
-  k.tiles[10] = &TileAvx512Bf16Direct<10>;
-  k.tiles[11] = &TileAvx512Bf16Direct<11>;
-  k.tiles[12] = &TileAvx512Bf16Direct<12>;
-  k.tiles[13] = &TileAvx512Bf16Direct<13>;
-  k.tiles[14] = &TileAvx512Bf16Direct<14>;
+  k.tiles[1] = &TileAvx512Bf16Direct<F, 1>;
+  k.tiles[2] = &TileAvx512Bf16Direct<F, 2>;
+  k.tiles[3] = &TileAvx512Bf16Direct<F, 3>;
+  k.tiles[4] = &TileAvx512Bf16Direct<F, 4>;
+  k.tiles[5] = &TileAvx512Bf16Direct<F, 5>;
+  k.tiles[6] = &TileAvx512Bf16Direct<F, 6>;
+  k.tiles[7] = &TileAvx512Bf16Direct<F, 7>;
+  k.tiles[8] = &TileAvx512Bf16Direct<F, 8>;
+  k.tiles[9] = &TileAvx512Bf16Direct<F, 9>;
+  k.tiles[10] = &TileAvx512Bf16Direct<F, 10>;
+  k.tiles[11] = &TileAvx512Bf16Direct<F, 11>;
+  k.tiles[12] = &TileAvx512Bf16Direct<F, 12>;
+  k.tiles[13] = &TileAvx512Bf16Direct<F, 13>;
+  k.tiles[14] = &TileAvx512Bf16Direct<F, 14>;
   return k;
 }
 
@@ -1793,12 +1800,16 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = kern.mr;
   const int64_t m = args.m, n = args.n, k = args.k;
-  // bf16 weights (even k) read as stored by the tiles (TileAvx512Bf16Direct).
-  const bool direct_tiles = pairs && format == WeightFormat::kBF16 && k % 2 == 0;
+  // bf16 and f32 weights (even k) read as stored by the tiles
+  // (TileAvx512Bf16Direct), `direct_row_bytes` per k-row.
+  const bool direct_tiles =
+      pairs && (format == WeightFormat::kBF16 || format == WeightFormat::kF32) && k % 2 == 0;
+  const int64_t direct_row_bytes = format == WeightFormat::kBF16 ? kPackNR * 2 : kPackNR * 4;
   const IsaKernels* direct_kern = nullptr;
 #if defined(__x86_64__)
-  static const IsaKernels avx512_bf16_direct = MakeAvx512Bf16DirectKernels();
-  direct_kern = &avx512_bf16_direct;
+  static const IsaKernels direct_bf16 = MakeAvx512Bf16DirectKernels<WeightFormat::kBF16>();
+  static const IsaKernels direct_f32 = MakeAvx512Bf16DirectKernels<WeightFormat::kF32>();
+  direct_kern = format == WeightFormat::kBF16 ? &direct_bf16 : &direct_f32;
 #endif
   // Length of each output's chain: k, or kBF16's whole pairs; A's packed
   // values (floats or dwords) per step: 1, or 1/2 in pairs.
@@ -1885,8 +1896,8 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
         t.last = kb == k_blocks - 1;
         const char* next = nullptr;
         if (direct_tiles) {
-          t.panel = reinterpret_cast<const float*>(panel_bytes_p + k0 * kPackNR * 2);
-          next = reinterpret_cast<const char*>(panel_bytes_p + (k0 + t.k) * kPackNR * 2);
+          t.panel = reinterpret_cast<const float*>(panel_bytes_p + k0 * direct_row_bytes);
+          next = reinterpret_cast<const char*>(panel_bytes_p + (k0 + t.k) * direct_row_bytes);
         } else if (dequant) {
           // Decoded once per panel block for all row tiles; the packed bytes
           // stream sequentially (hardware prefetch), so no L2 plan.
@@ -1904,11 +1915,14 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           t.panel = panel + k0 * kPackNR;
           next = reinterpret_cast<const char*>(t.panel + t.k * kPackNR);
         }
-        // Direct bf16 tiles: half the lines, over half the k-steps.
-        const int64_t lines = direct_tiles ? next_lines / 2 : next_lines;
-        const int64_t tile_share = (lines + tiling.count - 1) / tiling.count;
-        const int64_t tile_steps = direct_tiles ? t.k / 2 : t.k;
-        t.pf_step = tiling.count == 1 || tile_share > tile_steps ? 128 : 64;
+        t.pf_step = tiling.count == 1 || share > t.k ? 128 : 64;
+        // Direct tiles: the next block's lines over half the k-steps.
+        const int64_t direct_share =
+            (kKBlock * direct_row_bytes / 64 + tiling.count - 1) / tiling.count;
+        if (direct_tiles) {
+          const int64_t per_step = (direct_share + t.k / 2 - 1) / std::max<int64_t>(1, t.k / 2);
+          t.pf_step = static_cast<int>(std::clamp<int64_t>(per_step, 1, 4) * 64);
+        }
         for (int64_t j = 0; j < tiling.count; ++j) {
           const int64_t start = tiling.Start(j);
           const int rows = tiling.Height(j);
@@ -1918,8 +1932,8 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           if (!next) {
             t.pf = t.pf_end = nullptr;
           } else if (direct_tiles) {
-            t.pf = next + j * tile_share * 64;
-            t.pf_end = t.pf + tile_share * 64;
+            t.pf = next + j * direct_share * 64;
+            t.pf_end = t.pf + direct_share * 64;
           } else if (tiling.count == 1) {
             t.pf = reinterpret_cast<const char*>(t.panel + kPrefetchL2Steps * kPackNR);
             t.pf_end = t.pf + t.k * kPackNR * 4;
