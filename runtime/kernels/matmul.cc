@@ -536,7 +536,7 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
 // kBF16 tiles on vdpbf16ps, R x 32 as above: A comes as bf16 pairs
 // ([steps / 2][R] dwords, PackRowPairs), the panel's k-block as [steps /
 // 2][32] dwords, decoded into the block (Bf16PairsAvx512, Bf16PairsFrom*)
-// or, for bf16 weights, paired in registers (TileAvx512Bf16Direct). One
+// or, for bf16 and f32 weights, paired in registers (TileAvx512Bf16Direct). One
 // instruction sums a k-pair per column, the odd element first with flushes:
 // matmul.h's kBF16 chain.
 
