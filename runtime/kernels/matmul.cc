@@ -940,6 +940,41 @@ XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64
   }
 }
 
+// DequantRowsAvx512 and Bf16PairsAvx512 in one pass, for the formats with
+// integer quants: k-rows [k0, k0 + rows) (whole groups, so an even count)
+// decoded two at a time and stored as bf16 pairs ([rows / 2][32] dwords).
+template <WeightFormat F>
+XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, int64_t rows,
+                                              float* out) {
+  __m512 e0, e1, o0, o1;
+  if constexpr (IsKQuantFormat(F)) {
+    KFactors fac{};
+    for (int64_t r = 0; r < rows; r += 2) {
+      const int64_t k = k0 + r;
+      const uint8_t* sb = panel + k / kSuperBlock * SuperBlockBytes(F);
+      const int kk = static_cast<int>(k % kSuperBlock);  // even: a pair shares its sub-block
+      if (r == 0 || kk % KSubBlockRows(F) == 0) fac = LoadKFactors<F>(sb, kk / KSubBlockRows(F));
+      DecodeKRow<F>(sb, kk, fac, &e0, &e1);
+      DecodeKRow<F>(sb, kk + 1, fac, &o0, &o1);
+      _mm512_storeu_si512(out + r / 2 * kPackNR, Bf16Pairs(e0, o0));
+      _mm512_storeu_si512(out + r / 2 * kPackNR + 16, Bf16Pairs(e1, o1));
+    }
+  } else {
+    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
+    for (int64_t r = 0; r < rows; r += kQuantGroup) {
+      const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
+      const GroupScales g = LoadGroupScales<F>(group);
+      const uint8_t* q = group + QuantGroupQuantsOffset(F);
+      for (int kk = 0; kk < kQuantGroup; kk += 2) {
+        DecodeQuantRow<F>(q, kk, g, &e0, &e1);
+        DecodeQuantRow<F>(q, kk + 1, g, &o0, &o1);
+        _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR, Bf16Pairs(e0, o0));
+        _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR + 16, Bf16Pairs(e1, o1));
+      }
+    }
+  }
+}
+
 // Fused decode GEMV: R (<= kGemvMaxRows) rows of A against P consecutive
 // panels over the whole of K, each k-row decoded in registers and used at
 // once; one fma chain per output in increasing k like every tile kernel.
@@ -1796,6 +1831,30 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
 #if defined(__x86_64__)
   if (pairs && format == WeightFormat::kF32) direct_pairs = &Bf16PairsFromF32;
   if (pairs && format == WeightFormat::kBF16) direct_pairs = &Bf16PairsFromBf16;
+  if (pairs) {
+    switch (format) {
+      case WeightFormat::kQ8_0:
+        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ8_0>;
+        break;
+      case WeightFormat::kQ4_0:
+        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ4_0>;
+        break;
+      case WeightFormat::kQ4_1:
+        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ4_1>;
+        break;
+      case WeightFormat::kQ4_K:
+        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ4_K>;
+        break;
+      case WeightFormat::kQ5_K:
+        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ5_K>;
+        break;
+      case WeightFormat::kQ6_K:
+        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ6_K>;
+        break;
+      default:
+        break;
+    }
+  }
 #endif
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = kern.mr;
