@@ -1004,6 +1004,46 @@ XRT_TARGET_AVX512 inline void StoreOutputs(const GemvArgs& g, int i, int col0, _
                                 g.accumulate, std::min(kPackNR, g.ncols - col0), v0, v1);
 }
 
+// The fused decode kernels' walk over the P panels (GemvAvx512,
+// GemvAvx512Bf16). K-quants: the P panels' super-block `blk` (*sb) and its
+// sub-block s's factors (*fac), with that sub-block's share of the
+// super-block's lines prefetched ahead.
+template <WeightFormat F, int P>
+__attribute__((always_inline)) XRT_TARGET_AVX512 inline void StartSubBlock(const GemvArgs& g,
+                                                                           int64_t blk, int s,
+                                                                           const uint8_t** sb,
+                                                                           KFactors* fac) {
+  constexpr int kSubs = kSuperBlock / KSubBlockRows(F);
+  constexpr int64_t kBytes = SuperBlockBytes(F), kLines = kBytes / 64;
+#pragma GCC unroll 2
+  for (int p = 0; p < P; ++p) {
+    sb[p] = g.panel + p * g.panel_bytes + blk * kBytes;
+    const char* pf = reinterpret_cast<const char*>(sb[p]) + kGemvPrefetchBytes;
+    for (int64_t line = s * kLines / kSubs; line < (s + 1) * kLines / kSubs; ++line) {
+      _mm_prefetch(pf + line * 64, _MM_HINT_T1);
+    }
+    fac[p] = LoadKFactors<F>(sb[p], s);
+  }
+}
+
+// q8_0 / q4_0 / q4_1: the P panels' group `grp`, its scales (*sc) and quants
+// (*q), its lines prefetched ahead.
+template <WeightFormat F, int P>
+__attribute__((always_inline)) XRT_TARGET_AVX512 inline void StartGroup(const GemvArgs& g,
+                                                                        int64_t grp,
+                                                                        GroupScales* sc,
+                                                                        const uint8_t** q) {
+  constexpr int64_t kGroupBytes = QuantGroupBytes(F);
+#pragma GCC unroll 2
+  for (int p = 0; p < P; ++p) {
+    const uint8_t* group = g.panel + p * g.panel_bytes + grp * kGroupBytes;
+    const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
+    for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
+    sc[p] = LoadGroupScales<F>(group);
+    q[p] = group + QuantGroupQuantsOffset(F);
+  }
+}
+
 // Bf16: kBF16's chain (matmul.h): the k-rows in pair order, the decoded
 // weights rounded to bf16 operands in registers (A comes rounded), run under
 // FlushToZeroScope.
@@ -1017,21 +1057,11 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
   __m512 w0[P], w1[P];
   if constexpr (IsKQuantFormat(F)) {
     constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
-    constexpr int64_t kBytes = SuperBlockBytes(F), kLines = kBytes / 64;
     for (int64_t blk = 0; blk < g.k / kSuperBlock; ++blk) {
       for (int s = 0; s < kSubs; ++s) {
         KFactors fac[P];
         const uint8_t* sb[P];
-#pragma GCC unroll 2
-        for (int p = 0; p < P; ++p) {
-          sb[p] = g.panel + p * g.panel_bytes + blk * kBytes;
-          // This sub-block's share of the super-block's lines, ahead.
-          const char* pf = reinterpret_cast<const char*>(sb[p]) + kGemvPrefetchBytes;
-          for (int64_t line = s * kLines / kSubs; line < (s + 1) * kLines / kSubs; ++line) {
-            _mm_prefetch(pf + line * 64, _MM_HINT_T1);
-          }
-          fac[p] = LoadKFactors<F>(sb[p], s);
-        }
+        StartSubBlock<F, P>(g, blk, s, sb, fac);
         const float* a = g.a + blk * kSuperBlock + s * kSub;
 #pragma GCC unroll 2
         for (int kk = 0; kk < kSub; ++kk) {
@@ -1088,19 +1118,10 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
       }
     }
   } else {
-    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
-    const int64_t groups = g.k / kQuantGroup;
-    for (int64_t grp = 0; grp < groups; ++grp) {
+    for (int64_t grp = 0; grp < g.k / kQuantGroup; ++grp) {
       GroupScales sc[P];
       const uint8_t* q[P];
-#pragma GCC unroll 2
-      for (int p = 0; p < P; ++p) {
-        const uint8_t* group = g.panel + p * g.panel_bytes + grp * kGroupBytes;
-        const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
-        for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
-        sc[p] = LoadGroupScales<F>(group);
-        q[p] = group + QuantGroupQuantsOffset(F);
-      }
+      StartGroup<F, P>(g, grp, sc, q);
       const float* a = g.a + grp * kQuantGroup;
 #pragma GCC unroll 2
       for (int kk = 0; kk < kQuantGroup; ++kk) {
@@ -1165,20 +1186,11 @@ XRT_TARGET_AVX512_BF16 void GemvAvx512Bf16(const GemvArgs& g) {
   const uint32_t* a = reinterpret_cast<const uint32_t*>(g.a);
   if constexpr (IsKQuantFormat(F)) {
     constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub;
-    constexpr int64_t kBytes = SuperBlockBytes(F), kLines = kBytes / 64;
     for (int64_t blk = 0; blk < g.k / kSuperBlock; ++blk) {
       for (int s = 0; s < kSubs; ++s) {
         KFactors fac[P];
         const uint8_t* sb[P];
-#pragma GCC unroll 2
-        for (int p = 0; p < P; ++p) {
-          sb[p] = g.panel + p * g.panel_bytes + blk * kBytes;
-          const char* pf = reinterpret_cast<const char*>(sb[p]) + kGemvPrefetchBytes;
-          for (int64_t line = s * kLines / kSubs; line < (s + 1) * kLines / kSubs; ++line) {
-            _mm_prefetch(pf + line * 64, _MM_HINT_T1);
-          }
-          fac[p] = LoadKFactors<F>(sb[p], s);
-        }
+        StartSubBlock<F, P>(g, blk, s, sb, fac);
         const uint32_t* as = a + (blk * kSuperBlock + s * kSub) / 2 * R;
         for (int kk = 0; kk < kSub; kk += 2) {
 #pragma GCC unroll 2
@@ -1216,18 +1228,10 @@ XRT_TARGET_AVX512_BF16 void GemvAvx512Bf16(const GemvArgs& g) {
       }
     }
   } else {
-    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
     for (int64_t grp = 0; grp < g.k / kQuantGroup; ++grp) {
       GroupScales sc[P];
       const uint8_t* q[P];
-#pragma GCC unroll 2
-      for (int p = 0; p < P; ++p) {
-        const uint8_t* group = g.panel + p * g.panel_bytes + grp * kGroupBytes;
-        const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
-        for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
-        sc[p] = LoadGroupScales<F>(group);
-        q[p] = group + QuantGroupQuantsOffset(F);
-      }
+      StartGroup<F, P>(g, grp, sc, q);
       const uint32_t* ag = a + grp * kQuantGroup / 2 * R;
       for (int kk = 0; kk < kQuantGroup; kk += 2) {
 #pragma GCC unroll 2
