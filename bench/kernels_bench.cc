@@ -14,6 +14,7 @@
 // DRAM as a decode step does; prefill shapes (M >= 128) reuse one copy.
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -24,6 +25,7 @@
 
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/attention.h"
+#include "runtime/kernels/dense_attention.h"
 #include "runtime/kernels/lora.h"
 #include "runtime/kernels/matmul.h"
 #include "runtime/kernels/test_util.h"
@@ -632,6 +634,59 @@ BENCHMARK(BM_PagedAttention)
     ->Args({1, 512, 512, 2, 9, 3, 2, 1})
     ->Args({1, 512, 512, 2, 32, 8, 0, 1})
     ->Args({1, 2048, 2048, 2, 32, 8, 0, 1})
+    ->UseRealTime();
+
+// The vision tower's self-attention (DenseAttention): `images` sequences of
+// `seq` tokens, `heads` heads of `head_dim`, q/k/v as one fused [t][3 * width]
+// projection output would hold them. CLIP ViT-L/14-336 (577 x 16 x 64),
+// SigLIP so400m/14-384 (729 x 16 x 72), CLIP ViT-B/32-224 (50 x 12 x 64).
+// isa: the CpuIsa path (cpu_isa.h; 4 on a CPU without it runs its best).
+void BM_DenseAttention(benchmark::State& state) {
+  const int64_t images = state.range(0), seq = state.range(1), heads = state.range(2),
+                hd = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  CpuIsa isa = static_cast<CpuIsa>(state.range(5));
+  if (!CpuIsaSupported(isa)) {
+    if (isa != CpuIsa::kAvx512Bf16) {
+      state.SkipWithError("this CPU does not support the ISA");
+      return;
+    }
+    isa = BestCpuIsa();
+  }
+  const int64_t tokens = images * seq, width = heads * hd;
+  std::vector<float> qkv(tokens * 3 * width), out(tokens * width);
+  FillRandom(qkv.data(), qkv.size(), 11);
+  DenseAttentionArgs a;
+  a.q = qkv.data();
+  a.k = qkv.data() + width;
+  a.v = qkv.data() + 2 * width;
+  a.out = out.data();
+  a.q_stride = a.k_stride = a.v_stride = 3 * width;
+  a.out_stride = width;
+  a.num_tokens = tokens;
+  a.seq_len = seq;
+  a.num_heads = heads;
+  a.head_dim = hd;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ThreadPool* pool = Pool(threads);
+  for (auto _ : state) {
+    Status st = DenseAttentionWithIsa(a, pool, isa);
+    if (!st.ok()) state.SkipWithError(st.ToString().c_str());
+  }
+  // q·k and p·v multiply-adds over every (query, key) pair.
+  state.counters["GFLOPS"] =
+      benchmark::Counter(static_cast<double>(images) * seq * seq * heads * hd * 4 * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DenseAttention)
+    ->ArgNames({"images", "seq", "heads", "head_dim", "threads", "isa"})
+    ->Args({1, 577, 16, 64, 1, 4})
+    ->Args({1, 577, 16, 64, 2, 4})
+    ->Args({4, 577, 16, 64, 2, 4})
+    ->Args({1, 729, 16, 72, 2, 4})
+    ->Args({8, 50, 12, 64, 2, 4})
+    ->Args({1, 577, 16, 64, 2, 1})  // AVX2
+    ->Args({1, 577, 16, 64, 2, 0})  // baseline x86-64
     ->UseRealTime();
 
 }  // namespace

@@ -1,4 +1,7 @@
 #include "runtime/kernels/dense_attention.h"
+// Every helper below is always_inline into the per-ISA wrappers, so no vector
+// crosses a call with the baseline ABI; the warning does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 #include <algorithm>
 #include <cmath>
@@ -6,134 +9,288 @@
 #include <vector>
 
 #include "runtime/kernels/cpu_isa.h"
+#include "runtime/kernels/simd.h"
+
+#if !defined(__x86_64__)
+#define XRT_TARGET_AVX2
+#define XRT_TARGET_AVX512
+#endif
 
 namespace xrt {
 namespace {
 
-constexpr int64_t kRowsPerItem = 32;
+// The kernel is written once on GCC / clang vectors of W floats and compiled
+// per ISA (the wrappers at the bottom): W = 16 on AVX-512, 8 on AVX2, 4 on
+// baseline x86-64 (SSE2). Every helper is always_inline, so it takes its
+// caller's target.
+#define XRT_INLINE __attribute__((always_inline)) inline
 
-// exp(x) for x <= 0 in plain arithmetic the compiler vectorizes (a libm call
-// would not be): x = n ln2 + r with r in [-ln2/2, ln2/2] (Cody-Waite, two-part
-// ln2), a degree-6 polynomial for exp(r) (Cephes expf coefficients, ~1 ulp),
-// times 2^n built in the exponent bits. x < -87 gives 0.
-__attribute__((always_inline)) inline float ExpNonPositive(float x) {
-  const bool underflow = x < -87.0f;
-  x = x < -87.0f ? -87.0f : x;
+template <int W>
+struct Lanes {
+  typedef float F __attribute__((vector_size(4 * W)));
+  typedef int32_t I __attribute__((vector_size(4 * W)));
+};
+template <int W>
+using VecF = typename Lanes<W>::F;
+template <int W>
+using VecI = typename Lanes<W>::I;
+
+template <int W>
+XRT_INLINE VecF<W> Load(const float* p) {
+  VecF<W> v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <int W>
+XRT_INLINE void Store(float* p, const VecF<W>& v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+template <int W>
+XRT_INLINE VecF<W> Splat(float x) {
+  return VecF<W>{} + x;
+}
+template <int W>
+XRT_INLINE VecI<W> Iota() {
+  VecI<W> v;
+  for (int l = 0; l < W; ++l) v[l] = l;
+  return v;
+}
+
+// exp(x) for x <= 0 on W lanes (softmax weights): x = n ln2 + r with r in
+// [-ln2/2, ln2/2] (Cody-Waite, two-part ln2), a degree-6 polynomial for exp(r)
+// (Cephes expf coefficients, about 1 ulp), times 2^n built in the exponent
+// bits. x < -87 gives 0.
+template <int W>
+XRT_INLINE VecF<W> ExpNonPositive(const VecF<W>& x_in) {
+  const VecI<W> underflow = x_in < -87.0f;
+  const VecF<W> x = underflow ? Splat<W>(-87.0f) : x_in;
   // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick.
   const float shifter = 12582912.0f;
-  const float nf = (x * 1.44269504088896341f + shifter) - shifter;
-  float r = x - nf * 0.693359375f;
+  const VecF<W> nf = (x * 1.44269504088896341f + shifter) - shifter;
+  VecF<W> r = x - nf * 0.693359375f;
   r = r - nf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  VecF<W> p = Splat<W>(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + (r + 1.0f);
-  const int32_t bits = (static_cast<int32_t>(nf) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return underflow ? 0.0f : p * scale;
+  const VecI<W> bits = (__builtin_convertvector(nf, VecI<W>) + 127) << 23;
+  return underflow ? Splat<W>(0.0f) : p * __builtin_bit_cast(VecF<W>, bits);
 }
 
-// Softmax of one row of scores in place (max-subtracted, scaled); returns 1/sum.
-__attribute__((always_inline)) inline float SoftmaxInPlace(float* scores, int64_t n, float scale) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] *= scale;
-    mx = std::max(mx, scores[j]);
-  }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] = ExpNonPositive(scores[j] - mx);
-    sum += scores[j];
-  }
-  return 1.0f / sum;
-}
+// One (sequence, head)'s keys and values, packed by the thread that works on
+// its query rows:
+//  keys   [s_pad / W][head_dim][W]: key j's d-th value at
+//         ((j / W) * head_dim + d) * W + j % W, keys past s zero;
+//  values [s][hd_pad]: value j's d-th value at j * hd_pad + d, d past
+//         head_dim zero;
+// with s_pad = s rounded up to W and hd_pad = head_dim rounded up to W.
+struct Packed {
+  std::vector<float> keys, values;
+  std::vector<float> scores;  // [rows][s_pad] of the current item
+  std::vector<float> inv;     // [rows]: 1 / each row's softmax sum
+  int64_t cached = -1;        // the (sequence, head) in keys / values
+};
 
-// Rows [row_begin, row_end) of one sequence (first row `base`), head h, kRowBlock
-// rows at a time so that every key and value element loaded feeds kRowBlock
-// multiply-adds. `kt` is the head's keys transposed, [head_dim][seq_len], so the
-// inner loops run over contiguous floats and vectorize; `scores` holds kRowBlock
-// rows of seq_len. Each row's arithmetic is the same whatever block it is in.
-// Inlined into one wrapper per ISA (below), which compiles it for that ISA.
-constexpr int kRowBlock = 4;
-__attribute__((always_inline)) inline void AttendRowsBody(const DenseAttentionArgs& a, int64_t base,
-                                                          int64_t h, const float* kt,
-                                                          int64_t row_begin, int64_t row_end,
-                                                          float* scores) {
+template <int W>
+XRT_INLINE void PackHead(const DenseAttentionArgs& a, int64_t base, int64_t h, int64_t s_pad,
+                         int64_t hd_pad, Packed* pk) {
   const int64_t s = a.seq_len, hd = a.head_dim;
-  for (int64_t i0 = row_begin; i0 < row_end; i0 += kRowBlock) {
-    const int rows = static_cast<int>(std::min<int64_t>(kRowBlock, row_end - i0));
-    const float* q[kRowBlock];
-    float* sc[kRowBlock];
-    float* out[kRowBlock];
-    for (int r = 0; r < kRowBlock; ++r) {
-      // Missing rows of a partial block repeat the last row; their results are dropped.
-      const int64_t i = i0 + std::min(r, rows - 1);
-      q[r] = a.q + (base + i) * a.q_stride + h * hd;
-      sc[r] = scores + r * s;
-      out[r] = a.out + (base + i) * a.out_stride + h * hd;
-    }
-    for (int r = 0; r < kRowBlock; ++r)
-      for (int64_t j = 0; j < s; ++j) sc[r][j] = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) {
-      const float* krow = kt + d * s;
-      const float q0 = q[0][d], q1 = q[1][d], q2 = q[2][d], q3 = q[3][d];
-      float* s0 = sc[0];
-      float* s1 = sc[1];
-      float* s2 = sc[2];
-      float* s3 = sc[3];
-      for (int64_t j = 0; j < s; ++j) {
-        const float k = krow[j];
-        s0[j] += q0 * k;
-        s1[j] += q1 * k;
-        s2[j] += q2 * k;
-        s3[j] += q3 * k;
-      }
-    }
-    float inv[kRowBlock];
-    for (int r = 0; r < kRowBlock; ++r) inv[r] = SoftmaxInPlace(sc[r], s, a.scale);
-    float acc[kRowBlock][256];  // head_dim <= 256 (checked by DenseAttention)
-    for (int r = 0; r < kRowBlock; ++r)
-      for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
-    for (int64_t j = 0; j < s; ++j) {
-      const float* v = a.v + (base + j) * a.v_stride + h * hd;
-      const float p0 = sc[0][j] * inv[0], p1 = sc[1][j] * inv[1], p2 = sc[2][j] * inv[2],
-                  p3 = sc[3][j] * inv[3];
-      for (int64_t d = 0; d < hd; ++d) {
-        const float vd = v[d];
-        acc[0][d] += p0 * vd;
-        acc[1][d] += p1 * vd;
-        acc[2][d] += p2 * vd;
-        acc[3][d] += p3 * vd;
-      }
-    }
-    for (int r = 0; r < rows; ++r)
-      for (int64_t d = 0; d < hd; ++d) out[r][d] = acc[r][d];
+  pk->keys.assign(s_pad * hd, 0.0f);
+  pk->values.assign(s * hd_pad, 0.0f);
+  for (int64_t j = 0; j < s; ++j) {
+    const float* k = a.k + (base + j) * a.k_stride + h * hd;
+    float* kp = pk->keys.data() + (j / W) * hd * W + j % W;
+    for (int64_t d = 0; d < hd; ++d) kp[d * W] = k[d];
+    std::memcpy(pk->values.data() + j * hd_pad, a.v + (base + j) * a.v_stride + h * hd,
+                hd * sizeof(float));
   }
 }
 
-using AttendRowsFn = void (*)(const DenseAttentionArgs&, int64_t, int64_t, const float*, int64_t,
-                              int64_t, float*);
+// Scores of R query rows against NB * W keys (NB blocks of the packed keys
+// from `kp` on): out[r * ld + j] = q[r] · key j, one multiply-add chain per
+// score over d = 0, 1, ..., head_dim - 1, whatever R, NB or the tile's place.
+template <int W, int R, int NB>
+XRT_INLINE void ScoreTile(const float* const* q, const float* kp, int64_t hd, float* out,
+                          int64_t ld) {
+  VecF<W> acc[R][NB];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) acc[r][b] = VecF<W>{};
+  for (int64_t d = 0; d < hd; ++d) {
+    VecF<W> k[NB];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) k[b] = Load<W>(kp + (b * hd + d) * W);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float x = q[r][d];
+#pragma GCC unroll 8
+      for (int b = 0; b < NB; ++b) acc[r][b] += x * k[b];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) Store<W>(out + r * ld + b * W, acc[r][b]);
+}
 
-void AttendRowsScalar(const DenseAttentionArgs& a, int64_t base, int64_t h, const float* kt,
-                      int64_t r0, int64_t r1, float* scores) {
-  AttendRowsBody(a, base, h, kt, r0, r1, scores);
+// R rows' outputs, columns [c0, c0 + DV * W) of the padded head: for each row
+// the sum over keys j = 0, 1, ..., s - 1 (in that order) of p[r][j] * value j,
+// times inv[r]. Rows r < rows and columns below head_dim are stored.
+template <int W, int R, int DV>
+XRT_INLINE void ValueTile(const float* const* p, const float* vp, int64_t hd_pad, int64_t s,
+                          int64_t c0, const float* inv, float* const* out, int rows,
+                          int64_t head_dim) {
+  VecF<W> acc[R][DV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int b = 0; b < DV; ++b) acc[r][b] = VecF<W>{};
+  const float* v = vp + c0;
+  for (int64_t j = 0; j < s; ++j, v += hd_pad) {
+    VecF<W> x[DV];
+#pragma GCC unroll 8
+    for (int b = 0; b < DV; ++b) x[b] = Load<W>(v + b * W);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float w = p[r][j];
+#pragma GCC unroll 8
+      for (int b = 0; b < DV; ++b) acc[r][b] += w * x[b];
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+#pragma GCC unroll 8
+    for (int b = 0; b < DV; ++b) {
+      const int64_t c = c0 + b * W, n = std::min<int64_t>(W, head_dim - c);
+      const VecF<W> y = acc[r][b] * inv[r];
+      if (n == W) {
+        Store<W>(out[r] + c, y);
+      } else if (n > 0) {
+        float tmp[W];
+        Store<W>(tmp, y);
+        std::memcpy(out[r] + c, tmp, n * sizeof(float));
+      }
+    }
+  }
+}
+
+// Softmax numerators of one row of s_pad scores in place: exp(scale * x - m)
+// with m the row's largest scaled score, keys past s set to 0. Returns 1 / their
+// sum (summed in W lanes over j, then the lanes in order). The scaled scores
+// are computed twice (the same product both times) rather than stored.
+template <int W>
+XRT_INLINE float SoftmaxRow(float* x, int64_t s, int64_t s_pad, float scale) {
+  const int64_t full = s / W * W;
+  const VecI<W> tail = (Iota<W>() + static_cast<int32_t>(full)) < static_cast<int32_t>(s);
+  const VecF<W> minus_inf = Splat<W>(-INFINITY);
+  VecF<W> mx = minus_inf;
+  for (int64_t j = 0; j < full; j += W) {
+    const VecF<W> y = Load<W>(x + j) * scale;
+    mx = mx > y ? mx : y;
+  }
+  if (full < s_pad) {
+    const VecF<W> y = tail ? Load<W>(x + full) * scale : minus_inf;
+    mx = mx > y ? mx : y;
+  }
+  float m = mx[0];
+  for (int l = 1; l < W; ++l) m = std::max(m, mx[l]);
+  VecF<W> sum{};
+  for (int64_t j = 0; j < full; j += W) {
+    const VecF<W> e = ExpNonPositive<W>(Load<W>(x + j) * scale - m);
+    Store<W>(x + j, e);
+    sum += e;
+  }
+  if (full < s_pad) {
+    const VecF<W> e = tail ? ExpNonPositive<W>(Load<W>(x + full) * scale - m) : VecF<W>{};
+    Store<W>(x + full, e);
+    sum += e;
+  }
+  float total = 0.0f;
+  for (int l = 0; l < W; ++l) total += sum[l];
+  return 1.0f / total;
+}
+
+// Rows [r0, r1) of sequence `base`, head h; see the file comment of the
+// header. kR query rows per tile; kNB key blocks per score tile, kDV value
+// vectors per output tile.
+template <int W, int kR, int kNB, int kDV>
+XRT_INLINE void AttendRowsBody(const DenseAttentionArgs& a, int64_t base, int64_t h, int64_t r0,
+                               int64_t r1, Packed* pk) {
+  const int64_t s = a.seq_len, hd = a.head_dim;
+  const int64_t s_pad = (s + W - 1) / W * W, hd_pad = (hd + W - 1) / W * W;
+  const int64_t sh = base / s * a.num_heads + h;
+  if (pk->cached != sh) {
+    PackHead<W>(a, base, h, s_pad, hd_pad, pk);
+    pk->cached = sh;
+  }
+  const int64_t rows = r1 - r0, tiles = (rows + kR - 1) / kR;
+  pk->scores.resize(tiles * kR * s_pad);
+  float* scores = pk->scores.data();
+  // Row i of the item: query, scores, output. A partial last tile repeats its
+  // last row (the repeat's results are not stored).
+  auto q_row = [&](int64_t i) {
+    return a.q + (base + r0 + std::min(i, rows - 1)) * a.q_stride + h * hd;
+  };
+  // Scores: each block of kNB * W keys against every row of the item, so the
+  // block is read from L1 for all of them.
+  const int64_t key_blocks = s_pad / W;
+  for (int64_t kb = 0; kb < key_blocks; kb += kNB) {
+    const float* kp = pk->keys.data() + kb * hd * W;
+    const int64_t nb = std::min<int64_t>(kNB, key_blocks - kb);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const float* q[kR];
+      for (int r = 0; r < kR; ++r) q[r] = q_row(t * kR + r);
+      float* out = scores + t * kR * s_pad + kb * W;
+      if (nb == kNB) {
+        ScoreTile<W, kR, kNB>(q, kp, hd, out, s_pad);
+      } else {
+        for (int64_t b = 0; b < nb; ++b)
+          ScoreTile<W, kR, 1>(q, kp + b * hd * W, hd, out + b * W, s_pad);
+      }
+    }
+  }
+  pk->inv.resize(tiles * kR);
+  float* inv = pk->inv.data();
+  for (int64_t i = 0; i < tiles * kR; ++i)
+    inv[i] = SoftmaxRow<W>(scores + i * s_pad, s, s_pad, a.scale);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const float* p[kR];
+    float* out[kR];
+    for (int r = 0; r < kR; ++r) {
+      p[r] = scores + (t * kR + r) * s_pad;
+      out[r] =
+          a.out + (base + r0 + std::min<int64_t>(t * kR + r, rows - 1)) * a.out_stride + h * hd;
+    }
+    const int valid = static_cast<int>(std::min<int64_t>(kR, rows - t * kR));
+    int64_t c0 = 0;
+    for (; c0 + kDV * W <= hd_pad; c0 += kDV * W)
+      ValueTile<W, kR, kDV>(p, pk->values.data(), hd_pad, s, c0, inv + t * kR, out, valid, hd);
+    for (; c0 < hd_pad; c0 += W)
+      ValueTile<W, kR, 1>(p, pk->values.data(), hd_pad, s, c0, inv + t * kR, out, valid, hd);
+  }
+}
+
+using AttendRowsFn = void (*)(const DenseAttentionArgs&, int64_t, int64_t, int64_t, int64_t,
+                              Packed*);
+
+// Baseline: 4-lane vectors (SSE2 on x86-64).
+void AttendRowsScalar(const DenseAttentionArgs& a, int64_t base, int64_t h, int64_t r0, int64_t r1,
+                      Packed* pk) {
+  AttendRowsBody<4, 4, 2, 2>(a, base, h, r0, r1, pk);
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void AttendRowsAvx2(const DenseAttentionArgs& a, int64_t base,
-                                                        int64_t h, const float* kt, int64_t r0,
-                                                        int64_t r1, float* scores) {
-  AttendRowsBody(a, base, h, kt, r0, r1, scores);
+XRT_TARGET_AVX2 void AttendRowsAvx2(const DenseAttentionArgs& a, int64_t base, int64_t h,
+                                    int64_t r0, int64_t r1, Packed* pk) {
+  AttendRowsBody<8, 4, 2, 2>(a, base, h, r0, r1, pk);
 }
 
-__attribute__((target("avx512f,avx512vl,avx2,fma"))) void AttendRowsAvx512(
-    const DenseAttentionArgs& a, int64_t base, int64_t h, const float* kt, int64_t r0, int64_t r1,
-    float* scores) {
-  AttendRowsBody(a, base, h, kt, r0, r1, scores);
+XRT_TARGET_AVX512 void AttendRowsAvx512(const DenseAttentionArgs& a, int64_t base, int64_t h,
+                                        int64_t r0, int64_t r1, Packed* pk) {
+  AttendRowsBody<16, 4, 4, 4>(a, base, h, r0, r1, pk);
 }
 #endif
 
@@ -146,6 +303,9 @@ AttendRowsFn AttendRowsFor(CpuIsa isa) {
 #endif
   return AttendRowsScalar;
 }
+
+// Query rows per work item.
+constexpr int64_t kRowsPerItem = 48;
 
 }  // namespace
 
@@ -174,21 +334,12 @@ Status DenseAttentionWithIsa(const DenseAttentionArgs& a, ThreadPool* pool, CpuI
   const int64_t items = num_seqs * a.num_heads * blocks;
   const AttendRowsFn attend = AttendRowsFor(isa);
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> kt(a.head_dim * a.seq_len), scores(kRowBlock * a.seq_len);
-    int64_t cached = -1;  // (sequence, head) whose keys are in kt
+    Packed pk;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t block = item % blocks, sh = item / blocks;
       const int64_t h = sh % a.num_heads, n = sh / a.num_heads;
-      const int64_t base = n * a.seq_len;
-      if (sh != cached) {
-        for (int64_t j = 0; j < a.seq_len; ++j) {
-          const float* k = a.k + (base + j) * a.k_stride + h * a.head_dim;
-          for (int64_t d = 0; d < a.head_dim; ++d) kt[d * a.seq_len + j] = k[d];
-        }
-        cached = sh;
-      }
       const int64_t r0 = block * kRowsPerItem;
-      attend(a, base, h, kt.data(), r0, std::min(a.seq_len, r0 + kRowsPerItem), scores.data());
+      attend(a, n * a.seq_len, h, r0, std::min(a.seq_len, r0 + kRowsPerItem), &pk);
     }
   };
   if (pool) {

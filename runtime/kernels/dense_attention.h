@@ -9,15 +9,28 @@
 // Layouts (floats): q[t*q_stride + h*head_dim + d], same for k, v and out.
 //
 // Batch invariance: a row's result depends only on its own sequence; the
-// reductions run in a fixed order whatever the number of sequences or threads.
-// The code is compiled once per ISA (scalar, AVX2, AVX-512; the one for
-// BestCpuIsa() is used, fixed per process), works on blocks of 4 query rows so
-// each key and value load feeds 4 multiply-adds, and uses a polynomial exp
-// (about 1 ulp) that vectorizes, instead of libm's.
+// reductions run in a fixed order whatever the number of sequences, threads or
+// where a row falls in the tiles: each score q·k is one multiply-add chain over
+// d in increasing order, the softmax sum is taken in vector lanes over keys
+// and then across the lanes, and each output one chain over keys in
+// increasing order, scaled by 1 / sum at the end. The order differs between
+// ISA paths (the ISA is fixed per process: BestCpuIsa()).
+//
+// Method: the code is written once on GCC / clang vectors and compiled per
+// ISA (AVX-512: 16 lanes; AVX2: 8; baseline x86-64: 4). For each (sequence,
+// head) the thread packs the keys transposed in blocks of lanes and the values
+// contiguously; then for each work item (up to 48 query rows) it computes the
+// scores in register tiles (4 query rows x 4 blocks of keys on AVX-512, each
+// block read from L1 for every row of the item), the softmax numerators in
+// place (a vectorized polynomial exp, about 1 ulp, instead of libm's), and the
+// outputs in register tiles (4 rows x 64 columns). The whole score row of a
+// query is kept (seq_len floats per row), so the softmax needs no rescaling.
 //
 // Threading: work items (sequence, head, block of query rows) are spread over
-// `pool` (nullptr: run on the caller). Thread-compatible: concurrent calls must
-// not share outputs. Allocates per-call scratch for the transposed keys.
+// `pool` (nullptr: run on the caller) in contiguous ranges, so a thread packs
+// each (sequence, head) it meets once. Thread-compatible: concurrent calls
+// must not share outputs. Allocates per call and thread the packed keys and
+// values of one head and the scores of one item.
 #pragma once
 
 #include <cstdint>
