@@ -2,7 +2,8 @@
 """Vision bench: xrt's vision_encode and one-image TTFT next to HF transformers, in one run.
 
   python3 bench/vision_bench.py [--build build] [--work /tmp/xcc_vision_bench]
-                                [--threads 2] [--image-buckets 1,2,4] [--out FILE]
+                                [--threads 2] [--image-buckets 1,2,4] [--compute f32|bf16]
+                                [--out FILE]
 
 1. Writes the random-weight CLIP-L/14-336 LLaVA directory (gen_vision_bench_model.py)
    under --work unless it is there, and compiles it with `xcc compile --image-buckets`
@@ -132,13 +133,13 @@ def run_hf(model_dir, work, threads, buckets, prompt_ids, warmup, iters, ttft_it
     return res
 
 
-def compile_artifact(xcc, model_dir, art, buckets, tokens_per_image, prompt_len):
+def compile_artifact(xcc, model_dir, art, buckets, tokens_per_image, prompt_len, compute):
     step = max(buckets) * tokens_per_image
     token_buckets = sorted({16, max(prompt_len, 64 * ((prompt_len + 63) // 64)), step})
     cmd = [xcc, "compile", model_dir, "-o", art, "--image-buckets",
            ",".join(map(str, buckets)), "--token-buckets", ",".join(map(str, token_buckets)),
            "--max-num-batched-tokens", str(max(token_buckets)), "--max-num-seqs", "4",
-           "--max-model-len", "2048"]
+           "--max-model-len", "2048", "--compute", compute]
     print("+", " ".join(cmd), file=sys.stderr)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=sys.stderr)
@@ -158,6 +159,8 @@ def main():
     ap.add_argument("--ttft-iters", type=int, default=2)
     ap.add_argument("--recompile", action="store_true", help="compile even if the artifact exists")
     ap.add_argument("--skip-hf", action="store_true", help="xrt column only")
+    ap.add_argument("--compute", default="f32", choices=["f32", "bf16"],
+                    help="xcc compile --compute: what the matmuls multiply (HF stays float32)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "vision_bench.json"))
     a = ap.parse_args()
     buckets = sorted({int(x) for x in a.image_buckets.split(",")})
@@ -178,7 +181,7 @@ def main():
 
     os.makedirs(a.work, exist_ok=True)
     model_dir = os.path.join(a.work, "model")
-    result = {"bench": "vision", "machine": machine(), "threads": a.threads,
+    result = {"bench": "vision", "machine": machine(), "threads": a.threads, "compute": a.compute,
               "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}
     if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
         subprocess.run([sys.executable, os.path.join(HERE, "gen_vision_bench_model.py"),
@@ -197,9 +200,11 @@ def main():
                         "text_tokens": len(prompt_ids) - tpi, "image_tokens": tpi,
                         "prompt": PROMPT}
 
-    art = os.path.join(a.work, "vision_bench.xpk")
+    art = os.path.join(a.work, "vision_bench.xpk" if a.compute == "f32" else
+                       f"vision_bench_{a.compute}.xpk")
     if a.recompile or not os.path.exists(art):
-        result["compile"] = compile_artifact(xcc, model_dir, art, buckets, tpi, len(prompt_ids))
+        result["compile"] = compile_artifact(xcc, model_dir, art, buckets, tpi, len(prompt_ids),
+                                             a.compute)
     xrt_json = os.path.join(a.work, "xrt.json")
     cmd = [vb, art, "--threads", str(a.threads), "--warmup", str(a.warmup), "--iters",
            str(a.iters), "--ttft-iters", str(a.ttft_iters), "--pixels",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes reference_bf16.json beside each decoder fixture's reference.json: what
-`xcc compile --compute bf16` must compute, by an independent implementation.
+"""Writes reference_bf16.json beside each decoder and LLaVA fixture's reference.json:
+what `xcc compile --compute bf16` must compute, by an independent implementation.
 
   python3 tests/gen_bf16_references.py                  # every fixture under tests/fixtures
   python3 tests/gen_bf16_references.py --smollm2-gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -17,6 +17,14 @@ AVX512_BF16's vdpbf16ps); then the bias, flushed too. Everything else (embedding
 norms, rope, attention, softmax) stays float32, as in xrt. For each reference prompt
 it records the last-position logits and the greedy continuation (no-cache argmax
 loop, with the top1-top2 margins; SmolLM2: model.generate with its KV cache).
+
+LLaVA fixtures (tests/fixtures/llava/*, loaded as tests/gen_llava_fixtures.py loads
+them): the vision tower's and projector's linears are nn.Linear too, and the patch
+embedding convolution, which xcc compiles as a linear over each flattened patch
+(channel, row, column), is computed as that linear under the same contract. Each case
+also records the image features (the projector's output) in
+<case>.image_features_bf16.f32; greedy continuations are gen_llava_fixtures'
+(model.generate, checked against a no-cache loop).
 
 Only used to (re)generate fixtures; CI never runs it, so it may import torch.
 Deterministic: single thread, no sampling.
@@ -79,6 +87,26 @@ def use_bf16_linears(model):
             count += 1
     assert count > 0
     return count
+
+
+def use_bf16_patch_embedding(model):
+    """The vision tower's patch convolution (stride = kernel = patch size, no padding) as
+    xcc computes it: bf16_linear over the patches flattened in (channel, row, column)
+    order, F.unfold's order and the weight's [D, C, p, p] layout."""
+    import torch
+    conv = model.model.vision_tower.embeddings.patch_embedding
+    assert isinstance(conv, torch.nn.Conv2d)
+    p = conv.kernel_size[0]
+    assert conv.kernel_size == (p, p) and conv.stride == (p, p)
+    assert conv.padding in ((0, 0), "valid"), conv.padding
+
+    def forward(x, conv=conv):
+        n, _, h, w = x.shape
+        cols = torch.nn.functional.unfold(x, kernel_size=p, stride=p).transpose(1, 2)
+        y = bf16_linear(cols, conv.weight.reshape(conv.weight.shape[0], -1), conv.bias)
+        return y.transpose(1, 2).reshape(n, -1, h // p, w // p)
+    conv.forward = forward
+    return 1
 
 
 def greedy_nocache(model, ids, n):
@@ -217,12 +245,78 @@ def make_smollm2(gguf_path):
           prompts)
 
 
+def make_llava(d):
+    import torch
+    import gen_llava_fixtures as gl
+    name = os.path.basename(d)
+    print(f"== llava/{name}")
+    with open(os.path.join(d, "reference.json"), encoding="utf-8") as fh:
+        ref = json.load(fh)
+    model, proc = gl.load_dir(d)
+    spec = gl.MODELS[name]
+    images_dir = os.path.dirname(d)
+
+    def run(case):
+        images = [gl.open_image(images_dir, f) for f in case["images"]]
+        _, enc = gl.run_processor(proc, spec, case["prompt"], images)
+        assert enc["input_ids"][0].tolist() == case["input_ids"], case["name"]
+        feats = None
+        with torch.no_grad():
+            if case["images"]:
+                feats = torch.stack(list(model.model.get_image_features(
+                    enc["pixel_values"]).pooler_output))
+            logits = model(**enc, use_cache=False).logits[0, -1].float().numpy()
+        return enc, feats, logits
+
+    # Unpatched, it is the model reference.json was computed from (within 2e-4, as
+    # make_fixture explains).
+    for c in ref["cases"]:
+        _, feats, logits = run(c)
+        assert np.abs(logits - np.asarray(c["last_logits"])).max() <= 2e-4, c["name"]
+        if feats is not None:
+            want = np.fromfile(os.path.join(d, c["image_features"]["file"]), dtype="<f4")
+            assert np.abs(feats.numpy().ravel() - want).max() <= 2e-4, c["name"]
+    linears = use_bf16_linears(model) + use_bf16_patch_embedding(model)
+    cases = []
+    for c in ref["cases"]:
+        enc, feats, logits = run(c)
+        gen, margins, agree = gl.greedy_llava(model, enc, len(c["greedy_ids"]))
+        assert agree, (c["name"], "generate() and the no-cache loop differ")
+        ent = {"name": c["name"], "last_logits": gm.f32_list(logits), "greedy_ids": gen,
+               "greedy_margins": [gm.f32(x) for x in margins], "image_features": None}
+        msg = ""
+        if feats is not None:
+            ent["image_features"] = gl.write_f32(d, f"{c['name']}.image_features_bf16.f32",
+                                                 feats.numpy())
+            want = np.fromfile(os.path.join(d, c["image_features"]["file"]), dtype="<f4")
+            msg = f" max|bf16-f32 features|={np.abs(feats.numpy().ravel() - want).max():.4f}"
+        agree_f32 = next((i for i, (a, b) in enumerate(zip(gen, c["greedy_ids"])) if a != b),
+                         len(gen))
+        print(f"    {c['name']:12s}{msg} max|bf16-f32 logits|="
+              f"{np.abs(logits - np.asarray(c['last_logits'])).max():.4f}"
+              f" greedy agrees with f32 for {agree_f32}/{len(gen)} tokens,"
+              f" min margin {min(margins):.4f}")
+        cases.append(ent)
+    gm.dump_json(os.path.join(d, "reference_bf16.json"), {
+        "format": 1,
+        "model": ref.get("model", name),
+        "generator": "tests/gen_bf16_references.py",
+        "versions": gm.versions(),
+        "compute": ("transformers float32 eager; every nn.Linear and the patch embedding "
+                    "(%d) on bf16 operands: input and weight rounded to bfloat16 (nearest even, "
+                    "|x| < 2^-126 -> signed zero), f32 products and sums by pairs, odd element "
+                    "first, flushed to zero below 2^-126" % linears),
+        "cases": cases,
+    })
+    print(f"  wrote {os.path.join(d, 'reference_bf16.json')}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixtures", nargs="*", default=None,
                     help="fixture directories relative to tests/fixtures (default: every "
-                         "models/* and gguf/* with a reference.json)")
+                         "models/*, gguf/* and llava/* with a reference.json)")
     ap.add_argument("--smollm2-gguf", default=None,
                     help="also write smollm2/reference_bf16.json from this GGUF")
     args = ap.parse_args()
@@ -231,11 +325,14 @@ def main():
     dirs = args.fixtures
     if dirs is None:
         dirs = sorted(os.path.relpath(os.path.dirname(p), FIXTURES)
-                      for sub in ("models", "gguf")
+                      for sub in ("models", "gguf", "llava")
                       for p in glob.glob(os.path.join(FIXTURES, sub, "*",
                                                                      "reference.json")))
     for rel in dirs:
-        make_fixture(os.path.join(FIXTURES, rel))
+        if rel.startswith("llava" + os.sep):
+            make_llava(os.path.join(FIXTURES, rel))
+        else:
+            make_fixture(os.path.join(FIXTURES, rel))
     if args.smollm2_gguf:
         make_smollm2(args.smollm2_gguf)
 

@@ -3,7 +3,8 @@
 //
 // reference_bf16.json (tests/gen_bf16_references.py) is HF transformers with every
 // nn.Linear computing runtime/kernels/matmul.h's kBF16 contract (bf16 operands,
-// one float32 chain per output in increasing k); reference.json is plain float32.
+// one float32 chain per output in vdpbf16ps's pair order); reference.json is plain
+// float32. (The LLaVA fixtures' bf16 test is in llava_numerics_test.cc.)
 // Every decoder fixture is compiled with --compute bf16 as a wide and a 16-token
 // chunked artifact, and:
 //  - the two artifacts give bit-identical logits and tokens (batch invariance
