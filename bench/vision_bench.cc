@@ -107,7 +107,9 @@ CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, 
   using MP = xpk::abi::MatmulParam;
   using AP = xpk::abi::AttentionParam;
   CommandProfile prof;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> matmul_count;
+  // (m, n, k, compute): each matmul shape re-run in its command's compute type, on
+  // f32 weights (the bench model's).
+  std::map<std::tuple<int64_t, int64_t, int64_t, uint8_t>, int64_t> matmul_count;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> attention_count;
   for (const xpk::Command* c : *e.commands()) {
     if (c->kind() == xpk::CommandKind::dispatch) {
@@ -115,7 +117,7 @@ CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, 
     } else if (c->ukernel() == xpk::Ukernel::matmul) {
       xpk::abi::UkernelView<xpk::Ukernel::matmul> v(*c);
       ++prof.matmuls;
-      ++matmul_count[{v[MP::kM], v[MP::kN], v[MP::kK]}];
+      ++matmul_count[{v[MP::kM], v[MP::kN], v[MP::kK], static_cast<uint8_t>(c->compute())}];
       prof.matmul_flops += 2.0 * v[MP::kM] * v[MP::kN] * v[MP::kK];
     } else if (c->ukernel() == xpk::Ukernel::attention) {
       xpk::abi::UkernelView<xpk::Ukernel::attention> v(*c);
@@ -126,7 +128,7 @@ CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, 
     }
   }
   for (const auto& [shape, count] : matmul_count) {
-    const auto [m, n, k] = shape;
+    const auto [m, n, k, compute] = shape;
     std::vector<float> a = RandomFloats(m * k, 1, -1, 1), w = RandomFloats(n * k, 2, -0.05f, 0.05f);
     std::vector<float> packed(xrt::PackedWeightFloats(n, k) + 16), c(m * n);
     float* pw = packed.data();
@@ -141,6 +143,7 @@ CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, 
     args.m = m;
     args.n = n;
     args.k = k;
+    args.compute = static_cast<xrt::ComputeType>(compute);
     xrt::Matmul(args, &pool);  // warm
     std::vector<double> t;
     for (int r = 0; r < reps; ++r) {
@@ -153,6 +156,7 @@ CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, 
     prof.matmul_shapes.push_back({{"m", m},
                                   {"n", n},
                                   {"k", k},
+                                  {"compute", xrt::ComputeTypeName(args.compute)},
                                   {"count", count},
                                   {"median_ms", s * 1e3},
                                   {"gflops", 2.0 * m * n * k / s / 1e9}});
