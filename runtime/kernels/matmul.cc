@@ -142,6 +142,9 @@ struct TileArgs {
   int ncols;
   bool accumulate;
   bool flush;  // kBF16: results flushed to zero (the scalar path; MXCSR elsewhere)
+  // TileAvx512Bf16Direct: the k-block's last pair-row has only its even k-row
+  // (an odd K's last block; the panel holds nothing past it): paired with a zero.
+  bool odd_tail;
 };
 using TileFn = void (*)(const TileArgs&);
 
@@ -535,7 +538,7 @@ XRT_TARGET_AVX512 void TileAvx512(const TileArgs& t) {
 // ------------------------------------------------------ AVX-512 + BF16 --
 // kBF16 tiles on vdpbf16ps, R x 32 as above: A comes as bf16 pairs
 // ([steps / 2][R] dwords, PackRowPairs), the panel's k-block as [steps /
-// 2][32] dwords, decoded into the block (Bf16PairsAvx512, Bf16PairsFrom*)
+// 2][32] dwords, decoded into the block (DecodePairsAvx512, Bf16PairsAvx512)
 // or, for bf16 and f32 weights, paired in registers (TileAvx512Bf16Direct). One
 // instruction sums a k-pair per column, the odd element first with flushes:
 // matmul.h's kBF16 chain.
@@ -638,23 +641,6 @@ XRT_TARGET_AVX512_BF16 void Bf16PairsAvx512(float* x, int64_t rows) {
   }
 }
 
-// Bf16PairsAvx512 straight from k-rows [k0, k0 + rows) of a panel of f32 or
-// bf16 weights into out ([ceil(rows / 2)][32] dwords), an odd last row paired
-// with a zero. bf16 weights are paired as stored: a subnormal one is a zero
-// to vdpbf16ps, as RoundToBf16Operand makes it on the other paths.
-XRT_TARGET_AVX512_BF16 void Bf16PairsFromF32(const uint8_t* panel, int64_t k0, int64_t rows,
-                                             float* out) {
-  const float* w = reinterpret_cast<const float*>(panel) + k0 * kPackNR;
-  for (int64_t r = 0; r < rows; r += 2) {
-    for (int j = 0; j < kPackNR; j += 16) {
-      const __m512 odd = r + 1 < rows ? _mm512_loadu_ps(w + kPackNR + j) : _mm512_setzero_ps();
-      _mm512_storeu_si512(out + j, Bf16Pairs(_mm512_loadu_ps(w + j), odd));
-    }
-    w += 2 * kPackNR;
-    out += kPackNR;
-  }
-}
-
 // Pair-row p of a bf16 panel: k-rows 2p and 2p + 1 (`odd`: the latter is
 // real, else a zero) interleaved, columns 0-15 in *lo and 16-31 in *hi.
 XRT_TARGET_AVX512 inline void Bf16PairRow(const uint8_t* panel, int64_t p, bool odd, __m512i* lo,
@@ -673,22 +659,27 @@ XRT_TARGET_AVX512 inline void Bf16PairRow(const uint8_t* panel, int64_t p, bool 
   *hi = _mm512_permutex2var_epi16(e, _mm512_load_si512(kIdx[1]), o);
 }
 
-XRT_TARGET_AVX512 void Bf16PairsFromBf16(const uint8_t* panel, int64_t k0, int64_t rows,
-                                         float* out) {
-  for (int64_t r = 0; r < rows; r += 2) {
-    __m512i lo, hi;
-    Bf16PairRow(panel, (k0 + r) / 2, r + 1 < rows, &lo, &hi);
-    _mm512_storeu_si512(out, lo);
-    _mm512_storeu_si512(out + 16, hi);
-    out += kPackNR;
+// Pair-row kp of an f32 or bf16 panel as vdpbf16ps operands, columns 0-15
+// in *b0 and 16-31 in *b1 (`odd`: k-row 2kp + 1 is real, else a zero).
+template <WeightFormat F>
+XRT_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void DirectPairRow(
+    const uint8_t* panel, int64_t kp, bool odd, __m512i* b0, __m512i* b1) {
+  if constexpr (F == WeightFormat::kBF16) {
+    Bf16PairRow(panel, kp, odd, b0, b1);
+  } else {
+    const float* w = reinterpret_cast<const float*>(panel) + kp * 2 * kPackNR;
+    const __m512 zero = _mm512_setzero_ps();
+    *b0 = Bf16Pairs(_mm512_loadu_ps(w), odd ? _mm512_loadu_ps(w + kPackNR) : zero);
+    *b1 = Bf16Pairs(_mm512_loadu_ps(w + 16), odd ? _mm512_loadu_ps(w + kPackNR + 16) : zero);
   }
 }
 
 // TileAvx512Bf16 reading a bf16 or f32 panel as stored (t.panel: its k-row
-// k0, an even k-block length), each pair-row paired in registers
-// (Bf16PairRow; f32: Bf16Pairs) instead of through the decoded block. Measured against the decoded
-// block, interleaved: +10-17% at M = 16, +1-5% at M = 128 and 512 (every tile repeats the two
-// vpermt2w per pair-row, which costs less than the block's store and reload).
+// k0; t.k even, an odd K's pad included, t.odd_tail), each pair-row paired in
+// registers (DirectPairRow) instead of through the decoded block. Measured
+// against the decoded block, interleaved: +10-17% at M = 16, +1-5% at M = 128
+// and 512 (every tile repeats the two vpermt2w per pair-row, which costs less
+// than the block's store and reload).
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512_BF16 void TileAvx512Bf16Direct(const TileArgs& t) {
   static_assert(F == WeightFormat::kBF16 || F == WeightFormat::kF32);
@@ -697,14 +688,13 @@ XRT_TARGET_AVX512_BF16 void TileAvx512Bf16Direct(const TileArgs& t) {
   const uint32_t* a = reinterpret_cast<const uint32_t*>(t.a);
   const uint8_t* panel = reinterpret_cast<const uint8_t*>(t.panel);
   const char* pf = t.pf;
-  for (int64_t kp = 0; kp < t.k / 2; ++kp) {
+  const int64_t pair_rows = t.k / 2;
+  for (int64_t kp = 0; kp < pair_rows; ++kp) {
     __m512i b0, b1;
-    if constexpr (F == WeightFormat::kBF16) {
-      Bf16PairRow(panel, kp, true, &b0, &b1);
+    if (kp + 1 < pair_rows || !t.odd_tail) {
+      DirectPairRow<F>(panel, kp, true, &b0, &b1);
     } else {
-      const float* w = reinterpret_cast<const float*>(panel) + kp * 2 * kPackNR;
-      b0 = Bf16Pairs(_mm512_loadu_ps(w), _mm512_loadu_ps(w + kPackNR));
-      b1 = Bf16Pairs(_mm512_loadu_ps(w + 16), _mm512_loadu_ps(w + kPackNR + 16));
+      DirectPairRow<F>(panel, kp, false, &b0, &b1);
     }
     // This tile's share of the next k-block, into L2 (TileArgs; pf_step up
     // to 256 bytes here).
@@ -1833,8 +1823,6 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   // Weights paired straight from the panel, without the f32 block.
   void (*direct_pairs)(const uint8_t*, int64_t, int64_t, float*) = nullptr;
 #if defined(__x86_64__)
-  if (pairs && format == WeightFormat::kF32) direct_pairs = &Bf16PairsFromF32;
-  if (pairs && format == WeightFormat::kBF16) direct_pairs = &Bf16PairsFromBf16;
   if (pairs) {
     switch (format) {
       case WeightFormat::kQ8_0:
@@ -1863,10 +1851,10 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = kern.mr;
   const int64_t m = args.m, n = args.n, k = args.k;
-  // bf16 and f32 weights (even k) read as stored by the tiles
-  // (TileAvx512Bf16Direct), `direct_row_bytes` per k-row.
+  // bf16 and f32 weights read as stored by the tiles (TileAvx512Bf16Direct),
+  // `direct_row_bytes` per k-row; an odd k's pad pairs with the last row there.
   const bool direct_tiles =
-      pairs && (format == WeightFormat::kBF16 || format == WeightFormat::kF32) && k % 2 == 0;
+      pairs && (format == WeightFormat::kBF16 || format == WeightFormat::kF32);
   const int64_t direct_row_bytes = format == WeightFormat::kBF16 ? kPackNR * 2 : kPackNR * 4;
   const IsaKernels* direct_kern = nullptr;
 #if defined(__x86_64__)
@@ -1957,6 +1945,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
         t.k = std::min(kKBlock, steps - k0);
         t.first = kb == 0;
         t.last = kb == k_blocks - 1;
+        t.odd_tail = t.last && k % 2 == 1;
         const char* next = nullptr;
         if (direct_tiles) {
           t.panel = reinterpret_cast<const float*>(panel_bytes_p + k0 * direct_row_bytes);

@@ -414,7 +414,7 @@ TEST(MatmulBf16Test, BitIdenticalToTheBf16ChainOnEveryPathAndFormat) {
     const int block = WeightFormatBlockSize(format);
     const std::vector<int64_t> ks = block == kSuperBlock ? std::vector<int64_t>{256, 512}
                                     : block > 1          ? std::vector<int64_t>{32, 288}
-                                                         : std::vector<int64_t>{1, 7, 300};
+                                                         : std::vector<int64_t>{1, 7, 300, 601};
     for (int64_t k : ks) {
       for (int64_t n : {1, 33, 70}) {
         std::vector<uint8_t> packed;
