@@ -43,6 +43,8 @@
 #include "runtime/kernels/cpu_isa.h"
 #include "runtime/kernels/dense_attention.h"
 #include "runtime/kernels/matmul.h"
+#include "runtime/kernels/weight_format.h"
+#include "runtime/loader/artifact.h"
 #include "schemas/abi.h"
 #include "schemas/artifact_generated.h"
 
@@ -103,13 +105,20 @@ struct CommandProfile {
   json matmul_shapes = json::array(), attention_shapes = json::array();
 };
 
-CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, int reps) {
+CommandProfile ProfileCommands(const xrt::Artifact& art, const xpk::Executable& e,
+                               xrt::ThreadPool& pool, int reps) {
   using MP = xpk::abi::MatmulParam;
+  using MB = xpk::abi::MatmulBinding;
   using AP = xpk::abi::AttentionParam;
   CommandProfile prof;
-  // (m, n, k, compute): each matmul shape re-run in its command's compute type, on
-  // f32 weights (the bench model's).
-  std::map<std::tuple<int64_t, int64_t, int64_t, uint8_t>, int64_t> matmul_count;
+  // (m, n, k, compute, weight format) -> count and one weight of it: each matmul
+  // shape re-run as its command runs, in its compute type on that weight's packed
+  // bytes in the artifact (the bias left out).
+  struct MatmulShape {
+    int64_t count = 0;
+    uint32_t weight = 0;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t, uint8_t, uint8_t>, MatmulShape> matmul_shapes;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> attention_count;
   for (const xpk::Command* c : *e.commands()) {
     if (c->kind() == xpk::CommandKind::dispatch) {
@@ -117,7 +126,14 @@ CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, 
     } else if (c->ukernel() == xpk::Ukernel::matmul) {
       xpk::abi::UkernelView<xpk::Ukernel::matmul> v(*c);
       ++prof.matmuls;
-      ++matmul_count[{v[MP::kM], v[MP::kN], v[MP::kK], static_cast<uint8_t>(c->compute())}];
+      const uint32_t wi = c->bindings()->Get(v.Slot(MB::kW))->index();
+      xrt::WeightFormat format = xrt::WeightFormat::kF32;
+      auto w = art.weight(wi);
+      if (w.ok()) xrt::WeightFormatOf((*w)->dtype(), &format);
+      MatmulShape& sh =
+          matmul_shapes[{v[MP::kM], v[MP::kN], v[MP::kK], static_cast<uint8_t>(c->compute()),
+                         static_cast<uint8_t>(format)}];
+      if (sh.count++ == 0) sh.weight = wi;
       prof.matmul_flops += 2.0 * v[MP::kM] * v[MP::kN] * v[MP::kK];
     } else if (c->ukernel() == xpk::Ukernel::attention) {
       xpk::abi::UkernelView<xpk::Ukernel::attention> v(*c);
@@ -127,17 +143,17 @@ CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, 
           4.0 * v[AP::kNumTokens] * v[AP::kSeqLen] * v[AP::kNumHeads] * v[AP::kHeadDim];
     }
   }
-  for (const auto& [shape, count] : matmul_count) {
-    const auto [m, n, k, compute] = shape;
-    std::vector<float> a = RandomFloats(m * k, 1, -1, 1), w = RandomFloats(n * k, 2, -0.05f, 0.05f);
-    std::vector<float> packed(xrt::PackedWeightFloats(n, k) + 16), c(m * n);
-    float* pw = packed.data();
-    while (reinterpret_cast<uintptr_t>(pw) % 64) ++pw;
-    xrt::PackWeights(w.data(), n, k, pw);
+  for (const auto& [shape, sh] : matmul_shapes) {
+    const auto [m, n, k, compute, format] = shape;
+    const int64_t count = sh.count;
+    auto bytes = art.weight_data(sh.weight);
+    if (!bytes.ok()) continue;  // the loader checked every binding
+    std::vector<float> a = RandomFloats(m * k, 1, -1, 1), c(m * n);
     xrt::MatmulArgs args;
     args.a = a.data();
     args.lda = k;
-    args.packed_w = pw;
+    args.packed_w = bytes->data;
+    args.w_format = static_cast<xrt::WeightFormat>(format);
     args.c = c.data();
     args.ldc = n;
     args.m = m;
@@ -157,6 +173,7 @@ CommandProfile ProfileCommands(const xpk::Executable& e, xrt::ThreadPool& pool, 
                                   {"n", n},
                                   {"k", k},
                                   {"compute", xrt::ComputeTypeName(args.compute)},
+                                  {"weight_format", xrt::WeightFormatName(args.w_format)},
                                   {"count", count},
                                   {"median_ms", s * 1e3},
                                   {"gflops", 2.0 * m * n * k / s / 1e9}});
@@ -321,7 +338,7 @@ int main(int argc, char** argv) {
               {"images_per_s", n / med},
               {"matmul_gflops", n * sf.matmuls() / med / 1e9},
               {"all_gflops", n * (sf.matmuls() + sf.attention) / med / 1e9}};
-    CommandProfile prof = ProfileCommands(*exe_by_bucket.at(n), r.pool(), 3);
+    CommandProfile prof = ProfileCommands(r.artifact(), *exe_by_bucket.at(n), r.pool(), 3);
     const double dispatch_s = std::max(0.0, med - prof.matmul_s - prof.attention_s);
     b["compiled_commands"] = {{"dispatches", prof.dispatches},
                               {"matmuls", prof.matmuls},

@@ -2,8 +2,8 @@
 """Vision bench: xrt's vision_encode and one-image TTFT next to HF transformers, in one run.
 
   python3 bench/vision_bench.py [--build build] [--work /tmp/xcc_vision_bench]
-                                [--threads 2] [--image-buckets 1,2,4] [--compute f32|bf16]
-                                [--out FILE]
+                                [--threads 2] [--image-buckets 1,2,4] [--compute f32|bf16|int8]
+                                [--weight-dtype auto|...] [--out FILE]
 
 1. Writes the random-weight CLIP-L/14-336 LLaVA directory (gen_vision_bench_model.py)
    under --work unless it is there, and compiles it with `xcc compile --image-buckets`
@@ -133,13 +133,14 @@ def run_hf(model_dir, work, threads, buckets, prompt_ids, warmup, iters, ttft_it
     return res
 
 
-def compile_artifact(xcc, model_dir, art, buckets, tokens_per_image, prompt_len, compute):
+def compile_artifact(xcc, model_dir, art, buckets, tokens_per_image, prompt_len, compute,
+                     weight_dtype):
     step = max(buckets) * tokens_per_image
     token_buckets = sorted({16, max(prompt_len, 64 * ((prompt_len + 63) // 64)), step})
     cmd = [xcc, "compile", model_dir, "-o", art, "--image-buckets",
            ",".join(map(str, buckets)), "--token-buckets", ",".join(map(str, token_buckets)),
            "--max-num-batched-tokens", str(max(token_buckets)), "--max-num-seqs", "4",
-           "--max-model-len", "2048", "--compute", compute]
+           "--max-model-len", "2048", "--compute", compute, "--weight-dtype", weight_dtype]
     print("+", " ".join(cmd), file=sys.stderr)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=sys.stderr)
@@ -159,8 +160,10 @@ def main():
     ap.add_argument("--ttft-iters", type=int, default=2)
     ap.add_argument("--recompile", action="store_true", help="compile even if the artifact exists")
     ap.add_argument("--skip-hf", action="store_true", help="xrt column only")
-    ap.add_argument("--compute", default="f32", choices=["f32", "bf16"],
+    ap.add_argument("--compute", default="f32", choices=["f32", "bf16", "int8"],
                     help="xcc compile --compute: what the matmuls multiply (HF stays float32)")
+    ap.add_argument("--weight-dtype", default="auto",
+                    help="xcc compile --weight-dtype (int8 compute needs q8_0, q4_0 or q4_1)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "vision_bench.json"))
     a = ap.parse_args()
     buckets = sorted({int(x) for x in a.image_buckets.split(",")})
@@ -182,6 +185,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     model_dir = os.path.join(a.work, "model")
     result = {"bench": "vision", "machine": machine(), "threads": a.threads, "compute": a.compute,
+              "weight_dtype": a.weight_dtype,
               "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}
     if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
         subprocess.run([sys.executable, os.path.join(HERE, "gen_vision_bench_model.py"),
@@ -200,11 +204,12 @@ def main():
                         "text_tokens": len(prompt_ids) - tpi, "image_tokens": tpi,
                         "prompt": PROMPT}
 
-    art = os.path.join(a.work, "vision_bench.xpk" if a.compute == "f32" else
-                       f"vision_bench_{a.compute}.xpk")
+    tag = "".join(f"_{x}" for x, default in ((a.compute, "f32"), (a.weight_dtype, "auto"))
+                  if x != default)
+    art = os.path.join(a.work, f"vision_bench{tag}.xpk")
     if a.recompile or not os.path.exists(art):
         result["compile"] = compile_artifact(xcc, model_dir, art, buckets, tpi, len(prompt_ids),
-                                             a.compute)
+                                             a.compute, a.weight_dtype)
     xrt_json = os.path.join(a.work, "xrt.json")
     cmd = [vb, art, "--threads", str(a.threads), "--warmup", str(a.warmup), "--iters",
            str(a.iters), "--ttft-iters", str(a.ttft_iters), "--pixels",
