@@ -5,6 +5,11 @@ Sends N streaming requests to /v1/completions, measures TTFT / TPOT / ITL /
 E2E latency per request and prints a report laid out like vLLM's
 benchmarks/benchmark_serving.py. Optionally samples the server's RSS.
 
+--images-per-request N (vision-language models) sends each request to
+/v1/chat/completions as one user message: N images (PNG data URIs of
+--image-size, new random ones per request, as vLLM's random-mm dataset makes,
+so no request hits the server's encoder cache) before the text prompt.
+
 Dependencies: Python >= 3.10, aiohttp (pip install aiohttp); numpy is not
 needed. See bench/README.md for usage.
 
@@ -16,14 +21,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import math
 import os
 import random
 import resource
 import statistics
+import struct
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional
@@ -80,6 +88,7 @@ class Request:
     prompt_len: int  # intended (approximate) prompt tokens
     output_len: int  # max_tokens
     model: Optional[str] = None  # a LoRA adapter name (--lora-modules); None: --model
+    images: list[str] = field(default_factory=list)  # data URIs (--images-per-request)
 
 
 @dataclass
@@ -90,6 +99,36 @@ class Calibration:
 
     def words_for(self, tokens: int) -> int:
         return max(1, int(round((tokens - self.overhead) / self.tokens_per_word)))
+
+
+def png_data_uri(width: int, height: int, rng: random.Random) -> str:
+    """A random RGB PNG as a data URI: a grid of random colours in 16 x 16 pixel cells
+    (an image with structure, cheap to make and to compress, unlike pixel noise)."""
+    cells_x = (width + 15) // 16
+    rows = []
+    for _ in range((height + 15) // 16):
+        cells = [bytes(rng.getrandbits(8) for _ in range(3)) * 16 for _ in range(cells_x)]
+        row = b"\x00" + b"".join(cells)[:3 * width]  # filter type 0 (None)
+        rows.extend([row] * 16)
+    raw = b"".join(rows[:height])
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) +
+           chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def add_images(args, reqs: list[Request], seed_offset: int = 2) -> None:
+    """--images-per-request new random images on every request (own seeded stream)."""
+    if args.images_per_request <= 0:
+        return
+    w, h = args.image_size
+    rng = random.Random(args.seed + seed_offset)
+    for r in reqs:
+        r.images = [png_data_uri(w, h, rng) for _ in range(args.images_per_request)]
 
 
 def random_words(rng: random.Random, n: int) -> str:
@@ -179,14 +218,18 @@ def headers_for(args) -> dict[str, str]:
 
 
 def request_body(args, req: Request) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": req.model or args.model,
-        "prompt": req.prompt,
+    body: dict[str, Any] = {"model": req.model or args.model}
+    if req.images:
+        parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in req.images]
+        body["messages"] = [{"role": "user", "content": parts + [{"type": "text", "text": req.prompt}]}]
+    else:
+        body["prompt"] = req.prompt
+    body.update({
         "max_tokens": req.output_len,
         "temperature": args.temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
-    }
+    })
     if args.top_p is not None:
         body["top_p"] = args.top_p
     if args.ignore_eos:
@@ -242,10 +285,21 @@ async def send_request(session: aiohttp.ClientSession, url: str, headers: dict, 
                     if "error" in obj and not obj.get("choices"):
                         raise RuntimeError(f"error event: {_error_message(obj)}")
                     choices = obj.get("choices") or []
-                    text = ""
+                    text, token = "", False
                     for c in choices:
-                        text += c.get("text") or (c.get("delta") or {}).get("content") or ""
-                    if text:
+                        # Every choice chunk but the chat role announcement (which a server
+                        # may send before any token) carries the step's token(s), also when
+                        # their text is empty (part of a UTF-8 character, a skipped special
+                        # token, the last token of a chat stream as a bare finish_reason).
+                        if "text" in c:
+                            text += c["text"] or ""
+                        else:
+                            delta = c.get("delta") or {}
+                            if "role" in delta:
+                                continue
+                            text += delta.get("content") or ""
+                        token = True
+                    if token:
                         if chunks == 0:
                             out.ttft = now - st
                         else:
@@ -436,12 +490,16 @@ async def benchmark(args) -> int:
             except Exception as e:  # noqa: BLE001
                 print(f"warning: GET /v1/models failed: {e}", file=sys.stderr)
 
-        cal = await calibrate(session, args, url, headers, max_model_len)
+        # Words per token from text-only completions (the same tokenizer; image
+        # requests go to the chat endpoint).
+        cal = await calibrate(session, args, api_url(args.base_url, "/v1/completions")
+                              if args.images_per_request > 0 else url, headers, max_model_len)
         rng = random.Random(args.seed)
         if args.dataset == "random":
             reqs = sample_random(args, rng, cal)
         else:
             reqs = sample_sharegpt_like(args, rng, cal, max_model_len)
+        add_images(args, reqs)
         if args.lora_modules:
             # As vLLM's benchmark: every request picks one of the adapters at
             # random (own seeded stream: the prompts stay those of a run without).
@@ -461,6 +519,7 @@ async def benchmark(args) -> int:
         if not args.skip_warmup:
             print("Starting initial single prompt test run...", file=sys.stderr)
             warm = Request(reqs[0].prompt, reqs[0].prompt_len, min(reqs[0].output_len, 8))
+            add_images(args, [warm], seed_offset=3)  # images of its own: no cache hit later
             w = await send_request(session, url, headers, request_body(args, warm), warm, time.perf_counter())
             if not w.success:
                 print(f"error: initial test run failed: {w.error}", file=sys.stderr)
@@ -607,6 +666,8 @@ def config_dict(args, cal: Calibration) -> dict[str, Any]:
         "tokens_per_word": cal.tokens_per_word,
         "tokens_per_word_overhead": cal.overhead,
         "tokens_per_word_source": cal.source,
+        "images_per_request": args.images_per_request,
+        "image_size": "x".join(map(str, args.image_size)) if args.images_per_request else None,
     }
 
 
@@ -679,6 +740,9 @@ def parse_args(argv=None):
     g.add_argument("--lora-modules", nargs="+", default=None, metavar="NAME",
                    help="LoRA adapter names the server serves: each request uses one, "
                         "chosen uniformly at random (seeded)")
+    g.add_argument("--images-per-request", type=int, default=0,
+                   help="new random PNG images per request, sent to /v1/chat/completions")
+    g.add_argument("--image-size", default="640x480", help="WIDTHxHEIGHT of those images")
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--seed-requests", action="store_true", help="also send 'seed' in each request")
@@ -703,6 +767,16 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.num_prompts < 1:
         p.error("--num-prompts must be >= 1")
+    if args.images_per_request < 0:
+        p.error("--images-per-request must be >= 0")
+    try:
+        args.image_size = tuple(int(x) for x in args.image_size.lower().split("x"))
+        if len(args.image_size) != 2 or min(args.image_size) < 1:
+            raise ValueError
+    except ValueError:
+        p.error("--image-size must be WIDTHxHEIGHT, e.g. 640x480")
+    if args.images_per_request > 0 and args.endpoint == "/v1/completions":
+        args.endpoint = "/v1/chat/completions"
     if args.max_concurrency is not None and args.max_concurrency < 1:
         p.error("--max-concurrency must be >= 1")
     if args.request_rate <= 0:

@@ -5,7 +5,8 @@
       --out bench/results/serving-compare.json
 
 For each concurrency (1, 8, 32 by default; 16, 32 and 128 random prompts of 128 tokens, 64
-generated tokens, ignore_eos; --input-len / --output-len change the lengths), starts
+generated tokens, ignore_eos; --input-len / --output-len change the lengths;
+--images-per-request adds new random images to every prompt), starts
 `xrt run` on each artifact in turn (2 threads, --max-num-seqs 32 or --max-num-seqs, --kv-cache-memory 1GiB,
 then --a-args / --b-args, e.g. --b-args="--kv-cache-dtype f16" to compare two runtime
 settings of one build and artifact), drives it with bench/serving_bench.py, and stops it. A and B alternate at every concurrency so that a machine whose load changes
@@ -56,11 +57,13 @@ def run(label, xrt, artifact, extra, conc, prompts, port, outdir, args):
              "--random-input-len", str(args.input_len), "--random-output-len",
              str(args.output_len), "--ignore-eos",
              "--num-prompts", str(prompts), "--max-concurrency", str(conc), "--server-pid",
-             str(server.pid), "--disable-progress", "--result-json", result],
+             str(server.pid), "--disable-progress", "--result-json", result,
+             "--images-per-request", str(args.images_per_request), "--image-size", args.image_size],
             check=True, stdout=subprocess.DEVNULL)
         with open(result) as f:
             r = json.load(f)
         return {"output_tokens_per_s": r["output_throughput"],
+                "requests_per_s": r["request_throughput"],
                 "median_ttft_ms": r["median_ttft_ms"], "median_tpot_ms": r["median_tpot_ms"],
                 "failed": r["failed"], "server_peak_rss_mb": r["server_rss"]["peak_mb"]}
     finally:
@@ -81,6 +84,9 @@ def main():
                     help="xrt run --max-num-seqs (default 32; at most the artifact's)")
     ap.add_argument("--input-len", type=int, default=128, help="prompt tokens (default 128)")
     ap.add_argument("--output-len", type=int, default=64, help="generated tokens (default 64)")
+    ap.add_argument("--images-per-request", type=int, default=0,
+                    help="serving_bench --images-per-request (a vision-language artifact)")
+    ap.add_argument("--image-size", default="640x480", help="serving_bench --image-size")
     ap.add_argument("--a-args", default="", help="extra `xrt run` arguments for A")
     ap.add_argument("--b-args", default="", help="extra `xrt run` arguments for B")
     args = ap.parse_args()
@@ -92,7 +98,8 @@ def main():
                "b": {"label": b[0], "xrt": b[1], "artifact": b[2], "xrt_args": b[3],
                      "artifact_bytes": os.path.getsize(b[2])},
                "threads": args.threads, "max_num_seqs": args.max_num_seqs, "input_len": args.input_len,
-               "output_len": args.output_len, "load_average_start": os.getloadavg(), "runs": []}
+               "output_len": args.output_len, "images_per_request": args.images_per_request,
+               "image_size": args.image_size, "load_average_start": os.getloadavg(), "runs": []}
     for pair in args.concurrency.split(","):
         conc, prompts = (int(x) for x in pair.split(":"))
         ra = run(*a, conc, prompts, 8421, outdir, args)

@@ -8,7 +8,7 @@ gguf="$(bash "$root/scripts/fetch-smollm2.sh")"
 venv="$root/.cache/venv"
 [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
 "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
-  openai pytest prometheus-client requests
+  aiohttp openai pytest prometheus-client requests
 # The unit tests of the runtime and of the plain-C++ compiler libraries are built and run
 # once, in the sanitizer tree below (ASan + UBSan, clang); this tree builds everything else:
 # the compiler's tests, numerics, lit, end-to-end, real weights, benchmarks' smoke runs.

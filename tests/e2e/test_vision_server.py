@@ -12,9 +12,11 @@ import base64
 import concurrent.futures
 import functools
 import http.server
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 
@@ -186,3 +188,26 @@ def test_strict_mode_serves_images_with_compiled_executables_only(artifact):
         assert s.metrics().get("xrt_steps_without_bucket_total", 0) == 0
     finally:
         s.stop()
+
+
+def test_serving_bench_with_images(server, tmp_path):
+    """bench/serving_bench.py --images-per-request: its random PNGs are decoded and encoded by
+    the server (every request's prompt holds their placeholder tokens), and every generated
+    token is timed, also those whose text is empty (the tiny model's bytes are not UTF-8)."""
+    result = tmp_path / "bench.json"
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "serving_bench.py"), "--base-url", server.url,
+         "--model", MODEL, "--api-key", API_KEY, "--images-per-request", "2", "--image-size",
+         "100x60", "--num-prompts", "6", "--max-concurrency", "3", "--random-input-len", "8",
+         "--random-output-len", "5", "--ignore-eos", "--disable-progress", "--result-json",
+         str(result)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    assert out.returncode == 0, out.stderr.decode()
+    r = json.loads(result.read_text())
+    assert r["completed"] == 6 and r["failed"] == 0
+    assert r["endpoint"] == "/v1/chat/completions" and r["images_per_request"] == 2
+    # 16 placeholder tokens per image of the fixture's tower, besides the text.
+    assert all(n > 2 * 16 for n in r["input_lens"]), r["input_lens"]
+    assert r["output_lens"] == [5] * 6
+    for ttft, latency, itl in zip(r["ttfts"], r["latencies"], r["itls"]):
+        assert 0 < ttft <= latency
+        assert len(itl) == 4  # one gap per token after the first
