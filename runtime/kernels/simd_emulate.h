@@ -222,17 +222,6 @@ inline Vec Fma(Vec a, Vec b, Vec c) {
 }
 }  // namespace xrt_simd_emulate
 
-// Not in SIMDe 0.7.4: the dword lanes of `a` whose bit of k is set, lane i
-// stored at base + index[i] * scale bytes.
-inline void _mm512_mask_i32scatter_epi32(void* base, __mmask16 k, __m512i index, __m512i a,
-                                         int scale) {
-  int32_t idx[16], x[16];
-  xrt_simd_emulate::ToLanes(index, idx);
-  xrt_simd_emulate::ToLanes(a, x);
-  for (int i = 0; i < 16; ++i)
-    if (k >> i & 1) std::memcpy(static_cast<char*>(base) + int64_t{idx[i]} * scale, &x[i], 4);
-}
-
 // vdpbf16ps (for XRT_TARGET_AVX512_BF16 code, which calls it through this
 // name): SIMDe sums each lane's two products unfused and in another order.
 // Lane by lane as the instruction computes it (Intel's pseudocode, and
