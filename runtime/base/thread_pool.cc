@@ -52,12 +52,14 @@ struct ThreadPool::State {
   // after it claimed a chunk of that generation (acquire CAS); see the
   // comment on the claim word. (Atomic with relaxed accesses: free on the
   // targets we care about, and no reader depends on that for correctness.)
+  // In the claim word's cache line: a worker that claims a chunk finds the
+  // description in the line its claim just brought in.
+  alignas(64) std::atomic<uint64_t> claim{0};
   std::atomic<const std::function<void(int64_t, int64_t)>*> fn{nullptr};
   std::atomic<int64_t> n{0};
   std::atomic<int64_t> chunk_size{0};  // 0: near-equal split into num_chunks
   std::atomic<int64_t> num_chunks{0};
 
-  alignas(64) std::atomic<uint64_t> claim{0};
   alignas(64) std::atomic<int64_t> done{0};
   alignas(64) std::atomic<int> sleepers{0};
   std::atomic<bool> stop{false};
