@@ -687,8 +687,8 @@ BENCHMARK(BM_DenseAttention)
     ->Args({8, 50, 12, 64, 2, 4})
     ->Args({1, 1025, 16, 64, 2, 4})  // CLIP-L/14 at 448 px
     ->Args({1, 4097, 16, 80, 2, 4})  // a long sequence: 4096 patches, head_dim 80
-    ->Args({1, 577, 16, 64, 2, 1})  // AVX2
-    ->Args({1, 577, 16, 64, 2, 0})  // baseline x86-64
+    ->Args({1, 577, 16, 64, 2, 1})   // AVX2
+    ->Args({1, 577, 16, 64, 2, 0})   // baseline x86-64
     ->UseRealTime();
 
 }  // namespace
