@@ -618,11 +618,14 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // eight independent vpdpbusd chains are in flight whatever R (one row alone
 // would have two, each waiting on its last vpdpbusd's result).
 //
-// q8_0's weights are signed, so they are vpdpbusd's signed operand and the
-// activations the unsigned one, offset by 128 (q ^ 0x80 = q + 128 as a byte):
-// sum (q + 128) * w = sum q * w + 128 * sum w, and the weights' own sums per
-// column (one vpdpbusd against ones per quad, for every row) take the excess
-// back out. That replaces AddPairSums' sign transfer (two vpabsb and two mask
+// q8_0's weights are signed, so they are offset by 128 (w ^ 0x80 = w + 128 as a
+// byte) into vpdpbusd's unsigned operand, the activations staying the signed
+// one: sum (w + 128) * q = sum w * q + 128 * sum q, and the caller takes the
+// excess back out with the rows' quant sums (sum16, made with the quants): two
+// vpxord per quad for all rows, and one subtraction per row and half per group.
+// (Until the commit after 41623b6 the activations were offset instead, a
+// vpxord per row and quad, and the weights' sums took two more vpdpbusd per
+// quad.) That replaces AddPairSums' sign transfer (two vpabsb and two mask
 // moves per quad, two masked subtractions per row and quad).
 template <WeightFormat F, int R, int Q>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
@@ -634,10 +637,7 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
   for (int c = 0; c < kChains; ++c)
     for (int i = 0; i < R; ++i)
       for (int h = 0; h < 2; ++h) part[c][i][h] = c == 0 ? dot[i][h] : _mm512_setzero_si512();
-  __m512i wsum[kChains][2];  // q8_0: the weights' sums, per chain like the dot products
-  for (int c = 0; c < kChains; ++c) wsum[c][0] = wsum[c][1] = _mm512_setzero_si512();
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i ones = _mm512_set1_epi8(1);
 #pragma GCC unroll 8
   for (int kq = kq0; kq < kq0 + Q; kq += kChains) {
 #pragma GCC unroll 4
@@ -645,32 +645,21 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
       __m512i lo, hi;
       WeightQuads<F>(blk, kq + c, &lo, &hi);
       if constexpr (kSignedWeights) {
-        wsum[c][0] = _mm512_dpbusd_epi32(wsum[c][0], ones, lo);
-        wsum[c][1] = _mm512_dpbusd_epi32(wsum[c][1], ones, hi);
+        lo = _mm512_xor_si512(lo, offset);
+        hi = _mm512_xor_si512(hi, offset);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m512i a = BroadcastQuad(qrow[i] + (kq + c) * 4);
-        if constexpr (kSignedWeights) {
-          const __m512i a_u8 = _mm512_xor_si512(a, offset);
-          part[c][i][0] = _mm512_dpbusd_epi32(part[c][i][0], a_u8, lo);
-          part[c][i][1] = _mm512_dpbusd_epi32(part[c][i][1], a_u8, hi);
-        } else {
-          part[c][i][0] = _mm512_dpbusd_epi32(part[c][i][0], lo, a);
-          part[c][i][1] = _mm512_dpbusd_epi32(part[c][i][1], hi, a);
-        }
+        part[c][i][0] = _mm512_dpbusd_epi32(part[c][i][0], lo, a);
+        part[c][i][1] = _mm512_dpbusd_epi32(part[c][i][1], hi, a);
       }
     }
   }
-  for (int c = 1; c < kChains; ++c)
-    for (int h = 0; h < 2; ++h) wsum[0][h] = _mm512_add_epi32(wsum[0][h], wsum[c][h]);
   for (int i = 0; i < R; ++i) {
     for (int h = 0; h < 2; ++h) {
       dot[i][h] = part[0][i][h];
       for (int c = 1; c < kChains; ++c) dot[i][h] = _mm512_add_epi32(dot[i][h], part[c][i][h]);
-      if constexpr (kSignedWeights) {
-        dot[i][h] = _mm512_sub_epi32(dot[i][h], _mm512_slli_epi32(wsum[0][h], 7));
-      }
     }
   }
 }
@@ -755,6 +744,15 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
       __m512i dot[R][2];
       for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
       AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
+      if constexpr (F == WeightFormat::kQ8_0) {
+        // AddQuadDots' weights offset by 128: 128 times the group's quant sum off.
+        static_assert(kQuantGroup == 2 * kSumRows);
+        for (int i = 0; i < R; ++i) {
+          const int32_t* s16 = rows.sum16[i] + b * (kQuantGroup / kSumRows);
+          const __m512i excess = _mm512_set1_epi32(128 * (s16[0] + s16[1]));
+          for (int h = 0; h < 2; ++h) dot[i][h] = _mm512_sub_epi32(dot[i][h], excess);
+        }
+      }
       AddGroup<F, R>(grp, rows, b, dot, acc);
     }
   }
