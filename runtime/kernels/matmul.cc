@@ -147,6 +147,9 @@ struct TileArgs {
   bool odd_tail;
 };
 using TileFn = void (*)(const TileArgs&);
+// Decodes k-rows [k0, k0 + rows) (an even count) of a panel straight into
+// the avx512_bf16 tiles' bf16 pairs, out[rows / 2][kPackNR] dwords.
+using DecodePairsFn = void (*)(const uint8_t* panel, int64_t k0, int64_t rows, float* out);
 
 // ---------------------------------------------------------------- scalar --
 
@@ -996,6 +999,29 @@ XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, 
       }
     }
   }
+}
+
+// DecodePairsAvx512 of a format with integer quants; nullptr for the others.
+DecodePairsFn DecodePairsFor(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kQ8_0:
+      return &DecodePairsAvx512<WeightFormat::kQ8_0>;
+    case WeightFormat::kQ4_0:
+      return &DecodePairsAvx512<WeightFormat::kQ4_0>;
+    case WeightFormat::kQ4_1:
+      return &DecodePairsAvx512<WeightFormat::kQ4_1>;
+    case WeightFormat::kQ4_K:
+      return &DecodePairsAvx512<WeightFormat::kQ4_K>;
+    case WeightFormat::kQ5_K:
+      return &DecodePairsAvx512<WeightFormat::kQ5_K>;
+    case WeightFormat::kQ6_K:
+      return &DecodePairsAvx512<WeightFormat::kQ6_K>;
+    case WeightFormat::kF32:
+    case WeightFormat::kF16:
+    case WeightFormat::kBF16:
+      break;
+  }
+  return nullptr;
 }
 
 // Fused decode GEMV: R (<= kGemvMaxRows) rows of A against P consecutive
@@ -1854,32 +1880,9 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
 #endif
   }
   // Weights paired straight from the panel, without the f32 block.
-  void (*direct_pairs)(const uint8_t*, int64_t, int64_t, float*) = nullptr;
+  DecodePairsFn direct_pairs = nullptr;
 #if defined(__x86_64__)
-  if (pairs) {
-    switch (format) {
-      case WeightFormat::kQ8_0:
-        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ8_0>;
-        break;
-      case WeightFormat::kQ4_0:
-        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ4_0>;
-        break;
-      case WeightFormat::kQ4_1:
-        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ4_1>;
-        break;
-      case WeightFormat::kQ4_K:
-        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ4_K>;
-        break;
-      case WeightFormat::kQ5_K:
-        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ5_K>;
-        break;
-      case WeightFormat::kQ6_K:
-        direct_pairs = &DecodePairsAvx512<WeightFormat::kQ6_K>;
-        break;
-      default:
-        break;
-    }
-  }
+  if (pairs) direct_pairs = DecodePairsFor(format);
 #endif
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = kern.mr;
