@@ -11,11 +11,6 @@
 #include "runtime/kernels/cpu_isa.h"
 #include "runtime/kernels/simd.h"
 
-#if !defined(__x86_64__)
-#define XRT_TARGET_AVX2
-#define XRT_TARGET_AVX512
-#endif
-
 namespace xrt {
 namespace {
 
