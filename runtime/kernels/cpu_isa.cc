@@ -3,6 +3,10 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace xrt {
 namespace {
@@ -13,6 +17,30 @@ namespace {
 bool HasF16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+
+// AMX-TILE (CPUID.7.0:EDX bit 24) and AMX-BF16 (bit 22); the OS saves the
+// tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA); and, on Linux, this
+// process may use it: the kernel leaves XTILEDATA off for a process until it
+// asks (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+), and a tile instruction
+// without that permission raises SIGILL. Asked once; the answer is
+// process-wide, so threads started before or after may all use the tiles.
+bool HasAmxBf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if ((edx & (1u << 24)) == 0 || (edx & (1u << 22)) == 0) return false;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const unsigned kTileState = (1u << 17) | (1u << 18);
+  if ((xcr0_lo & kTileState) != kTileState) return false;
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;  // <asm/prctl.h>
+  constexpr long kXfeatureXtileData = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+#else
+  return false;
+#endif
 }
 #endif
 
@@ -30,6 +58,8 @@ const char* CpuIsaName(CpuIsa isa) {
       return "avx512_vnni";
     case CpuIsa::kAvx512Bf16:
       return "avx512_bf16";
+    case CpuIsa::kAmxBf16:
+      return "amx_bf16";
   }
   return "unknown";
 }
@@ -68,12 +98,21 @@ bool CpuIsaSupported(CpuIsa isa) {
 #else
       return false;
 #endif
+    case CpuIsa::kAmxBf16: {
+#if defined(__x86_64__)
+      static const bool amx = CpuIsaSupported(CpuIsa::kAvx512Bf16) && HasAmxBf16();
+      return amx;
+#else
+      return false;
+#endif
+    }
   }
   return false;
 }
 
 CpuIsa BestCpuIsa() {
   static const CpuIsa best = [] {
+    if (CpuIsaSupported(CpuIsa::kAmxBf16)) return CpuIsa::kAmxBf16;
     if (CpuIsaSupported(CpuIsa::kAvx512Bf16)) return CpuIsa::kAvx512Bf16;
     if (CpuIsaSupported(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
     if (CpuIsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;

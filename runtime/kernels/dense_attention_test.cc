@@ -42,8 +42,8 @@ struct Case {
   int64_t seqs, seq, heads, hd, pad;
 };
 
-constexpr CpuIsa kIsas[] = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
-                            CpuIsa::kAvx512Bf16};
+constexpr CpuIsa kIsas[] = {CpuIsa::kScalar,     CpuIsa::kAvx2,       CpuIsa::kAvx512,
+                            CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16, CpuIsa::kAmxBf16};
 
 DenseAttentionArgs Args(const std::vector<float>& q, const std::vector<float>& k,
                         const std::vector<float>& v, std::vector<float>* out, int64_t stride,

@@ -145,10 +145,22 @@ struct TileArgs {
   // TileAvx512Bf16Direct: the k-block's last pair-row has only its even k-row
   // (an odd K's last block; the panel holds nothing past it): paired with a zero.
   bool odd_tail;
+  int rows;  // TileAmxBf16: the tile's rows of C (the others are pad)
 };
 using TileFn = void (*)(const TileArgs&);
-// Decodes k-rows [k0, k0 + rows) (an even count) of a panel straight into
-// the avx512_bf16 tiles' bf16 pairs, out[rows / 2][kPackNR] dwords.
+
+// The AMX tile kernel's shape (TileAmxBf16).
+constexpr int kAmxMR = 32;       // rows of C per call: two 16-row A tiles
+constexpr int kAmxMinRows = 16;  // fewer rows run the avx512_bf16 tiles
+constexpr int kAmxPairs = 16;    // k-pairs per TDPBF16PS (a 64-byte row of A)
+// Padded height of a row tile of `rows` (<= kAmxMR) rows: whole A tiles.
+constexpr int AmxTileRows(int rows) { return rows > 16 ? 32 : 16; }
+// A's k-pairs per row, padded to whole chunks.
+constexpr int64_t AmxPaddedPairs(int64_t k) {
+  return ((k + 1) / 2 + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
+}
+// Decodes k-rows [k0, k0 + rows) of a panel straight into bf16 pairs,
+// out[ceil(rows / 2)][kPackNR] dwords (DecodePairsFor).
 using DecodePairsFn = void (*)(const uint8_t* panel, int64_t k0, int64_t rows, float* out);
 
 // ---------------------------------------------------------------- scalar --
@@ -445,6 +457,39 @@ constexpr int kAvx512MR = 14;
 constexpr int kPrefetchL1Steps = 16;
 constexpr int kPrefetchL2Steps = 128;  // single-tile blocks (M = 1 decode)
 
+// The last k-block's store of a tile's rows into C: the dot sums (v0:
+// columns 0-15, v1: 16-31) plus the bias, plus C's old value (accumulate),
+// for the tile's real columns.
+struct TileOutput {
+  __mmask16 m0, m1;
+  __m512 bias0, bias1;
+  XRT_TARGET_AVX512 explicit TileOutput(const TileArgs& t) {
+    const int ncols = t.ncols;
+    m0 = ncols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << ncols) - 1);
+    m1 = ncols >= 32  ? __mmask16(0xFFFF)
+         : ncols > 16 ? __mmask16((1u << (ncols - 16)) - 1)
+                      : __mmask16(0);
+    bias0 = bias1 = _mm512_setzero_ps();
+    if (t.bias) {
+      bias0 = _mm512_maskz_loadu_ps(m0, t.bias);
+      bias1 = _mm512_maskz_loadu_ps(m1, t.bias + 16);
+    }
+  }
+  XRT_TARGET_AVX512 void Store(const TileArgs& t, int i, __m512 v0, __m512 v1) const {
+    float* c = t.c + i * t.ldc;
+    if (t.bias) {
+      v0 = _mm512_add_ps(v0, bias0);
+      v1 = _mm512_add_ps(v1, bias1);
+    }
+    if (t.accumulate) {
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+    }
+    _mm512_mask_storeu_ps(c, m0, v0);
+    _mm512_mask_storeu_ps(c + 16, m1, v1);
+  }
+};
+
 // A tile's running sums at the start of its k-block (zeros, or `partial`),
 // and at its end saved to `partial` or finished into C.
 template <int R>
@@ -471,31 +516,9 @@ XRT_TARGET_AVX512 inline void FinishTileAvx512(const TileArgs& t, const __m512* 
     }
     return;
   }
-  const int ncols = t.ncols;
-  const __mmask16 m0 = ncols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << ncols) - 1);
-  const __mmask16 m1 = ncols >= 32  ? __mmask16(0xFFFF)
-                       : ncols > 16 ? __mmask16((1u << (ncols - 16)) - 1)
-                                    : __mmask16(0);
-  __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps();
-  if (t.bias) {
-    bias0 = _mm512_maskz_loadu_ps(m0, t.bias);
-    bias1 = _mm512_maskz_loadu_ps(m1, t.bias + 16);
-  }
+  const TileOutput out(t);
 #pragma GCC unroll 14
-  for (int i = 0; i < R; ++i) {
-    float* c = t.c + i * t.ldc;
-    __m512 v0 = acc0[i], v1 = acc1[i];
-    if (t.bias) {
-      v0 = _mm512_add_ps(v0, bias0);
-      v1 = _mm512_add_ps(v1, bias1);
-    }
-    if (t.accumulate) {
-      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
-      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
-    }
-    _mm512_mask_storeu_ps(c, m0, v0);
-    _mm512_mask_storeu_ps(c + 16, m1, v1);
-  }
+  for (int i = 0; i < R; ++i) out.Store(t, i, acc0[i], acc1[i]);
 }
 
 template <int R>
@@ -573,6 +596,18 @@ XRT_TARGET_AVX512_BF16 inline __m512i Bf16Pairs(__m512 even, __m512 odd) {
   return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), Bf16Words(even, odd));
 }
 
+// Bf16Pairs in the order of the unit that sums them: vdpbf16ps takes a pair's
+// high element first, so it gets (even, odd); AMX's TDPBF16PS takes the low
+// one first, so it gets them swapped (kOddLow). Either way the odd element's
+// product is added first, as matmul.h's kBF16 chain has it.
+// Each dword's two bf16 halves swapped: pairs from one order to the other.
+XRT_TARGET_AVX512 inline __m512i SwapPairHalves(__m512i x) { return _mm512_rol_epi32(x, 16); }
+
+template <bool kOddLow>
+XRT_TARGET_AVX512_BF16 inline __m512i Bf16PairsFor(__m512 even, __m512 odd) {
+  return kOddLow ? Bf16Pairs(odd, even) : Bf16Pairs(even, odd);
+}
+
 template <int R>
 XRT_TARGET_AVX512_BF16 void TileAvx512Bf16(const TileArgs& t) {
   __m512 acc0[R], acc1[R];
@@ -631,6 +666,7 @@ XRT_TARGET_AVX512 void Bf16ChainOrderAvx512(float* x, int64_t rows) {
 // The decoded block's k-rows [0, rows) (rows even) as TileAvx512Bf16's bf16
 // pairs, in place: dword j of pair-row p is the bf16 operands of rows 2p
 // (low half) and 2p + 1 (high half) of column j.
+template <bool kOddLow>
 XRT_TARGET_AVX512_BF16 void Bf16PairsAvx512(float* x, int64_t rows) {
   for (int64_t r = 0; r < rows; r += 2) {
     const float* even = x + r * kPackNR;
@@ -639,13 +675,16 @@ XRT_TARGET_AVX512_BF16 void Bf16PairsAvx512(float* x, int64_t rows) {
     // before their columns' dwords are stored.
     float* out = x + r / 2 * kPackNR;
     for (int j = 0; j < kPackNR; j += 16) {
-      _mm512_storeu_si512(out + j, Bf16Pairs(_mm512_loadu_ps(even + j), _mm512_loadu_ps(odd + j)));
+      _mm512_storeu_si512(
+          out + j, Bf16PairsFor<kOddLow>(_mm512_loadu_ps(even + j), _mm512_loadu_ps(odd + j)));
     }
   }
 }
 
 // Pair-row p of a bf16 panel: k-rows 2p and 2p + 1 (`odd`: the latter is
-// real, else a zero) interleaved, columns 0-15 in *lo and 16-31 in *hi.
+// real, else a zero) interleaved, columns 0-15 in *lo and 16-31 in *hi; each
+// pair's even element in the low half, or (kOddLow) its odd one.
+template <bool kOddLow = false>
 XRT_TARGET_AVX512 inline void Bf16PairRow(const uint8_t* panel, int64_t p, bool odd, __m512i* lo,
                                           __m512i* hi) {
   // Word w of half h: column 16h + w / 2 of the even row (w even, index <
@@ -658,22 +697,24 @@ XRT_TARGET_AVX512 inline void Bf16PairRow(const uint8_t* panel, int64_t p, bool 
   const uint8_t* w = panel + p * 2 * kPackNR * 2;
   const __m512i e = _mm512_loadu_si512(w);
   const __m512i o = odd ? _mm512_loadu_si512(w + kPackNR * 2) : _mm512_setzero_si512();
-  *lo = _mm512_permutex2var_epi16(e, _mm512_load_si512(kIdx[0]), o);
-  *hi = _mm512_permutex2var_epi16(e, _mm512_load_si512(kIdx[1]), o);
+  const __m512i first = kOddLow ? o : e, second = kOddLow ? e : o;
+  *lo = _mm512_permutex2var_epi16(first, _mm512_load_si512(kIdx[0]), second);
+  *hi = _mm512_permutex2var_epi16(first, _mm512_load_si512(kIdx[1]), second);
 }
 
 // Pair-row kp of an f32 or bf16 panel as vdpbf16ps operands, columns 0-15
 // in *b0 and 16-31 in *b1 (`odd`: k-row 2kp + 1 is real, else a zero).
-template <WeightFormat F>
+template <WeightFormat F, bool kOddLow = false>
 XRT_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void DirectPairRow(
     const uint8_t* panel, int64_t kp, bool odd, __m512i* b0, __m512i* b1) {
   if constexpr (F == WeightFormat::kBF16) {
-    Bf16PairRow(panel, kp, odd, b0, b1);
+    Bf16PairRow<kOddLow>(panel, kp, odd, b0, b1);
   } else {
     const float* w = reinterpret_cast<const float*>(panel) + kp * 2 * kPackNR;
     const __m512 zero = _mm512_setzero_ps();
-    *b0 = Bf16Pairs(_mm512_loadu_ps(w), odd ? _mm512_loadu_ps(w + kPackNR) : zero);
-    *b1 = Bf16Pairs(_mm512_loadu_ps(w + 16), odd ? _mm512_loadu_ps(w + kPackNR + 16) : zero);
+    *b0 = Bf16PairsFor<kOddLow>(_mm512_loadu_ps(w), odd ? _mm512_loadu_ps(w + kPackNR) : zero);
+    *b1 = Bf16PairsFor<kOddLow>(_mm512_loadu_ps(w + 16),
+                                odd ? _mm512_loadu_ps(w + kPackNR + 16) : zero);
   }
 }
 
@@ -772,6 +813,128 @@ XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int
     const int np = static_cast<int>(std::min<int64_t>(16, pairs - p0));
     for (int p = 0; p < np; ++p)
       _mm512_mask_storeu_ps(tile + (p0 + p) * rows, row_mask, _mm512_castsi512_ps(r[p]));
+  }
+}
+
+// ------------------------------------------------------------- AMX BF16 --
+// kBF16 prefill on AMX (the amx_bf16 tier, kAmxMinRows rows or more): one call
+// runs up to 32 rows x one panel over a k-block as 2 x 2 tiles of 16 x 16
+// sums. TDPBF16PS takes 16 k-pairs per step: A's row tile is packed per chunk
+// of 16 pairs as a 16- or 32-row tile of 64-byte rows (PackRowTilesAmx), the
+// panel's k-block as decoded pairs ([pairs][32] dwords: the two column halves
+// are 16 x 64-byte tiles at a stride of 128 bytes). Both have each pair's
+// elements swapped (Bf16PairsFor<true>), so TDPBF16PS's low-element-first
+// order adds the odd element first: matmul.h's kBF16 chain, the same bits as
+// vdpbf16ps. AMX always flushes tiny results to zero and reads bf16 denormals
+// as zeros, as the chain does. A last chunk of fewer than 16 pairs is summed
+// by vdpbf16ps on the stored sums (pairs unswapped in registers): padding it
+// with zero pairs would turn a final -0 sum into +0.
+
+// Palette 1 with tiles 0-7 all 16 rows x 64 bytes. Tiles 0-3: C, rows 16h and
+// columns 16b of the call in tile 2h + b; 4 + h: A's rows 16h; 6 + b: B's
+// columns 16b.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+static_assert(sizeof(AmxTileConfig) == 64);
+
+XRT_TARGET_AMX_BF16 void ConfigureAmxTiles() {
+  static const AmxTileConfig config;
+  _tile_loadconfig(&config);
+}
+XRT_TARGET_AMX_BF16 void ReleaseAmxTiles() { _tile_release(); }
+
+// While alive, this thread's tiles are configured (AmxTileConfig); released
+// after, so the OS need not save the tile state on a switch.
+class AmxTileScope {
+ public:
+  explicit AmxTileScope(bool on) : on_(on) {
+    if (on_) ConfigureAmxTiles();
+  }
+  ~AmxTileScope() {
+    if (on_) ReleaseAmxTiles();
+  }
+  AmxTileScope(const AmxTileScope&) = delete;
+  AmxTileScope& operator=(const AmxTileScope&) = delete;
+
+ private:
+  bool on_;
+};
+
+// One call of the AMX kernel on t.rows (<= 16 * H) rows: t.a is the row
+// tile's first chunk of this k-block ([chunk][16 * H][16] dwords), t.panel the
+// decoded pairs ([t.k / 2][32] dwords), t.partial [16 * H][32] running sums.
+template <int H>
+XRT_TARGET_AMX_BF16 void TileAmxBf16(const TileArgs& t) {
+  static_assert(H == 1 || H == 2);
+  // The tile instructions are asm statements that do not name the memory
+  // they read: A and the block, written just before, must be in memory.
+  __asm__ volatile("" ::: "memory");
+  constexpr int kChunkDwords = 16 * H * kAmxPairs;
+  constexpr long kRowBytes = kPackNR * 4;  // a row of the block and of partial
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(t.a);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(t.panel);
+  const int64_t pairs = t.k / 2, chunks = pairs / kAmxPairs;
+  float* upper = t.partial + 16 * kPackNR;  // rows 16-31
+  if (t.first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    if constexpr (H == 2) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+  } else {
+    _tile_loadd(0, t.partial, kRowBytes);
+    _tile_loadd(1, t.partial + 16, kRowBytes);
+    if constexpr (H == 2) {
+      _tile_loadd(2, upper, kRowBytes);
+      _tile_loadd(3, upper + 16, kRowBytes);
+    }
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const uint32_t* ac = a + c * kChunkDwords;
+    const uint32_t* bc = b + c * kAmxPairs * kPackNR;
+    _tile_loadd(4, ac, 64);
+    _tile_loadd(6, bc, kRowBytes);
+    _tile_loadd(7, bc + 16, kRowBytes);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (H == 2) {
+      _tile_loadd(5, ac + 16 * kAmxPairs, 64);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  // The sums so far, to partial (not the last k-block: whole chunks only).
+  float* sums = t.partial;
+  alignas(64) float last_sums[kAmxMR * kPackNR];
+  if (t.last) sums = last_sums;
+  _tile_stored(0, sums, kRowBytes);
+  _tile_stored(1, sums + 16, kRowBytes);
+  if constexpr (H == 2) {
+    _tile_stored(2, sums + 16 * kPackNR, kRowBytes);
+    _tile_stored(3, sums + 16 * kPackNR + 16, kRowBytes);
+  }
+  if (!t.last) return;
+  // The tail's pairs on vdpbf16ps (elements back in its order), then C.
+  const int tail = static_cast<int>(pairs - chunks * kAmxPairs);
+  const uint32_t* at = a + chunks * kChunkDwords;
+  const uint32_t* bt = b + chunks * kAmxPairs * kPackNR;
+  const TileOutput out(t);
+  for (int i = 0; i < t.rows; ++i) {
+    __m512 v0 = _mm512_load_ps(sums + i * kPackNR);
+    __m512 v1 = _mm512_load_ps(sums + i * kPackNR + 16);
+    for (int p = 0; p < tail; ++p) {
+      const uint32_t x = at[i * kAmxPairs + p];
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(x << 16 | x >> 16));
+      v0 = DotBf16Pairs(v0, av, SwapPairHalves(_mm512_loadu_si512(bt + p * kPackNR)));
+      v1 = DotBf16Pairs(v1, av, SwapPairHalves(_mm512_loadu_si512(bt + p * kPackNR + 16)));
+    }
+    out.Store(t, i, v0, v1);
   }
 }
 
@@ -969,7 +1132,7 @@ XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64
 // DequantRowsAvx512 and Bf16PairsAvx512 in one pass, for the formats with
 // integer quants: k-rows [k0, k0 + rows) (whole groups, so an even count)
 // decoded two at a time and stored as bf16 pairs ([rows / 2][32] dwords).
-template <WeightFormat F>
+template <WeightFormat F, bool kOddLow>
 XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, int64_t rows,
                                               float* out) {
   __m512 e0, e1, o0, o1;
@@ -982,8 +1145,8 @@ XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, 
       if (r == 0 || kk % KSubBlockRows(F) == 0) fac = LoadKFactors<F>(sb, kk / KSubBlockRows(F));
       DecodeKRow<F>(sb, kk, fac, &e0, &e1);
       DecodeKRow<F>(sb, kk + 1, fac, &o0, &o1);
-      _mm512_storeu_si512(out + r / 2 * kPackNR, Bf16Pairs(e0, o0));
-      _mm512_storeu_si512(out + r / 2 * kPackNR + 16, Bf16Pairs(e1, o1));
+      _mm512_storeu_si512(out + r / 2 * kPackNR, Bf16PairsFor<kOddLow>(e0, o0));
+      _mm512_storeu_si512(out + r / 2 * kPackNR + 16, Bf16PairsFor<kOddLow>(e1, o1));
     }
   } else {
     constexpr int64_t kGroupBytes = QuantGroupBytes(F);
@@ -994,32 +1157,63 @@ XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, 
       for (int kk = 0; kk < kQuantGroup; kk += 2) {
         DecodeQuantRow<F>(q, kk, g, &e0, &e1);
         DecodeQuantRow<F>(q, kk + 1, g, &o0, &o1);
-        _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR, Bf16Pairs(e0, o0));
-        _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR + 16, Bf16Pairs(e1, o1));
+        _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR, Bf16PairsFor<kOddLow>(e0, o0));
+        _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR + 16, Bf16PairsFor<kOddLow>(e1, o1));
       }
     }
   }
 }
 
-// DecodePairsAvx512 of a format with integer quants; nullptr for the others.
-DecodePairsFn DecodePairsFor(WeightFormat f) {
+// The bf16, f16 and f32 panels' k-rows [k0, k0 + rows) as AMX's pairs
+// (kOddLow), out[ceil(rows / 2)][kPackNR] dwords; an odd `rows`' last row
+// pairs with a zero (kBF16's pad).
+template <WeightFormat F>
+XRT_TARGET_AVX512_BF16 void DecodePairsAmx16Or32(const uint8_t* panel, int64_t k0, int64_t rows,
+                                                 float* out) {
+  if constexpr (F == WeightFormat::kF16) {
+    DequantRowsAvx512<F>(panel, k0, rows, out);
+    if (rows % 2 == 1) std::fill_n(out + rows * kPackNR, kPackNR, 0.0f);
+    Bf16PairsAvx512<true>(out, (rows + 1) / 2 * 2);
+  } else {
+    // k0 is even (a k-block start): pair-row k0 / 2 + p of the panel.
+    for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
+      __m512i b0, b1;
+      DirectPairRow<F, true>(panel, k0 / 2 + p, 2 * p + 1 < rows, &b0, &b1);
+      _mm512_storeu_si512(out + p * kPackNR, b0);
+      _mm512_storeu_si512(out + p * kPackNR + 16, b1);
+    }
+  }
+}
+
+// k-rows [k0, k0 + rows) of a panel as bf16 pairs, out[ceil(rows / 2)][kPackNR]
+// dwords: for vdpbf16ps (the formats with integer quants only, whose blocks
+// are whole pairs; nullptr for the others), or for AMX (`amx`, every format).
+DecodePairsFn DecodePairsFor(WeightFormat f, bool amx) {
   switch (f) {
     case WeightFormat::kQ8_0:
-      return &DecodePairsAvx512<WeightFormat::kQ8_0>;
+      return amx ? &DecodePairsAvx512<WeightFormat::kQ8_0, true>
+                 : &DecodePairsAvx512<WeightFormat::kQ8_0, false>;
     case WeightFormat::kQ4_0:
-      return &DecodePairsAvx512<WeightFormat::kQ4_0>;
+      return amx ? &DecodePairsAvx512<WeightFormat::kQ4_0, true>
+                 : &DecodePairsAvx512<WeightFormat::kQ4_0, false>;
     case WeightFormat::kQ4_1:
-      return &DecodePairsAvx512<WeightFormat::kQ4_1>;
+      return amx ? &DecodePairsAvx512<WeightFormat::kQ4_1, true>
+                 : &DecodePairsAvx512<WeightFormat::kQ4_1, false>;
     case WeightFormat::kQ4_K:
-      return &DecodePairsAvx512<WeightFormat::kQ4_K>;
+      return amx ? &DecodePairsAvx512<WeightFormat::kQ4_K, true>
+                 : &DecodePairsAvx512<WeightFormat::kQ4_K, false>;
     case WeightFormat::kQ5_K:
-      return &DecodePairsAvx512<WeightFormat::kQ5_K>;
+      return amx ? &DecodePairsAvx512<WeightFormat::kQ5_K, true>
+                 : &DecodePairsAvx512<WeightFormat::kQ5_K, false>;
     case WeightFormat::kQ6_K:
-      return &DecodePairsAvx512<WeightFormat::kQ6_K>;
+      return amx ? &DecodePairsAvx512<WeightFormat::kQ6_K, true>
+                 : &DecodePairsAvx512<WeightFormat::kQ6_K, false>;
     case WeightFormat::kF32:
+      return amx ? &DecodePairsAmx16Or32<WeightFormat::kF32> : nullptr;
     case WeightFormat::kF16:
+      return amx ? &DecodePairsAmx16Or32<WeightFormat::kF16> : nullptr;
     case WeightFormat::kBF16:
-      break;
+      return amx ? &DecodePairsAmx16Or32<WeightFormat::kBF16> : nullptr;
   }
   return nullptr;
 }
@@ -1803,6 +1997,46 @@ void PackRowPairs(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k
     PackTilePairsAvx512(a + (r0 + start) * lda, lda, tiling.Height(j), k, out + start * pairs);
   }
 }
+
+// (GCC 12: its intrinsics' undefined pass-through operands; see above.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// PackRows for TileAmxBf16: the row tiles of RowTiling(r1 - r0, kAmxMR);
+// tile j at out + j * kAmxMR * AmxPaddedPairs(k) dwords is, per chunk c of 16
+// k-pairs, AmxTileRows(height) rows of 16 dwords: dword p of row i holds the
+// bf16 operands of A[i][32c + 2p + 1] (low half) and A[i][32c + 2p] (high),
+// zeros past k and past the tile's rows.
+XRT_TARGET_AVX512_BF16 void PackRowTilesAmx(const float* a, int64_t lda, int64_t r0, int64_t r1,
+                                            int64_t k, uint32_t* out) {
+  const RowTiling tiling(r1 - r0, kAmxMR);
+  const int64_t chunks = AmxPaddedPairs(k) / kAmxPairs;
+  for (int64_t j = 0; j < tiling.count; ++j) {
+    const int rows = tiling.Height(j), padded = AmxTileRows(rows);
+    const float* src = a + (r0 + tiling.Start(j)) * lda;
+    uint32_t* tile = out + j * kAmxMR * chunks * kAmxPairs;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t k0 = 2 * kAmxPairs * c;
+      const int64_t n0 = std::clamp<int64_t>(k - k0, 0, 16);
+      const int64_t n1 = std::clamp<int64_t>(k - k0 - 16, 0, 16);
+      const __mmask16 m0 = static_cast<__mmask16>((1u << n0) - 1);
+      const __mmask16 m1 = static_cast<__mmask16>((1u << n1) - 1);
+      for (int i = 0; i < padded; ++i) {
+        __m512i words = _mm512_setzero_si512();
+        if (i < rows) {
+          const float* row = src + i * lda + k0;
+          words = SwapPairHalves(
+              Bf16Words(_mm512_maskz_loadu_ps(m0, row), _mm512_maskz_loadu_ps(m1, row + 16)));
+        }
+        _mm512_storeu_si512(tile + (c * padded + i) * kAmxPairs, words);
+      }
+    }
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 // k-block length: one k-block of a panel (kKBlock x 128 bytes) stays in L1
@@ -1865,8 +2099,10 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
 
   const WeightFormat format = args.w_format;
   const bool bf16 = args.compute == ComputeType::kBF16;
-  // kBF16 on vdpbf16ps: A and the decoded blocks as bf16 pairs.
+  // kBF16 on vdpbf16ps: A and the decoded blocks as bf16 pairs; on AMX for
+  // kAmxMinRows rows or more (TileAmxBf16: A in tiles, every format decoded).
   const bool pairs = bf16 && IsaAtLeast(isa, CpuIsa::kAvx512Bf16);
+  const bool amx = pairs && IsaAtLeast(isa, CpuIsa::kAmxBf16) && args.m >= kAmxMinRows;
   const IsaKernels& kern = KernelsFor(isa, pairs);
   // The weights through the decoded block: packed formats, and f32 rounded.
   const DequantFn dequant =
@@ -1876,21 +2112,21 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
     chain_order = &Bf16ChainOrderPortable;
 #if defined(__x86_64__)
     if (IsaAtLeast(isa, CpuIsa::kAvx512)) chain_order = &Bf16ChainOrderAvx512;
-    if (pairs) chain_order = &Bf16PairsAvx512;
+    if (pairs) chain_order = &Bf16PairsAvx512<false>;
 #endif
   }
   // Weights paired straight from the panel, without the f32 block.
   DecodePairsFn direct_pairs = nullptr;
 #if defined(__x86_64__)
-  if (pairs) direct_pairs = DecodePairsFor(format);
+  if (pairs) direct_pairs = DecodePairsFor(format, amx);
 #endif
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
-  const int mr = kern.mr;
+  const int mr = amx ? kAmxMR : kern.mr;
   const int64_t m = args.m, n = args.n, k = args.k;
   // bf16 and f32 weights read as stored by the tiles (TileAvx512Bf16Direct),
   // `direct_row_bytes` per k-row; an odd k's pad pairs with the last row there.
   const bool direct_tiles =
-      pairs && (format == WeightFormat::kBF16 || format == WeightFormat::kF32);
+      pairs && !amx && (format == WeightFormat::kBF16 || format == WeightFormat::kF32);
   const int64_t direct_row_bytes = format == WeightFormat::kBF16 ? kPackNR * 2 : kPackNR * 4;
   const IsaKernels* direct_kern = nullptr;
 #if defined(__x86_64__)
@@ -1902,6 +2138,8 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   // values (floats or dwords) per step: 1, or 1/2 in pairs.
   const int64_t steps = bf16 ? (k + 1) / 2 * 2 : k;
   const int64_t per_step_div = pairs ? 2 : 1;
+  // AMX: a row tile's packed A (in dwords) and running sums, padded.
+  const int64_t amx_tile_dwords = kAmxMR * AmxPaddedPairs(k);
   const int64_t panels = (n + kPackNR - 1) / kPackNR;
 
   // Row blocks: whole multiples of mr, sized so a block of A fits in L2, and
@@ -1924,6 +2162,9 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const uint64_t call = g_matmul_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   auto run_units = [&](int64_t u0, int64_t u1) {
     const FlushToZeroScope ftz(bf16);
+#if defined(__x86_64__)
+    const AmxTileScope tiles(amx);
+#endif
     TileArgs t;
     t.ldc = args.ldc;
     t.accumulate = args.accumulate;
@@ -1940,10 +2181,14 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
         } else {
           PackedBlock& packed = ThreadPackedBlock();
           if (packed.call != call || packed.block != blk) {
-            const int64_t size = (r1 - r0) * steps / per_step_div;
+            const int64_t size = amx ? RowTiling(r1 - r0, mr).count * amx_tile_dwords
+                                     : (r1 - r0) * steps / per_step_div;
             if (packed.data.size() < static_cast<size_t>(size)) packed.data.resize(size);
 #if defined(__x86_64__)
-            if (pairs) {
+            if (amx) {
+              PackRowTilesAmx(args.a, args.lda, r0, r1, k,
+                              reinterpret_cast<uint32_t*>(packed.data.data()));
+            } else if (pairs) {
               PackRowPairs(args.a, args.lda, r0, r1, k, mr,
                            reinterpret_cast<uint32_t*>(packed.data.data()));
             } else
@@ -1966,9 +2211,10 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const RowTiling tiling(r1 - r0, mr);
       const int64_t k_blocks = std::max<int64_t>(1, (steps + kKBlock - 1) / kKBlock);
       float* partial = nullptr;
-      if (k_blocks > 1) {
+      if (k_blocks > 1 || amx) {
+        const int64_t size = amx ? tiling.count * kAmxMR * kPackNR : (r1 - r0) * kPackNR;
         std::vector<float>& buf = PartialBuffer();
-        if (buf.size() < static_cast<size_t>((r1 - r0) * kPackNR)) buf.resize((r1 - r0) * kPackNR);
+        if (buf.size() < static_cast<size_t>(size)) buf.resize(size);
         partial = buf.data();
       }
       // L2 prefetch plan. One row tile: a fixed distance ahead of its loads
@@ -1992,7 +2238,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           float* decoded = DecodedBlock();
           const int64_t rows = std::min(t.k, k - k0);
           if (direct_pairs) {
-            direct_pairs(panel_bytes_p, k0, rows, decoded);
+            direct_pairs(panel_bytes_p, k0, rows, decoded);  // odd rows: AMX only
           } else {
             dequant(panel_bytes_p, k0, rows, decoded);
             if (rows < t.k) std::fill_n(decoded + rows * kPackNR, kPackNR, 0.0f);  // kBF16's pad
@@ -2016,6 +2262,11 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           const int rows = tiling.Height(j);
           t.a = block_a + (start * steps + k0 * rows) / per_step_div;
           t.partial = partial ? partial + start * kPackNR : nullptr;
+          t.rows = rows;
+          if (amx) {
+            t.a = block_a + j * amx_tile_dwords + k0 / 2 * AmxTileRows(rows);
+            t.partial = partial + j * kAmxMR * kPackNR;
+          }
           t.c = args.c + (r0 + start) * args.ldc + col0;
           if (!next) {
             t.pf = t.pf_end = nullptr;
@@ -2029,6 +2280,12 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
             t.pf = next + j * share * 64;
             t.pf_end = t.pf + share * 64;
           }
+#if defined(__x86_64__)
+          if (amx) {
+            (rows > 16 ? &TileAmxBf16<2> : &TileAmxBf16<1>)(t);
+            continue;
+          }
+#endif
           (direct_tiles ? direct_kern->tiles[rows] : kern.tiles[rows])(t);
         }
       }

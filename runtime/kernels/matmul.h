@@ -46,16 +46,20 @@
 // bf16 values is exact in f32, so each step adds an exact product with one
 // rounding. The pad's step only turns a -0 sum into +0. The bias and the
 // accumulate adds are flushed the same way: c = F(c_old + F(dot + bias)).
-// Everything said above about batch invariance holds for kBF16 too. (AMX's
-// TDPBF16PS takes a pair's even element first: a kernel on it would pack the
-// pairs' elements swapped.)
+// Everything said above about batch invariance holds for kBF16 too.
 // On the avx512_bf16 tier (cpu_isa.h) kBF16's tiles run on vdpbf16ps, a
 // k-pair per instruction, with A and the decoded panel blocks packed as bf16
 // pairs; the fused decode kernel (bandwidth bound) keeps its fma chain in the
-// same order. On CPUs without bf16 units kBF16 is slower than kF32 (the
-// operands are rounded in registers): there it exists for its numerics
-// contract. kInt8 is
-// llama.cpp's arithmetic on the formats with integer quants (q8_0, q4_0,
+// same order. On the amx_bf16 tier, 16 rows or more run on AMX: TDPBF16PS
+// sums 16 k-pairs per step into 16 x 16 tiles, taking a pair's even element
+// first, so A and the panel blocks are packed with each pair's elements
+// swapped and the odd one's product still comes first; a last group of
+// fewer than 16 pairs runs on vdpbf16ps. Those are the chain's bits by
+// Intel's definition of TDPBF16PS (emulated lane by lane in the *_emulated
+// tests); no AMX machine has run them yet.
+// On CPUs without bf16 units kBF16 is slower than kF32 (the operands are
+// rounded in registers): there it exists for its numerics contract.
+// kInt8 is llama.cpp's arithmetic on the formats with integer quants (q8_0, q4_0,
 // q4_1, q4_k, q5_k, q6_k): rows of A quantized to int8 per block, exact
 // integer dot products with the weights' quants, scales applied in f32 in a
 // fixed order; its contract (matmul_int8.h) is batch invariant too, and the

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "runtime/kernels/test_util.h"
+#if defined(XRT_SIMD_EMULATE)
+#include "runtime/kernels/simd.h"  // the emulated AMX instructions
+#endif
 
 #if defined(__x86_64__)
 #include <xmmintrin.h>
@@ -468,9 +471,57 @@ TEST(MatmulBf16Test, BitIdenticalToTheBf16ChainOnEveryPathAndFormat) {
   }
 }
 
+// Prefill shapes: row tiles of exactly 16 rows and of 17 (on AMX: one and
+// two A tiles), several row blocks and k-blocks, and K with a last chunk of
+// 16 k-pairs that is full, short or a lone odd k.
+TEST(MatmulBf16Test, PrefillShapesMatchTheBf16Chain) {
+  ThreadPool pool(2);
+  uint32_t seed = 700;
+  struct Shape {
+    int64_t m, n, k;
+    WeightFormat format;
+  };
+  const Shape shapes[] = {
+      {16, 40, 512, WeightFormat::kF32},  {33, 33, 544, WeightFormat::kBF16},
+      {48, 65, 64, WeightFormat::kQ4_0},  {300, 40, 4001, WeightFormat::kF32},
+      {64, 32, 512, WeightFormat::kQ4_K}, {17, 70, 33, WeightFormat::kF16},
+  };
+  for (const Shape& s : shapes) {
+    std::vector<uint8_t> packed;
+    std::vector<float> w_rows(s.n * s.k);
+    if (s.format == WeightFormat::kF32) {
+      w_rows = RandomVector(s.n * s.k, seed++);
+      std::vector<float> p = Pack(w_rows, s.n, s.k);
+      packed.assign(reinterpret_cast<uint8_t*>(p.data()),
+                    reinterpret_cast<uint8_t*>(p.data() + p.size()));
+    } else {
+      packed = MakeFormatWeights(s.format, s.n, s.k, seed++).packed;
+      for (int64_t r = 0; r < s.n; ++r)
+        DequantizePackedRow(s.format, packed.data(), s.n, s.k, r, w_rows.data() + r * s.k);
+    }
+    const std::vector<float> bias = RandomVector(s.n, seed++);
+    const std::vector<float> a = RandomVector(s.m * (s.k + 1), seed++);
+    const std::vector<float> c0 = RandomVector(s.m * s.n, seed++);
+    const bool accumulate = s.m % 2 == 1;
+    const std::vector<float> want =
+        Bf16Reference(a, s.k + 1, w_rows, bias.data(), c0, s.n, s.m, s.n, s.k, accumulate);
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> got = c0;
+      RunFormatInto(a.data(), s.m, s.n, s.k, packed.data(), s.format, bias.data(), accumulate,
+                    got.data(), s.n, &pool, isa, ComputeType::kBF16);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+          << WeightFormatName(s.format) << " " << CpuIsaName(isa) << " m=" << s.m << " n=" << s.n
+          << " k=" << s.k;
+    }
+  }
+}
+
 // The chain's order and flushes on hand-picked values (the f32 chain and an
 // increasing-k chain give other bits), for the tile kernels (f32 weights, and
-// 20 rows) and the fused decode (bf16 weights, 1 row).
+// 20 rows) and the fused decode (bf16 weights, 1 row). Each case also runs
+// after leading zeros that fill 16 k-pairs, so that its pairs end a whole
+// chunk of AMX's TDPBF16PS (shorter ones run on vdpbf16ps there); zeros added
+// to the +0 start leave it +0.
 TEST(MatmulBf16Test, PairsOddElementFirstFlushesTinyAndPadsOddK) {
   struct Case {
     std::vector<float> a, w;
@@ -486,24 +537,32 @@ TEST(MatmulBf16Test, PairsOddElementFirstFlushesTinyAndPadsOddK) {
       // -0 product (a lone last step would leave -0).
       {{tiny_a, tiny_a, 0.0f}, {tiny_w, tiny_w, -1.0f}, 0x00000000u},
   };
-  for (const Case& c : cases) {
-    const int64_t k = c.a.size();
-    for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBF16}) {
-      std::vector<uint8_t> packed(PackedWeightBytes(format, 1, k) + 64);
-      PackWeightsFrom(format, c.w.data(), 1, k, packed.data());
-      const int64_t m = format == WeightFormat::kF32 ? 20 : 1;
-      std::vector<float> a;
-      for (int64_t i = 0; i < m; ++i) {
-        a.insert(a.end(), c.a.begin(), c.a.end());
-        a.push_back(0.0f);  // RunFormatInto's lda = k + 1
+  for (const Case& base : cases) {
+    for (bool whole_chunk : {false, true}) {
+      Case c = base;
+      if (whole_chunk) {
+        const size_t zeros = 32 - (base.a.size() + 1) / 2 * 2;
+        c.a.insert(c.a.begin(), zeros, 0.0f);
+        c.w.insert(c.w.begin(), zeros, 1.0f);
       }
-      for (CpuIsa isa : SupportedIsas()) {
-        std::vector<float> got(m, 1.0f);
-        RunFormatInto(a.data(), m, 1, k, packed.data(), format, nullptr, false, got.data(), 1,
-                      nullptr, isa, ComputeType::kBF16);
-        for (int64_t i = 0; i < m; ++i)
-          EXPECT_EQ(Bits(got[i]), c.want)
-              << CpuIsaName(isa) << " " << WeightFormatName(format) << " k=" << k << " row " << i;
+      const int64_t k = c.a.size();
+      for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBF16}) {
+        std::vector<uint8_t> packed(PackedWeightBytes(format, 1, k) + 64);
+        PackWeightsFrom(format, c.w.data(), 1, k, packed.data());
+        const int64_t m = format == WeightFormat::kF32 ? 20 : 1;
+        std::vector<float> a;
+        for (int64_t i = 0; i < m; ++i) {
+          a.insert(a.end(), c.a.begin(), c.a.end());
+          a.push_back(0.0f);  // RunFormatInto's lda = k + 1
+        }
+        for (CpuIsa isa : SupportedIsas()) {
+          std::vector<float> got(m, 1.0f);
+          RunFormatInto(a.data(), m, 1, k, packed.data(), format, nullptr, false, got.data(), 1,
+                        nullptr, isa, ComputeType::kBF16);
+          for (int64_t i = 0; i < m; ++i)
+            EXPECT_EQ(Bits(got[i]), c.want)
+                << CpuIsaName(isa) << " " << WeightFormatName(format) << " k=" << k << " row " << i;
+        }
       }
     }
   }
@@ -607,6 +666,45 @@ TEST(MatmulBf16Test, LeavesEveryThreadsMxcsrAsItWas) {
       for (unsigned csr : seen) EXPECT_EQ(csr, before) << CpuIsaName(isa) << " m=" << m;
     }
   }
+}
+#endif
+
+#if defined(XRT_SIMD_EMULATE)
+// The emulated TDPBF16PS (simd_emulate.h) against Intel's definition on
+// hand-picked values, since the amx_bf16 tier's tests run on it: per C
+// element, a pair's low element first, the k-pairs in order, tiles loaded by
+// rows of `stride` bytes; tiny results flushed, bf16 denormals read as zero.
+TEST(EmulatedAmxTest, Tdpbf16psTakesEachPairsLowElementFirst) {
+  const auto bf16 = [](float x) { return static_cast<uint32_t>(FloatToBFloat16(x)); };
+  const auto pair = [&](float low, float high) { return bf16(low) | bf16(high) << 16; };
+  alignas(64) uint8_t config[64] = {1};
+  for (int t = 0; t < 3; ++t) {
+    const uint16_t colsb = t == 1 ? 8 : 12;  // C, B: 3 f32 / pairs wide; A: 2 pairs
+    std::memcpy(config + 16 + 2 * t, &colsb, 2);
+    config[48 + t] = t == 2 ? 2 : 1;  // B: 2 rows (k-pairs); A, C: 1 row
+  }
+  _tile_loadconfig(config);
+  // C column 0: 1, then pair 0 (2^-24 low, -1 high): low first leaves 1 +
+  // 2^-24 -> 1, then 0, where high first would give 2^-24. Column 1: a
+  // product of -2^-130 flushes to -0. Column 2: 2^100 times the smallest bf16
+  // denormal (2^-133) is a zero, not 2^-33.
+  const float c_in[3] = {1.0f, 0.0f, 0.0f};
+  const float tiny = std::ldexp(1.0f, -65);
+  const uint32_t a[2] = {pair(1.0f, 1.0f), pair(std::ldexp(1.0f, 100), tiny)};
+  const uint32_t denormal = 0x0001u;
+  // B: k-pair rows 16 bytes apart, of which 12 are the tile's.
+  const uint32_t b[2][4] = {{pair(std::ldexp(1.0f, -24), -1.0f), 0u, 0u, 0xdeadbeefu},
+                            {0u, pair(0.0f, -tiny), denormal, 0xdeadbeefu}};
+  _tile_loadd(0, c_in, 12);
+  _tile_loadd(1, a, 8);
+  _tile_loadd(2, b, 16);
+  _tile_dpbf16ps(0, 1, 2);
+  float c[3];
+  _tile_stored(0, c, 12);
+  _tile_release();
+  EXPECT_EQ(Bits(c[0]), 0u);
+  EXPECT_EQ(Bits(c[1]), 0x80000000u);
+  EXPECT_EQ(Bits(c[2]), 0u);
 }
 #endif
 

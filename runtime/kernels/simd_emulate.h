@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -232,6 +233,19 @@ namespace xrt_simd_emulate {
 inline float DenormalAsZero(float x) {
   return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x;
 }
+// One bf16 pair dot product step on a sum: the bf16 words of x and y at bit
+// `shift` (16: the pair's high element, 0: its low one) read with denormals
+// as zero, multiplied and added with one rounding, a result below 2^-126
+// flushed to a zero of its sign.
+inline float Bf16PairStep(float sum, uint32_t x, uint32_t y, int shift) {
+  uint32_t xb = (x >> shift & 0xffffu) << 16, yb = (y >> shift & 0xffffu) << 16;
+  float xv, yv;
+  std::memcpy(&xv, &xb, 4);
+  std::memcpy(&yv, &yb, 4);
+  sum = std::fma(DenormalAsZero(xv), DenormalAsZero(yv), sum);
+  return std::fabs(sum) < std::numeric_limits<float>::min() ? std::copysign(0.0f, sum) : sum;
+}
+
 inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i b) {
   float s[16];
   uint32_t x[16], y[16];
@@ -240,14 +254,7 @@ inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i b) {
   ToLanes(b, y);
   for (int i = 0; i < 16; ++i) {
     float sum = DenormalAsZero(s[i]);
-    for (int shift : {16, 0}) {
-      uint32_t xb = (x[i] >> shift & 0xffffu) << 16, yb = (y[i] >> shift & 0xffffu) << 16;
-      float xv, yv;
-      std::memcpy(&xv, &xb, 4);
-      std::memcpy(&yv, &yb, 4);
-      sum = std::fma(DenormalAsZero(xv), DenormalAsZero(yv), sum);
-      if (std::fabs(sum) < std::numeric_limits<float>::min()) sum = std::copysign(0.0f, sum);
-    }
+    for (int shift : {16, 0}) sum = Bf16PairStep(sum, x[i], y[i], shift);
     s[i] = sum;
   }
   return FromLanes<__m512>(s);
@@ -302,4 +309,93 @@ inline __m256 _mm256_maskload_ps(const float* p, __m256i mask) {
 }
 inline void _mm256_maskstore_ps(float* p, __m256i mask, __m256 a) {
   xrt_simd_emulate::MaskedStoreF32(p, _mm256_movemask_ps(_mm256_castsi256_ps(mask)), a);
+}
+
+// AMX (XRT_TARGET_AMX_BF16 code): the tile configuration and the eight tile
+// registers of this thread, and the instructions the kernels use, as Intel's
+// SDM defines them (palette 1: tiles of up to 16 rows of up to 64 bytes). An
+// instruction that would fault on hardware (no configuration, a shape the
+// configuration does not allow, mismatched TDPBF16PS operands) aborts.
+namespace xrt_simd_emulate {
+struct AmxTiles {
+  bool configured = false;
+  int rows[8] = {};
+  int colsb[8] = {};
+  alignas(64) uint8_t data[8][16][64] = {};
+};
+inline AmxTiles& Amx() {
+  thread_local AmxTiles tiles;
+  return tiles;
+}
+inline void AmxCheck(bool ok) {
+  if (!ok) std::abort();
+}
+inline void AmxCheckTile(int t) {
+  AmxCheck(Amx().configured && t >= 0 && t < 8 && Amx().rows[t] > 0);
+}
+}  // namespace xrt_simd_emulate
+
+// LDTILECFG: the 64-byte configuration (palette, start row, then colsb[16] as
+// 16-bit words at byte 16 and rows[16] at byte 48); zeroes every tile.
+inline void _tile_loadconfig(const void* config) {
+  auto& amx = xrt_simd_emulate::Amx();
+  const uint8_t* c = static_cast<const uint8_t*>(config);
+  amx = xrt_simd_emulate::AmxTiles{};
+  if (c[0] == 0) return;  // palette 0: the init state
+  xrt_simd_emulate::AmxCheck(c[0] == 1 && c[1] == 0);
+  for (int t = 0; t < 8; ++t) {
+    uint16_t colsb;
+    std::memcpy(&colsb, c + 16 + 2 * t, 2);
+    amx.colsb[t] = colsb;
+    amx.rows[t] = c[48 + t];
+    xrt_simd_emulate::AmxCheck(colsb <= 64 && c[48 + t] <= 16 && (colsb == 0) == (c[48 + t] == 0));
+  }
+  amx.configured = true;
+}
+inline void _tile_release() { xrt_simd_emulate::Amx() = xrt_simd_emulate::AmxTiles{}; }
+inline void _tile_zero(int t) {
+  xrt_simd_emulate::AmxCheckTile(t);
+  std::memset(xrt_simd_emulate::Amx().data[t], 0, sizeof(xrt_simd_emulate::Amx().data[t]));
+}
+// TILELOADD: rows[t] rows of colsb[t] bytes, row r from base + r * stride;
+// the rest of the tile zeroed.
+inline void _tile_loadd(int t, const void* base, long stride) {
+  xrt_simd_emulate::AmxCheckTile(t);
+  auto& amx = xrt_simd_emulate::Amx();
+  std::memset(amx.data[t], 0, sizeof(amx.data[t]));
+  for (int r = 0; r < amx.rows[t]; ++r)
+    std::memcpy(amx.data[t][r], static_cast<const char*>(base) + r * stride, amx.colsb[t]);
+}
+inline void _tile_stored(int t, void* base, long stride) {
+  xrt_simd_emulate::AmxCheckTile(t);
+  auto& amx = xrt_simd_emulate::Amx();
+  for (int r = 0; r < amx.rows[t]; ++r)
+    std::memcpy(static_cast<char*>(base) + r * stride, amx.data[t][r], amx.colsb[t]);
+}
+// TDPBF16PS c += a * b: per row m of c and f32 column n, for each dword k of
+// a's row (a bf16 pair), the pair's even (low) element's step with row k of
+// b's dword n, then its odd (high) element's; inputs denormal as zero,
+// results flushed to zero, round to nearest even.
+inline void _tile_dpbf16ps(int c, int a, int b) {
+  using namespace xrt_simd_emulate;
+  AmxCheckTile(c);
+  AmxCheckTile(a);
+  AmxCheckTile(b);
+  auto& amx = Amx();
+  AmxCheck(amx.rows[a] == amx.rows[c] && amx.colsb[a] == 4 * amx.rows[b] &&
+           amx.colsb[b] == amx.colsb[c] && c != a && c != b && a != b);
+  for (int m = 0; m < amx.rows[c]; ++m) {
+    for (int n = 0; n < amx.colsb[c] / 4; ++n) {
+      float sum;
+      std::memcpy(&sum, amx.data[c][m] + 4 * n, 4);
+      sum = DenormalAsZero(sum);
+      for (int k = 0; k < amx.colsb[a] / 4; ++k) {
+        uint32_t x, y;
+        std::memcpy(&x, amx.data[a][m] + 4 * k, 4);
+        std::memcpy(&y, amx.data[b][k] + 4 * n, 4);
+        for (int shift : {0, 16}) sum = Bf16PairStep(sum, x, y, shift);
+      }
+      std::memcpy(amx.data[c][m] + 4 * n, &sum, 4);
+    }
+  }
 }
