@@ -154,6 +154,11 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
   return acc;
 }
 
+// Bytes per weight quad (4 k-rows x 32 columns) of a decoded panel, and a
+// panel's (DecodeQuadPanelAvx2, DecodeQ8PanelAvx2, DecodeQ8PanelAvx512Vnni).
+constexpr int64_t kDecodedQuadBytes = 128;
+constexpr int64_t DecodedPanelBytes(int64_t k) { return k / 4 * kDecodedQuadBytes; }
+
 // What each work unit needs: the quantized rows and where C goes.
 struct Int8Problem {
   const MatmulArgs* args;
@@ -164,8 +169,7 @@ struct Int8Problem {
   const float* ds;               // [m][k / 32] (q4_1): ScaledBlockSums
   int64_t blocks;                // k / block
   int64_t panel_bytes;
-  // The panel being run, decoded by this thread (DecodeQuadPanelAvx2), or
-  // null.
+  // The panel being run, decoded by this thread (DecodeFnFor), or null.
   const uint8_t* decoded = nullptr;
 };
 
@@ -627,10 +631,14 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // vpxord per row and quad, and the weights' sums took two more vpdpbusd per
 // quad.) That replaces AddPairSums' sign transfer (two vpabsb and two mask
 // moves per quad, two masked subtractions per row and quad).
-template <WeightFormat F, int R, int Q>
+//
+// kDecoded (q8_0): `blk` is the group's quads in the thread's decoded panel
+// (DecodeQ8PanelAvx512Vnni), already offset, two loads per quad.
+template <WeightFormat F, int R, int Q, bool kDecoded = false>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
-  constexpr bool kSignedWeights = F == WeightFormat::kQ8_0;
+  static_assert(!kDecoded || F == WeightFormat::kQ8_0);
+  constexpr bool kSignedWeights = F == WeightFormat::kQ8_0 && !kDecoded;
   constexpr int kChains = R >= 3 ? 1 : 4 / R;
   static_assert(Q % kChains == 0);
   __m512i part[kChains][R][2];
@@ -643,7 +651,12 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
 #pragma GCC unroll 4
     for (int c = 0; c < kChains; ++c) {
       __m512i lo, hi;
-      WeightQuads<F>(blk, kq + c, &lo, &hi);
+      if constexpr (kDecoded) {
+        lo = _mm512_load_si512(blk + (kq + c) * kDecodedQuadBytes);
+        hi = _mm512_load_si512(blk + (kq + c) * kDecodedQuadBytes + 64);
+      } else {
+        WeightQuads<F>(blk, kq + c, &lo, &hi);
+      }
       if constexpr (kSignedWeights) {
         lo = _mm512_xor_si512(lo, offset);
         hi = _mm512_xor_si512(hi, offset);
@@ -664,13 +677,33 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
   }
 }
 
+// q8_0's quads formed once per panel for all its row groups (DecodeFnFor):
+// ByteQuads' bytes, offset by 128 as AddQuadDots wants them, quad q at dst +
+// 128 q (columns 0-15, then 16-31). It takes the two cross-lane permutes, two
+// byte shuffles and two vpxord per quad out of every row group's loop (M =
+// 128, 2048 x 2048, 2 threads: 1.16-1.23 -> 1.36-1.41 TOP/s).
+XRT_TARGET_AVX512_VNNI void DecodeQ8PanelAvx512Vnni(const uint8_t* panel, int64_t k, uint8_t* dst) {
+  constexpr int64_t kBytes = QuantGroupBytes(WeightFormat::kQ8_0);
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t blk = 0; blk < k / kQuantGroup; ++blk) {
+    for (int kq = 0; kq < kQuantGroup / 4; ++kq) {
+      __m512i lo, hi;
+      WeightQuads<WeightFormat::kQ8_0>(panel + blk * kBytes, kq, &lo, &hi);
+      uint8_t* out = dst + (blk * (kQuantGroup / 4) + kq) * kDecodedQuadBytes;
+      _mm512_store_si512(out, _mm512_xor_si512(lo, offset));
+      _mm512_store_si512(out + 64, _mm512_xor_si512(hi, offset));
+    }
+  }
+}
+
 // PanelRowsAvx512 with the products summed by vpdpbusd straight into int32:
 // a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude)
 // are then multiplied by its scale (vpmulld). The integer sums are the same
-// exact values, so the results are PanelRowsAvx512's bits.
-template <WeightFormat F, int R>
-XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
-                                                int64_t col0, int64_t i0) {
+// exact values, so the results are PanelRowsAvx512's bits. kDecoded (q8_0):
+// the quads come from the thread's decoded panel (p.decoded).
+template <WeightFormat F, int R, bool kDecoded>
+XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const uint8_t* panel,
+                                                  int64_t col0, int64_t i0) {
   const int64_t k = p.args->k;
   const bool prefetch = i0 == 0;  // later row groups find the panel in cache
   __m512 acc[R][2];
@@ -743,7 +776,12 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
       for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
       __m512i dot[R][2];
       for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-      AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
+      if constexpr (kDecoded) {
+        AddQuadDots<F, R, kQuantGroup / 4, true>(
+            p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes, 0, qg, dot);
+      } else {
+        AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
+      }
       if constexpr (F == WeightFormat::kQ8_0) {
         // AddQuadDots' weights offset by 128: 128 times the group's quant sum off.
         static_assert(kQuantGroup == 2 * kSumRows);
@@ -757,6 +795,18 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint
     }
   }
   StoreRowsAvx512<R>(p, col0, i0, acc);
+}
+
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
+                                                int64_t col0, int64_t i0) {
+  if constexpr (F == WeightFormat::kQ8_0) {
+    if (p.decoded) {
+      PanelRowsAvx512VnniOn<F, R, true>(p, panel, col0, i0);
+      return;
+    }
+  }
+  PanelRowsAvx512VnniOn<F, R, false>(p, panel, col0, i0);
 }
 
 // -------------------------------------------------------------------- AVX2 --
@@ -889,8 +939,6 @@ XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* nibbles, const uint8_
 // bytes at dst + 128 q, vector (half, nibble n) at 32 (2 half + n). The rows
 // then load each vector instead of decoding it again (3 to 8 vector ALU
 // operations per quad and pass fewer in the loop that bounds prefill).
-constexpr int64_t kDecodedQuadBytes = 128;
-constexpr int64_t DecodedPanelBytes(int64_t k) { return k / 4 * kDecodedQuadBytes; }
 
 template <WeightFormat F>
 XRT_TARGET_AVX2 void DecodeQuadPanelAvx2(const uint8_t* panel, int64_t k, uint8_t* dst) {
@@ -1409,12 +1457,27 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // q4 groups and q8_0 only from many (q4_k M = 16: 105 -> 101, M = 128: 104
 // -> 111; q4_1 at k = 576, M = 128: 88 -> 91; q8_0 at k = 2048, M = 8:
 // ~15% slower, M = 128: +2-3%).
-int64_t DecodedPanelMinRowBlocks(WeightFormat f) {
+//
+// On AVX512_VNNI only q8_0 is decoded (DecodeQ8PanelAvx512Vnni; the nibble
+// formats' quads are stored so), from 5 row groups (M >= 25): measured on 2
+// threads at 576 x 1536, 1536 x 576 and 2048 x 2048, 3 groups lose 10-25%, 4
+// are mixed, 5 win 0-40%, 11 win 10-30%.
+constexpr int64_t kQ8VnniDecodeMinRowBlocks = 5;
+int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
+  if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
+    return f == WeightFormat::kQ8_0 ? kQ8VnniDecodeMinRowBlocks
+                                    : std::numeric_limits<int64_t>::max();
+  }
+  if (isa != CpuIsa::kAvx2) return std::numeric_limits<int64_t>::max();
   return f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K ? 2 : 16;
 }
 
-// The panel decoder of each format.
-DecodeFn DecodeFnFor(WeightFormat f) {
+// The panel decoder of each format on `isa` (where DecodedPanelMinRowBlocks
+// is finite).
+DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
+  if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
+    return f == WeightFormat::kQ8_0 ? &DecodeQ8PanelAvx512Vnni : nullptr;
+  }
   switch (f) {
     case WeightFormat::kQ8_0:
       return &DecodeQ8PanelAvx2;
@@ -1527,8 +1590,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
 #if defined(__x86_64__)
   // AVX2, enough row blocks: each thread decodes a panel once (the nibble
   // formats' bytes, q8_0's dword quads) before running its row blocks on it.
-  const DecodeFn decode = isa == CpuIsa::kAvx2 && groups >= DecodedPanelMinRowBlocks(args.w_format)
-                              ? DecodeFnFor(args.w_format)
+  const DecodeFn decode = groups >= DecodedPanelMinRowBlocks(isa, args.w_format)
+                              ? DecodeFnFor(isa, args.w_format)
                               : nullptr;
 #endif
   auto run_units = [&](int64_t u0, int64_t u1) {
@@ -1544,8 +1607,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
         const uint8_t* w = static_cast<const uint8_t*>(args.packed_w) + panel * p.panel_bytes;
         if (decode && panel != decoded_panel) {
           thread_local std::vector<uint8_t> buffer;
-          buffer.resize(DecodedPanelBytes(k) + 31);
-          uint8_t* decoded = buffer.data() + (-reinterpret_cast<uintptr_t>(buffer.data()) & 31);
+          buffer.resize(DecodedPanelBytes(k) + 63);
+          uint8_t* decoded = buffer.data() + (-reinterpret_cast<uintptr_t>(buffer.data()) & 63);
           decode(w, k, decoded);
           pt.decoded = decoded;
           decoded_panel = panel;
