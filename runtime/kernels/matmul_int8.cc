@@ -632,12 +632,12 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // quad.) That replaces AddPairSums' sign transfer (two vpabsb and two mask
 // moves per quad, two masked subtractions per row and quad).
 //
-// kDecoded (q8_0): `blk` is the group's quads in the thread's decoded panel
-// (DecodeQ8PanelAvx512Vnni), already offset, two loads per quad.
+// kDecoded: `blk` is the group's or super-block's quads in the thread's
+// decoded panel (DecodeQ8PanelAvx512Vnni, already offset;
+// DecodeKQuadPanelAvx512Vnni), two loads per quad.
 template <WeightFormat F, int R, int Q, bool kDecoded = false>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
-  static_assert(!kDecoded || F == WeightFormat::kQ8_0);
   constexpr bool kSignedWeights = F == WeightFormat::kQ8_0 && !kDecoded;
   constexpr int kChains = R >= 3 ? 1 : 4 / R;
   static_assert(Q % kChains == 0);
@@ -677,6 +677,24 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
   }
 }
 
+// A K-quant panel's quads (WeightQuads: unsigned 0-63 bytes) formed once for
+// all its row groups (DecodeFnFor): merging q5_k's and q6_k's high bits takes
+// 4-8 vector operations per quad, in every row group otherwise.
+template <WeightFormat F>
+XRT_TARGET_AVX512_VNNI void DecodeKQuadPanelAvx512Vnni(const uint8_t* panel, int64_t k,
+                                                       uint8_t* dst) {
+  constexpr int64_t kBytes = SuperBlockBytes(F);
+  for (int64_t b = 0; b < k / kSuperBlock; ++b) {
+    for (int kq = 0; kq < kSuperBlock / 4; ++kq) {
+      __m512i lo, hi;
+      WeightQuads<F>(panel + b * kBytes, kq, &lo, &hi);
+      uint8_t* out = dst + (b * (kSuperBlock / 4) + kq) * kDecodedQuadBytes;
+      _mm512_store_si512(out, lo);
+      _mm512_store_si512(out + 64, hi);
+    }
+  }
+}
+
 // q8_0's quads formed once per panel for all its row groups (DecodeFnFor):
 // ByteQuads' bytes, offset by 128 as AddQuadDots wants them, quad q at dst +
 // 128 q (columns 0-15, then 16-31). It takes the two cross-lane permutes, two
@@ -699,8 +717,8 @@ XRT_TARGET_AVX512_VNNI void DecodeQ8PanelAvx512Vnni(const uint8_t* panel, int64_
 // PanelRowsAvx512 with the products summed by vpdpbusd straight into int32:
 // a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude)
 // are then multiplied by its scale (vpmulld). The integer sums are the same
-// exact values, so the results are PanelRowsAvx512's bits. kDecoded (q8_0):
-// the quads come from the thread's decoded panel (p.decoded).
+// exact values, so the results are PanelRowsAvx512's bits. kDecoded (q8_0,
+// q5_k, q6_k): the quads come from the thread's decoded panel (p.decoded).
 template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const uint8_t* panel,
                                                   int64_t col0, int64_t i0) {
@@ -729,7 +747,12 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
         SubBlockScales<F>(sb, s, scale, by_qsum);
         __m512i dot[R][2];
         for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-        AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
+        if constexpr (kDecoded) {
+          AddQuadDots<F, R, kSubQuads, true>(p.decoded + b * (kSuperBlock / 4) * kDecodedQuadBytes,
+                                             s * kSubQuads, qsb, dot);
+        } else {
+          AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
+        }
         if constexpr (F == WeightFormat::kQ6_K) {
           // The quants' offset of 32 comes off each sub-block's dot products
           // before the scale (sum (q - 32) a = dot - 32 qsum, exact), so no
@@ -800,7 +823,7 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
                                                 int64_t col0, int64_t i0) {
-  if constexpr (F == WeightFormat::kQ8_0) {
+  if constexpr (F == WeightFormat::kQ8_0 || F == WeightFormat::kQ5_K || F == WeightFormat::kQ6_K) {
     if (p.decoded) {
       PanelRowsAvx512VnniOn<F, R, true>(p, panel, col0, i0);
       return;
@@ -1458,15 +1481,24 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // -> 111; q4_1 at k = 576, M = 128: 88 -> 91; q8_0 at k = 2048, M = 8:
 // ~15% slower, M = 128: +2-3%).
 //
-// On AVX512_VNNI only q8_0 is decoded (DecodeQ8PanelAvx512Vnni; the nibble
-// formats' quads are stored so), from 5 row groups (M >= 25): measured on 2
-// threads at 576 x 1536, 1536 x 576 and 2048 x 2048, 3 groups lose 10-25%, 4
-// are mixed, 5 win 0-40%, 11 win 10-30%.
-constexpr int64_t kQ8VnniDecodeMinRowBlocks = 5;
+// On AVX512_VNNI (DecodeQ8PanelAvx512Vnni, DecodeKQuadPanelAvx512Vnni), 2
+// threads, 2048 x 2048 and 8192 x 2048 (q8_0 also 576 x 1536 and 1536 x 576),
+// row groups of 6 rows (q8_0) or 4 (K-quants): q8_0 from 5 groups (3 lose
+// 10-25%, 4 are mixed, 5 win 0-40%, 22 win 15-20%); q6_k from 5 (4 lose 20%,
+// 5 win 10-20%, 32 win 28-46%); q5_k from 6 (5 even, 6 win 2-10%, 32 win
+// 12-25%); q4_k and the q4 groups never (q4_k: 8 groups lose 7-12%, 32 even;
+// their nibbles are stored as quads and take 3 operations per quad).
 int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
   if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
-    return f == WeightFormat::kQ8_0 ? kQ8VnniDecodeMinRowBlocks
-                                    : std::numeric_limits<int64_t>::max();
+    switch (f) {
+      case WeightFormat::kQ8_0:
+      case WeightFormat::kQ6_K:
+        return 5;
+      case WeightFormat::kQ5_K:
+        return 6;
+      default:
+        return std::numeric_limits<int64_t>::max();
+    }
   }
   if (isa != CpuIsa::kAvx2) return std::numeric_limits<int64_t>::max();
   return f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K ? 2 : 16;
@@ -1476,7 +1508,16 @@ int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
 // is finite).
 DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
   if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
-    return f == WeightFormat::kQ8_0 ? &DecodeQ8PanelAvx512Vnni : nullptr;
+    switch (f) {
+      case WeightFormat::kQ8_0:
+        return &DecodeQ8PanelAvx512Vnni;
+      case WeightFormat::kQ5_K:
+        return &DecodeKQuadPanelAvx512Vnni<WeightFormat::kQ5_K>;
+      case WeightFormat::kQ6_K:
+        return &DecodeKQuadPanelAvx512Vnni<WeightFormat::kQ6_K>;
+      default:
+        return nullptr;
+    }
   }
   switch (f) {
     case WeightFormat::kQ8_0:

@@ -284,7 +284,8 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
         // 67: 17 row blocks, where the AVX2 path decodes every nibble
         // format's panels once (DecodedPanelMinRowBlocks); 5 to 29: only
         // q5_k's and q6_k's. On AVX512_VNNI, q8_0's are decoded at 29 and 67
-        // (5 and 12 groups of 6 rows), not at 13.
+        // (5 and 12 groups of 6 rows), q5_k's and q6_k's at 29 and 67 (8 and
+        // 17 groups of 4), none at 13.
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29, 67}) {
           const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
           for (CpuIsa isa : SupportedIsas()) {
