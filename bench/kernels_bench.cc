@@ -273,7 +273,7 @@ BENCHMARK(BM_XrtMatmulInt8Isa)->Apply(MatmulInt8IsaShapes);
 
 // bf16 compute on the tiers side by side, with f32 compute as the baseline:
 // the f32 tile kernels on rounded operands (avx512) against vdpbf16ps
-// (avx512_bf16) and AMX (amx_bf16; skipped on CPUs without it), same bits;
+// (avx512_bf16) and AMX (amx; skipped on CPUs without it), same bits;
 // the bf16 baseline is BM_OneDnnMatmul. Args:
 // format, compute (0 f32, 1 bf16), isa, M, N, K, threads.
 void BM_XrtMatmulBf16Isa(benchmark::State& state) {
@@ -299,7 +299,7 @@ void MatmulBf16IsaShapes(benchmark::internal::Benchmark* b) {
   const std::pair<ComputeType, CpuIsa> runs[] = {{ComputeType::kF32, CpuIsa::kAvx512},
                                                  {ComputeType::kBF16, CpuIsa::kAvx512},
                                                  {ComputeType::kBF16, CpuIsa::kAvx512Bf16},
-                                                 {ComputeType::kBF16, CpuIsa::kAmxBf16}};
+                                                 {ComputeType::kBF16, CpuIsa::kAmx}};
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ4_K})
     for (int64_t m : kBf16Rows)
       for (auto [n, k] : kBf16Shapes)

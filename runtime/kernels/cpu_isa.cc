@@ -19,16 +19,17 @@ bool HasF16c() {
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
 }
 
-// AMX-TILE (CPUID.7.0:EDX bit 24) and AMX-BF16 (bit 22); the OS saves the
+// AMX-TILE (CPUID.7.0:EDX bit 24), AMX-BF16 (bit 22) and AMX-INT8 (bit 25); the OS saves the
 // tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA); and, on Linux, this
 // process may use it: the kernel leaves XTILEDATA off for a process until it
 // asks (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+), and a tile instruction
 // without that permission raises SIGILL. Asked once; the answer is
 // process-wide, so threads started before or after may all use the tiles.
-bool HasAmxBf16() {
+bool HasAmx() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-  if ((edx & (1u << 24)) == 0 || (edx & (1u << 22)) == 0) return false;
+  const unsigned kAmx = (1u << 22) | (1u << 24) | (1u << 25);
+  if ((edx & kAmx) != kAmx) return false;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & (1u << 27)) == 0) return false;  // OSXSAVE
   unsigned xcr0_lo = 0, xcr0_hi = 0;
   __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
@@ -58,8 +59,8 @@ const char* CpuIsaName(CpuIsa isa) {
       return "avx512_vnni";
     case CpuIsa::kAvx512Bf16:
       return "avx512_bf16";
-    case CpuIsa::kAmxBf16:
-      return "amx_bf16";
+    case CpuIsa::kAmx:
+      return "amx";
   }
   return "unknown";
 }
@@ -98,9 +99,9 @@ bool CpuIsaSupported(CpuIsa isa) {
 #else
       return false;
 #endif
-    case CpuIsa::kAmxBf16: {
+    case CpuIsa::kAmx: {
 #if defined(__x86_64__)
-      static const bool amx = CpuIsaSupported(CpuIsa::kAvx512Bf16) && HasAmxBf16();
+      static const bool amx = CpuIsaSupported(CpuIsa::kAvx512Bf16) && HasAmx();
       return amx;
 #else
       return false;
@@ -112,7 +113,7 @@ bool CpuIsaSupported(CpuIsa isa) {
 
 CpuIsa BestCpuIsa() {
   static const CpuIsa best = [] {
-    if (CpuIsaSupported(CpuIsa::kAmxBf16)) return CpuIsa::kAmxBf16;
+    if (CpuIsaSupported(CpuIsa::kAmx)) return CpuIsa::kAmx;
     if (CpuIsaSupported(CpuIsa::kAvx512Bf16)) return CpuIsa::kAvx512Bf16;
     if (CpuIsaSupported(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
     if (CpuIsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;

@@ -30,21 +30,21 @@ enum class CpuIsa {
   // it; its results are the other paths' bits (matmul.h's kBF16 chain is
   // vdpbf16ps's order).
   kAvx512Bf16 = 4,
-  // AVX512_BF16 tier + AMX-TILE + AMX-BF16 (Sapphire Rapids and later), with
-  // the OS's permission for the tile state (Linux: arch_prctl
-  // ARCH_REQ_XCOMP_PERM, asked once per process). Only the kBF16 matmul's
-  // prefill tiles (16 rows or more) have code of their own for it: TDPBF16PS
-  // on 16 x 16 tiles, with the pairs' elements stored swapped so that its
-  // even-element-first order is matmul.h's kBF16 chain (the other paths'
-  // bits, by Intel's definition of the instruction: emulated in CI, not yet
-  // measured on hardware).
-  kAmxBf16 = 5,
+  // AVX512_BF16 tier + AMX-TILE, AMX-BF16 and AMX-INT8 (Sapphire Rapids and
+  // later), with the OS's permission for the tile state (Linux: arch_prctl
+  // ARCH_REQ_XCOMP_PERM, asked once per process). The matmul's prefills of 16
+  // rows or more have code of their own for it: kBF16 on TDPBF16PS, with the
+  // pairs' elements stored swapped so that its even-element-first order is
+  // matmul.h's kBF16 chain, and kInt8 on q8_0 / q4_0 / q4_1 weights on
+  // TDPBSUD (exact integer sums). Both give the other paths' bits by Intel's
+  // definitions of the instructions: emulated in CI, not yet run on hardware.
+  kAmx = 5,
 };
 
 // True if `isa` is tier `tier` or above it.
 constexpr bool IsaAtLeast(CpuIsa isa, CpuIsa tier) { return isa >= tier; }
 
-// "scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx_bf16".
+// "scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx".
 const char* CpuIsaName(CpuIsa isa);
 
 // True if this CPU (and OS, for the AVX state) can run `isa`.

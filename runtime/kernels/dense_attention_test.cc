@@ -43,7 +43,7 @@ struct Case {
 };
 
 constexpr CpuIsa kIsas[] = {CpuIsa::kScalar,     CpuIsa::kAvx2,       CpuIsa::kAvx512,
-                            CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16, CpuIsa::kAmxBf16};
+                            CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16, CpuIsa::kAmx};
 
 DenseAttentionArgs Args(const std::vector<float>& q, const std::vector<float>& k,
                         const std::vector<float>& v, std::vector<float>* out, int64_t stride,

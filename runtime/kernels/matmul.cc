@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/kernels/amx.h"
 #include "runtime/kernels/packed_simd.h"
 #include "runtime/kernels/simd.h"
 
@@ -817,7 +818,7 @@ XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int
 }
 
 // ------------------------------------------------------------- AMX BF16 --
-// kBF16 prefill on AMX (the amx_bf16 tier, kAmxMinRows rows or more): one call
+// kBF16 prefill on AMX (the amx tier, kAmxMinRows rows or more): one call
 // runs up to 32 rows x one panel over a k-block as 2 x 2 tiles of 16 x 16
 // sums. TDPBF16PS takes 16 k-pairs per step: A's row tile is packed per chunk
 // of 16 pairs as a 16- or 32-row tile of 64-byte rows (PackRowTilesAmx), the
@@ -830,46 +831,22 @@ XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int
 // by vdpbf16ps on the stored sums (pairs unswapped in registers): padding it
 // with zero pairs would turn a final -0 sum into +0.
 
-// Palette 1 with tiles 0-7 all 16 rows x 64 bytes. Tiles 0-3: C, rows 16h and
-// columns 16b of the call in tile 2h + b; 4 + h: A's rows 16h; 6 + b: B's
-// columns 16b.
-struct alignas(64) AmxTileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-static_assert(sizeof(AmxTileConfig) == 64);
-
-XRT_TARGET_AMX_BF16 void ConfigureAmxTiles() {
-  static const AmxTileConfig config;
-  _tile_loadconfig(&config);
+// Tiles 0-7 all 16 rows x 64 bytes. Tiles 0-3: C, rows 16h and columns 16b
+// of the call in tile 2h + b; 4 + h: A's rows 16h; 6 + b: B's columns 16b.
+const AmxTileConfig& AmxBf16Config() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    for (int t = 0; t < 8; ++t) c.Tile(t, 16, 64);
+    return c;
+  }();
+  return config;
 }
-XRT_TARGET_AMX_BF16 void ReleaseAmxTiles() { _tile_release(); }
-
-// While alive, this thread's tiles are configured (AmxTileConfig); released
-// after, so the OS need not save the tile state on a switch.
-class AmxTileScope {
- public:
-  explicit AmxTileScope(bool on) : on_(on) {
-    if (on_) ConfigureAmxTiles();
-  }
-  ~AmxTileScope() {
-    if (on_) ReleaseAmxTiles();
-  }
-  AmxTileScope(const AmxTileScope&) = delete;
-  AmxTileScope& operator=(const AmxTileScope&) = delete;
-
- private:
-  bool on_;
-};
 
 // One call of the AMX kernel on t.rows (<= 16 * H) rows: t.a is the row
 // tile's first chunk of this k-block ([chunk][16 * H][16] dwords), t.panel the
 // decoded pairs ([t.k / 2][32] dwords), t.partial [16 * H][32] running sums.
 template <int H>
-XRT_TARGET_AMX_BF16 void TileAmxBf16(const TileArgs& t) {
+XRT_TARGET_AMX void TileAmxBf16(const TileArgs& t) {
   static_assert(H == 1 || H == 2);
   // The tile instructions are asm statements that do not name the memory
   // they read: A and the block, written just before, must be in memory.
@@ -2102,7 +2079,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   // kBF16 on vdpbf16ps: A and the decoded blocks as bf16 pairs; on AMX for
   // kAmxMinRows rows or more (TileAmxBf16: A in tiles, every format decoded).
   const bool pairs = bf16 && IsaAtLeast(isa, CpuIsa::kAvx512Bf16);
-  const bool amx = pairs && IsaAtLeast(isa, CpuIsa::kAmxBf16) && args.m >= kAmxMinRows;
+  const bool amx = pairs && IsaAtLeast(isa, CpuIsa::kAmx) && args.m >= kAmxMinRows;
   const IsaKernels& kern = KernelsFor(isa, pairs);
   // The weights through the decoded block: packed formats, and f32 rounded.
   const DequantFn dequant =
@@ -2163,7 +2140,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   auto run_units = [&](int64_t u0, int64_t u1) {
     const FlushToZeroScope ftz(bf16);
 #if defined(__x86_64__)
-    const AmxTileScope tiles(amx);
+    const AmxTileScope tiles(amx ? &AmxBf16Config() : nullptr);
 #endif
     TileArgs t;
     t.ldc = args.ldc;

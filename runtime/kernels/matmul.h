@@ -50,7 +50,7 @@
 // On the avx512_bf16 tier (cpu_isa.h) kBF16's tiles run on vdpbf16ps, a
 // k-pair per instruction, with A and the decoded panel blocks packed as bf16
 // pairs; the fused decode kernel (bandwidth bound) keeps its fma chain in the
-// same order. On the amx_bf16 tier, 16 rows or more run on AMX: TDPBF16PS
+// same order. On the amx tier, 16 rows or more run on AMX: TDPBF16PS
 // sums 16 k-pairs per step into 16 x 16 tiles, taking a pair's even element
 // first, so A and the panel blocks are packed with each pair's elements
 // swapped and the odd one's product still comes first; a last group of

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/kernels/amx.h"
 #include "runtime/kernels/packed_simd.h"
 #include "runtime/kernels/simd.h"
 
@@ -25,6 +26,7 @@ constexpr int kSumRows = 16;  // k-values per entry of sum16
 // the group formats for up to kVnniGroupRows, GroupRowsFor).
 constexpr int64_t kGroupRows = 4;
 constexpr int64_t kVnniGroupRows = 6;
+constexpr int kAmxInt8Rows = 16;  // rows per work unit on AMX (PanelRowsAmx)
 
 // Step 1's scale for a block of n values whose largest magnitude is amax
 // (`finite`: no inf or NaN among them): *d, and *id = 127 / amax to multiply
@@ -155,7 +157,8 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
 }
 
 // Bytes per weight quad (4 k-rows x 32 columns) of a decoded panel, and a
-// panel's (DecodeQuadPanelAvx2, DecodeQ8PanelAvx2, DecodeQ8PanelAvx512Vnni).
+// panel's (DecodeQuadPanelAvx2, DecodeQ8PanelAvx2, DecodeQ8PanelAvx512Vnni,
+// DecodeQuadPanelAvx512Vnni).
 constexpr int64_t kDecodedQuadBytes = 128;
 constexpr int64_t DecodedPanelBytes(int64_t k) { return k / 4 * kDecodedQuadBytes; }
 
@@ -634,7 +637,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 //
 // kDecoded: `blk` is the group's or super-block's quads in the thread's
 // decoded panel (DecodeQ8PanelAvx512Vnni, already offset;
-// DecodeKQuadPanelAvx512Vnni), two loads per quad.
+// DecodeQuadPanelAvx512Vnni), two loads per quad.
 template <WeightFormat F, int R, int Q, bool kDecoded = false>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
@@ -677,18 +680,34 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
   }
 }
 
-// A K-quant panel's quads (WeightQuads: unsigned 0-63 bytes) formed once for
+// q8_0's weights offset by 128 (AddQuadDots, DecodeQ8PanelAvx512Vnni): 128
+// times each row's quant sum over group b off its dot products.
+template <int R>
+XRT_TARGET_AVX512 inline void SubtractQ8Offset(const QuantRows<R>& rows, int64_t b,
+                                               __m512i (&dot)[R][2]) {
+  static_assert(kQuantGroup == 2 * kSumRows);
+  for (int i = 0; i < R; ++i) {
+    const int32_t* s16 = rows.sum16[i] + b * (kQuantGroup / kSumRows);
+    const __m512i excess = _mm512_set1_epi32(128 * (s16[0] + s16[1]));
+    for (int h = 0; h < 2; ++h) dot[i][h] = _mm512_sub_epi32(dot[i][h], excess);
+  }
+}
+
+// A panel's quads as WeightQuads makes them (unsigned bytes: the K-quants'
+// 0-63 with their high bits merged, the q4 groups' nibbles) formed once for
 // all its row groups (DecodeFnFor): merging q5_k's and q6_k's high bits takes
-// 4-8 vector operations per quad, in every row group otherwise.
+// 4-8 vector operations per quad, in every row group otherwise; AMX's tiles
+// (PanelRowsAmx) read whole bytes.
 template <WeightFormat F>
-XRT_TARGET_AVX512_VNNI void DecodeKQuadPanelAvx512Vnni(const uint8_t* panel, int64_t k,
-                                                       uint8_t* dst) {
-  constexpr int64_t kBytes = SuperBlockBytes(F);
-  for (int64_t b = 0; b < k / kSuperBlock; ++b) {
-    for (int kq = 0; kq < kSuperBlock / 4; ++kq) {
+XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int64_t k,
+                                                      uint8_t* dst) {
+  constexpr int64_t kBlock = IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
+  constexpr int64_t kBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    for (int kq = 0; kq < kBlock / 4; ++kq) {
       __m512i lo, hi;
       WeightQuads<F>(panel + b * kBytes, kq, &lo, &hi);
-      uint8_t* out = dst + (b * (kSuperBlock / 4) + kq) * kDecodedQuadBytes;
+      uint8_t* out = dst + (b * (kBlock / 4) + kq) * kDecodedQuadBytes;
       _mm512_store_si512(out, lo);
       _mm512_store_si512(out + 64, hi);
     }
@@ -805,15 +824,7 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
       } else {
         AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
       }
-      if constexpr (F == WeightFormat::kQ8_0) {
-        // AddQuadDots' weights offset by 128: 128 times the group's quant sum off.
-        static_assert(kQuantGroup == 2 * kSumRows);
-        for (int i = 0; i < R; ++i) {
-          const int32_t* s16 = rows.sum16[i] + b * (kQuantGroup / kSumRows);
-          const __m512i excess = _mm512_set1_epi32(128 * (s16[0] + s16[1]));
-          for (int h = 0; h < 2; ++h) dot[i][h] = _mm512_sub_epi32(dot[i][h], excess);
-        }
-      }
+      if constexpr (F == WeightFormat::kQ8_0) SubtractQ8Offset<R>(rows, b, dot);
       AddGroup<F, R>(grp, rows, b, dot, acc);
     }
   }
@@ -1481,7 +1492,7 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // -> 111; q4_1 at k = 576, M = 128: 88 -> 91; q8_0 at k = 2048, M = 8:
 // ~15% slower, M = 128: +2-3%).
 //
-// On AVX512_VNNI (DecodeQ8PanelAvx512Vnni, DecodeKQuadPanelAvx512Vnni), 2
+// On AVX512_VNNI (DecodeQ8PanelAvx512Vnni, DecodeQuadPanelAvx512Vnni), 2
 // threads, 2048 x 2048 and 8192 x 2048 (q8_0 also 576 x 1536 and 1536 x 576),
 // row groups of 6 rows (q8_0) or 4 (K-quants): q8_0 from 5 groups (3 lose
 // 10-25%, 4 are mixed, 5 win 0-40%, 22 win 15-20%); q6_k from 5 (4 lose 20%,
@@ -1512,9 +1523,9 @@ DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
       case WeightFormat::kQ8_0:
         return &DecodeQ8PanelAvx512Vnni;
       case WeightFormat::kQ5_K:
-        return &DecodeKQuadPanelAvx512Vnni<WeightFormat::kQ5_K>;
+        return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ5_K>;
       case WeightFormat::kQ6_K:
-        return &DecodeKQuadPanelAvx512Vnni<WeightFormat::kQ6_K>;
+        return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ6_K>;
       default:
         return nullptr;
     }
@@ -1534,6 +1545,125 @@ DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
       return &DecodeQuadPanelAvx2<WeightFormat::kQ6_K>;
     default:
       return nullptr;
+  }
+}
+
+// ---------------------------------------------------------------- AMX-INT8 --
+// kInt8 prefill on AMX (the amx tier, kAmxInt8Rows rows or more) for the
+// formats with 32-value groups (AmxInt8Applies). Per 16-row group and panel,
+// per group b of K: TDPBSUD sums the rows' signed activation quants (one tile
+// of 16 rows x 32 bytes, straight from the quantized rows) against the
+// panel's unsigned quads (the thread's decoded panel: q8_0 offset by 128 as
+// for vpdpbusd, the q4 nibbles as bytes) into two 16 x 16 tiles of exact
+// int32 sums; AddGroup then scales them into the f32 sums as every path
+// does, so the results are the same bits.
+
+bool AmxInt8Applies(WeightFormat f) {
+  return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
+}
+
+// Tiles 0, 1: the int32 sums of columns 0-15, 16-31; 4: the rows' quants of
+// a group; 6, 7: the group's 8 quads of columns 0-15, 16-31.
+const AmxTileConfig& AmxInt8Config() {
+  static const AmxTileConfig config =
+      AmxTileConfig().Tile(0, 16, 64).Tile(1, 16, 64).Tile(4, 16, 32).Tile(6, 8, 64).Tile(7, 8, 64);
+  return config;
+}
+
+// Rows r0 .. r0 + R - 1 of a 16-row group (at i0): with `grp`, group b's
+// int32 sums (dots, [16][kPackNR]) scaled into the f32 sums (acc, the same
+// shape); without, the f32 sums stored into C.
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512 void AmxInt8Rows(const Int8Problem& p, const uint8_t* grp, int64_t b,
+                                   int64_t col0, int64_t i0, int r0, const int32_t* dots,
+                                   float* acc) {
+  __m512 sums[R][2];
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < 2; ++h) sums[i][h] = _mm512_load_ps(acc + (r0 + i) * kPackNR + 16 * h);
+  if (!grp) {
+    StoreRowsAvx512<R>(p, col0, i0 + r0, sums);
+    return;
+  }
+  const QuantRows<R> rows = QuantRowsAt<R>(p, i0 + r0);
+  __m512i dot[R][2];
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < 2; ++h) dot[i][h] = _mm512_load_si512(dots + (r0 + i) * kPackNR + 16 * h);
+  if constexpr (F == WeightFormat::kQ8_0) SubtractQ8Offset<R>(rows, b, dot);
+  AddGroup<F, R>(grp, rows, b, dot, sums);
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < 2; ++h) _mm512_store_ps(acc + (r0 + i) * kPackNR + 16 * h, sums[i][h]);
+}
+
+// AmxInt8Rows over the group's `rows` rows, four at a time.
+template <WeightFormat F>
+XRT_TARGET_AVX512 void AmxInt8AllRows(const Int8Problem& p, const uint8_t* grp, int64_t b,
+                                      int64_t col0, int64_t i0, int rows, const int32_t* dots,
+                                      float* acc) {
+  for (int r = 0; r < rows; r += 4) {
+    switch (std::min(4, rows - r)) {
+      case 1:
+        AmxInt8Rows<F, 1>(p, grp, b, col0, i0, r, dots, acc);
+        break;
+      case 2:
+        AmxInt8Rows<F, 2>(p, grp, b, col0, i0, r, dots, acc);
+        break;
+      case 3:
+        AmxInt8Rows<F, 3>(p, grp, b, col0, i0, r, dots, acc);
+        break;
+      default:
+        AmxInt8Rows<F, 4>(p, grp, b, col0, i0, r, dots, acc);
+    }
+  }
+}
+
+// Rows i0 .. min(m, i0 + 16) - 1 of one panel over the whole of K. p.q holds
+// zero rows up to a multiple of 16 past m (the last group's tile loads them).
+template <WeightFormat F>
+XRT_TARGET_AMX void PanelRowsAmx(const Int8Problem& p, const uint8_t* panel, int64_t col0,
+                                 int64_t i0) {
+  // The tile instructions are asm statements that do not name the memory
+  // they read: the quantized rows and the decoded panel must be in memory.
+  __asm__ volatile("" ::: "memory");
+  const int64_t k = p.args->k;
+  const int rows = static_cast<int>(std::min<int64_t>(kAmxInt8Rows, p.args->m - i0));
+  alignas(64) int32_t dots[kAmxInt8Rows * kPackNR];
+  alignas(64) float acc[kAmxInt8Rows * kPackNR] = {};
+  constexpr long kRowBytes = kPackNR * 4;
+  for (int64_t b = 0; b < k / kQuantGroup; ++b) {
+    const uint8_t* quads = p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_loadd(4, p.q + i0 * k + b * kQuantGroup, k);
+    _tile_loadd(6, quads, kDecodedQuadBytes);
+    _tile_loadd(7, quads + 64, kDecodedQuadBytes);
+    _tile_dpbsud(0, 4, 6);
+    _tile_dpbsud(1, 4, 7);
+    _tile_stored(0, dots, kRowBytes);
+    _tile_stored(1, dots + 16, kRowBytes);
+    AmxInt8AllRows<F>(p, panel + b * QuantGroupBytes(F), b, col0, i0, rows, dots, acc);
+  }
+  AmxInt8AllRows<F>(p, nullptr, 0, col0, i0, rows, dots, acc);
+}
+
+// The panel kernel and decoder of an AmxInt8Applies format.
+PanelFn AmxInt8PanelFn(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kQ8_0:
+      return &PanelRowsAmx<WeightFormat::kQ8_0>;
+    case WeightFormat::kQ4_0:
+      return &PanelRowsAmx<WeightFormat::kQ4_0>;
+    default:
+      return &PanelRowsAmx<WeightFormat::kQ4_1>;
+  }
+}
+DecodeFn AmxInt8DecodeFn(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kQ8_0:
+      return &DecodeQ8PanelAvx512Vnni;
+    case WeightFormat::kQ4_0:
+      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_0>;
+    default:
+      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_1>;
   }
 }
 #endif  // __x86_64__
@@ -1591,8 +1721,16 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int64_t m = args.m, k = args.k;
   if (m <= 0 || args.n <= 0) return;
   const int block = Int8ActivationBlock(args.w_format);
+  // AMX-INT8 (PanelRowsAmx) for 16 rows or more of the group formats.
+  bool amx = false;
+#if defined(__x86_64__)
+  amx = IsaAtLeast(isa, CpuIsa::kAmx) && m >= kAmxInt8Rows && AmxInt8Applies(args.w_format);
+#endif
   thread_local QuantizedRows rows;
-  rows.q.resize(m * k);
+  // AMX: zero rows past m up to a whole 16-row tile.
+  const int64_t padded_m = amx ? (m + kAmxInt8Rows - 1) / kAmxInt8Rows * kAmxInt8Rows : m;
+  rows.q.resize(padded_m * k);
+  std::fill(rows.q.begin() + m * k, rows.q.begin() + padded_m * k, int8_t{0});
   rows.d.resize(m * (k / block));
   rows.sum16.resize(m * (k / kSumRows));
   const bool has_mins =
@@ -1626,12 +1764,13 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   // Units: (panel, group of up to group_rows rows), row groups fastest, so a
   // panel stays in cache while every row group reads it.
   const int64_t panels = (args.n + kPackNR - 1) / kPackNR;
-  const int64_t group_rows = GroupRowsFor(isa, args.w_format);
+  const int64_t group_rows = amx ? kAmxInt8Rows : GroupRowsFor(isa, args.w_format);
   const int64_t groups = (m + group_rows - 1) / group_rows;
 #if defined(__x86_64__)
   // AVX2, enough row blocks: each thread decodes a panel once (the nibble
   // formats' bytes, q8_0's dword quads) before running its row blocks on it.
-  const DecodeFn decode = groups >= DecodedPanelMinRowBlocks(isa, args.w_format)
+  const DecodeFn decode = amx ? AmxInt8DecodeFn(args.w_format)
+                          : groups >= DecodedPanelMinRowBlocks(isa, args.w_format)
                               ? DecodeFnFor(isa, args.w_format)
                               : nullptr;
 #endif
@@ -1639,6 +1778,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
 #if defined(__x86_64__)
     Int8Problem pt = p;
     int64_t decoded_panel = -1;
+    const AmxTileScope tiles(amx ? &AmxInt8Config() : nullptr);
 #endif
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t panel = u / groups, r0 = u % groups * group_rows;
@@ -1655,7 +1795,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           decoded_panel = panel;
         }
         const int rows = static_cast<int>(r1 - r0);
-        const PanelFn fn = IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
+        const PanelFn fn = amx ? AmxInt8PanelFn(args.w_format)
+                           : IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
                                ? PanelFnFor<Avx512VnniPanels>(args.w_format, rows)
                            : isa == CpuIsa::kAvx512 ? PanelFnFor<Avx512Panels>(args.w_format, rows)
                                                     : PanelFnFor<Avx2Panels>(args.w_format, rows);

@@ -34,7 +34,10 @@
 // Every integer sum is exact (bounded well inside int32 by the quant widths),
 // so the result depends only on row i of A, column j of W, bias and c_old:
 // bit-identical whatever M, the row's position, the thread count and the ISA
-// path (the portable, AVX2 and AVX-512 code compute the same values).
+// path (the portable, AVX2, AVX-512, AVX512_VNNI and AMX code compute the
+// same values; AMX-INT8 runs prefills of 16 rows or more on q8_0 / q4_0 /
+// q4_1, by Intel's definition of TDPBSUD: emulated in CI, not yet run on an
+// AMX machine).
 //
 // Memory: the calling thread keeps A's quantized rows (about M * K bytes plus
 // sums) in a thread-local buffer reused across calls; on AVX2, with many

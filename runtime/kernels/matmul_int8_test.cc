@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "runtime/kernels/matmul.h"
+#if defined(XRT_SIMD_EMULATE)
+#include "runtime/kernels/simd.h"  // the emulated AMX instructions
+#endif
 #include "runtime/kernels/test_util.h"
 
 namespace xrt {
@@ -285,7 +288,8 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
         // format's panels once (DecodedPanelMinRowBlocks); 5 to 29: only
         // q5_k's and q6_k's. On AVX512_VNNI, q8_0's are decoded at 29 and 67
         // (5 and 12 groups of 6 rows), q5_k's and q6_k's at 29 and 67 (8 and
-        // 17 groups of 4), none at 13.
+        // 17 groups of 4), none at 13. On AMX, 29 and 67 run q8_0 / q4_0 /
+        // q4_1 in 16-row tiles, the last one short.
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29, 67}) {
           const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
           for (CpuIsa isa : SupportedIsas()) {
@@ -314,7 +318,7 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
 TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
   ThreadPool pool(2);
   for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1}) {
-    const int64_t n = 40, k = 4 * kQuantGroup, m = 7;
+    const int64_t n = 40, k = 4 * kQuantGroup;
     std::vector<uint8_t> ggml = RandomGgmlRows(f, n, k, 3);
     const int64_t row_bytes = GgmlRowBytes(f, k), block_bytes = row_bytes / (k / kQuantGroup);
     const int64_t quants = f == WeightFormat::kQ4_1 ? 4 : 2;  // bytes before the quants
@@ -330,15 +334,19 @@ TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
     PackWeightsFromBlocks(f, ggml.data(), n, k, row_bytes, w.packed.data());
     for (int64_t r = 0; r < n; ++r)
       w.rows.push_back(DecodeGgmlRow(f, ggml.data() + r * row_bytes, k));
-    std::vector<float> a(m * (k + 5), 1e30f);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t kk = 0; kk < k; ++kk)
-        a[i * (k + 5) + kk] = (i + kk / kQuantGroup) % 2 ? 3.0f : -3.0f;
-    for (CpuIsa isa : SupportedIsas()) {
-      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, p, isa);
-        ExpectMatchesReference(f, a, m, n, k, w, {}, false, c,
-                               std::string(WeightFormatName(f)) + " " + CpuIsaName(isa));
+    // 7 rows: one group of every path; 21: AMX's 16-row groups too.
+    for (int64_t m : {7, 21}) {
+      std::vector<float> a(m * (k + 5), 1e30f);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t kk = 0; kk < k; ++kk)
+          a[i * (k + 5) + kk] = (i + kk / kQuantGroup) % 2 ? 3.0f : -3.0f;
+      for (CpuIsa isa : SupportedIsas()) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, p, isa);
+          ExpectMatchesReference(
+              f, a, m, n, k, w, {}, false, c,
+              std::string(WeightFormatName(f)) + " " + CpuIsaName(isa) + " m=" + std::to_string(m));
+        }
       }
     }
   }
@@ -422,6 +430,41 @@ TEST(MatmulInt8Test, CloseToF32OnTheSameWeight) {
     std::printf("%s: worst |int8 - f32| / bound = %.3f\n", WeightFormatName(f), worst);
   }
 }
+
+#if defined(XRT_SIMD_EMULATE)
+// The emulated TDPBSUD (simd_emulate.h), which the amx tier's int8 tests run
+// on, against Intel's definition: a's bytes signed, b's unsigned, four
+// products per dword summed into the int32 of c, tiles loaded by rows of
+// `stride` bytes.
+TEST(EmulatedAmxTest, TdpbsudMultipliesSignedByUnsignedBytes) {
+  alignas(64) uint8_t config[64] = {1};
+  for (int t = 0; t < 3; ++t) {
+    const uint16_t colsb = 8;  // C: 2 int32; A: 2 dwords; B: 2 dwords
+    std::memcpy(config + 16 + 2 * t, &colsb, 2);
+    config[48 + t] = 2;  // C, A: 2 rows; B: 2 rows (dwords of A)
+  }
+  _tile_loadconfig(config);
+  const int32_t c_in[2][2] = {{1000, 0}, {0, -7}};
+  // A rows 12 bytes apart (8 read); B rows 8 apart.
+  const int8_t a[2][12] = {{-1, 2, -128, 127, 0, 0, 0, 1, 99, 99, 99, 99},
+                           {1, 1, 1, 1, -1, -1, -1, -1, 99, 99, 99, 99}};
+  const uint8_t b[2][8] = {{255, 3, 1, 2, 1, 1, 1, 1}, {0, 0, 0, 200, 255, 255, 255, 255}};
+  _tile_loadd(0, c_in, 8);
+  _tile_loadd(1, a, 12);
+  _tile_loadd(2, b, 8);
+  _tile_dpbsud(0, 1, 2);
+  int32_t c[2][2];
+  _tile_stored(0, c, 8);
+  _tile_release();
+  // Row 0: 1000 + (-255 + 6 - 128 + 254) + (0 + 0 + 0 + 200) = 1077;
+  // column 1: (-1 + 2 - 128 + 127) + 255 = 255.
+  EXPECT_EQ(c[0][0], 1077);
+  EXPECT_EQ(c[0][1], 255);
+  // Row 1: (255 + 3 + 1 + 2) - 200 = 61; column 1: -7 + 4 - 1020 = -1023.
+  EXPECT_EQ(c[1][0], 61);
+  EXPECT_EQ(c[1][1], -1023);
+}
+#endif
 
 }  // namespace
 }  // namespace xrt

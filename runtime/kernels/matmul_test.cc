@@ -671,7 +671,7 @@ TEST(MatmulBf16Test, LeavesEveryThreadsMxcsrAsItWas) {
 
 #if defined(XRT_SIMD_EMULATE)
 // The emulated TDPBF16PS (simd_emulate.h) against Intel's definition on
-// hand-picked values, since the amx_bf16 tier's tests run on it: per C
+// hand-picked values, since the amx tier's tests run on it: per C
 // element, a pair's low element first, the k-pairs in order, tiles loaded by
 // rows of `stride` bytes; tiny results flushed, bf16 denormals read as zero.
 TEST(EmulatedAmxTest, Tdpbf16psTakesEachPairsLowElementFirst) {

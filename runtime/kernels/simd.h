@@ -30,7 +30,7 @@
 #define XRT_TARGET_AVX512
 #define XRT_TARGET_AVX512_VNNI
 #define XRT_TARGET_AVX512_BF16
-#define XRT_TARGET_AMX_BF16
+#define XRT_TARGET_AMX
 #define XRT_KEEP_IN_REGISTER(v) ((void)0)
 #define XRT_OPAQUE_POINTER(p) ((void)0)
 #else
@@ -41,10 +41,10 @@
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx2,fma")))
 #define XRT_TARGET_AVX512_BF16 \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx512bf16,avx2,fma")))
-#define XRT_TARGET_AMX_BF16                                                       \
+#define XRT_TARGET_AMX                                                            \
   __attribute__((                                                                 \
       target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx512bf16,avx2,fma," \
-             "amx-tile,amx-bf16")))
+             "amx-tile,amx-bf16,amx-int8")))
 // An empty asm that claims to read and rewrite vector `v` in its register:
 // the compiler must materialize v here and cannot move arithmetic across it.
 // Used where GCC would reassociate a chain of integer adds into a tree that

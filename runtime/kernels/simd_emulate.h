@@ -311,7 +311,7 @@ inline void _mm256_maskstore_ps(float* p, __m256i mask, __m256 a) {
   xrt_simd_emulate::MaskedStoreF32(p, _mm256_movemask_ps(_mm256_castsi256_ps(mask)), a);
 }
 
-// AMX (XRT_TARGET_AMX_BF16 code): the tile configuration and the eight tile
+// AMX (XRT_TARGET_AMX code): the tile configuration and the eight tile
 // registers of this thread, and the instructions the kernels use, as Intel's
 // SDM defines them (palette 1: tiles of up to 16 rows of up to 64 bytes). An
 // instruction that would fault on hardware (no configuration, a shape the
@@ -332,6 +332,16 @@ inline void AmxCheck(bool ok) {
 }
 inline void AmxCheckTile(int t) {
   AmxCheck(Amx().configured && t >= 0 && t < 8 && Amx().rows[t] > 0);
+}
+// A dot product instruction's operands: c [M][N dwords] += a [M][K dwords] *
+// b [K][N dwords], three distinct configured tiles.
+inline void AmxCheckDot(int c, int a, int b) {
+  AmxCheckTile(c);
+  AmxCheckTile(a);
+  AmxCheckTile(b);
+  const AmxTiles& amx = Amx();
+  AmxCheck(amx.rows[a] == amx.rows[c] && amx.colsb[a] == 4 * amx.rows[b] &&
+           amx.colsb[b] == amx.colsb[c] && c != a && c != b && a != b);
 }
 }  // namespace xrt_simd_emulate
 
@@ -376,14 +386,34 @@ inline void _tile_stored(int t, void* base, long stride) {
 // a's row (a bf16 pair), the pair's even (low) element's step with row k of
 // b's dword n, then its odd (high) element's; inputs denormal as zero,
 // results flushed to zero, round to nearest even.
+// TDPBSUD c += a * b: per row m of c and int32 column n, for each dword k of
+// a's row, the four products of its signed bytes with the unsigned bytes of
+// row k of b's dword n, summed into c's int32 (wrapping, as the instruction
+// does; the kernels' sums never come near).
+inline void _tile_dpbsud(int c, int a, int b) {
+  using namespace xrt_simd_emulate;
+  AmxCheckDot(c, a, b);
+  auto& amx = Amx();
+  for (int m = 0; m < amx.rows[c]; ++m) {
+    for (int n = 0; n < amx.colsb[c] / 4; ++n) {
+      uint32_t sum;
+      std::memcpy(&sum, amx.data[c][m] + 4 * n, 4);
+      for (int k = 0; k < amx.colsb[a] / 4; ++k) {
+        for (int i = 0; i < 4; ++i) {
+          const int32_t x = static_cast<int8_t>(amx.data[a][m][4 * k + i]);
+          const int32_t y = amx.data[b][k][4 * n + i];
+          sum += static_cast<uint32_t>(x * y);
+        }
+      }
+      std::memcpy(amx.data[c][m] + 4 * n, &sum, 4);
+    }
+  }
+}
+
 inline void _tile_dpbf16ps(int c, int a, int b) {
   using namespace xrt_simd_emulate;
-  AmxCheckTile(c);
-  AmxCheckTile(a);
-  AmxCheckTile(b);
+  AmxCheckDot(c, a, b);
   auto& amx = Amx();
-  AmxCheck(amx.rows[a] == amx.rows[c] && amx.colsb[a] == 4 * amx.rows[b] &&
-           amx.colsb[b] == amx.colsb[c] && c != a && c != b && a != b);
   for (int m = 0; m < amx.rows[c]; ++m) {
     for (int n = 0; n < amx.colsb[c] / 4; ++n) {
       float sum;

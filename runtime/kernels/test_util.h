@@ -19,7 +19,7 @@ namespace testing {
 inline std::vector<CpuIsa> SupportedIsas() {
   std::vector<CpuIsa> isas;
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
-                     CpuIsa::kAvx512Bf16, CpuIsa::kAmxBf16}) {
+                     CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     if (CpuIsaSupported(isa)) isas.push_back(isa);
   }
   return isas;
