@@ -2048,9 +2048,8 @@ std::vector<float>& PartialBuffer() {
   return buffer;
 }
 
-}  // namespace
-
-void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
+// MatmulWithIsa, with kBF16's prefill tiles on AMX where `amx_bf16` allows.
+void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf16) {
   assert(CpuIsaSupported(isa));
   assert(args.m >= 0 && args.n >= 0 && args.k >= 0);
   assert(args.lda >= args.k || args.m <= 1);
@@ -2079,7 +2078,7 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   // kBF16 on vdpbf16ps: A and the decoded blocks as bf16 pairs; on AMX for
   // kAmxMinRows rows or more (TileAmxBf16: A in tiles, every format decoded).
   const bool pairs = bf16 && IsaAtLeast(isa, CpuIsa::kAvx512Bf16);
-  const bool amx = pairs && IsaAtLeast(isa, CpuIsa::kAmx) && args.m >= kAmxMinRows;
+  const bool amx = pairs && amx_bf16 && IsaAtLeast(isa, CpuIsa::kAmx) && args.m >= kAmxMinRows;
   const IsaKernels& kern = KernelsFor(isa, pairs);
   // The weights through the decoded block: packed formats, and f32 rounded.
   const DequantFn dequant =
@@ -2270,6 +2269,56 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   };
 
   ParallelForUnits(pool, units, run_units);
+}
+
+}  // namespace
+
+bool AmxBf16MatchesTheChain() {
+  static const bool matches = [] {
+    if (!CpuIsaSupported(CpuIsa::kAmx)) return false;
+    // 16 rows x 32 columns over 6 chunks of 16 k-pairs (no vdpbf16ps tail):
+    // values of both signs over 2^-8 .. 2^8, where a pair's two products
+    // round differently in either order; every fourth row scaled by 2^-120
+    // so that operands, products and sums fall around 2^-126 (subnormal
+    // operands read as zeros, tiny results flush); row 5 by 2^-130.
+    constexpr int64_t m = 16, n = 32, k = 192;
+    std::vector<float> a(m * k), w(n * k), packed(PackedWeightFloats(n, k)), want(m * n),
+        got(m * n);
+    uint32_t state = 12345;
+    const auto next = [&state] {
+      state = state * 1664525u + 1013904223u;
+      const int sign = (state >> 31) ? -1 : 1;
+      const int exponent = static_cast<int>(state >> 8 & 15) - 8;
+      return sign * std::ldexp(1.0f + static_cast<float>(state & 0xff) / 256.0f, exponent);
+    };
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t kk = 0; kk < k; ++kk) a[i * k + kk] = std::ldexp(next(), i % 4 == 3 ? -120 : 0);
+    for (int64_t kk = 0; kk < k; ++kk) a[5 * k + kk] = std::ldexp(next(), -130);
+    for (float& x : w) x = next();
+    PackWeights(w.data(), n, k, packed.data());
+    MatmulArgs args;
+    args.a = a.data();
+    args.lda = k;
+    args.packed_w = packed.data();
+    args.ldc = n;
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.compute = ComputeType::kBF16;
+    args.c = want.data();
+    MatmulOn(args, nullptr, CpuIsa::kScalar, false);
+    args.c = got.data();
+    MatmulOn(args, nullptr, CpuIsa::kAmx, true);
+    return std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
+  }();
+  return matches;
+}
+
+void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
+  // The probe runs only where AMX would: kBF16 prefills on the amx tier.
+  const bool amx_bf16 = args.compute == ComputeType::kBF16 && IsaAtLeast(isa, CpuIsa::kAmx) &&
+                        args.m >= kAmxMinRows && AmxBf16MatchesTheChain();
+  MatmulOn(args, pool, isa, amx_bf16);
 }
 
 void Matmul(const MatmulArgs& args, ThreadPool* pool) { MatmulWithIsa(args, pool, BestCpuIsa()); }

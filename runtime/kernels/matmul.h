@@ -56,7 +56,8 @@
 // swapped and the odd one's product still comes first; a last group of
 // fewer than 16 pairs runs on vdpbf16ps. Those are the chain's bits by
 // Intel's definition of TDPBF16PS (emulated lane by lane in the *_emulated
-// tests); no AMX machine has run them yet.
+// tests; checked once per process on hardware, AmxBf16MatchesTheChain); no
+// AMX machine has run them yet.
 // On CPUs without bf16 units kBF16 is slower than kF32 (the operands are
 // rounded in registers): there it exists for its numerics contract.
 // kInt8 is llama.cpp's arithmetic on the formats with integer quants (q8_0, q4_0,
@@ -172,5 +173,14 @@ constexpr int kGemvMaxRows = 4;
 // Same on an explicit ISA path, which must satisfy CpuIsaSupported(isa).
 // For tests and benchmarks.
 void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa);
+
+// True if this CPU's AMX TDPBF16PS sums as the kBF16 chain above: checked
+// once, by a probe matmul whose values tell the two orders of a pair and the
+// flushes apart, against the scalar path. That TDPBF16PS takes a pair's even
+// element first and rounds each step is Intel's documentation; no AMX
+// machine has run these kernels yet. Where the probe differs, kBF16 stays on
+// the avx512_bf16 tiles (the same bits, slower) and this is false; false
+// also on CPUs without the amx tier.
+bool AmxBf16MatchesTheChain();
 
 }  // namespace xrt

@@ -669,6 +669,14 @@ TEST(MatmulBf16Test, LeavesEveryThreadsMxcsrAsItWas) {
 }
 #endif
 
+// The once-per-process probe that lets kBF16 run on AMX: true wherever the
+// amx tier runs (the emulated tests' tier too, where a TDPBF16PS that took a
+// pair's odd element first would make it false), false elsewhere. On an AMX
+// machine, false means the hardware does not sum as Intel's definition says.
+TEST(MatmulBf16Test, AmxProbeMatchesTheChainWhereverAmxRuns) {
+  EXPECT_EQ(AmxBf16MatchesTheChain(), CpuIsaSupported(CpuIsa::kAmx));
+}
+
 #if defined(XRT_SIMD_EMULATE)
 // The emulated TDPBF16PS (simd_emulate.h) against Intel's definition on
 // hand-picked values, since the amx tier's tests run on it: per C
