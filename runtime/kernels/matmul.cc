@@ -597,13 +597,13 @@ XRT_TARGET_AVX512_BF16 inline __m512i Bf16Pairs(__m512 even, __m512 odd) {
   return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), Bf16Words(even, odd));
 }
 
+// Each dword's two bf16 halves swapped: pairs from one order to the other.
+XRT_TARGET_AVX512 inline __m512i SwapPairHalves(__m512i x) { return _mm512_rol_epi32(x, 16); }
+
 // Bf16Pairs in the order of the unit that sums them: vdpbf16ps takes a pair's
 // high element first, so it gets (even, odd); AMX's TDPBF16PS takes the low
 // one first, so it gets them swapped (kOddLow). Either way the odd element's
 // product is added first, as matmul.h's kBF16 chain has it.
-// Each dword's two bf16 halves swapped: pairs from one order to the other.
-XRT_TARGET_AVX512 inline __m512i SwapPairHalves(__m512i x) { return _mm512_rol_epi32(x, 16); }
-
 template <bool kOddLow>
 XRT_TARGET_AVX512_BF16 inline __m512i Bf16PairsFor(__m512 even, __m512 odd) {
   return kOddLow ? Bf16Pairs(odd, even) : Bf16Pairs(even, odd);
@@ -666,7 +666,8 @@ XRT_TARGET_AVX512 void Bf16ChainOrderAvx512(float* x, int64_t rows) {
 
 // The decoded block's k-rows [0, rows) (rows even) as TileAvx512Bf16's bf16
 // pairs, in place: dword j of pair-row p is the bf16 operands of rows 2p
-// (low half) and 2p + 1 (high half) of column j.
+// (low half) and 2p + 1 (high half) of column j, or (kOddLow, for AMX) the
+// other way round.
 template <bool kOddLow>
 XRT_TARGET_AVX512_BF16 void Bf16PairsAvx512(float* x, int64_t rows) {
   for (int64_t r = 0; r < rows; r += 2) {
@@ -1145,8 +1146,8 @@ XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, 
 // (kOddLow), out[ceil(rows / 2)][kPackNR] dwords; an odd `rows`' last row
 // pairs with a zero (kBF16's pad).
 template <WeightFormat F>
-XRT_TARGET_AVX512_BF16 void DecodePairsAmx16Or32(const uint8_t* panel, int64_t k0, int64_t rows,
-                                                 float* out) {
+XRT_TARGET_AVX512_BF16 void DecodeFloatPairsAmx(const uint8_t* panel, int64_t k0, int64_t rows,
+                                                float* out) {
   if constexpr (F == WeightFormat::kF16) {
     DequantRowsAvx512<F>(panel, k0, rows, out);
     if (rows % 2 == 1) std::fill_n(out + rows * kPackNR, kPackNR, 0.0f);
@@ -1186,11 +1187,11 @@ DecodePairsFn DecodePairsFor(WeightFormat f, bool amx) {
       return amx ? &DecodePairsAvx512<WeightFormat::kQ6_K, true>
                  : &DecodePairsAvx512<WeightFormat::kQ6_K, false>;
     case WeightFormat::kF32:
-      return amx ? &DecodePairsAmx16Or32<WeightFormat::kF32> : nullptr;
+      return amx ? &DecodeFloatPairsAmx<WeightFormat::kF32> : nullptr;
     case WeightFormat::kF16:
-      return amx ? &DecodePairsAmx16Or32<WeightFormat::kF16> : nullptr;
+      return amx ? &DecodeFloatPairsAmx<WeightFormat::kF16> : nullptr;
     case WeightFormat::kBF16:
-      return amx ? &DecodePairsAmx16Or32<WeightFormat::kBF16> : nullptr;
+      return amx ? &DecodeFloatPairsAmx<WeightFormat::kBF16> : nullptr;
   }
   return nullptr;
 }
