@@ -157,8 +157,7 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
 }
 
 // Bytes per weight quad (4 k-rows x 32 columns) of a decoded panel, and a
-// panel's (DecodeQuadPanelAvx2, DecodeQ8PanelAvx2, DecodeQ8PanelAvx512Vnni,
-// DecodeQuadPanelAvx512Vnni).
+// panel's (DecodeQuadPanelAvx2, DecodeQ8PanelAvx2, DecodeQuadPanelAvx512Vnni).
 constexpr int64_t kDecodedQuadBytes = 128;
 constexpr int64_t DecodedPanelBytes(int64_t k) { return k / 4 * kDecodedQuadBytes; }
 
@@ -636,8 +635,8 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // moves per quad, two masked subtractions per row and quad).
 //
 // kDecoded: `blk` is the group's or super-block's quads in the thread's
-// decoded panel (DecodeQ8PanelAvx512Vnni, already offset;
-// DecodeQuadPanelAvx512Vnni), two loads per quad.
+// decoded panel (DecodeQuadPanelAvx512Vnni; q8_0's already offset), two
+// loads per quad.
 template <WeightFormat F, int R, int Q, bool kDecoded = false>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
@@ -680,7 +679,7 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
   }
 }
 
-// q8_0's weights offset by 128 (AddQuadDots, DecodeQ8PanelAvx512Vnni): 128
+// q8_0's weights offset by 128 (AddQuadDots, DecodeQuadPanelAvx512Vnni): 128
 // times each row's quant sum over group b off its dot products.
 template <int R>
 XRT_TARGET_AVX512 inline void SubtractQ8Offset(const QuantRows<R>& rows, int64_t b,
@@ -693,42 +692,31 @@ XRT_TARGET_AVX512 inline void SubtractQ8Offset(const QuantRows<R>& rows, int64_t
   }
 }
 
-// A panel's quads as WeightQuads makes them (unsigned bytes: the K-quants'
-// 0-63 with their high bits merged, the q4 groups' nibbles) formed once for
-// all its row groups (DecodeFnFor): merging q5_k's and q6_k's high bits takes
-// 4-8 vector operations per quad, in every row group otherwise; AMX's tiles
-// (PanelRowsAmx) read whole bytes.
+// A panel's quads formed once for all its row groups (DecodeFnFor), quad q at
+// dst + 128 q (columns 0-15, then 16-31): WeightQuads' unsigned bytes (the
+// K-quants' 0-63 with their high bits merged, the q4 groups' nibbles), and
+// q8_0's signed ones offset by 128 as AddQuadDots wants them. It takes the
+// decoding out of every row group's loop: for q8_0 two cross-lane permutes,
+// two byte shuffles and two vpxord per quad (M = 128, 2048 x 2048, 2 threads:
+// 1.16-1.23 -> 1.36-1.41 TOP/s), for q5_k and q6_k the 4-8 operations that
+// merge the high bits; AMX's tiles (PanelRowsAmx) read whole bytes.
 template <WeightFormat F>
 XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int64_t k,
                                                       uint8_t* dst) {
   constexpr int64_t kBlock = IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
   constexpr int64_t kBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < k / kBlock; ++b) {
     for (int kq = 0; kq < kBlock / 4; ++kq) {
       __m512i lo, hi;
       WeightQuads<F>(panel + b * kBytes, kq, &lo, &hi);
+      if constexpr (F == WeightFormat::kQ8_0) {
+        lo = _mm512_xor_si512(lo, offset);
+        hi = _mm512_xor_si512(hi, offset);
+      }
       uint8_t* out = dst + (b * (kBlock / 4) + kq) * kDecodedQuadBytes;
       _mm512_store_si512(out, lo);
       _mm512_store_si512(out + 64, hi);
-    }
-  }
-}
-
-// q8_0's quads formed once per panel for all its row groups (DecodeFnFor):
-// ByteQuads' bytes, offset by 128 as AddQuadDots wants them, quad q at dst +
-// 128 q (columns 0-15, then 16-31). It takes the two cross-lane permutes, two
-// byte shuffles and two vpxord per quad out of every row group's loop (M =
-// 128, 2048 x 2048, 2 threads: 1.16-1.23 -> 1.36-1.41 TOP/s).
-XRT_TARGET_AVX512_VNNI void DecodeQ8PanelAvx512Vnni(const uint8_t* panel, int64_t k, uint8_t* dst) {
-  constexpr int64_t kBytes = QuantGroupBytes(WeightFormat::kQ8_0);
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t blk = 0; blk < k / kQuantGroup; ++blk) {
-    for (int kq = 0; kq < kQuantGroup / 4; ++kq) {
-      __m512i lo, hi;
-      WeightQuads<WeightFormat::kQ8_0>(panel + blk * kBytes, kq, &lo, &hi);
-      uint8_t* out = dst + (blk * (kQuantGroup / 4) + kq) * kDecodedQuadBytes;
-      _mm512_store_si512(out, _mm512_xor_si512(lo, offset));
-      _mm512_store_si512(out + 64, _mm512_xor_si512(hi, offset));
     }
   }
 }
@@ -1492,7 +1480,7 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // -> 111; q4_1 at k = 576, M = 128: 88 -> 91; q8_0 at k = 2048, M = 8:
 // ~15% slower, M = 128: +2-3%).
 //
-// On AVX512_VNNI (DecodeQ8PanelAvx512Vnni, DecodeQuadPanelAvx512Vnni), 2
+// On AVX512_VNNI (DecodeQuadPanelAvx512Vnni), 2
 // threads, 2048 x 2048 and 8192 x 2048 (q8_0 also 576 x 1536 and 1536 x 576),
 // row groups of 6 rows (q8_0) or 4 (K-quants): q8_0 from 5 groups (3 lose
 // 10-25%, 4 are mixed, 5 win 0-40%, 22 win 15-20%); q6_k from 5 (4 lose 20%,
@@ -1515,21 +1503,31 @@ int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
   return f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K ? 2 : 16;
 }
 
+// DecodeQuadPanelAvx512Vnni of a format with integer quants: the decoder of
+// the avx512_vnni and amx int8 kernels.
+DecodeFn QuadPanelDecoderAvx512(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kQ8_0:
+      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ8_0>;
+    case WeightFormat::kQ4_0:
+      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_0>;
+    case WeightFormat::kQ4_1:
+      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_1>;
+    case WeightFormat::kQ4_K:
+      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_K>;
+    case WeightFormat::kQ5_K:
+      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ5_K>;
+    case WeightFormat::kQ6_K:
+      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ6_K>;
+    default:
+      return nullptr;
+  }
+}
+
 // The panel decoder of each format on `isa` (where DecodedPanelMinRowBlocks
 // is finite).
 DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
-  if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
-    switch (f) {
-      case WeightFormat::kQ8_0:
-        return &DecodeQ8PanelAvx512Vnni;
-      case WeightFormat::kQ5_K:
-        return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ5_K>;
-      case WeightFormat::kQ6_K:
-        return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ6_K>;
-      default:
-        return nullptr;
-    }
-  }
+  if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) return QuadPanelDecoderAvx512(f);
   switch (f) {
     case WeightFormat::kQ8_0:
       return &DecodeQ8PanelAvx2;
@@ -1645,7 +1643,7 @@ XRT_TARGET_AMX void PanelRowsAmx(const Int8Problem& p, const uint8_t* panel, int
   AmxInt8AllRows<F>(p, nullptr, 0, col0, i0, rows, dots, acc);
 }
 
-// The panel kernel and decoder of an AmxInt8Applies format.
+// The panel kernel of an AmxInt8Applies format.
 PanelFn AmxInt8PanelFn(WeightFormat f) {
   switch (f) {
     case WeightFormat::kQ8_0:
@@ -1654,16 +1652,6 @@ PanelFn AmxInt8PanelFn(WeightFormat f) {
       return &PanelRowsAmx<WeightFormat::kQ4_0>;
     default:
       return &PanelRowsAmx<WeightFormat::kQ4_1>;
-  }
-}
-DecodeFn AmxInt8DecodeFn(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kQ8_0:
-      return &DecodeQ8PanelAvx512Vnni;
-    case WeightFormat::kQ4_0:
-      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_0>;
-    default:
-      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_1>;
   }
 }
 #endif  // __x86_64__
@@ -1767,9 +1755,9 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int64_t group_rows = amx ? kAmxInt8Rows : GroupRowsFor(isa, args.w_format);
   const int64_t groups = (m + group_rows - 1) / group_rows;
 #if defined(__x86_64__)
-  // AVX2, enough row blocks: each thread decodes a panel once (the nibble
-  // formats' bytes, q8_0's dword quads) before running its row blocks on it.
-  const DecodeFn decode = amx ? AmxInt8DecodeFn(args.w_format)
+  // AMX, or enough row blocks (DecodedPanelMinRowBlocks): each thread decodes
+  // a panel once before running its row blocks on it.
+  const DecodeFn decode = amx ? QuadPanelDecoderAvx512(args.w_format)
                           : groups >= DecodedPanelMinRowBlocks(isa, args.w_format)
                               ? DecodeFnFor(isa, args.w_format)
                               : nullptr;
