@@ -1165,33 +1165,28 @@ XRT_TARGET_AVX512_BF16 void DecodeFloatPairsAmx(const uint8_t* panel, int64_t k0
 
 // k-rows [k0, k0 + rows) of a panel as bf16 pairs, out[ceil(rows / 2)][kPackNR]
 // dwords: for vdpbf16ps (the formats with integer quants only, whose blocks
-// are whole pairs; nullptr for the others), or for AMX (`amx`, every format).
-DecodePairsFn DecodePairsFor(WeightFormat f, bool amx) {
+// are whole pairs; nullptr for the others), or for AMX (kOddLow, every format).
+template <bool kOddLow>
+DecodePairsFn DecodePairsFor(WeightFormat f) {
   switch (f) {
     case WeightFormat::kQ8_0:
-      return amx ? &DecodePairsAvx512<WeightFormat::kQ8_0, true>
-                 : &DecodePairsAvx512<WeightFormat::kQ8_0, false>;
+      return &DecodePairsAvx512<WeightFormat::kQ8_0, kOddLow>;
     case WeightFormat::kQ4_0:
-      return amx ? &DecodePairsAvx512<WeightFormat::kQ4_0, true>
-                 : &DecodePairsAvx512<WeightFormat::kQ4_0, false>;
+      return &DecodePairsAvx512<WeightFormat::kQ4_0, kOddLow>;
     case WeightFormat::kQ4_1:
-      return amx ? &DecodePairsAvx512<WeightFormat::kQ4_1, true>
-                 : &DecodePairsAvx512<WeightFormat::kQ4_1, false>;
+      return &DecodePairsAvx512<WeightFormat::kQ4_1, kOddLow>;
     case WeightFormat::kQ4_K:
-      return amx ? &DecodePairsAvx512<WeightFormat::kQ4_K, true>
-                 : &DecodePairsAvx512<WeightFormat::kQ4_K, false>;
+      return &DecodePairsAvx512<WeightFormat::kQ4_K, kOddLow>;
     case WeightFormat::kQ5_K:
-      return amx ? &DecodePairsAvx512<WeightFormat::kQ5_K, true>
-                 : &DecodePairsAvx512<WeightFormat::kQ5_K, false>;
+      return &DecodePairsAvx512<WeightFormat::kQ5_K, kOddLow>;
     case WeightFormat::kQ6_K:
-      return amx ? &DecodePairsAvx512<WeightFormat::kQ6_K, true>
-                 : &DecodePairsAvx512<WeightFormat::kQ6_K, false>;
+      return &DecodePairsAvx512<WeightFormat::kQ6_K, kOddLow>;
     case WeightFormat::kF32:
-      return amx ? &DecodeFloatPairsAmx<WeightFormat::kF32> : nullptr;
+      return kOddLow ? &DecodeFloatPairsAmx<WeightFormat::kF32> : nullptr;
     case WeightFormat::kF16:
-      return amx ? &DecodeFloatPairsAmx<WeightFormat::kF16> : nullptr;
+      return kOddLow ? &DecodeFloatPairsAmx<WeightFormat::kF16> : nullptr;
     case WeightFormat::kBF16:
-      return amx ? &DecodeFloatPairsAmx<WeightFormat::kBF16> : nullptr;
+      return kOddLow ? &DecodeFloatPairsAmx<WeightFormat::kBF16> : nullptr;
   }
   return nullptr;
 }
@@ -2095,7 +2090,7 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
   // Weights paired straight from the panel, without the f32 block.
   DecodePairsFn direct_pairs = nullptr;
 #if defined(__x86_64__)
-  if (pairs) direct_pairs = DecodePairsFor(format, amx);
+  if (pairs) direct_pairs = amx ? DecodePairsFor<true>(format) : DecodePairsFor<false>(format);
 #endif
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = amx ? kAmxMR : kern.mr;
