@@ -644,7 +644,8 @@ BENCHMARK(BM_PagedAttention)
 // `seq` tokens, `heads` heads of `head_dim`, q/k/v as one fused [t][3 * width]
 // projection output would hold them. CLIP ViT-L/14-336 (577 x 16 x 64),
 // SigLIP so400m/14-384 (729 x 16 x 72), CLIP ViT-B/32-224 (50 x 12 x 64).
-// isa: the CpuIsa path (cpu_isa.h; 4 on a CPU without it runs its best).
+// isa: the CpuIsa path (cpu_isa.h; 4 on a CPU without it runs its best);
+// compute: 0 f32, 1 bf16 (the products on the bf16 units, dense_attention.h).
 void BM_DenseAttention(benchmark::State& state) {
   const int64_t images = state.range(0), seq = state.range(1), heads = state.range(2),
                 hd = state.range(3);
@@ -672,6 +673,7 @@ void BM_DenseAttention(benchmark::State& state) {
   a.num_heads = heads;
   a.head_dim = hd;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  a.compute = static_cast<ComputeType>(state.range(6));
   ThreadPool* pool = Pool(threads);
   for (auto _ : state) {
     Status st = DenseAttentionWithIsa(a, pool, isa);
@@ -683,16 +685,24 @@ void BM_DenseAttention(benchmark::State& state) {
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DenseAttention)
-    ->ArgNames({"images", "seq", "heads", "head_dim", "threads", "isa"})
-    ->Args({1, 577, 16, 64, 1, 4})
-    ->Args({1, 577, 16, 64, 2, 4})
-    ->Args({4, 577, 16, 64, 2, 4})
-    ->Args({1, 729, 16, 72, 2, 4})
-    ->Args({8, 50, 12, 64, 2, 4})
-    ->Args({1, 1025, 16, 64, 2, 4})  // CLIP-L/14 at 448 px
-    ->Args({1, 4097, 16, 80, 2, 4})  // a long sequence: 4096 patches, head_dim 80
-    ->Args({1, 577, 16, 64, 2, 1})   // AVX2
-    ->Args({1, 577, 16, 64, 2, 0})   // baseline x86-64
+    ->ArgNames({"images", "seq", "heads", "head_dim", "threads", "isa", "compute"})
+    ->Args({1, 577, 16, 64, 1, 4, 0})
+    ->Args({1, 577, 16, 64, 1, 4, 1})
+    ->Args({1, 577, 16, 64, 2, 4, 0})
+    ->Args({1, 577, 16, 64, 2, 4, 1})
+    ->Args({4, 577, 16, 64, 2, 4, 0})
+    ->Args({4, 577, 16, 64, 2, 4, 1})
+    ->Args({1, 729, 16, 72, 2, 4, 0})
+    ->Args({1, 729, 16, 72, 2, 4, 1})
+    ->Args({8, 50, 12, 64, 2, 4, 0})
+    ->Args({8, 50, 12, 64, 2, 4, 1})
+    ->Args({1, 1025, 16, 64, 2, 4, 0})  // CLIP-L/14 at 448 px
+    ->Args({1, 1025, 16, 64, 2, 4, 1})
+    ->Args({1, 4097, 16, 80, 2, 4, 0})  // a long sequence: 4096 patches, head_dim 80
+    ->Args({1, 4097, 16, 80, 2, 4, 1})
+    ->Args({1, 577, 16, 64, 2, 5, 1})  // AMX
+    ->Args({1, 577, 16, 64, 2, 1, 0})  // AVX2
+    ->Args({1, 577, 16, 64, 2, 0, 0})  // baseline x86-64
     ->UseRealTime();
 
 }  // namespace

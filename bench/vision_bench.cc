@@ -119,7 +119,7 @@ CommandProfile ProfileCommands(const xrt::Artifact& art, const xpk::Executable& 
     uint32_t weight = 0;
   };
   std::map<std::tuple<int64_t, int64_t, int64_t, uint8_t, uint8_t>, MatmulShape> matmul_shapes;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> attention_count;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, uint8_t>, int64_t> attention_count;
   for (const xpk::Command* c : *e.commands()) {
     if (c->kind() == xpk::CommandKind::dispatch) {
       ++prof.dispatches;
@@ -138,7 +138,8 @@ CommandProfile ProfileCommands(const xrt::Artifact& art, const xpk::Executable& 
     } else if (c->ukernel() == xpk::Ukernel::attention) {
       xpk::abi::UkernelView<xpk::Ukernel::attention> v(*c);
       ++prof.attentions;
-      ++attention_count[{v[AP::kNumTokens], v[AP::kSeqLen], v[AP::kNumHeads], v[AP::kHeadDim]}];
+      ++attention_count[{v[AP::kNumTokens], v[AP::kSeqLen], v[AP::kNumHeads], v[AP::kHeadDim],
+                         static_cast<uint8_t>(c->compute())}];
       prof.attention_flops +=
           4.0 * v[AP::kNumTokens] * v[AP::kSeqLen] * v[AP::kNumHeads] * v[AP::kHeadDim];
     }
@@ -180,7 +181,9 @@ CommandProfile ProfileCommands(const xrt::Artifact& art, const xpk::Executable& 
   }
   for (const auto& [shape, count] : attention_count) {
     xrt::DenseAttentionArgs a;
-    std::tie(a.num_tokens, a.seq_len, a.num_heads, a.head_dim) = shape;
+    uint8_t compute;
+    std::tie(a.num_tokens, a.seq_len, a.num_heads, a.head_dim, compute) = shape;
+    a.compute = static_cast<xrt::ComputeType>(compute);
     a.q_stride = a.k_stride = a.v_stride = a.out_stride = a.num_heads * a.head_dim;
     a.scale = 0.125f;
     const size_t n = static_cast<size_t>(a.num_tokens * a.q_stride);
@@ -204,6 +207,7 @@ CommandProfile ProfileCommands(const xrt::Artifact& art, const xpk::Executable& 
          {"seq_len", a.seq_len},
          {"heads", a.num_heads},
          {"head_dim", a.head_dim},
+         {"compute", xrt::ComputeTypeName(a.compute)},
          {"count", count},
          {"median_ms", s * 1e3},
          {"gflops", 4.0 * a.num_tokens * a.seq_len * a.num_heads * a.head_dim / s / 1e9}});

@@ -78,7 +78,7 @@ struct CommandDesc {
   std::vector<float> fparams;
   std::string label;
   bool dynamic_rows = false;                         // Command.dynamic_rows
-  xpk::ComputeType compute = xpk::ComputeType::f32;  // Command.compute (matmul)
+  xpk::ComputeType compute = xpk::ComputeType::f32;  // Command.compute (matmul, attention)
 };
 
 struct ExecutableDesc {
@@ -331,7 +331,11 @@ class Emitter {
     u.Set(P::kVStride, RowStride(op.getV()));
     u.Set(P::kOutStride, RowStride(op.getResult()));
     u.Set(F::kScale, op.getScale().convertToFloat());
-    return Finish(op, u);
+    XRT_ASSIGN_OR_RETURN(CommandDesc c, Finish(op, u));
+    // --compute bf16 puts the tower's attention products on the bf16 units too;
+    // int8 has no attention arithmetic of its own (it stays f32).
+    if (matmulCompute_ == xpk::ComputeType::bf16) c.compute = xpk::ComputeType::bf16;
+    return c;
   }
 
   Expected<CommandDesc> EmitLoraShrink(xg::LoraShrinkOp op) {

@@ -48,8 +48,9 @@ struct CompileOptions {
   // "f32", "bf16" (activations and weights rounded to bf16, sums in f32; for bf16
   // matrix units) or "int8" (activations quantized to int8 per block, integer dot
   // products with the integer quants of q8_0/q4_0/q4_1/q4_k/q5_k/q6_k weights, as
-  // llama.cpp; weights without integer quants compute in f32). Attention, norms and
-  // LoRA stay f32.
+  // llama.cpp; weights without integer quants compute in f32). With "bf16" the vision
+  // tower's attention computes its two products in bf16 too (dense_attention.h); the
+  // decoder's paged attention, norms and LoRA stay f32.
   std::string compute = "f32";
   std::string target = "host";
   std::vector<std::string> dump_ir_after;

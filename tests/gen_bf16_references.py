@@ -21,7 +21,9 @@ loop, with the top1-top2 margins; SmolLM2: model.generate with its KV cache).
 LLaVA fixtures (tests/fixtures/llava/*, loaded as tests/gen_llava_fixtures.py loads
 them): the vision tower's and projector's linears are nn.Linear too, and the patch
 embedding convolution, which xcc compiles as a linear over each flattened patch
-(channel, row, column), is computed as that linear under the same contract. Each case
+(channel, row, column), is computed as that linear under the same contract; the tower's
+attention computes its q.k scores and its p.v outputs under it too (bf16_attention:
+runtime/kernels/dense_attention.h's kBF16), its softmax in float32. Each case
 also records the image features (the projector's output) in
 <case>.image_features_bf16.f32; greedy continuations are gen_llava_fixtures'
 (model.generate, checked against a no-cache loop).
@@ -31,6 +33,7 @@ Deterministic: single thread, no sampling.
 """
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -56,24 +59,47 @@ def flush_to_zero(x):
     return torch.where(x.abs() < 2.0 ** -126, x * 0.0, x)  # keeps the sign of zero
 
 
-def bf16_linear(x, w, bias):
-    """x @ w.T (+ bias) as the kBF16 contract sums it: per output, one float32 chain over
-    k padded to whole pairs with a zero, pair by pair, each pair's odd element first, each
-    step adding the (exact) product of two bf16 operands with one rounding and flushing a
-    result below 2^-126 to zero; then the bias, flushed too. Same arithmetic as xrt's
-    kernels, written independently."""
+def bf16_chain(x, w):
+    """x @ w^T over the last dimension (x [..., m, k], w [..., n, k], broadcast) as the
+    kBF16 contract sums it: per output, one float32 chain over k padded to whole pairs
+    with a zero, pair by pair, each pair's odd element first, each step adding the
+    (exact) product of two bf16 operands with one rounding and flushing a result below
+    2^-126 to zero. Same arithmetic as xrt's kernels, written independently."""
     import torch
     xb, wb = bf16_operand(x), bf16_operand(w)
     k_len = x.shape[-1]
-    acc = torch.zeros(x.shape[:-1] + (w.shape[0],), dtype=torch.float32)
+    acc = torch.zeros(torch.broadcast_shapes(x.shape[:-1] + (1,), w.shape[:-2] + (1, w.shape[-2])),
+                      dtype=torch.float32)
     for pair in range(0, k_len, 2):
         for k in (pair + 1, pair):
             if k < k_len:
-                acc = acc + xb[..., k:k + 1] * wb[:, k]  # the product is exact: one rounding
+                # the product is exact: one rounding
+                acc = acc + xb[..., k:k + 1] * wb[..., k].unsqueeze(-2)
             else:
                 acc = acc + 0.0  # the pad: a -0 sum becomes +0
             acc = flush_to_zero(acc)
+    return acc
+
+
+def bf16_linear(x, w, bias):
+    """x @ w.T (+ bias) as the kBF16 contract sums it: bf16_chain, then the bias, flushed
+    too."""
+    acc = bf16_chain(x, w)
     return acc if bias is None else flush_to_zero(acc + bias)
+
+
+def bf16_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """The vision tower's eager attention as runtime/kernels/dense_attention.h's kBF16
+    computes it: scores = bf16_chain(q, k) over the head's dims; numerators
+    exp(scaling * score - max) and 1 / their sum in float32; outputs = bf16_chain of the
+    numerators and the values over the keys, times that reciprocal."""
+    import torch
+    assert attention_mask is None and (dropout == 0.0 or not module.training)
+    scores = bf16_chain(query, key) * scaling
+    p = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    inv = 1.0 / p.sum(dim=-1, keepdim=True)
+    out = bf16_chain(p, value.transpose(-1, -2)) * inv
+    return out.transpose(1, 2).contiguous(), p * inv
 
 
 def use_bf16_linears(model):
@@ -245,6 +271,23 @@ def make_smollm2(gguf_path):
           prompts)
 
 
+@contextlib.contextmanager
+def bf16_vision_attention(model):
+    """Within the block, the vision tower's attention is bf16_attention: its modeling
+    module's eager attention function (the tower runs eager) is replaced, and restored
+    after. Yields the module's name."""
+    import importlib
+    tower = model.model.vision_tower
+    assert tower.config._attn_implementation == "eager", tower.config._attn_implementation
+    mod = importlib.import_module(type(tower).__module__)
+    eager = mod.eager_attention_forward
+    mod.eager_attention_forward = bf16_attention
+    try:
+        yield mod.__name__
+    finally:
+        mod.eager_attention_forward = eager
+
+
 def make_llava(d):
     import torch
     import gen_llava_fixtures as gl
@@ -278,25 +321,26 @@ def make_llava(d):
             assert np.abs(feats.numpy().ravel() - want).max() <= 2e-4, c["name"]
     linears = use_bf16_linears(model) + use_bf16_patch_embedding(model)
     cases = []
-    for c in ref["cases"]:
-        enc, feats, logits = run(c)
-        gen, margins, agree = gl.greedy_llava(model, enc, len(c["greedy_ids"]))
-        assert agree, (c["name"], "generate() and the no-cache loop differ")
-        ent = {"name": c["name"], "last_logits": gm.f32_list(logits), "greedy_ids": gen,
-               "greedy_margins": [gm.f32(x) for x in margins], "image_features": None}
-        msg = ""
-        if feats is not None:
-            ent["image_features"] = gl.write_f32(d, f"{c['name']}.image_features_bf16.f32",
-                                                 feats.numpy())
-            want = np.fromfile(os.path.join(d, c["image_features"]["file"]), dtype="<f4")
-            msg = f" max|bf16-f32 features|={np.abs(feats.numpy().ravel() - want).max():.4f}"
-        agree_f32 = next((i for i, (a, b) in enumerate(zip(gen, c["greedy_ids"])) if a != b),
-                         len(gen))
-        print(f"    {c['name']:12s}{msg} max|bf16-f32 logits|="
-              f"{np.abs(logits - np.asarray(c['last_logits'])).max():.4f}"
-              f" greedy agrees with f32 for {agree_f32}/{len(gen)} tokens,"
-              f" min margin {min(margins):.4f}")
-        cases.append(ent)
+    with bf16_vision_attention(model) as attention_module:
+        for c in ref["cases"]:
+            enc, feats, logits = run(c)
+            gen, margins, agree = gl.greedy_llava(model, enc, len(c["greedy_ids"]))
+            assert agree, (c["name"], "generate() and the no-cache loop differ")
+            ent = {"name": c["name"], "last_logits": gm.f32_list(logits), "greedy_ids": gen,
+                   "greedy_margins": [gm.f32(x) for x in margins], "image_features": None}
+            msg = ""
+            if feats is not None:
+                ent["image_features"] = gl.write_f32(d, f"{c['name']}.image_features_bf16.f32",
+                                                     feats.numpy())
+                want = np.fromfile(os.path.join(d, c["image_features"]["file"]), dtype="<f4")
+                msg = f" max|bf16-f32 features|={np.abs(feats.numpy().ravel() - want).max():.4f}"
+            agree_f32 = next((i for i, (a, b) in enumerate(zip(gen, c["greedy_ids"])) if a != b),
+                             len(gen))
+            print(f"    {c['name']:12s}{msg} max|bf16-f32 logits|="
+                  f"{np.abs(logits - np.asarray(c['last_logits'])).max():.4f}"
+                  f" greedy agrees with f32 for {agree_f32}/{len(gen)} tokens,"
+                  f" min margin {min(margins):.4f}")
+            cases.append(ent)
     gm.dump_json(os.path.join(d, "reference_bf16.json"), {
         "format": 1,
         "model": ref.get("model", name),
@@ -305,7 +349,9 @@ def make_llava(d):
         "compute": ("transformers float32 eager; every nn.Linear and the patch embedding "
                     "(%d) on bf16 operands: input and weight rounded to bfloat16 (nearest even, "
                     "|x| < 2^-126 -> signed zero), f32 products and sums by pairs, odd element "
-                    "first, flushed to zero below 2^-126" % linears),
+                    "first, flushed to zero below 2^-126; the vision tower's attention (%s) "
+                    "with its q.k and p.v products the same way, softmax float32"
+                    % (linears, attention_module)),
         "cases": cases,
     })
     print(f"  wrote {os.path.join(d, 'reference_bf16.json')}")

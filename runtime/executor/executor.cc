@@ -387,6 +387,7 @@ Status Executor::RunCommand(const PreparedCommand& pc, const xpk::Executable& e,
         args.v_stride = call[P::kVStride];
         args.out_stride = call[P::kOutStride];
         args.scale = call[F::kScale];
+        args.compute = static_cast<ComputeType>(c->compute());
         Status s = DenseAttention(args, pool);
         if (!s.ok()) return InCommand(std::move(s), e, *c, "attention");
         break;

@@ -344,7 +344,9 @@ TEST(MatmulFormatsTest, BatchInvariance) {
 
 // ---- kBF16 compute: bit-identical to the scalar chain on bf16 operands.
 
+using testing::Bf16ChainDot;
 using testing::Bits;
+using testing::FlushToZero;
 using testing::FromBits;
 
 TEST(RoundToBf16OperandTest, RoundsToNearestEvenAndFlushesSubnormals) {
@@ -379,15 +381,9 @@ TEST(RoundToBf16OperandTest, RoundsToNearestEvenAndFlushesSubnormals) {
   }
 }
 
-// Below 2^-126 in magnitude: a zero of x's sign.
-float FlushToZero(float x) {
-  return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
-}
-
 // matmul.h's kBF16 contract computed directly from W's dequantized rows: per
-// output, over k padded to whole pairs with zeros, each pair's odd element
-// then its even one, each step one fma on bf16 operands flushed to zero; then
-// the bias and the accumulate, each flushed too.
+// output the chain of Bf16ChainDot; then the bias and the accumulate, each
+// flushed too.
 std::vector<float> Bf16Reference(const std::vector<float>& a, int64_t lda,
                                  const std::vector<float>& w_rows, const float* bias,
                                  const std::vector<float>& c0, int64_t ldc, int64_t m, int64_t n,
@@ -395,13 +391,7 @@ std::vector<float> Bf16Reference(const std::vector<float>& a, int64_t lda,
   std::vector<float> c = c0;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      float dot = 0.0f;
-      for (int64_t pair = 0; pair < k; pair += 2)
-        for (int64_t kk : {pair + 1, pair}) {
-          const float x = kk < k ? RoundToBf16Operand(a[i * lda + kk]) : 0.0f;
-          const float w = kk < k ? RoundToBf16Operand(w_rows[j * k + kk]) : 0.0f;
-          dot = FlushToZero(std::fma(x, w, dot));
-        }
+      const float dot = Bf16ChainDot(a.data() + i * lda, 1, w_rows.data() + j * k, 1, k);
       float v = bias ? FlushToZero(dot + bias[j]) : dot;
       c[i * ldc + j] = accumulate ? FlushToZero(c0[i * ldc + j] + v) : v;
     }

@@ -1,15 +1,18 @@
-// Test and benchmark helpers for the kernels: the ISA paths to test, and
-// weights in the K-quant formats, which have no quantizer (weight_format.h),
-// made from random ggml blocks.
+// Test and benchmark helpers for the kernels: the ISA paths to test, the
+// kBF16 chain of one dot product, and weights in the K-quant formats, which have no quantizer
+// (weight_format.h), made from random ggml blocks.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "runtime/kernels/cpu_isa.h"
+#include "runtime/kernels/matmul.h"
 #include "runtime/kernels/weight_format.h"
 
 namespace xrt {
@@ -34,6 +37,27 @@ inline float FromBits(uint32_t b) {
   float f;
   std::memcpy(&f, &b, 4);
   return f;
+}
+
+// Below 2^-126 in magnitude: a zero of x's sign.
+inline float FlushToZero(float x) {
+  return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
+}
+
+// matmul.h's kBF16 chain of one output, a[0..k) · w[0..k) with the elements
+// `a_step` and `w_step` floats apart: over k padded to whole pairs with a zero,
+// each pair's odd element then its even one, each step one fma on bf16
+// operands (RoundToBf16Operand) flushed to zero. No bias.
+inline float Bf16ChainDot(const float* a, int64_t a_step, const float* w, int64_t w_step,
+                          int64_t k) {
+  float dot = 0.0f;
+  for (int64_t pair = 0; pair < k; pair += 2)
+    for (int64_t kk : {pair + 1, pair}) {
+      const float x = kk < k ? RoundToBf16Operand(a[kk * a_step]) : 0.0f;
+      const float y = kk < k ? RoundToBf16Operand(w[kk * w_step]) : 0.0f;
+      dot = FlushToZero(std::fma(x, y, dot));
+    }
+  return dot;
 }
 
 // n rows of random ggml blocks of the K-quant `format` (GgmlRowBytes(format,

@@ -549,12 +549,16 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
   if (c->compute() != xpk::ComputeType::f32) {
     if (c->compute() != xpk::ComputeType::bf16 && c->compute() != xpk::ComputeType::int8)
       return DataLossError("{}: unknown compute type {}", label, static_cast<int>(c->compute()));
-    if (c->kind() != xpk::CommandKind::ukernel || c->ukernel() != xpk::Ukernel::matmul)
-      return DataLossError("{}: compute {} on a {} command (only a matmul has a compute type)",
-                           label, xpk::EnumNameComputeType(c->compute()),
-                           c->kind() == xpk::CommandKind::dispatch
-                               ? "dispatch"
-                               : xpk::EnumNameUkernel(c->ukernel()));
+    const bool ukernel = c->kind() == xpk::CommandKind::ukernel;
+    const bool matmul = ukernel && c->ukernel() == xpk::Ukernel::matmul;
+    const bool bf16_attention = ukernel && c->ukernel() == xpk::Ukernel::attention &&
+                                c->compute() == xpk::ComputeType::bf16;
+    if (!matmul && !bf16_attention)
+      return DataLossError(
+          "{}: compute {} on a {} command (only a matmul, or an attention in bf16, has one)", label,
+          xpk::EnumNameComputeType(c->compute()),
+          c->kind() == xpk::CommandKind::dispatch ? "dispatch"
+                                                  : xpk::EnumNameUkernel(c->ukernel()));
   }
   for (uint32_t bi = 0; bi < Count(c->bindings()); ++bi) {
     XRT_RETURN_IF_ERROR(

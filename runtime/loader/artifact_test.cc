@@ -975,7 +975,7 @@ TEST(ArtifactCorrupt, BadCommands) {
     p.dispatch_compute = xpk::ComputeType::bf16;
     EXPECT_EQ(LoadError(Fake(p).Bytes(false)),
               "model.xpk: executable 'lm_step_t16' command 0: compute bf16 on a dispatch command "
-              "(only a matmul has a compute type)");
+              "(only a matmul, or an attention in bf16, has one)");
   }
   {
     FakeParams p;

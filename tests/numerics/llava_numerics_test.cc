@@ -191,21 +191,23 @@ TEST_P(LlavaNumerics, MatchesTransformers) {
 
 // `--compute bf16` (compute_bf16_numerics_test.cc does the decoders) against
 // reference_bf16.json (tests/gen_bf16_references.py): HF transformers with every
-// linear of the tower, the projector and the decoder, and the patch embedding,
-// computing runtime/kernels/matmul.h's kBF16 contract. As for the decoders, the
-// matmuls are the same arithmetic but attention, norms and activations are
-// float32 code of our own, whose last-bit differences move a later bf16 rounding
-// now and then, and a moved rounding spreads through attention to the image's
-// other rows (here, 4 of 10 cases' features have some rows off by up to 0.044,
-// the rest are within 1e-5). So: every case's image features and last logits
-// must be within kFlipTol of the reference's, at least kExactShare of all the
-// feature values within 1e-4 (a systematic difference, such as the patch
-// embedding in float32 or in another k order, leaves under 7% that close), and
-// greedy tokens equal up to the reference's first near tie. The deviation from
-// float32 (reference.json) is printed, the README's LLaVA rows of its bf16
-// table, and must not be zero.
+// linear of the tower, the projector and the decoder, the patch embedding, and the
+// two products of the tower's attention computing runtime/kernels/matmul.h's kBF16
+// contract (dense_attention.h). As for the decoders, the products are the same
+// arithmetic but the softmax, norms and activations are float32 code of our own,
+// whose last-bit differences move a later bf16 rounding now and then, and a moved
+// rounding spreads through attention to the image's other rows (here, 2 of 10
+// cases' features have some rows off, by up to 0.085 in llava_clip_qwen2_full,
+// whose features reach 15.6; the rest are within 3.3e-4). So: every case's image
+// features must be within kFeatureFlipTol of the reference's and its last logits
+// within kFlipTol, at least kExactShare of all the feature values within 1e-4 (a
+// systematic difference, such as the patch embedding or the attention in float32,
+// or a product in another k order, leaves under 7% that close), and greedy tokens
+// equal up to the reference's first near tie. The deviation from float32
+// (reference.json) is printed, the README's LLaVA rows of its bf16 table, and must
+// not be zero.
 TEST_P(LlavaNumerics, Bf16ComputeMatchesTheBf16Reference) {
-  constexpr float kExactTol = 1e-4f, kFlipTol = 0.1f, kMinMargin = 0.12f;
+  constexpr float kExactTol = 1e-4f, kFlipTol = 0.1f, kFeatureFlipTol = 0.2f, kMinMargin = 0.12f;
   constexpr double kExactShare = 0.25;
   const std::string name = GetParam();
   const json ref = ReadJson(ModelDir(name) / "reference.json");
@@ -241,7 +243,7 @@ TEST_P(LlavaNumerics, Bf16ComputeMatchesTheBf16Reference) {
       ASSERT_EQ(want16.size(), want32.size());
       const float* got = (*runner)->encoder_cache().data();
       const float d16 = MaxAbsDiff(got, want16.data(), want16.size());
-      EXPECT_LE(d16, kFlipTol) << "image features differ from the bf16 reference";
+      EXPECT_LE(d16, kFeatureFlipTol) << "image features differ from the bf16 reference";
       feat_vs_16 = std::max(feat_vs_16, d16);
       feat_vs_f32 = std::max(feat_vs_f32, MaxAbsDiff(got, want32.data(), want32.size()));
       for (size_t j = 0; j < want16.size(); ++j)
