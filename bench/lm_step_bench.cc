@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_json.h"
+#include "bench/command_profile_json.h"
 #include "runtime/executor/model_runner.h"
 #include "runtime/kernels/cpu_isa.h"
 #include "runtime/kv_cache/kv_cache_manager.h"
@@ -53,23 +54,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Where the profiled steps' time went, per command label (ms and calls per
-// step); "host" is the rest of the step times: inputs, logits, the timing.
-nlohmann::json ProfileJson(const xrt::CommandProfile& prof, const std::vector<double>& times) {
-  const double steps = static_cast<double>(times.size());
-  double total = std::accumulate(times.begin(), times.end(), 0.0), in_commands = 0;
-  nlohmann::json out;
-  for (const auto& [label, entry] : prof.by_label) {
-    out[label] = {{"calls_per_step", entry.calls / steps},
-                  {"ms_per_step", entry.seconds / steps * 1e3}};
-    if (entry.weight_bytes > 0 && entry.seconds > 0) {  // a matmul: its weight's read rate
-      out[label]["weight_gbs"] = static_cast<double>(entry.weight_bytes) / entry.seconds / 1e9;
-    }
-    in_commands += entry.seconds;
-  }
-  out["host"] = {{"ms_per_step", (total - in_commands) / steps * 1e3}};
-  return out;
-}
+using xcc::bench::ProfileJson;
 
 // GCC 12's _mm512_reduce_add_ps starts from an undefined vector.
 #pragma GCC diagnostic push

@@ -3,6 +3,7 @@
 //
 //   vision_bench ARTIFACT [--threads N] [--warmup W] [--iters K]
 //                [--pixels FILE] [--prompt-ids FILE] [--ttft-iters K] [--json FILE]
+//                [--profile]
 //
 // Per num_images bucket n: ModelRunner::EncodeImages of n images (the tower,
 // the projector and the copy into the encoder cache), W untimed runs then K
@@ -21,6 +22,12 @@
 // off, a new image content hash each run so the encoder cache never hits):
 // AddRequest -> the output carrying the first token.
 //
+// --profile: each bucket also runs K more encodes with the executor's
+// per-command profile (Executor::set_profile) and reports where their time went
+// per command label ("dispatch layer_norm", "matmul bf16 1024x1024 (bf16
+// compute)", "attention", ...; "host" is the rest: the pixel copy, the encoder
+// cache write).
+//
 // --pixels: f32 [num][C][S][S] (e.g. what HF's processor made); images are
 // reused cyclically to fill a bucket. Default: deterministic values in [-2, 2].
 #include <algorithm>
@@ -38,6 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_json.h"
+#include "bench/command_profile_json.h"
 #include "runtime/engine/engine_core.h"
 #include "runtime/executor/model_runner.h"
 #include "runtime/kernels/cpu_isa.h"
@@ -228,7 +236,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s ARTIFACT [--threads N] [--warmup W] [--iters K] [--pixels FILE] "
-                 "[--prompt-ids FILE] [--ttft-iters K] [--json FILE]\n",
+                 "[--prompt-ids FILE] [--ttft-iters K] [--json FILE] [--profile]\n",
                  argv[0]);
     return 2;
   }
@@ -236,8 +244,18 @@ int main(int argc, char** argv) {
   rp.artifact_path = argv[1];
   int64_t warmup = 2, iters = 5, ttft_iters = 3;
   std::string json_path, pixels_path, prompt_path;
-  for (int i = 2; i + 1 < argc; i += 2) {
+  bool profile = false;
+  for (int i = 2; i < argc; i += 2) {
     std::string a = argv[i];
+    if (a == "--profile") {
+      profile = true;
+      --i;  // a flag: no value
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "error: %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--threads")
       rp.num_threads = std::atoi(argv[i + 1]);
     else if (a == "--warmup")
@@ -355,6 +373,19 @@ int main(int argc, char** argv) {
         {"dispatch_and_copy", dispatch_s * 1e3},
         {"matmul_kernel_gflops", prof.matmul_flops / prof.matmul_s / 1e9},
         {"attention_kernel_gflops", prof.attention_flops / prof.attention_s / 1e9}};
+    if (profile) {
+      xrt::CommandProfile cp;
+      std::vector<double> ptimes;
+      r.executor().set_profile(&cp);
+      for (int64_t it = 0; it < iters; ++it) {
+        auto t0 = Clock::now();
+        xrt::Status s = r.EncodeImages(images, rows);
+        ptimes.push_back(Seconds(t0, Clock::now()));
+        if (!s.ok()) break;  // it ran above
+      }
+      r.executor().set_profile(nullptr);
+      b["profile"] = xcc::bench::ProfileJson(cp, ptimes);
+    }
     b["matmul_shapes"] = prof.matmul_shapes;
     b["attention_shapes"] = prof.attention_shapes;
     out["vision_encode"].push_back(b);
