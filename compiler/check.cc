@@ -385,6 +385,22 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
     r->findings.push_back(
         {"stale", fmt::format("compiled with LLVM {}, this xcc uses {}: recompile",
                               prov.llvm_version, LLVM_VERSION_STRING)});
+  // Each format minor is a change in what xcc writes (schemas/artifact.fbs lists
+  // them); an older one still loads, but is not what this xcc makes of the same
+  // inputs (1.12: a bf16 artifact's vision attention computes in bf16).
+  const uint32_t minor = a.header().format_minor;
+  if (minor < xrt::kXpkFormatMinor)
+    r->findings.push_back(
+        {"stale",
+         fmt::format("written in artifact format {}.{}, this xcc writes {}.{} (the "
+                     "changes are listed in schemas/artifact.fbs): recompile",
+                     a.header().format_major, minor, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor)});
+  if (minor > xrt::kXpkFormatMinor)
+    r->findings.push_back(
+        {"stale",
+         fmt::format("written in artifact format {}.{} by a newer xcc, this one writes "
+                     "{}.{}: check it with the xcc that wrote it, or recompile",
+                     a.header().format_major, minor, xrt::kXpkFormatMajor, xrt::kXpkFormatMinor)});
   if (inputs.empty()) return Status::Ok();
 
   // Packed adapters (--lora-modules): their files are keyed "NAME/file" (every

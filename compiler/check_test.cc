@@ -1,6 +1,7 @@
 // xcc check: coverage gaps and staleness are findings naming what is wrong.
 #include "compiler/check.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -264,6 +265,31 @@ TEST_F(CheckTest, CorruptCodeCannotBeChecked) {
               HasSubstr(fmt::format("segment {} (code): checksum mismatch", index)));
 }
 
+// The format minor in the file header, rewritten in place.
+void SetFormatMinor(const std::string& path, uint32_t minor) {
+  std::vector<uint8_t> bytes = ReadBytes(path);
+  std::memcpy(bytes.data() + 12, &minor, 4);  // FileHeader: magic, major, minor (little-endian)
+  WriteBytes(path, bytes);
+}
+
+TEST_F(CheckTest, AnotherFormatMinorIsStale) {
+  CheckOptions o;
+  o.artifact_path = Compile("a.xpk", {}, 64, 4);
+  auto fresh = RunCheck(o);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_TRUE(fresh->findings.empty()) << fresh->ToText();
+  SetFormatMinor(o.artifact_path, xrt::kXpkFormatMinor - 1);
+  ExpectOneFinding(RunCheck(o), "stale",
+                   fmt::format("written in artifact format 1.{}, this xcc writes 1.{} (the changes "
+                               "are listed in schemas/artifact.fbs): recompile",
+                               xrt::kXpkFormatMinor - 1, xrt::kXpkFormatMinor));
+  SetFormatMinor(o.artifact_path, xrt::kXpkFormatMinor + 1);
+  ExpectOneFinding(RunCheck(o), "stale",
+                   fmt::format("written in artifact format 1.{} by a newer xcc, this one writes "
+                               "1.{}: check it with the xcc that wrote it, or recompile",
+                               xrt::kXpkFormatMinor + 1, xrt::kXpkFormatMinor));
+}
+
 TEST_F(CheckTest, Format10ArtifactWithoutChecksumsIsAFinding) {
   CheckOptions o;
   o.artifact_path = Compile("a.xpk", {}, 64, 4);
@@ -272,14 +298,19 @@ TEST_F(CheckTest, Format10ArtifactWithoutChecksumsIsAFinding) {
   WriteBytes(o.artifact_path, bytes);
   const uint32_t code = SegmentOfKind(o.artifact_path, xpk::SegmentKind::code);
   const uint32_t weights = SegmentOfKind(o.artifact_path, xpk::SegmentKind::weights);
-  ExpectOneFinding(RunCheck(o), "integrity",
-                   fmt::format("segment {} (code) has no checksum (artifact format 1.0): its "
-                               "code is loaded unverified; recompile",
-                               code));
-  o.verify_weights = true;
   auto r = RunCheck(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->findings.size(), 2u) << r->ToText();
+  EXPECT_THAT(r->ToText(),
+              HasSubstr(fmt::format("FAIL [integrity] segment {} (code) has no checksum "
+                                    "(artifact format 1.0): its code is loaded unverified; "
+                                    "recompile",
+                                    code)));
+  EXPECT_THAT(r->ToText(), HasSubstr("written in artifact format 1.0, this xcc writes"));
+  o.verify_weights = true;
+  r = RunCheck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->findings.size(), 3u) << r->ToText();
   EXPECT_THAT(r->ToText(),
               HasSubstr(fmt::format("FAIL [integrity] segment {} (weights) has no checksum "
                                     "(artifact format 1.0): its bytes cannot be verified; "
