@@ -241,10 +241,10 @@ void MatmulKQuantShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_XrtMatmulFormat)->Name("BM_XrtMatmulKQuant")->Apply(MatmulKQuantShapes);
 
-// int8 compute on each AVX-512 tier this CPU has, side by side: vpmaddubsw +
-// vpmaddwd (avx512) against vpdpbusd (avx512_vnni) and, for q8_0 / q4_0 /
-// q4_1 at M = 128, AMX's TDPBSUD (amx; skipped on CPUs without it), same
-// bits. Args: format, isa (CpuIsa value), M, N, K, threads.
+// int8 compute on each x86 tier this CPU has, side by side: vpmaddubsw +
+// vpmaddwd on ymm (avx2) and zmm (avx512) against vpdpbusd (avx512_vnni) and,
+// for q8_0 / q4_0 / q4_1 at M = 128, AMX's TDPBSUD (amx; skipped on CPUs
+// without it), same bits. Args: format, isa (CpuIsa value), M, N, K, threads.
 void BM_XrtMatmulInt8Isa(benchmark::State& state) {
   const auto isa = static_cast<CpuIsa>(state.range(1));
   if (!CpuIsaSupported(isa)) {
@@ -263,7 +263,7 @@ void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
                          WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
     for (int64_t m : {1, 128})
       for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 576}, {2048, 2048}, {8192, 2048}})
-        for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAmx}) {
+        for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAmx}) {
           if (IsKQuantFormat(f) && k % kSuperBlock != 0) continue;
           if (isa == CpuIsa::kAmx && (IsKQuantFormat(f) || m == 1)) continue;
           b->Args({static_cast<int64_t>(f), static_cast<int64_t>(isa), m, n, k, 2});
