@@ -28,6 +28,7 @@
 #include "runtime/kernels/dense_attention.h"
 #include "runtime/kernels/lora.h"
 #include "runtime/kernels/matmul.h"
+#include "runtime/kernels/matmul_int8.h"
 #include "runtime/kernels/test_util.h"
 #include "runtime/kernels/weight_format.h"
 
@@ -242,23 +243,28 @@ void MatmulKQuantShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_XrtMatmulFormat)->Name("BM_XrtMatmulKQuant")->Apply(MatmulKQuantShapes);
 
 // int8 compute on each x86 tier this CPU has, side by side: vpmaddubsw +
-// vpmaddwd on ymm (avx2) and zmm (avx512) against vpdpbusd (avx512_vnni) and,
-// for q8_0 / q4_0 / q4_1 at M = 128, AMX's TDPBSUD (amx; skipped on CPUs
-// without it), same bits. Args: format, isa (CpuIsa value), M, N, K, threads.
+// vpmaddwd on ymm (avx2, avx_vnni 0) and zmm (avx512) against vpdpbusd on ymm
+// (avx2 with AVX-VNNI, avx_vnni 1; skipped on CPUs without it) and zmm
+// (avx512_vnni) and, for q8_0 / q4_0 / q4_1 at M = 128, AMX's TDPBSUD (amx;
+// skipped on CPUs without it), same bits. Args: format, isa (CpuIsa value),
+// M, N, K, threads, avx_vnni (the avx2 tier's variant; 1 on the others).
 void BM_XrtMatmulInt8Isa(benchmark::State& state) {
   const auto isa = static_cast<CpuIsa>(state.range(1));
-  if (!CpuIsaSupported(isa)) {
+  const bool avx_vnni = state.range(6) != 0;
+  if (!CpuIsaSupported(isa) || (isa == CpuIsa::kAvx2 && avx_vnni && !CpuHasAvxVnni())) {
     state.SkipWithError("this CPU cannot run that ISA path");
     return;
   }
   const int64_t m = state.range(2);
+  SetInt8AvxVnniAllowed(avx_vnni);
   RunXrtMatmul(state, m, state.range(3), state.range(4), static_cast<int>(state.range(5)),
                m <= 16 ? kColdBytes : 0, /*bias=*/true, /*accumulate=*/false,
                static_cast<WeightFormat>(state.range(0)), ComputeType::kInt8, isa);
+  SetInt8AvxVnniAllowed(true);
 }
 
 void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"format", "isa", "M", "N", "K", "threads"});
+  b->ArgNames({"format", "isa", "M", "N", "K", "threads", "avx_vnni"});
   for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
                          WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
     for (int64_t m : {1, 128})
@@ -266,7 +272,12 @@ void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
         for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAmx}) {
           if (IsKQuantFormat(f) && k % kSuperBlock != 0) continue;
           if (isa == CpuIsa::kAmx && (IsKQuantFormat(f) || m == 1)) continue;
-          b->Args({static_cast<int64_t>(f), static_cast<int64_t>(isa), m, n, k, 2});
+          for (int64_t avx_vnni : {0, 1}) {
+            if (avx_vnni == 0 && isa != CpuIsa::kAvx2) continue;
+            // The K-quants have no AVX-VNNI kernels: one avx2 row.
+            if (avx_vnni == 1 && isa == CpuIsa::kAvx2 && IsKQuantFormat(f)) continue;
+            b->Args({static_cast<int64_t>(f), static_cast<int64_t>(isa), m, n, k, 2, avx_vnni});
+          }
         }
   b->UseRealTime();
   b->MinTime(0.2);

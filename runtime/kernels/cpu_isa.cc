@@ -111,6 +111,21 @@ bool CpuIsaSupported(CpuIsa isa) {
   return false;
 }
 
+bool CpuHasAvxVnni() {
+#if defined(XRT_SIMD_EMULATE) && defined(__x86_64__)
+  return true;
+#elif defined(__x86_64__)
+  static const bool vnni = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return CpuIsaSupported(CpuIsa::kAvx2) && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+           (eax & (1u << 4)) != 0;
+  }();
+  return vnni;
+#else
+  return false;
+#endif
+}
+
 CpuIsa BestCpuIsa() {
   static const CpuIsa best = [] {
     if (CpuIsaSupported(CpuIsa::kAmx)) return CpuIsa::kAmx;

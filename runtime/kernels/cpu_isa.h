@@ -53,4 +53,11 @@ bool CpuIsaSupported(CpuIsa isa);
 // The best supported ISA; computed once, thread-safe.
 CpuIsa BestCpuIsa();
 
+// AVX-VNNI (CPUID.(EAX=7,ECX=1):EAX bit 4): vpdpbusd and vpdpwssd on xmm /
+// ymm with a VEX encoding. Not a tier: AVX-512 CPUs may lack it (Ice Lake,
+// Zen 4) and AVX2-only ones have it (Alder Lake and later client cores);
+// the int8 matmul's avx2 tier uses it where present (matmul_int8.h). True
+// for every ISA under XRT_SIMD_EMULATE; needs the avx2 tier's support.
+bool CpuHasAvxVnni();
+
 }  // namespace xrt

@@ -1,6 +1,7 @@
 #include "runtime/kernels/matmul_int8.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,18 @@ namespace xrt {
 bool Int8ComputeApplies(WeightFormat f) { return IsQuantizedFormat(f) || IsKQuantFormat(f); }
 
 int Int8ActivationBlock(WeightFormat f) { return IsKQuantFormat(f) ? kSuperBlock : kQuantGroup; }
+
+namespace {
+std::atomic<bool> g_avx_vnni_allowed{true};
+}  // namespace
+
+bool Int8AvxVnniEnabled() {
+  return g_avx_vnni_allowed.load(std::memory_order_relaxed) && CpuHasAvxVnni();
+}
+
+void SetInt8AvxVnniAllowed(bool allowed) {
+  g_avx_vnni_allowed.store(allowed, std::memory_order_relaxed);
+}
 
 namespace {
 
@@ -980,42 +993,6 @@ XRT_TARGET_AVX2 void DecodeQuadPanelAvx2(const uint8_t* panel, int64_t k, uint8_
   }
 }
 
-// Adds the R rows' pair products of pass h's vectors of quad kq to s16, or
-// with kFirst sets s16 to them (adding to zeros kept a zero register live
-// and one add per sum). The weights are decoded from `nibbles` (and a
-// K-quant's high bits at `sb`), or with kDecoded loaded from `decoded`
-// (the block's quads, DecodeQuadPanelAvx2). qa[i]: row i's quants of the
-// block.
-template <WeightFormat F, int R, bool kDecoded, bool kFirst = false>
-XRT_TARGET_AVX2 inline void AddQuadProductsAvx2(const uint8_t* nibbles, const uint8_t* sb,
-                                                const uint8_t* decoded, int kq, int h,
-                                                const int8_t* const* qa,
-                                                __m256i (&s16)[R][kQuadVectors<R>]) {
-  constexpr int kV = kQuadVectors<R>;
-  __m256i w[kV];  // w[2e + n]: half (one pass ? e : h), nibble n
-  if constexpr (kDecoded) {
-#pragma GCC unroll 4
-    for (int j = 0; j < kV; ++j) {
-      const int half = kV == 4 ? j / 2 : h;
-      w[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(decoded + kq * kDecodedQuadBytes +
-                                                                32 * (2 * half + j % 2)));
-    }
-  } else {
-    QuadWeightsAvx2<F, kV>(nibbles, sb, kq, h, w);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    const __m256i av = BroadcastQuadAvx2(qa[i] + 4 * kq);
-#pragma GCC unroll 4
-    for (int j = 0; j < kV; ++j) {
-      const __m256i prod = _mm256_maddubs_epi16(w[j], av);
-      __m256i sum = kFirst ? prod : _mm256_add_epi16(s16[i][j], prod);
-      XRT_KEEP_IN_REGISTER(sum);
-      s16[i][j] = sum;
-    }
-  }
-}
-
 // The rows' quants of block `blk` (kBlock values), each pointer opaque: else
 // GCC keeps one pass's broadcasts for the next and spills them.
 template <int R, int kBlock>
@@ -1124,132 +1101,6 @@ XRT_TARGET_AVX2 inline __m256 Q8SlotScales(const uint8_t* grp, int s) {
   return _mm256_cvtph_ps(_mm_unpacklo_epi64(lo, hi));
 }
 
-// Adds the R rows' dots with pass h's vectors of quad kq to dot (kFirst:
-// sets dot to them). The quads are formed from `quants` (the group's k-rows)
-// or with kDecoded loaded from `decoded` (DecodeQ8PanelAvx2's, the group's).
-template <int R, bool kDecoded, bool kFirst = false>
-XRT_TARGET_AVX2 inline void AddQ8DotsAvx2(const uint8_t* quants, const uint8_t* decoded, int kq,
-                                          int h, const int8_t* const* qa,
-                                          __m256i (&dot)[R][kQuadVectors<R>]) {
-  constexpr int kV = kQuadVectors<R>;
-  __m256i w[kV], wabs[kV];
-  if constexpr (kDecoded) {
-#pragma GCC unroll 4
-    for (int j = 0; j < kV; ++j) {
-      w[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(decoded + kq * kDecodedQuadBytes +
-                                                                32 * Q8Slot<R>(h, j)));
-    }
-  } else {
-    Q8QuadsAvx2<kV>(quants, kq, h, w);
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < kV; ++j) wabs[j] = _mm256_abs_epi8(w[j]);
-  const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    const __m256i av = BroadcastQuadAvx2(qa[i] + 4 * kq);
-#pragma GCC unroll 4
-    for (int j = 0; j < kV; ++j) {
-      const __m256i pairs = _mm256_maddubs_epi16(wabs[j], _mm256_sign_epi8(av, w[j]));
-      const __m256i d32 = _mm256_madd_epi16(pairs, ones);
-      __m256i sum = kFirst ? d32 : _mm256_add_epi32(dot[i][j], d32);
-      XRT_KEEP_IN_REGISTER(sum);
-      dot[i][j] = sum;
-    }
-  }
-}
-
-// q8_0 / q4_0 / q4_1: R rows (i0 ..) of one panel over the whole of K. A
-// q4 group's eight quads sum exactly in int16, so one vpmaddwd per vector
-// and group widens them; q8_0's are widened per quad (AddQ8DotsAvx2), and
-// its acc[i] holds vector s's columns at 8s (Q8SlotColumn) until the store
-// puts them in column order.
-template <WeightFormat F, int R, bool kDecoded>
-XRT_TARGET_AVX2 void QuadGroupRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
-                                       int64_t i0) {
-  constexpr bool kQ8 = F == WeightFormat::kQ8_0;
-  static_assert(IsQuantizedFormat(F));
-  static_assert(kQ8 || kQuantGroup / 4 <= PairSumsPerInt16<F>());
-  constexpr int kPasses = kQuadPasses<R>, kV = kQuadVectors<R>;
-  constexpr int64_t kBytes = QuantGroupBytes(F);
-  const MatmulArgs& a = *p.args;
-  // Later rows read what the first brought in; a decoded panel was read
-  // when it was decoded.
-  const bool prefetch = i0 == 0 && !kDecoded;
-  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
-  // In memory by design (see above). Made opaque, GCC no longer kept a
-  // second copy of the array but the kernel was 10% slower: left plain.
-  alignas(32) float acc[R][kPackNR];
-  ZeroAccAvx2(acc);
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t blk = 0; blk < a.k / kQuantGroup; ++blk) {
-    const uint8_t* grp = panel + blk * kBytes;
-    const uint8_t* quants = grp + QuantGroupQuantsOffset(F);
-    const uint8_t* dec =
-        kDecoded ? p.decoded + blk * (kQuantGroup / 4) * kDecodedQuadBytes : nullptr;
-    if (prefetch) PrefetchPart(grp, kBytes, 0, 1);
-#pragma GCC unroll 2
-    for (int h = 0; h < kPasses; ++h) {
-      const int8_t* qa[R];
-      OpaqueBlockRows<R, kQuantGroup>(rows.q, blk, qa);
-      __m256i s16[R][kV];  // q8_0: the dots in int32
-      if constexpr (kQ8) {
-        AddQ8DotsAvx2<R, kDecoded, true>(quants, dec, 0, h, qa, s16);
-#pragma GCC unroll 8
-        for (int kq = 1; kq < kQuantGroup / 4; ++kq) {
-          AddQ8DotsAvx2<R, kDecoded>(quants, dec, kq, h, qa, s16);
-        }
-      } else {
-        AddQuadProductsAvx2<F, R, kDecoded, true>(quants, grp, dec, 0, h, qa, s16);
-#pragma GCC unroll 8
-        for (int kq = 1; kq < kQuantGroup / 4; ++kq) {
-          AddQuadProductsAvx2<F, R, kDecoded>(quants, grp, dec, kq, h, qa, s16);
-        }
-      }
-      // The group's dots into the accumulators, in the contract's order
-      // (the same f32 operations as PanelRowsAvx512 and DotPortable);
-      // row-major, so that one row's broadcasts are live at a time.
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const __m256 da = _mm256_set1_ps(rows.d[i][blk]);
-        const int32_t qsum = rows.sum16[i][2 * blk] + rows.sum16[i][2 * blk + 1];
-#pragma GCC unroll 4
-        for (int j = 0; j < kV; ++j) {
-          const int b = kQ8 ? Q8Slot<R>(h, j) : QuadVectorBlock<R>(h, j);
-          const __m256 dw = kQ8 ? Q8SlotScales(grp, b) : packed_simd::Halves8(grp + 16 * b);
-          __m256i isum = kQ8 ? s16[i][j] : _mm256_madd_epi16(s16[i][j], ones);
-          if constexpr (F == WeightFormat::kQ4_0) {
-            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * qsum));
-          }
-          float* out = acc[i] + 8 * b;
-          __m256 v = _mm256_load_ps(out);
-          v = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum), v);
-          if constexpr (F == WeightFormat::kQ4_1) {
-            // d * s from memory: a broadcast load, no f32 multiply here (the
-            // epilogue's multiplies and fmas share two pipes on Zen 3).
-            const __m256 mw = packed_simd::Halves8(grp + 64 + 16 * b);
-            v = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(rows.ds[i] + blk), v);
-          }
-          _mm256_store_ps(out, v);
-        }
-      }
-    }
-  }
-  if constexpr (kQ8) {
-    // Slots to column order: columns 8b .. 8b+7 are lane b / 2 of slots
-    // 2 (b % 2) and 2 (b % 2) + 1.
-    for (int i = 0; i < R; ++i) {
-      __m256 slot[4];
-      for (int s = 0; s < 4; ++s) slot[s] = _mm256_load_ps(acc[i] + 8 * s);
-      _mm256_store_ps(acc[i], _mm256_permute2f128_ps(slot[0], slot[1], 0x20));
-      _mm256_store_ps(acc[i] + 8, _mm256_permute2f128_ps(slot[2], slot[3], 0x20));
-      _mm256_store_ps(acc[i] + 16, _mm256_permute2f128_ps(slot[0], slot[1], 0x31));
-      _mm256_store_ps(acc[i] + 24, _mm256_permute2f128_ps(slot[2], slot[3], 0x31));
-    }
-  }
-  StoreQuadRowsAvx2<R>(p, col0, i0, acc);
-}
-
 // q6_k: the eight signed bytes at p as (v, v) int16 pairs, dword c from
 // byte c (each byte to both halves' high bytes, then an arithmetic shift).
 XRT_TARGET_AVX2 inline __m256i SignedBytePairs(const uint8_t* p) {
@@ -1260,137 +1111,42 @@ XRT_TARGET_AVX2 inline __m256i SignedBytePairs(const uint8_t* p) {
   return _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(v), high), 8);
 }
 
-// The K-quants: R rows (i0 ..) of one panel over the whole of K. Per
-// sub-block, the int16 sums of each chunk of quads are widened against the
-// sub-block's scales into the super-block's int32 sums (in memory); the
-// super-block's end adds the mins (q4_k, q5_k) and the f32 factors in the
-// contract's order (the same f32 operations as PanelRowsAvx512 and
-// DotPortable).
-template <WeightFormat F, int R, bool kDecoded>
-XRT_TARGET_AVX2 void QuadKRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
-                                   int64_t i0) {
-  static_assert(IsKQuantFormat(F));
-  constexpr int kPasses = kQuadPasses<R>, kV = kQuadVectors<R>;
-  constexpr int kSub = KSubBlockRows(F), kSubs = kSuperBlock / kSub, kSubQuads = kSub / 4;
-  constexpr int kChunk = std::min(kSubQuads, PairSumsPerInt16<F>());
-  constexpr bool kMins = F != WeightFormat::kQ6_K;
-  constexpr int64_t kBytes = SuperBlockBytes(F);
-  const MatmulArgs& a = *p.args;
-  const bool prefetch = i0 == 0 && !kDecoded;
-  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
-  const int32_t* sub_sum_pairs[R];  // q4_k, q5_k
-  for (int i = 0; i < R; ++i) {
-    if constexpr (kMins) sub_sum_pairs[i] = p.sub_sum_pairs + (i0 + i) * (a.k / 64);
-  }
-  alignas(32) float acc[R][kPackNR];
-  ZeroAccAvx2(acc);
-  // isum: the super-block's sum over sub-blocks of scale * dot (q6_k:
-  // scale * (dot - 32 * the sub-block's quant sum)).
-  alignas(32) int32_t isum[R][kPackNR];
-  // The super-block's scales as (sc, sc) int16 pairs, [sub-block][column]:
-  // read by vpmaddwd from memory, so that they take no registers in the
-  // quad loop.
-  alignas(32) int32_t pairs[kSubs][kPackNR];
-  KScaleBytes scales;  // q4_k / q5_k
-  for (int64_t blk = 0; blk < a.k / kSuperBlock; ++blk) {
-    const uint8_t* sb = panel + blk * kBytes;
-    const uint8_t* nibbles = sb + KLowQuantsOffset(F);
-    const uint8_t* dec =
-        kDecoded ? p.decoded + blk * (kSuperBlock / 4) * kDecodedQuadBytes : nullptr;
-    if constexpr (kMins) UnpackKScalesAvx2(sb, &scales);
-    for (int s = 0; s < kSubs; ++s) {
-      for (int b = 0; b < 4; ++b) {
-        __m256i v;
-        if constexpr (kMins) {
-          v = BytePairs(scales.scales[s] + 8 * b);
-        } else {
-          v = SignedBytePairs(sb + kK6ScalesOffset + s * kPackNR + 8 * b);
-        }
-        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs[s] + 8 * b), v);
-      }
-    }
-    for (int i = 0; i < R; ++i) {
-      for (int b = 0; b < 4; ++b) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(isum[i] + 8 * b), _mm256_setzero_si256());
-      }
-    }
-#pragma GCC unroll 1
-    for (int s = 0; s < kSubs; ++s) {
-      if (prefetch) PrefetchPart(sb, kBytes, s, kSubs);
-#pragma GCC unroll 2
-      for (int h = 0; h < kPasses; ++h) {
-        const int8_t* qa[R];
-        OpaqueBlockRows<R, kSuperBlock>(rows.q, blk, qa);
-#pragma GCC unroll 4
-        for (int c = 0; c < kSubQuads / kChunk; ++c) {
-          __m256i s16[R][kV];
-          const int kq0 = s * kSubQuads + c * kChunk;
-          AddQuadProductsAvx2<F, R, kDecoded, true>(nibbles, sb, dec, kq0, h, qa, s16);
-#pragma GCC unroll 8
-          for (int t = 1; t < kChunk; ++t) {  // constant bounds: unrolled
-            AddQuadProductsAvx2<F, R, kDecoded>(nibbles, sb, dec, kq0 + t, h, qa, s16);
-          }
-#pragma GCC unroll 4
-          for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-            for (int j = 0; j < kV; ++j) {
-              const int b = QuadVectorBlock<R>(h, j);
-              int32_t* out = isum[i] + 8 * b;
-              const __m256i sc =
-                  _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs[s] + 8 * b));
-              __m256i v = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<__m256i*>(out)),
-                                           _mm256_madd_epi16(s16[i][j], sc));
-              if (F == WeightFormat::kQ6_K && c == kSubQuads / kChunk - 1) {
-                // The sub-block's quant sum is one entry of sum16.
-                static_assert(kSub == kSumRows || kMins);
-                const __m256i q32 = _mm256_set1_epi32(32 * rows.sum16[i][blk * kSubs + s]);
-                v = _mm256_sub_epi32(v, _mm256_mullo_epi32(_mm256_srai_epi32(sc, 16), q32));
-              }
-              _mm256_store_si256(reinterpret_cast<__m256i*>(out), v);
-            }
-          }
-        }
-      }
-    }
-    // The super-block into the accumulators: per column vector, the mins of
-    // sub-blocks 2p and 2p + 1 as int16 pairs (6-bit values) against
-    // SubBlockSumPairs, then the f32 factors.
-    for (int b = 0; b < 4; ++b) {
-      const __m256 dw = packed_simd::Halves8(sb + 16 * b);
-      __m256 dmin = _mm256_setzero_ps();
-      if constexpr (kMins) dmin = packed_simd::Halves8(sb + kKDminOffset + 16 * b);
-      for (int i = 0; i < R; ++i) {
-        const __m256 da = _mm256_set1_ps(rows.d[i][blk]);
-        float* out = acc[i] + 8 * b;
-        __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(dw, da),
-                                   _mm256_cvtepi32_ps(_mm256_load_si256(
-                                       reinterpret_cast<const __m256i*>(isum[i] + 8 * b))),
-                                   _mm256_load_ps(out));
-        if constexpr (kMins) {
-          static_assert(kSub == 2 * kSumRows && kSubs == 8);
-          __m256i imin = _mm256_setzero_si256();
-          for (int pr = 0; pr < kSubs / 2; ++pr) {
-            const __m256i min_pairs = _mm256_cvtepu8_epi16(_mm_load_si128(
-                reinterpret_cast<const __m128i*>(scales.min_pairs[pr] + MinPairsAt(b))));
-            imin = _mm256_add_epi32(
-                imin, _mm256_madd_epi16(
-                          min_pairs, _mm256_set1_epi32(sub_sum_pairs[i][blk * (kSubs / 2) + pr])));
-          }
-          const __m256 neg = _mm256_xor_ps(_mm256_mul_ps(dmin, da), _mm256_set1_ps(-0.0f));
-          v = _mm256_fmadd_ps(neg, _mm256_cvtepi32_ps(imin), v);
-        }
-        _mm256_store_ps(out, v);
-      }
-    }
-  }
-  StoreQuadRowsAvx2<R>(p, col0, i0, acc);
+using PanelFn = void (*)(const Int8Problem&, const uint8_t*, int64_t, int64_t);
+
+// vpdpbusd on ymm (AVX-VNNI): acc + the four u8 x s8 products of each dword,
+// exact in int32.
+XRT_TARGET_AVX2_VNNI inline __m256i DotBytesAvxVnni(__m256i acc, __m256i u8, __m256i s8) {
+#if defined(XRT_SIMD_EMULATE)
+  return _mm256_dpbusd_epi32(acc, u8, s8);  // SIMDe's AVX512_VL form: the same sums
+#else
+  return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+#endif
 }
+
+// The AVX2 tier's int8 kernels, compiled twice (matmul_int8_avx2.inc): with
+// vpmaddubsw + vpmaddwd, and with AVX-VNNI's vpdpbusd where the CPU has it
+// (Int8AvxVnniEnabled). A function's target cannot depend on a template
+// argument, and the plain variant must not be built with AVX-VNNI enabled:
+// GCC then fuses its vpmaddwd + vpaddd into vpdpwssd, which faults on CPUs
+// without it.
+namespace maddubs {
+#define XRT_INT8_AVX2_TARGET XRT_TARGET_AVX2
+#define XRT_INT8_AVX_VNNI 0
+#include "runtime/kernels/matmul_int8_avx2.inc"
+#undef XRT_INT8_AVX2_TARGET
+#undef XRT_INT8_AVX_VNNI
+}  // namespace maddubs
+namespace avx_vnni {
+#define XRT_INT8_AVX2_TARGET XRT_TARGET_AVX2_VNNI
+#define XRT_INT8_AVX_VNNI 1
+#include "runtime/kernels/matmul_int8_avx2.inc"
+#undef XRT_INT8_AVX2_TARGET
+#undef XRT_INT8_AVX_VNNI
+}  // namespace avx_vnni
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-
-using PanelFn = void (*)(const Int8Problem&, const uint8_t*, int64_t, int64_t);
 
 // The panel kernels of one ISA, by format and row count.
 struct Avx512Panels {
@@ -1402,30 +1158,6 @@ struct Avx512VnniPanels {
   static constexpr int kMaxRows = kVnniGroupRows;
   template <WeightFormat F, int R>
   static constexpr PanelFn kFn = &PanelRowsAvx512Vnni<F, R>;
-};
-// The quad kernels on the thread's decoded panel where there is one.
-template <WeightFormat F, int R>
-XRT_TARGET_AVX2 void QuadRowsAvx2(const Int8Problem& p, const uint8_t* panel, int64_t col0,
-                                  int64_t i0) {
-  if constexpr (IsKQuantFormat(F)) {
-    if (p.decoded) {
-      QuadKRowsAvx2<F, R, true>(p, panel, col0, i0);
-    } else {
-      QuadKRowsAvx2<F, R, false>(p, panel, col0, i0);
-    }
-  } else {
-    if (p.decoded) {
-      QuadGroupRowsAvx2<F, R, true>(p, panel, col0, i0);
-    } else {
-      QuadGroupRowsAvx2<F, R, false>(p, panel, col0, i0);
-    }
-  }
-}
-
-struct Avx2Panels {
-  static constexpr int kMaxRows = kGroupRows;
-  template <WeightFormat F, int R>
-  static constexpr PanelFn kFn = &QuadRowsAvx2<F, R>;
 };
 
 // Up to 4 rows on every path; 5 and 6 where GroupRowsFor gives 6 (the
@@ -1711,6 +1443,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int block = Int8ActivationBlock(args.w_format);
   // AMX-INT8 (PanelRowsAmx) for 16 rows or more of the group formats.
   bool amx = false;
+  // The avx2 tier on a CPU with AVX-VNNI: vpdpbusd on ymm.
+  const bool avx_vnni_kernels = isa == CpuIsa::kAvx2 && Int8AvxVnniEnabled();
 #if defined(__x86_64__)
   amx = IsaAtLeast(isa, CpuIsa::kAmx) && m >= kAmxInt8Rows && AmxInt8Applies(args.w_format);
 #endif
@@ -1787,7 +1521,9 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
                            : IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
                                ? PanelFnFor<Avx512VnniPanels>(args.w_format, rows)
                            : isa == CpuIsa::kAvx512 ? PanelFnFor<Avx512Panels>(args.w_format, rows)
-                                                    : PanelFnFor<Avx2Panels>(args.w_format, rows);
+                           : avx_vnni_kernels
+                               ? PanelFnFor<avx_vnni::Avx2Panels>(args.w_format, rows)
+                               : PanelFnFor<maddubs::Avx2Panels>(args.w_format, rows);
         fn(pt, w, panel * kPackNR, r0);
         continue;
       }

@@ -34,8 +34,8 @@
 // Every integer sum is exact (bounded well inside int32 by the quant widths),
 // so the result depends only on row i of A, column j of W, bias and c_old:
 // bit-identical whatever M, the row's position, the thread count and the ISA
-// path (the portable, AVX2, AVX-512, AVX512_VNNI and AMX code compute the
-// same values; AMX-INT8 runs prefills of 16 rows or more on q8_0 / q4_0 /
+// path (the portable, AVX2 (with or without AVX-VNNI), AVX-512, AVX512_VNNI
+// and AMX code compute the same values; AMX-INT8 runs prefills of 16 rows or more on q8_0 / q4_0 /
 // q4_1, by Intel's definition of TDPBSUD: emulated in CI, not yet run on an
 // AMX machine).
 //
@@ -69,5 +69,14 @@ void QuantizeActivationRow(const float* a, int64_t k, int block, int8_t* q, floa
 // (Matmul's preconditions). `isa` picks the path (CpuIsaSupported(isa)):
 // AVX-512, AVX2 or the portable loops, all with the same results.
 void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa);
+
+// True if the avx2 tier's int8 kernels run on AVX-VNNI (vpdpbusd on ymm):
+// the CPU has it (CpuHasAvxVnni: Intel's cores since Alder Lake, Zen 5) and
+// it is allowed. The integer sums, and the results, are those of vpmaddubsw +
+// vpmaddwd. SetInt8AvxVnniAllowed(false) makes the avx2 tier use the latter
+// (for tests and benchmarks: both variants on one CPU); process-wide, not to
+// be changed while a matmul runs.
+bool Int8AvxVnniEnabled();
+void SetInt8AvxVnniAllowed(bool allowed);
 
 }  // namespace xrt

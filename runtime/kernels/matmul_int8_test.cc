@@ -220,9 +220,35 @@ Weight MakeWeight(WeightFormat f, int64_t n, int64_t k, uint32_t seed) {
 }
 
 // C [m][n] (ldc n + 3) with A's row stride k + 5, bias and accumulate as asked.
+// An int8 path: an ISA tier, and for the avx2 tier whether it may use
+// AVX-VNNI (SetInt8AvxVnniAllowed).
+struct Int8Path {
+  CpuIsa isa;
+  bool avx_vnni = true;
+  std::string Name() const {
+    return std::string(CpuIsaName(isa)) +
+           (isa == CpuIsa::kAvx2 ? (avx_vnni && CpuHasAvxVnni() ? " (avx_vnni)" : " (maddubs)")
+                                 : "");
+  }
+};
+
+// Every path this CPU runs: each supported tier, and the avx2 tier a second
+// time without AVX-VNNI where the CPU has it.
+std::vector<Int8Path> Int8Paths() {
+  std::vector<Int8Path> paths;
+  for (CpuIsa isa : SupportedIsas()) {
+    paths.push_back({isa});
+    if (isa == CpuIsa::kAvx2 && CpuHasAvxVnni()) paths.push_back({isa, false});
+  }
+  return paths;
+}
+
 std::vector<float> RunInt8(const std::vector<float>& a, int64_t m, int64_t n, int64_t k,
                            const Weight& w, WeightFormat f, const float* bias, bool accumulate,
-                           ThreadPool* pool, CpuIsa isa, ComputeType compute = ComputeType::kInt8) {
+                           ThreadPool* pool, Int8Path path,
+                           ComputeType compute = ComputeType::kInt8) {
+  const CpuIsa isa = path.isa;
+  SetInt8AvxVnniAllowed(path.avx_vnni);
   std::vector<float> c(m * (n + 3), 0.25f);
   MatmulArgs args;
   args.a = a.data();
@@ -238,6 +264,7 @@ std::vector<float> RunInt8(const std::vector<float>& a, int64_t m, int64_t n, in
   args.accumulate = accumulate;
   args.compute = compute;
   MatmulWithIsa(args, pool, isa);
+  SetInt8AvxVnniAllowed(true);
   return c;
 }
 
@@ -292,10 +319,10 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
         // q4_1 in 16-row tiles, the last one short.
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29, 67}) {
           const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
-          for (CpuIsa isa : SupportedIsas()) {
+          for (Int8Path isa : Int8Paths()) {
             for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
               const bool extras = (m + n) % 2 == 0;  // bias + accumulate on half the cases
-              const std::string what = std::string(WeightFormatName(f)) + " " + CpuIsaName(isa) +
+              const std::string what = std::string(WeightFormatName(f)) + " " + isa.Name() +
                                        (p ? " 2 threads" : "") + " m=" + std::to_string(m) +
                                        " n=" + std::to_string(n) + " k=" + std::to_string(k);
               const std::vector<float> c =
@@ -340,12 +367,12 @@ TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
       for (int64_t i = 0; i < m; ++i)
         for (int64_t kk = 0; kk < k; ++kk)
           a[i * (k + 5) + kk] = (i + kk / kQuantGroup) % 2 ? 3.0f : -3.0f;
-      for (CpuIsa isa : SupportedIsas()) {
+      for (Int8Path isa : Int8Paths()) {
         for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
           const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, p, isa);
           ExpectMatchesReference(
               f, a, m, n, k, w, {}, false, c,
-              std::string(WeightFormatName(f)) + " " + CpuIsaName(isa) + " m=" + std::to_string(m));
+              std::string(WeightFormatName(f)) + " " + isa.Name() + " m=" + std::to_string(m));
         }
       }
     }
@@ -363,10 +390,10 @@ TEST(MatmulInt8Test, NonFiniteZeroAndTinyActivationBlocks) {
       a[2 * (k + 5) + kk] = 0.0f;     // row 2: zeros
       a[3 * (k + 5) + kk] *= 1e-41f;  // row 3: subnormals, 127 / amax overflows
     }
-    for (CpuIsa isa : SupportedIsas()) {
+    for (Int8Path isa : Int8Paths()) {
       const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, isa);
       ExpectMatchesReference(f, a, m, n, k, w, {}, false, c,
-                             std::string(WeightFormatName(f)) + " " + CpuIsaName(isa));
+                             std::string(WeightFormatName(f)) + " " + isa.Name());
       for (int64_t j = 0; j < n; ++j) {
         EXPECT_TRUE(std::isnan(c[0 * (n + 3) + j]));
         EXPECT_TRUE(std::isnan(c[1 * (n + 3) + j]));
@@ -403,9 +430,10 @@ TEST(MatmulInt8Test, CloseToF32OnTheSameWeight) {
     const int64_t k = 2 * WeightFormatBlockSize(f) * (IsKQuantFormat(f) ? 1 : 8), n = 40, m = 3;
     const Weight w = MakeWeight(f, n, k, 7);
     const std::vector<float> a = RandomA(m, k, 11);
-    const std::vector<float> c8 = RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, BestCpuIsa());
+    const std::vector<float> c8 =
+        RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, {BestCpuIsa()});
     const std::vector<float> c32 =
-        RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, BestCpuIsa(), ComputeType::kF32);
+        RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, {BestCpuIsa()}, ComputeType::kF32);
     const int block = Int8ActivationBlock(f);
     double worst = 0.0, differs = 0.0;
     for (int64_t i = 0; i < m; ++i) {

@@ -27,6 +27,7 @@
 #undef __m512bh
 #include "runtime/kernels/simd_emulate.h"
 #define XRT_TARGET_AVX2
+#define XRT_TARGET_AVX2_VNNI
 #define XRT_TARGET_AVX512
 #define XRT_TARGET_AVX512_VNNI
 #define XRT_TARGET_AVX512_BF16
@@ -36,6 +37,8 @@
 #else
 #include <immintrin.h>
 #define XRT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+// The avx2 tier's int8 kernels on CPUs with AVX-VNNI (cpu_isa.h: CpuHasAvxVnni).
+#define XRT_TARGET_AVX2_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
 #define XRT_TARGET_AVX512_VNNI \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx2,fma")))
