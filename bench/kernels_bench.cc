@@ -267,15 +267,13 @@ void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"format", "isa", "M", "N", "K", "threads", "avx_vnni"});
   for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
                          WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
-    for (int64_t m : {1, 128})
+    for (int64_t m : {1, 4, 128})
       for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 576}, {2048, 2048}, {8192, 2048}})
         for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAmx}) {
           if (IsKQuantFormat(f) && k % kSuperBlock != 0) continue;
           if (isa == CpuIsa::kAmx && (IsKQuantFormat(f) || m == 1)) continue;
           for (int64_t avx_vnni : {0, 1}) {
             if (avx_vnni == 0 && isa != CpuIsa::kAvx2) continue;
-            // The K-quants have no AVX-VNNI kernels: one avx2 row.
-            if (avx_vnni == 1 && isa == CpuIsa::kAvx2 && IsKQuantFormat(f)) continue;
             b->Args({static_cast<int64_t>(f), static_cast<int64_t>(isa), m, n, k, 2, avx_vnni});
           }
         }
