@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
   out["lora"] = lora.empty() ? "none" : lora;
   out["threads"] = r.pool().num_threads();
   out["kv_cache_dtype"] = xrt::KvCacheDtypeName(r.kv_cache_dtype());
-  out["kernel_isa"] = xrt::CpuIsaName(xrt::BestCpuIsa());
+  out["kernel_isa"] = xrt::BestKernelsName();
   out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
   out["decode_weight_bytes_per_step"] = weight_bytes;
   out["decode_weight_bytes_by_dtype"] = bytes_by_dtype;

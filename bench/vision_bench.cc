@@ -309,7 +309,7 @@ int main(int argc, char** argv) {
   json out;
   out["artifact"] = rp.artifact_path;
   out["threads"] = r.pool().num_threads();
-  out["isa"] = xrt::CpuIsaName(xrt::BestCpuIsa());
+  out["isa"] = xrt::BestKernelsName();
   out["warmup"] = warmup;
   out["iters"] = iters;
   const ShapeFlops sf = CountShapeFlops(*vis, cfg.hidden_size());

@@ -270,7 +270,7 @@ int Serve(xrt::ModelRunnerParams rp, xrt::EngineCoreParams ep, xrt::server::Serv
       static_cast<long long>(lim.max_num_seqs), static_cast<long long>(lim.max_num_batched_tokens),
       static_cast<long long>(lim.max_model_len), static_cast<long long>(r.num_kv_blocks()),
       static_cast<long long>(lim.block_size), xrt::KvCacheDtypeName(r.kv_cache_dtype()),
-      xrt::CpuIsaName(xrt::BestCpuIsa()));
+      xrt::BestKernelsName());
   int sig = 0;
   sigwait(&signals, &sig);
   server.StopAccepting();

@@ -126,6 +126,11 @@ bool CpuHasAvxVnni() {
 #endif
 }
 
+const char* BestKernelsName() {
+  const CpuIsa best = BestCpuIsa();
+  return best == CpuIsa::kAvx2 && CpuHasAvxVnni() ? "avx2+avx_vnni" : CpuIsaName(best);
+}
+
 CpuIsa BestCpuIsa() {
   static const CpuIsa best = [] {
     if (CpuIsaSupported(CpuIsa::kAmx)) return CpuIsa::kAmx;

@@ -60,4 +60,9 @@ CpuIsa BestCpuIsa();
 // for every ISA under XRT_SIMD_EMULATE; needs the avx2 tier's support.
 bool CpuHasAvxVnni();
 
+// What the kernels of this process run on, for logs and benchmark output:
+// CpuIsaName(BestCpuIsa()), plus "+avx_vnni" on the avx2 tier of a CPU with
+// AVX-VNNI (the int8 matmul's vpdpbusd kernels).
+const char* BestKernelsName();
+
 }  // namespace xrt

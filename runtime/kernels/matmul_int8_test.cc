@@ -404,6 +404,16 @@ TEST(MatmulInt8Test, NonFiniteZeroAndTinyActivationBlocks) {
   }
 }
 
+// The kernels' name in logs: the best tier's, with "+avx_vnni" exactly where
+// the avx2 tier has AVX-VNNI (its int8 kernels then use vpdpbusd).
+TEST(MatmulInt8Test, BestKernelsNameSaysWhenTheAvx2TierUsesAvxVnni) {
+  const std::string name = BestKernelsName();
+  EXPECT_EQ(name.rfind(CpuIsaName(BestCpuIsa()), 0), 0u) << name;
+  EXPECT_EQ(name.find("+avx_vnni") != std::string::npos,
+            BestCpuIsa() == CpuIsa::kAvx2 && CpuHasAvxVnni())
+      << name;
+}
+
 TEST(MatmulInt8Test, QuantizeRoundsToNearestEvenAndSumsExactly) {
   // amax 127 makes id = 1: the quants are the values rounded.
   std::vector<float> a(32, 0.0f);
