@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/kernels/amx.h"
@@ -1183,22 +1184,32 @@ PanelFn PanelFnFor(int rows) {
   }
 }
 
+// fn(std::integral_constant<WeightFormat, F>{}) for f, a format with integer
+// quants (Int8ComputeApplies; any other is taken as q6_k): the one switch
+// from a run-time format to the kernels and decoders instantiated per format.
+template <class Fn>
+auto WithInt8Format(WeightFormat f, Fn&& fn) {
+  assert(Int8ComputeApplies(f));
+  using F = WeightFormat;
+  switch (f) {
+    case F::kQ8_0:
+      return fn(std::integral_constant<F, F::kQ8_0>{});
+    case F::kQ4_0:
+      return fn(std::integral_constant<F, F::kQ4_0>{});
+    case F::kQ4_1:
+      return fn(std::integral_constant<F, F::kQ4_1>{});
+    case F::kQ4_K:
+      return fn(std::integral_constant<F, F::kQ4_K>{});
+    case F::kQ5_K:
+      return fn(std::integral_constant<F, F::kQ5_K>{});
+    default:
+      return fn(std::integral_constant<F, F::kQ6_K>{});
+  }
+}
+
 template <class Panels>
 PanelFn PanelFnFor(WeightFormat f, int rows) {
-  switch (f) {
-    case WeightFormat::kQ8_0:
-      return PanelFnFor<Panels, WeightFormat::kQ8_0>(rows);
-    case WeightFormat::kQ4_0:
-      return PanelFnFor<Panels, WeightFormat::kQ4_0>(rows);
-    case WeightFormat::kQ4_1:
-      return PanelFnFor<Panels, WeightFormat::kQ4_1>(rows);
-    case WeightFormat::kQ4_K:
-      return PanelFnFor<Panels, WeightFormat::kQ4_K>(rows);
-    case WeightFormat::kQ5_K:
-      return PanelFnFor<Panels, WeightFormat::kQ5_K>(rows);
-    default:
-      return PanelFnFor<Panels, WeightFormat::kQ6_K>(rows);
-  }
+  return WithInt8Format(f, [rows](auto format) { return PanelFnFor<Panels, format()>(rows); });
 }
 
 using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
@@ -1238,44 +1249,21 @@ int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
 // DecodeQuadPanelAvx512Vnni of a format with integer quants: the decoder of
 // the avx512_vnni and amx int8 kernels.
 DecodeFn QuadPanelDecoderAvx512(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kQ8_0:
-      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ8_0>;
-    case WeightFormat::kQ4_0:
-      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_0>;
-    case WeightFormat::kQ4_1:
-      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_1>;
-    case WeightFormat::kQ4_K:
-      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ4_K>;
-    case WeightFormat::kQ5_K:
-      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ5_K>;
-    case WeightFormat::kQ6_K:
-      return &DecodeQuadPanelAvx512Vnni<WeightFormat::kQ6_K>;
-    default:
-      return nullptr;
-  }
+  return WithInt8Format(
+      f, [](auto format) -> DecodeFn { return &DecodeQuadPanelAvx512Vnni<format()>; });
 }
 
 // The panel decoder of each format on `isa` (where DecodedPanelMinRowBlocks
 // is finite).
 DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
   if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) return QuadPanelDecoderAvx512(f);
-  switch (f) {
-    case WeightFormat::kQ8_0:
+  return WithInt8Format(f, [](auto format) -> DecodeFn {
+    if constexpr (format() == WeightFormat::kQ8_0) {
       return &DecodeQ8PanelAvx2;
-    case WeightFormat::kQ4_0:
-      return &DecodeQuadPanelAvx2<WeightFormat::kQ4_0>;
-    case WeightFormat::kQ4_1:
-      return &DecodeQuadPanelAvx2<WeightFormat::kQ4_1>;
-    case WeightFormat::kQ4_K:
-      return &DecodeQuadPanelAvx2<WeightFormat::kQ4_K>;
-    case WeightFormat::kQ5_K:
-      return &DecodeQuadPanelAvx2<WeightFormat::kQ5_K>;
-    case WeightFormat::kQ6_K:
-      return &DecodeQuadPanelAvx2<WeightFormat::kQ6_K>;
-    default:
-      return nullptr;
-  }
+    } else {
+      return &DecodeQuadPanelAvx2<format()>;
+    }
+  });
 }
 
 // ---------------------------------------------------------------- AMX-INT8 --
