@@ -588,17 +588,6 @@ XRT_TARGET_AVX512 void Scores16Avx512(const float* q, const float* const* k, int
   }
 }
 
-// An empty asm that says it may change v: the compiler then keeps a loaded
-// vector in a register instead of folding the load into each of its uses (two
-// loads of the same line per key and row pair).
-XRT_TARGET_AVX512 inline void KeepInRegister(__m512& v) {
-#if defined(XRT_SIMD_EMULATE)
-  (void)v;  // SIMDe's vectors are structs: nothing to keep
-#else
-  asm("" : "+v"(v));
-#endif
-}
-
 // Scores16Avx512 for two rows (q0 -> s0, q1 -> s1), 8 keys at a time: each
 // key vector is loaded once for both rows (one row alone issues a load per
 // fma, which bounds it). The same chains and tree, so the same bits per score.
@@ -618,12 +607,12 @@ XRT_TARGET_AVX512 void Scores8x2Avx512(const float* q0, const float* q1, const f
     for (int j = 0; j < 8; ++j) {
       const float* kj = k[j < cnt ? j0 + j : j0];
       __m512 kv = _mm512_maskz_loadu_ps(NV == 1 ? tail : __mmask16(0xFFFF), kj);
-      KeepInRegister(kv);
+      XRT_KEEP_IN_REGISTER(kv);  // one load for both rows, not one folded into each fma
       __m512 x = _mm512_mul_ps(qa[0], kv), y = _mm512_mul_ps(qb[0], kv);
 #pragma GCC unroll 4
       for (int i = 1; i < NV; ++i) {
         kv = _mm512_maskz_loadu_ps(i == NV - 1 ? tail : __mmask16(0xFFFF), kj + 16 * i);
-        KeepInRegister(kv);
+        XRT_KEEP_IN_REGISTER(kv);
         x = _mm512_fmadd_ps(qa[i], kv, x);
         y = _mm512_fmadd_ps(qb[i], kv, y);
       }

@@ -51,11 +51,13 @@
 // An empty asm that claims to read and rewrite vector `v` in its register:
 // the compiler must materialize v here and cannot move arithmetic across it.
 // Used where GCC would reassociate a chain of integer adds into a tree that
-// keeps every partial product live (and spills them). v must be a local, not
-// an array element: an asm operand on an element makes the whole array
-// addressable, and GCC then keeps it on the stack (a store per update and a
-// reload where it is read).
-#define XRT_KEEP_IN_REGISTER(v) __asm__("" : "+x"(v))
+// keeps every partial product live (and spills them), or would fold one
+// loaded vector into several instructions' memory operands (loading it once
+// per use). v must be a local, not an array element: an asm operand on an
+// element makes the whole array addressable, and GCC then keeps it on the
+// stack (a store per update and a reload where it is read). "v": any vector
+// register the function's target has (zmm16-31 too on AVX-512).
+#define XRT_KEEP_IN_REGISTER(v) __asm__("" : "+v"(v))
 // An empty volatile asm that claims to rewrite pointer `p`: loads through p
 // after it are not the same expression as loads before it, so the compiler
 // cannot keep an earlier pass's loaded (and computed) values for a later pass
