@@ -530,6 +530,7 @@ BENCHMARK(BM_ThreadPoolEmptyParallelFor)->ArgName("threads")->Arg(1)->Arg(2)->Us
 // q_len = context: whole-prompt prefills). Heads of SmolLM2-135M (9 q heads,
 // 3 kv heads) or Llama-3.2-1B (32, 8); head_dim 64; blocks of 16. kv_dtype:
 // the cache's element type, 0 f32, 1 f16, 2 fp8 (xrt --kv-cache-dtype).
+// compute: 0 f32, 1 bf16 (the products as kBF16 matmuls, attention.h).
 void BM_PagedAttention(benchmark::State& state) {
   const int64_t reqs = state.range(0), context = state.range(1), q_len = state.range(2);
   const int threads = static_cast<int>(state.range(3));
@@ -605,6 +606,7 @@ void BM_PagedAttention(benchmark::State& state) {
   a.block_size = block;
   a.num_blocks = num_blocks;
   a.scale = 0.125f;
+  a.compute = static_cast<ComputeType>(state.range(8));
   ThreadPool* pool = Pool(threads);
   int64_t layer = 0;
   for (auto _ : state) {
@@ -626,27 +628,36 @@ void BM_PagedAttention(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PagedAttention)
-    ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads", "kv_dtype", "layers"})
-    ->Args({1, 32, 1, 1, 9, 3, 0, 1})  // one request's decode step: overhead, not flops
-    ->Args({1, 32, 1, 2, 9, 3, 0, 1})
-    ->Args({1, 1024, 1, 2, 9, 3, 0, 1})  // one long decode: 3 kv heads on 2 threads
-    ->Args({1, 1024, 1, 2, 9, 3, 1, 1})
-    ->Args({1, 1024, 1, 2, 9, 3, 0, 30})  // the same from DRAM, as in a model's decode step
-    ->Args({1, 1024, 1, 2, 9, 3, 1, 30})
-    ->Args({1, 1024, 1, 2, 9, 3, 2, 30})
-    ->Args({16, 1024, 1, 1, 9, 3, 0, 1})
-    ->Args({16, 1024, 1, 2, 9, 3, 0, 1})
-    ->Args({16, 1024, 1, 1, 9, 3, 1, 1})
-    ->Args({16, 1024, 1, 2, 9, 3, 1, 1})
-    ->Args({16, 1024, 1, 2, 9, 3, 0, 4})  // 4 x 24 MB
-    ->Args({16, 1024, 1, 2, 9, 3, 1, 4})
-    ->Args({16, 1024, 1, 2, 9, 3, 2, 4})
-    ->Args({1, 512, 512, 1, 9, 3, 0, 1})
-    ->Args({1, 512, 512, 2, 9, 3, 0, 1})
-    ->Args({1, 512, 512, 2, 9, 3, 1, 1})
-    ->Args({1, 512, 512, 2, 9, 3, 2, 1})
-    ->Args({1, 512, 512, 2, 32, 8, 0, 1})
-    ->Args({1, 2048, 2048, 2, 32, 8, 0, 1})
+    ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads", "kv_dtype", "layers",
+                "compute"})
+    ->Args({1, 32, 1, 1, 9, 3, 0, 1, 0})  // one request's decode step: overhead, not flops
+    ->Args({1, 32, 1, 2, 9, 3, 0, 1, 0})
+    ->Args({1, 1024, 1, 2, 9, 3, 0, 1, 0})  // one long decode: 3 kv heads on 2 threads
+    ->Args({1, 1024, 1, 2, 9, 3, 1, 1, 0})
+    ->Args({1, 1024, 1, 2, 9, 3, 0, 30, 0})  // the same from DRAM, as in a model's decode step
+    ->Args({1, 1024, 1, 2, 9, 3, 1, 30, 0})
+    ->Args({1, 1024, 1, 2, 9, 3, 2, 30, 0})
+    ->Args({16, 1024, 1, 1, 9, 3, 0, 1, 0})
+    ->Args({16, 1024, 1, 2, 9, 3, 0, 1, 0})
+    ->Args({16, 1024, 1, 1, 9, 3, 1, 1, 0})
+    ->Args({16, 1024, 1, 2, 9, 3, 1, 1, 0})
+    ->Args({16, 1024, 1, 2, 9, 3, 0, 4, 0})  // 4 x 24 MB
+    ->Args({16, 1024, 1, 2, 9, 3, 1, 4, 0})
+    ->Args({16, 1024, 1, 2, 9, 3, 2, 4, 0})
+    ->Args({1, 512, 512, 1, 9, 3, 0, 1, 0})
+    ->Args({1, 512, 512, 2, 9, 3, 0, 1, 0})
+    ->Args({1, 512, 512, 2, 9, 3, 1, 1, 0})
+    ->Args({1, 512, 512, 2, 9, 3, 2, 1, 0})
+    ->Args({1, 512, 512, 2, 32, 8, 0, 1, 0})
+    ->Args({1, 2048, 2048, 2, 32, 8, 0, 1, 0})
+    // bf16: the same decode and prefill shapes with the products on the bf16 units
+    ->Args({1, 1024, 1, 2, 9, 3, 1, 30, 1})
+    ->Args({16, 1024, 1, 2, 9, 3, 1, 4, 1})
+    ->Args({1, 512, 512, 1, 9, 3, 0, 1, 1})
+    ->Args({1, 512, 512, 2, 9, 3, 0, 1, 1})
+    ->Args({1, 512, 512, 2, 9, 3, 1, 1, 1})
+    ->Args({1, 512, 512, 2, 32, 8, 0, 1, 1})
+    ->Args({1, 2048, 2048, 2, 32, 8, 0, 1, 1})
     ->UseRealTime();
 
 // The vision tower's self-attention (DenseAttention): `images` sequences of

@@ -109,6 +109,23 @@ float ExpSumScalar(float* s, int n, float m) {
   return sum;
 }
 
+// kBF16's keys as matmul weights: key j < n's values (rows[j][d], d < dim)
+// to out[d * kPackNR + j], and zeros for j in [n, kKeyBlock) (out: a key
+// panel's first or second half).
+constexpr int kKeyBlock = 16;
+void PackKeysScalar(const float* const* rows, int n, int64_t dim, float* out) {
+  for (int j = 0; j < kKeyBlock; ++j)
+    for (int64_t d = 0; d < dim; ++d) out[d * kPackNR + j] = j < n ? rows[j][d] : 0.0f;
+}
+
+// x[j] *= scale for j < n (n >= 1); returns the largest (the same bits on
+// every ISA: one rounding per product, and a max is exact in any order).
+float ScaleMaxScalar(float* x, int n, float scale) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < n; ++j) m = std::max(m, x[j] *= scale);
+  return m;
+}
+
 void AccumulateScalar(float* acc, float corr, const float* p, const float* const* v, int n,
                       int64_t dim) {
   for (int64_t d = 0; d < dim; ++d) acc[d] *= corr;
@@ -373,6 +390,20 @@ XRT_TARGET_AVX2 inline float MaxAvx2(const float* s, int n) {
   for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
   float m = HorizontalMax8(mx);
   for (; j < n; ++j) m = std::max(m, s[j]);
+  return m;
+}
+
+XRT_TARGET_AVX2 float ScaleMaxAvx2(float* x, int n, float scale) {
+  const __m256 sv = _mm256_set1_ps(scale);
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), sv);
+    _mm256_storeu_ps(x + j, v);
+    mx = _mm256_max_ps(mx, v);
+  }
+  float m = HorizontalMax8(mx);
+  for (; j < n; ++j) m = std::max(m, x[j] *= scale);
   return m;
 }
 
@@ -709,6 +740,34 @@ XRT_TARGET_AVX512 float ExpSumAvx512(float* s, int n, float m) {
   return ReduceAdd16(sum);
 }
 
+XRT_TARGET_AVX512 float ScaleMaxAvx512(float* x, int n, float scale) {
+  const __m512 sv = _mm512_set1_ps(scale);
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 mask =
+        n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + j), sv);
+    _mm512_mask_storeu_ps(x + j, mask, v);
+    mx = _mm512_mask_max_ps(mx, mask, mx, v);
+  }
+  return _mm512_reduce_max_ps(mx);
+}
+
+// PackKeysScalar on 16 x 16 blocks transposed in registers.
+XRT_TARGET_AVX512 void PackKeysAvx512(const float* const* rows, int n, int64_t dim, float* out) {
+  for (int64_t d0 = 0; d0 < dim; d0 += 16) {
+    const int64_t cols = std::min<int64_t>(16, dim - d0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+    __m512i r[16];
+    for (int j = 0; j < 16; ++j)
+      r[j] = _mm512_castps_si512(j < n ? _mm512_maskz_loadu_ps(mask, rows[j] + d0)
+                                       : _mm512_setzero_ps());
+    packed_simd::Transpose16x16Epi32(r);
+    for (int64_t c = 0; c < cols; ++c)
+      _mm512_storeu_ps(out + (d0 + c) * kPackNR, _mm512_castsi512_ps(r[c]));
+  }
+}
+
 // acc (NV vectors of 16, the last one masked by `tail`) held in registers
 // across the chunk; values are read at v[j] + d0.
 template <int NV>
@@ -917,6 +976,11 @@ struct ChunkKernels {
   void (*to_halves)(const float*, int64_t, uint16_t*) = &FloatsToHalvesScalar;
   void (*to_fp8)(const float*, int64_t, uint8_t*) = &FloatsToFp8Scalar;
   void (*fold_row)(float*, const float*, int64_t, float, float) = &FoldRowScalar;
+  // kBF16's: the ISA its matmuls run on and its softmax numerators.
+  CpuIsa isa = CpuIsa::kScalar;
+  float (*exp_sum)(float*, int, float) = &ExpSumScalar;
+  float (*scale_max)(float*, int, float) = &ScaleMaxScalar;
+  void (*pack_keys)(const float* const*, int, int64_t, float*) = &PackKeysScalar;
 };
 
 // The chunk step for `isa` and this head_dim.
@@ -955,7 +1019,16 @@ ChunkKernels KernelsFor(CpuIsa isa, int64_t dim) {
 // correctly rounded, the fold's fma and multiply are single roundings).
 ChunkKernels KernelsAndConversionsFor(CpuIsa isa, int64_t dim) {
   ChunkKernels k = KernelsFor(isa, dim);
+  k.isa = isa;
 #if defined(__x86_64__)
+  if (IsaAtLeast(isa, CpuIsa::kAvx512)) {
+    k.exp_sum = &ExpSumAvx512;
+    k.scale_max = &ScaleMaxAvx512;
+    k.pack_keys = &PackKeysAvx512;
+  } else if (isa == CpuIsa::kAvx2) {
+    k.exp_sum = &ExpSumAvx2;
+    k.scale_max = &ScaleMaxAvx2;
+  }
   if (isa != CpuIsa::kScalar) {
     k.halves_to_floats = &ToFloatsAvx2<uint16_t>;
     k.fp8_to_floats = &ToFloatsAvx2<uint8_t>;
@@ -984,6 +1057,10 @@ Status Validate(const PagedAttentionArgs& a) {
       a.kv_dtype != KvCacheDtype::kFp8E4M3) {
     return InvalidArgumentError("paged attention: unknown kv cache dtype {}",
                                 static_cast<int>(a.kv_dtype));
+  }
+  if (a.compute != ComputeType::kF32 && a.compute != ComputeType::kBF16) {
+    return InvalidArgumentError("paged attention: compute type {} is not f32 or bf16",
+                                ComputeTypeName(a.compute));
   }
   if (a.num_heads % a.num_kv_heads != 0) {
     return InvalidArgumentError(
@@ -1102,6 +1179,10 @@ struct Tile {
 // one tile share each chunk's K/V reads (and its block-table walk):
 // 512-token prompts ran 10-15% faster with 48-96 rows than with 24.
 constexpr int64_t kTileRows = 96;
+// kBF16's: its tiles pack each partition's keys and values as matmul weights
+// (once per tile), so more rows share one packing. 384 rows keep a
+// partition's scores (384 KiB) in L2.
+constexpr int64_t kTileRowsBf16 = 384;
 // Work items ((tile, kv head) pairs) per thread at least, where the tokens
 // allow it, so that a short prompt still keeps every thread busy.
 constexpr int64_t kItemsPerThread = 4;
@@ -1120,6 +1201,9 @@ struct TileScratch {
   std::vector<float> state;     // a partition's state (RowStates) while folding
   std::vector<float> k32, v32;  // a kF16 cache's chunk as floats
   std::vector<const float*> q;
+  // kBF16: the rows' queries [rows][dim], the partition's keys and transposed
+  // values as matmul weights, one row of converted cache values.
+  std::vector<float> qa, weights, row;
 };
 
 // One tile's rows (its tokens x the query heads of one kv head): token i
@@ -1170,6 +1254,133 @@ void PlaceRows(const char* const (&rows)[2][kChunk], int n, int64_t dim,
   }
 }
 
+// Values [from, from + n) of a cache row (floats, halves or e4m3 codes) as
+// floats: in place for a kF32 cache, else converted into `buf`.
+const float* RowAsFloats(const ChunkKernels& kernels, KvCacheDtype dtype, const char* row,
+                         int64_t from, int64_t n, float* buf) {
+  switch (dtype) {
+    case KvCacheDtype::kF16:
+      kernels.halves_to_floats(reinterpret_cast<const uint16_t*>(row) + from, n, buf);
+      return buf;
+    case KvCacheDtype::kFp8E4M3:
+      kernels.fp8_to_floats(reinterpret_cast<const uint8_t*>(row) + from, n, buf);
+      return buf;
+    case KvCacheDtype::kF32:
+      break;
+  }
+  return reinterpret_cast<const float*>(row) + from;
+}
+
+// kBF16's partition p of the tile's rows into `state` (see the header): the
+// rows of the tokens that see one of its keys get the partition's own state,
+// the other rows are not touched. The keys and the transposed values are
+// packed as matmul weights (matmul.h's panels) and the two products are kBF16
+// matmuls over all of those rows at once; a row's arithmetic depends only on
+// its query and the keys it sees, since a matmul's output depends only on its
+// row and column and the numerators past a row's last key are +0.
+void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernels,
+                         const TileRows& t, int64_t p, TileScratch& scratch, float* state) {
+  const Tile& tile = *t.tile;
+  const int64_t dim = a.head_dim, group = t.group;
+  const int64_t i0 = t.first_token(p), r0 = i0 * group, rows = t.rows - r0;
+  const int64_t start = p * kPartition, keys = std::min(t.num_keys(), start + kPartition) - start;
+  const int32_t* table = a.block_tables + tile.request * a.max_blocks_per_req;
+  const int64_t elem = KvCacheElementBytes(a.kv_dtype);
+  const char* k_cache = static_cast<const char*>(a.k_cache);
+  const char* v_cache = static_cast<const char*>(a.v_cache);
+
+  // The weights: keys [keys][dim] (scores: N = keys, K = dim), then the
+  // values transposed [dim][keys] (outputs: N = dim, K = keys), each
+  // 64-byte aligned.
+  constexpr int64_t kAlign = 64 / sizeof(float);
+  const int64_t keys_floats = PackedWeightFloats(keys, dim);
+  const int64_t values_at = (keys_floats + kAlign - 1) / kAlign * kAlign;
+  scratch.weights.resize(values_at + PackedWeightFloats(dim, keys) + kAlign);
+  float* w = scratch.weights.data();
+  w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
+  float* key_panels = w;
+  float* value_panels = w + values_at;
+  if (keys % kPackNR != 0) {
+    float* last = key_panels + keys / kPackNR * kPackNR * dim;
+    std::fill(last, last + kPackNR * dim, 0.0f);
+  }
+  scratch.row.resize(kKeyBlock * dim);
+  auto row_at = [&](int64_t pos) {
+    return CacheRow(a, table[pos / a.block_size], t.kvh, pos % a.block_size) * elem;
+  };
+  // The K and V rows kAhead keys on are asked for while a row is packed (a
+  // decode step's K/V come from DRAM).
+  constexpr int64_t kAhead = 8;
+  auto prefetch = [&](int64_t pos) {
+    const char* rows[2] = {k_cache + row_at(pos), v_cache + row_at(pos)};
+    PrefetchRows(rows, dim * elem, 0, 2);
+  };
+  for (int64_t j = 0; j < std::min(kAhead, keys); ++j) prefetch(start + j);
+  // Keys kKeyBlock at a time: their rows as floats (a kF32 cache's in place),
+  // transposed into the key panels at once; each value row straight into the
+  // value panels.
+  for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
+    const int n = static_cast<int>(std::min<int64_t>(kKeyBlock, keys - j0));
+    const float* k_rows[kKeyBlock];
+    for (int jj = 0; jj < n; ++jj) {
+      const int64_t j = j0 + jj, pos = start + j;
+      const int64_t row = row_at(pos);
+      if (j + kAhead < keys) prefetch(pos + kAhead);
+      k_rows[jj] =
+          RowAsFloats(kernels, a.kv_dtype, k_cache + row, 0, dim, scratch.row.data() + jj * dim);
+      for (int64_t d0 = 0; d0 < dim; d0 += kPackNR) {
+        float* vp = value_panels + d0 * keys + j * kPackNR;
+        const int64_t cols = std::min<int64_t>(kPackNR, dim - d0);
+        const float* v = RowAsFloats(kernels, a.kv_dtype, v_cache + row, d0, cols, vp);
+        if (v != vp) std::memcpy(vp, v, cols * sizeof(float));
+        std::fill(vp + cols, vp + kPackNR, 0.0f);
+      }
+    }
+    kernels.pack_keys(k_rows, n, dim, key_panels + j0 / kPackNR * kPackNR * dim + j0 % kPackNR);
+  }
+
+  // The rows' queries, consecutive (token i's group of heads is already).
+  scratch.qa.resize(rows * dim);
+  const int64_t h0 = t.kvh * group;
+  for (int64_t i = i0; i < tile.count; ++i) {
+    std::memcpy(scratch.qa.data() + (i - i0) * group * dim,
+                a.q + (tile.t0 + i) * a.q_stride + h0 * dim, group * dim * sizeof(float));
+  }
+  const int64_t ld = (keys + 15) / 16 * 16;
+  scratch.s.resize(rows * ld);
+  float* s = scratch.s.data();
+  MatmulArgs m;
+  m.compute = ComputeType::kBF16;
+  m.a = scratch.qa.data();
+  m.lda = dim;
+  m.packed_w = key_panels;
+  m.c = s;
+  m.ldc = ld;
+  m.m = rows;
+  m.n = keys;
+  m.k = dim;
+  MatmulWithIsa(m, nullptr, kernels.isa);
+
+  RowStates st(state, t.rows, dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r / group;
+    const int n = static_cast<int>(std::min(t.pos0 + i + 1 - start, keys));
+    float* x = s + r * ld;
+    const float mx = kernels.scale_max(x, n, a.scale);
+    st.m[r0 + r] = mx;
+    st.l[r0 + r] = kernels.exp_sum(x, n, mx);
+    std::fill(x + n, x + keys, 0.0f);
+  }
+  m.a = s;
+  m.lda = ld;
+  m.packed_w = value_panels;
+  m.c = st.acc + r0 * dim;
+  m.ldc = dim;
+  m.n = dim;
+  m.k = keys;
+  MatmulWithIsa(m, nullptr, kernels.isa);
+}
+
 // Partition p of the tile's rows into `state`: the rows of the tokens that
 // see one of its keys (from first_token(p) on) start from a fresh state and
 // go through its 64-key chunks in order; the other rows are not touched.
@@ -1178,6 +1389,7 @@ void PlaceRows(const char* const (&rows)[2][kChunk], int n, int64_t dim,
 // exactly the steps it would alone (see the header's batch invariance).
 void AttendPartition(const PagedAttentionArgs& a, const ChunkKernels& kernels, const TileRows& t,
                      int64_t p, TileScratch& scratch, float* state) {
+  if (a.compute == ComputeType::kBF16) return AttendPartitionBf16(a, kernels, t, p, scratch, state);
   const Tile& tile = *t.tile;
   const int64_t dim = a.head_dim, group = t.group, pos0 = t.pos0;
   const int64_t i0 = t.first_token(p);
@@ -1356,10 +1568,11 @@ Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, C
   const int64_t kv_heads = args.num_kv_heads, dim = args.head_dim;
   const int64_t group = args.num_heads / kv_heads;
   const int64_t min_tiles = (kItemsPerThread * threads + kv_heads - 1) / kv_heads;
+  const int64_t tile_rows = args.compute == ComputeType::kBF16 ? kTileRowsBf16 : kTileRows;
   const int64_t queries =  // query_start_loc may be null with no request rows
       args.max_num_reqs > 0 ? args.query_start_loc[args.max_num_reqs] - args.query_start_loc[0] : 0;
   const int32_t tile_tokens =
-      static_cast<int32_t>(std::max<int64_t>(1, std::min(kTileRows / group, queries / min_tiles)));
+      static_cast<int32_t>(std::max<int64_t>(1, std::min(tile_rows / group, queries / min_tiles)));
   for (int64_t r = 0; r < args.max_num_reqs; ++r) {
     const int32_t begin = args.query_start_loc[r], end = args.query_start_loc[r + 1];
     for (int32_t t = begin; t < end; t += tile_tokens) {

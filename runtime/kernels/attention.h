@@ -59,9 +59,28 @@
 // decode and a prompt's tile; the SIMD paths use a polynomial exp (about
 // 1 ulp) instead of libm's.
 //
+// Compute types (PagedAttentionArgs::compute). kF32 is everything above.
+// kBF16 computes each partition's two products as kBF16 matmuls (matmul.h's
+// contract: operands rounded to bf16, one f32 chain by k-pairs, each pair's
+// odd element first), so a prompt's attention runs on the bf16 units like the
+// linears (vdpbf16ps on the avx512_bf16 tier, AMX tiles on the amx tier). For
+// a row at position pos and its partition [P, P + 256), which it sees up to
+// key e = min(pos + 1, P + 256):
+//   x_j = scale * dot_bf16(q, k_j) (pairs over d), j in [P, e);
+//   m_p = max_j x_j (exact), p_j = exp(x_j - m_p), l_p = sum_j p_j (f32, the
+//   ISA's fixed order; the SIMD paths' polynomial exp);
+//   acc_p[d] = dot_bf16(p, v[.][d]) (pairs over the keys j = P, P + 1, ...).
+// The partitions' (acc_p, m_p, l_p) are then folded and divided as in kF32.
+// The max is exact per partition (no 64-key chunks), so a score's numerator is
+// rounded to bf16 once, from that partition's max. Batch invariance and
+// decode = prefill hold as for kF32, except that an output that is exactly
+// zero may come out with either sign (a prompt's partition chain may run over
+// keys that a row does not see, with numerators of +0). kInt8 is not an
+// attention compute type (InvalidArgument).
+//
 // Tiles: a request's query tokens are attended in tiles of consecutive
-// tokens (up to 96 query rows: tokens x the query heads of a kv head; fewer
-// when a short prompt needs more tiles to keep the threads busy), so a
+// tokens (up to 96 query rows, 384 in kBF16: tokens x the query heads of a
+// kv head; fewer when a short prompt needs more tiles to keep the threads busy), so a
 // prompt's rows read each chunk of keys and values once per tile, not once
 // per token; a chunk that only some of a tile's tokens see whole is done per
 // token. The rows of a tile do not affect each other's arithmetic.
@@ -74,7 +93,8 @@
 // states the caller folds afterwards. Thread-compatible: concurrent calls
 // must not share caches or outputs. Allocates per call a tile and item
 // list; keeps per thread a tile's scratch (softmax states, scores, a kF16
-// cache's chunk as floats) and, on the caller, the split partitions' states.
+// cache's chunk as floats; kBF16: a partition's keys and values packed)
+// and, on the caller, the split partitions' states.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +102,7 @@
 #include "runtime/base/status.h"
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/cpu_isa.h"
+#include "runtime/kernels/matmul.h"
 
 namespace xrt {
 
@@ -116,12 +137,13 @@ struct PagedAttentionArgs {
   int64_t num_tokens = 0, max_num_reqs = 0, max_blocks_per_req = 0;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t block_size = 0, num_blocks = 0;
-  float scale = 1.0f;  // usually 1/sqrt(head_dim)
+  float scale = 1.0f;                       // usually 1/sqrt(head_dim)
+  ComputeType compute = ComputeType::kF32;  // kF32 or kBF16
 };
 
 // See the file comment. Errors: InvalidArgument for inconsistent shapes or
-// request metadata, OutOfRange for a slot or block-table entry outside the
-// cache.
+// request metadata or a compute type other than kF32 / kBF16, OutOfRange
+// for a slot or block-table entry outside the cache.
 Status PagedAttention(const PagedAttentionArgs& args, ThreadPool* pool);
 
 // Same on an explicit ISA path (must satisfy CpuIsaSupported). For tests.

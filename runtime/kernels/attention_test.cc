@@ -138,6 +138,7 @@ class BatchT {
     a.block_size = kBlockSize;
     a.num_blocks = kNumBlocks;
     a.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+    a.compute = compute_;
     return a;
   }
 
@@ -170,6 +171,51 @@ class BatchT {
     return out;
   }
 
+  // attention.h's kBF16 contract for request r's query token i (all heads),
+  // written from its definition: per 256-key partition the scores as kBF16
+  // chains (testing::Bf16ChainDot), the exact max, the numerators and their
+  // sum (std::exp, a double sum), the outputs as kBF16 chains over the keys;
+  // the partitions folded in order with fmas, then divided by the sum.
+  std::vector<float> ReferenceBf16(size_t r, int i) const {
+    constexpr int kPartition = 256;
+    const int t = qsl_[r] + i, pos = requests_[r].context + i;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+    std::vector<float> out(kQWidth);
+    for (int h = 0; h < kHeads; ++h) {
+      const int kvh = h / (kHeads / kKvHeads);
+      const float* q = &q_[t * kQWidth + h * kDim];
+      std::vector<float> acc(kDim), acc_p(kDim);
+      float m = 0, l = 0;
+      for (int start = 0; start <= pos; start += kPartition) {
+        const int n = std::min(pos + 1 - start, kPartition);
+        std::vector<float> p(n);
+        float mp = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+          const float* k = &history_k_[r][(start + j) * kKvWidth + kvh * kDim];
+          p[j] = scale * testing::Bf16ChainDot(q, 1, k, 1, kDim);
+          mp = std::max(mp, p[j]);
+        }
+        double lp = 0;
+        for (float& x : p) lp += (x = std::exp(x - mp));
+        for (int d = 0; d < kDim; ++d) {
+          acc_p[d] = testing::Bf16ChainDot(
+              p.data(), 1, &history_v_[r][start * kKvWidth + kvh * kDim + d], kKvWidth, n);
+        }
+        if (start == 0) {
+          m = mp, l = static_cast<float>(lp), acc = acc_p;
+          continue;
+        }
+        const float mm = std::max(m, mp), c_to = std::exp(m - mm), c_from = std::exp(mp - mm);
+        l = std::fma(static_cast<float>(lp), c_from, l * c_to);
+        m = mm;
+        for (int d = 0; d < kDim; ++d) acc[d] = std::fma(acc_p[d], c_from, acc[d] * c_to);
+      }
+      for (int d = 0; d < kDim; ++d) out[h * kDim + d] = acc[d] * (1.0f / l);
+    }
+    return out;
+  }
+
+  ComputeType compute_ = ComputeType::kF32;  // Args().compute
   std::vector<Request> requests_;
   std::vector<std::vector<float>> history_k_, history_v_;
   std::vector<float> q_, k_, v_, out_, k_cache_, v_cache_;
@@ -262,10 +308,12 @@ TEST(PagedAttentionTest, PaddingTokensMayShareAScratchSlot) {
 // token computed alone as a one-token decode step (same cache contents),
 // placed in another request row, with 1 or 2 threads.
 template <int D, class B = BatchT<D>>
-void CheckBatchInvariance(const std::vector<Request>& requests = kMixed) {
+void CheckBatchInvariance(const std::vector<Request>& requests = kMixed,
+                          ComputeType compute = ComputeType::kF32) {
   ThreadPool pool1(1), pool2(2);
   for (CpuIsa isa : SupportedIsas()) {
     B b(requests, /*padding=*/2);
+    b.compute_ = compute;
     ASSERT_TRUE(PagedAttentionWithIsa(b.Args(), &pool2, isa).ok());
     for (size_t r = 0; r < requests.size(); ++r) {
       for (int i = 0; i < requests[r].q_len; ++i) {
@@ -409,13 +457,16 @@ void CheckNarrowCacheIsF32OnRoundedKv(const std::vector<Request>& requests) {
 // the same bits whether its tile's partitions run on one thread or as
 // separate items on several (the thread count decides the split).
 template <int D, class B = BatchT<D>>
-void CheckPartitionsSplitAnywhere(const std::vector<Request>& requests) {
+void CheckPartitionsSplitAnywhere(const std::vector<Request>& requests,
+                                  ComputeType compute = ComputeType::kF32) {
   for (CpuIsa isa : SupportedIsas()) {
     B one(requests, /*padding=*/1);
+    one.compute_ = compute;
     ASSERT_TRUE(PagedAttentionWithIsa(one.Args(), nullptr, isa).ok());
     for (int threads : {2, 3, 4, 8}) {
       ThreadPool pool(threads);
       B b(requests, /*padding=*/1);
+      b.compute_ = compute;
       ASSERT_TRUE(PagedAttentionWithIsa(b.Args(), &pool, isa).ok());
       ASSERT_EQ(0, std::memcmp(b.out_.data(), one.out_.data(), b.out_.size() * 4))
           << CpuIsaName(isa) << " dim " << D << " threads " << threads;
@@ -485,6 +536,97 @@ TEST(PagedAttentionTest, Fp8CacheWritesRoundLikeFloatToFp8E4M3) {
       }
     }
   }
+}
+
+// kBF16: every token against ReferenceBf16 on every ISA path (the emulated
+// AVX-512 BF16 and AMX ones included), with 1 and 2 threads, within a few
+// ulps (measured: 1.2e-7; the exp and the sum's order are the ISA's); and it
+// is not kF32 (measured: 1.8e-4 to 3e-3 away from it).
+constexpr float kBf16Tol = 2e-6f;
+template <int D, class B = BatchT<D>>
+void CheckBf16MatchesReference(const std::vector<Request>& requests) {
+  ThreadPool pool(2);
+  for (CpuIsa isa : SupportedIsas()) {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      B f32(requests, /*padding=*/2);
+      ASSERT_TRUE(PagedAttentionWithIsa(f32.Args(), p, isa).ok());
+      B b(requests, /*padding=*/2);
+      b.compute_ = ComputeType::kBF16;
+      Status st = PagedAttentionWithIsa(b.Args(), p, isa);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      float worst = 0, from_f32 = 0;
+      for (size_t r = 0; r < requests.size(); ++r) {
+        for (int i = 0; i < requests[r].q_len; ++i) {
+          const int t = b.qsl_[r] + i;
+          const std::vector<float> ref = b.ReferenceBf16(r, i);
+          for (int j = 0; j < B::kQWidth; ++j) {
+            const float got = b.out_[t * B::kQWidth + j];
+            worst = std::max(worst, std::fabs(got - ref[j]));
+            from_f32 = std::max(from_f32, std::fabs(got - f32.out_[t * B::kQWidth + j]));
+          }
+        }
+      }
+      EXPECT_LE(worst, kBf16Tol) << CpuIsaName(isa) << " dim " << D;
+      EXPECT_GT(from_f32, 50 * kBf16Tol) << CpuIsaName(isa) << " dim " << D;
+      for (int t = b.qsl_[B::kMaxReqs]; t < b.num_tokens_; ++t) {
+        for (int j = 0; j < B::kQWidth; ++j) ASSERT_EQ(b.out_[t * B::kQWidth + j], 0.0f);
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTest, Bf16MatchesItsReference) {
+  CheckBf16MatchesReference<20>(kMixed);
+  CheckBf16MatchesReference<8, BatchT<8, 6, 1>>(kMixed);
+  CheckBf16MatchesReference<64>(kLong);
+  CheckBf16MatchesReference<160>(kMixed);
+  CheckBf16MatchesReference<64>(kPartitioned);
+  CheckBf16MatchesReference<24, BatchT<24, 8, 2>>(kPartitionedPrompt);
+}
+
+// kBF16 keeps kF32's guarantees: a token's output is the same bits as a
+// decode, in any batch, on any thread count, with its partitions split or
+// not; a kF16 cache is the same path on half-rounded K/V.
+TEST(PagedAttentionTest, Bf16IsBatchInvariant) {
+  CheckBatchInvariance<20>(kMixed, ComputeType::kBF16);
+  CheckBatchInvariance<64, BatchT<64, 4, 2>>(kLong, ComputeType::kBF16);
+  CheckBatchInvariance<64>(kPartitioned, ComputeType::kBF16);
+  CheckPartitionsSplitAnywhere<64>(kPartitioned, ComputeType::kBF16);
+  CheckPartitionsSplitAnywhere<20, BatchT<20, 3, 3>>(kPartitionedPrompt, ComputeType::kBF16);
+}
+
+TEST(PagedAttentionTest, Bf16HalfCacheIsBf16OnHalfRoundedKv) {
+  for (CpuIsa isa : SupportedIsas()) {
+    for (const auto& requests : {kMixed, kPartitioned}) {
+      Batch want(requests, 2), got(requests, 2);
+      want.compute_ = got.compute_ = ComputeType::kBF16;
+      for (auto* x : {&want.k_cache_, &want.v_cache_, &want.k_, &want.v_})
+        for (float& v : *x) v = HalfToFloat(FloatToHalf(v));
+      ASSERT_TRUE(PagedAttentionWithIsa(want.Args(), nullptr, isa).ok());
+      std::vector<uint16_t> k16(got.k_cache_.size()), v16(got.v_cache_.size());
+      for (size_t i = 0; i < k16.size(); ++i) {
+        k16[i] = FloatToHalf(got.k_cache_[i]);
+        v16[i] = FloatToHalf(got.v_cache_[i]);
+      }
+      PagedAttentionArgs a = got.Args();
+      a.k_cache = k16.data();
+      a.v_cache = v16.data();
+      a.kv_dtype = KvCacheDtype::kF16;
+      ASSERT_TRUE(PagedAttentionWithIsa(a, nullptr, isa).ok());
+      ASSERT_EQ(0, std::memcmp(got.out_.data(), want.out_.data(), got.out_.size() * 4))
+          << CpuIsaName(isa);
+    }
+  }
+}
+
+TEST(PagedAttentionTest, Int8IsNotAnAttentionComputeType) {
+  Batch b(kMixed, 0);
+  b.compute_ = ComputeType::kInt8;
+  const std::vector<float> k_cache = b.k_cache_;
+  Status st = PagedAttention(b.Args(), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("compute type int8"), std::string::npos) << st.message();
+  EXPECT_EQ(k_cache, b.k_cache_);
 }
 
 TEST(PagedAttentionTest, UnknownKvCacheDtypeIsAnError) {

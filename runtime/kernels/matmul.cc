@@ -759,34 +759,6 @@ XRT_TARGET_AVX512_BF16 void TileAvx512Bf16Direct(const TileArgs& t) {
   FinishTileAvx512<R>(t, acc0, acc1);
 }
 
-// r[0..15] (16 x 16 dwords) transposed in place: dword i of r[j] becomes dword
-// j of r[i]. Two unpack stages interleave dwords and qwords within 128-bit
-// lanes, two lane shuffles gather the lanes.
-XRT_TARGET_AVX512 inline void Transpose16x16Epi32(__m512i* r) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // u[4g + c], lane l: rows 4g .. 4g + 3 of column 4l + c.
-  for (int g = 0; g < 16; g += 4) {
-    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i x01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
-    const __m512i x23 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
-    const __m512i y01 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512i y23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
-    r[c] = _mm512_shuffle_i32x4(x01, y01, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(x01, y01, 0xdd);
-    r[8 + c] = _mm512_shuffle_i32x4(x23, y23, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(x23, y23, 0xdd);
-  }
-}
-
 // PackRowPairs (below) of one row tile on AVX-512: `rows` (<= 16) rows of A
 // from `a` (stride lda) into tile ([ceil(k / 2)][rows] dwords). Per 16 pairs:
 // each row's 32 floats to 16 pair dwords, a 16 x 16 transpose, and one store
@@ -811,7 +783,7 @@ XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int
                  ? Bf16Words(_mm512_maskz_loadu_ps(m0, src), _mm512_maskz_loadu_ps(m1, src + 16))
                  : _mm512_setzero_si512();
     }
-    Transpose16x16Epi32(r);  // r[p]: pair p0 + p of rows 0 .. 15
+    packed_simd::Transpose16x16Epi32(r);  // r[p]: pair p0 + p of rows 0 .. 15
     const int np = static_cast<int>(std::min<int64_t>(16, pairs - p0));
     for (int p = 0; p < np; ++p)
       _mm512_mask_storeu_ps(tile + (p0 + p) * rows, row_mask, _mm512_castsi512_ps(r[p]));

@@ -1,8 +1,9 @@
 // Internal to runtime/kernels: SIMD pieces shared by the f32 kernels
 // (matmul.cc) and the int8 kernels (matmul_int8.cc) on the packed panel
 // layouts of weight_format.h: reading the f16 scales and the 6-bit K-quant
-// scales / mins, and storing one row of a panel's 32 outputs with the bias
-// and accumulate semantics of MatmulArgs (c = [c +] (acc [+ bias])).
+// scales / mins, storing one row of a panel's 32 outputs with the bias
+// and accumulate semantics of MatmulArgs (c = [c +] (acc [+ bias])), and the
+// 16 x 16 transpose that packs rows into panels (matmul.cc, attention.cc).
 #pragma once
 
 #include <algorithm>
@@ -103,6 +104,34 @@ XRT_TARGET_AVX512 inline void StoreRow32Avx512(float* c, const float* bias, bool
   }
   _mm512_mask_storeu_ps(c, m0, v0);
   _mm512_mask_storeu_ps(c + 16, m1, v1);
+}
+
+// r[0..15] (16 x 16 dwords) transposed in place: dword i of r[j] becomes dword
+// j of r[i]. Two unpack stages interleave dwords and qwords within 128-bit
+// lanes, two lane shuffles gather the lanes.
+XRT_TARGET_AVX512 inline void Transpose16x16Epi32(__m512i* r) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[4g + c], lane l: rows 4g .. 4g + 3 of column 4l + c.
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i x01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    const __m512i x23 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+    const __m512i y01 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i y23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(x01, y01, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(x01, y01, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(x23, y23, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(x23, y23, 0xdd);
+  }
 }
 
 }  // namespace packed_simd
