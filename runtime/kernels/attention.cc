@@ -109,15 +109,6 @@ float ExpSumScalar(float* s, int n, float m) {
   return sum;
 }
 
-// kBF16's keys as matmul weights: key j < n's values (rows[j][d], d < dim)
-// to out[d * kPackNR + j], and zeros for j in [n, kKeyBlock) (out: a key
-// panel's first or second half).
-constexpr int kKeyBlock = 16;
-void PackKeysScalar(const float* const* rows, int n, int64_t dim, float* out) {
-  for (int j = 0; j < kKeyBlock; ++j)
-    for (int64_t d = 0; d < dim; ++d) out[d * kPackNR + j] = j < n ? rows[j][d] : 0.0f;
-}
-
 // x[j] *= scale for j < n (n >= 1); returns the largest (the same bits on
 // every ISA: one rounding per product, and a max is exact in any order).
 float ScaleMaxScalar(float* x, int n, float scale) {
@@ -753,21 +744,6 @@ XRT_TARGET_AVX512 float ScaleMaxAvx512(float* x, int n, float scale) {
   return _mm512_reduce_max_ps(mx);
 }
 
-// PackKeysScalar on 16 x 16 blocks transposed in registers.
-XRT_TARGET_AVX512 void PackKeysAvx512(const float* const* rows, int n, int64_t dim, float* out) {
-  for (int64_t d0 = 0; d0 < dim; d0 += 16) {
-    const int64_t cols = std::min<int64_t>(16, dim - d0);
-    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
-    __m512i r[16];
-    for (int j = 0; j < 16; ++j)
-      r[j] = _mm512_castps_si512(j < n ? _mm512_maskz_loadu_ps(mask, rows[j] + d0)
-                                       : _mm512_setzero_ps());
-    packed_simd::Transpose16x16Epi32(r);
-    for (int64_t c = 0; c < cols; ++c)
-      _mm512_storeu_ps(out + (d0 + c) * kPackNR, _mm512_castsi512_ps(r[c]));
-  }
-}
-
 // acc (NV vectors of 16, the last one masked by `tail`) held in registers
 // across the chunk; values are read at v[j] + d0.
 template <int NV>
@@ -980,7 +956,6 @@ struct ChunkKernels {
   CpuIsa isa = CpuIsa::kScalar;
   float (*exp_sum)(float*, int, float) = &ExpSumScalar;
   float (*scale_max)(float*, int, float) = &ScaleMaxScalar;
-  void (*pack_keys)(const float* const*, int, int64_t, float*) = &PackKeysScalar;
 };
 
 // The chunk step for `isa` and this head_dim.
@@ -1024,7 +999,6 @@ ChunkKernels KernelsAndConversionsFor(CpuIsa isa, int64_t dim) {
   if (IsaAtLeast(isa, CpuIsa::kAvx512)) {
     k.exp_sum = &ExpSumAvx512;
     k.scale_max = &ScaleMaxAvx512;
-    k.pack_keys = &PackKeysAvx512;
   } else if (isa == CpuIsa::kAvx2) {
     k.exp_sum = &ExpSumAvx2;
     k.scale_max = &ScaleMaxAvx2;
@@ -1202,8 +1176,9 @@ struct TileScratch {
   std::vector<float> k32, v32;  // a kF16 cache's chunk as floats
   std::vector<const float*> q;
   // kBF16: the rows' queries [rows][dim], the partition's keys and transposed
-  // values as matmul weights, one row of converted cache values.
+  // values as matmul weights, its K / V rows (converted to floats in `row`).
   std::vector<float> qa, weights, row;
+  std::vector<const float*> rows;
 };
 
 // One tile's rows (its tokens x the query heads of one kv head): token i
@@ -1254,21 +1229,21 @@ void PlaceRows(const char* const (&rows)[2][kChunk], int n, int64_t dim,
   }
 }
 
-// Values [from, from + n) of a cache row (floats, halves or e4m3 codes) as
-// floats: in place for a kF32 cache, else converted into `buf`.
+// A cache row of `dim` values (floats, halves or e4m3 codes) as floats: in
+// place for a kF32 cache, else converted into `buf`.
 const float* RowAsFloats(const ChunkKernels& kernels, KvCacheDtype dtype, const char* row,
-                         int64_t from, int64_t n, float* buf) {
+                         int64_t dim, float* buf) {
   switch (dtype) {
     case KvCacheDtype::kF16:
-      kernels.halves_to_floats(reinterpret_cast<const uint16_t*>(row) + from, n, buf);
+      kernels.halves_to_floats(reinterpret_cast<const uint16_t*>(row), dim, buf);
       return buf;
     case KvCacheDtype::kFp8E4M3:
-      kernels.fp8_to_floats(reinterpret_cast<const uint8_t*>(row) + from, n, buf);
+      kernels.fp8_to_floats(reinterpret_cast<const uint8_t*>(row), dim, buf);
       return buf;
     case KvCacheDtype::kF32:
       break;
   }
-  return reinterpret_cast<const float*>(row) + from;
+  return reinterpret_cast<const float*>(row);
 }
 
 // kBF16's partition p of the tile's rows into `state` (see the header): the
@@ -1300,15 +1275,10 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
   float* key_panels = w;
   float* value_panels = w + values_at;
-  if (keys % kPackNR != 0) {
-    float* last = key_panels + keys / kPackNR * kPackNR * dim;
-    std::fill(last, last + kPackNR * dim, 0.0f);
-  }
-  scratch.row.resize(kKeyBlock * dim);
   auto row_at = [&](int64_t pos) {
     return CacheRow(a, table[pos / a.block_size], t.kvh, pos % a.block_size) * elem;
   };
-  // The K and V rows kAhead keys on are asked for while a row is packed (a
+  // The K and V rows kAhead keys on are asked for while a row is read (a
   // decode step's K/V come from DRAM).
   constexpr int64_t kAhead = 8;
   auto prefetch = [&](int64_t pos) {
@@ -1316,28 +1286,20 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
     PrefetchRows(rows, dim * elem, 0, 2);
   };
   for (int64_t j = 0; j < std::min(kAhead, keys); ++j) prefetch(start + j);
-  // Keys kKeyBlock at a time: their rows as floats (a kF32 cache's in place),
-  // transposed into the key panels at once; each value row straight into the
-  // value panels.
-  for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
-    const int n = static_cast<int>(std::min<int64_t>(kKeyBlock, keys - j0));
-    const float* k_rows[kKeyBlock];
-    for (int jj = 0; jj < n; ++jj) {
-      const int64_t j = j0 + jj, pos = start + j;
-      const int64_t row = row_at(pos);
-      if (j + kAhead < keys) prefetch(pos + kAhead);
-      k_rows[jj] =
-          RowAsFloats(kernels, a.kv_dtype, k_cache + row, 0, dim, scratch.row.data() + jj * dim);
-      for (int64_t d0 = 0; d0 < dim; d0 += kPackNR) {
-        float* vp = value_panels + d0 * keys + j * kPackNR;
-        const int64_t cols = std::min<int64_t>(kPackNR, dim - d0);
-        const float* v = RowAsFloats(kernels, a.kv_dtype, v_cache + row, d0, cols, vp);
-        if (v != vp) std::memcpy(vp, v, cols * sizeof(float));
-        std::fill(vp + cols, vp + kPackNR, 0.0f);
-      }
-    }
-    kernels.pack_keys(k_rows, n, dim, key_panels + j0 / kPackNR * kPackNR * dim + j0 % kPackNR);
+  // The rows as floats (a kF32 cache's in place, the others converted).
+  scratch.row.resize(2 * keys * dim);  // (not touched for a kF32 cache)
+  scratch.rows.resize(2 * keys);
+  const float** k_rows = scratch.rows.data();
+  const float** v_rows = k_rows + keys;
+  for (int64_t j = 0; j < keys; ++j) {
+    const int64_t row = row_at(start + j);
+    if (j + kAhead < keys) prefetch(start + j + kAhead);
+    float* buf = scratch.row.data();
+    k_rows[j] = RowAsFloats(kernels, a.kv_dtype, k_cache + row, dim, buf + j * dim);
+    v_rows[j] = RowAsFloats(kernels, a.kv_dtype, v_cache + row, dim, buf + (keys + j) * dim);
   }
+  PackWeightRows(k_rows, keys, dim, key_panels);
+  PackWeightColumns(v_rows, dim, keys, value_panels);
 
   // The rows' queries, consecutive (token i's group of heads is already).
   scratch.qa.resize(rows * dim);

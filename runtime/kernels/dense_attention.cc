@@ -94,15 +94,17 @@ struct Packed {
   std::vector<float> scores;  // [rows][s_pad] of the current item
   std::vector<float> inv;     // [rows]: 1 / each row's softmax sum
   std::vector<float> weights;
+  std::vector<const float*> rows;  // kBF16: the head's key and value rows
   const float* keys_w = nullptr;
   const float* values_w = nullptr;
   int64_t cached = -1;  // the (sequence, head) in keys / values or keys_w / values_w
 };
 
-// The packers read a head's keys and values row by row, each row a row
-// stride (often several KiB) past the last: PrefetchRow asks for the row
+// PackHead reads a head's keys and values row by row, each row a row stride
+// (often several KiB) past the last: PrefetchRow asks for the row
 // kPrefetchRows ahead, `row` + kPrefetchRows * stride, if j + kPrefetchRows < s
-// (measured: the packing's share of a bf16 CLIP-L head 13% -> 8%).
+// (matmul.cc's PackWeightRows / PackWeightColumns do the same for kBF16; it
+// took the packing's share of a bf16 CLIP-L head from 13% to 8%).
 constexpr int64_t kPrefetchRows = 8;
 XRT_INLINE void PrefetchRow(const float* row, int64_t stride, int64_t j, int64_t s, int64_t hd) {
   if (j + kPrefetchRows >= s) return;
@@ -126,9 +128,8 @@ XRT_INLINE void PackHead(const DenseAttentionArgs& a, int64_t base, int64_t h, i
   }
 }
 
-// Writes matmul.h's packed layout (panels of kPackNR columns, float
-// [panel][K][kPackNR]) directly: for the keys a transpose of kPackNR rows per
-// panel, for the transposed values a copy of each value row's kPackNR columns.
+// The keys and the transposed values as matmul weights (PackWeightRows /
+// PackWeightColumns on the head's rows, a row stride apart).
 void PackHeadAsWeights(const DenseAttentionArgs& a, int64_t base, int64_t h, Packed* pk) {
   const int64_t s = a.seq_len, hd = a.head_dim;
   const int64_t keys_floats = PackedWeightFloats(s, hd), values_floats = PackedWeightFloats(hd, s);
@@ -137,30 +138,17 @@ void PackHeadAsWeights(const DenseAttentionArgs& a, int64_t base, int64_t h, Pac
   pk->weights.resize(values_at + values_floats + kAlign);
   float* w = pk->weights.data();
   w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
-  float* keys = w;
-  for (int64_t j0 = 0; j0 < s; j0 += kPackNR) {
-    float* panel = keys + j0 * hd;
-    const int64_t cols = std::min<int64_t>(kPackNR, s - j0);
-    if (cols < kPackNR) std::fill(panel, panel + hd * kPackNR, 0.0f);
-    for (int64_t jj = 0; jj < cols; ++jj) {
-      const float* k = a.k + (base + j0 + jj) * a.k_stride + h * hd;
-      PrefetchRow(k, a.k_stride, j0 + jj, s, hd);
-      for (int64_t d = 0; d < hd; ++d) panel[d * kPackNR + jj] = k[d];
-    }
+  pk->rows.resize(2 * s);
+  const float** keys = pk->rows.data();
+  const float** values = keys + s;
+  for (int64_t j = 0; j < s; ++j) {
+    keys[j] = a.k + (base + j) * a.k_stride + h * hd;
+    values[j] = a.v + (base + j) * a.v_stride + h * hd;
   }
-  float* values = w + values_at;
-  for (int64_t d0 = 0; d0 < hd; d0 += kPackNR) {
-    float* panel = values + d0 * s;
-    const int64_t cols = std::min<int64_t>(kPackNR, hd - d0);
-    for (int64_t j = 0; j < s; ++j) {
-      const float* v = a.v + (base + j) * a.v_stride + h * hd + d0;
-      PrefetchRow(v, a.v_stride, j, s, cols);
-      std::memcpy(panel + j * kPackNR, v, cols * sizeof(float));
-      std::fill(panel + j * kPackNR + cols, panel + (j + 1) * kPackNR, 0.0f);
-    }
-  }
-  pk->keys_w = keys;
-  pk->values_w = values;
+  PackWeightRows(keys, s, hd, w);
+  PackWeightColumns(values, hd, s, w + values_at);
+  pk->keys_w = w;
+  pk->values_w = w + values_at;
 }
 
 // Scores of R query rows against NB * W keys (NB blocks of the packed keys

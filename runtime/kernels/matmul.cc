@@ -20,20 +20,74 @@ int64_t PackedWeightFloats(int64_t N, int64_t K) {
   return (N + kPackNR - 1) / kPackNR * kPackNR * K;
 }
 
-void PackWeights(const float* w, int64_t N, int64_t K, float* out) {
-  const int64_t panels = (N + kPackNR - 1) / kPackNR;
-  for (int64_t p = 0; p < panels; ++p) {
-    float* panel = out + p * kPackNR * K;
-    for (int j = 0; j < kPackNR; ++j) {
-      const int64_t row = p * kPackNR + j;
-      if (row < N) {
-        const float* src = w + row * K;
-        for (int64_t k = 0; k < K; ++k) panel[k * kPackNR + j] = src[k];
-      } else {
-        for (int64_t k = 0; k < K; ++k) panel[k * kPackNR + j] = 0.0f;
+namespace {
+
+// The packers read rows or columns one after the other, each often KiBs past
+// the last: the one kPackAhead on is asked for while one is copied.
+constexpr int64_t kPackAhead = 8;
+
+// Rows rows[0 .. n) (n <= 16) of K floats into columns [0, 16) of a panel's
+// k-rows (out[k * kPackNR + j]), columns from n on zeros.
+void PackRowBlockScalar(const float* const* rows, int n, int64_t K, float* out) {
+  for (int j = 0; j < 16; ++j)
+    for (int64_t k = 0; k < K; ++k) out[k * kPackNR + j] = j < n ? rows[j][k] : 0.0f;
+}
+
+#if defined(__x86_64__)
+// The same on 16 x 16 blocks transposed in registers.
+XRT_TARGET_AVX512 void PackRowBlockAvx512(const float* const* rows, int n, int64_t K, float* out) {
+  for (int64_t k0 = 0; k0 < K; k0 += 16) {
+    const int64_t cols = std::min<int64_t>(16, K - k0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+    __m512i r[16];
+    for (int j = 0; j < 16; ++j)
+      r[j] = _mm512_castps_si512(j < n ? _mm512_maskz_loadu_ps(mask, rows[j] + k0)
+                                       : _mm512_setzero_ps());
+    packed_simd::Transpose16x16Epi32(r);
+    for (int64_t c = 0; c < cols; ++c)
+      _mm512_storeu_ps(out + (k0 + c) * kPackNR, _mm512_castsi512_ps(r[c]));
+  }
+}
+#endif
+
+}  // namespace
+
+void PackWeightRows(const float* const* rows, int64_t N, int64_t K, float* out) {
+  if (K == 0) return;  // nothing to write (and `out` may be null)
+  auto block = &PackRowBlockScalar;
+#if defined(__x86_64__)
+  static const bool avx512 = IsaAtLeast(BestCpuIsa(), CpuIsa::kAvx512);
+  if (avx512) block = &PackRowBlockAvx512;
+#endif
+  for (int64_t j0 = 0; j0 < (N + kPackNR - 1) / kPackNR * kPackNR; j0 += 16) {
+    for (int64_t j = j0 + 16; j < std::min(N, j0 + 16 + kPackAhead); ++j)
+      for (int64_t k = 0; k < K; k += 16) __builtin_prefetch(rows[j] + k);
+    const int n = static_cast<int>(std::clamp<int64_t>(N - j0, 0, 16));
+    block(rows + std::min(j0, N), n, K, out + j0 / kPackNR * kPackNR * K + j0 % kPackNR);
+  }
+}
+
+void PackWeightColumns(const float* const* cols, int64_t N, int64_t K, float* out) {
+  for (int64_t j0 = 0; j0 < N; j0 += kPackNR) {
+    float* panel = out + j0 * K;
+    const int64_t n = std::min<int64_t>(kPackNR, N - j0);
+    for (int64_t k = 0; k < K; ++k) {
+      if (k + kPackAhead < K)
+        for (int64_t j = 0; j < n; j += 16) __builtin_prefetch(cols[k + kPackAhead] + j0 + j);
+      if (n == kPackNR) {  // a whole panel: a copy of constant size, inlined
+        std::memcpy(panel + k * kPackNR, cols[k] + j0, kPackNR * sizeof(float));
+        continue;
       }
+      std::memcpy(panel + k * kPackNR, cols[k] + j0, n * sizeof(float));
+      std::fill(panel + k * kPackNR + n, panel + (k + 1) * kPackNR, 0.0f);
     }
   }
+}
+
+void PackWeights(const float* w, int64_t N, int64_t K, float* out) {
+  std::vector<const float*> rows(N);
+  for (int64_t j = 0; j < N; ++j) rows[j] = w + j * K;
+  PackWeightRows(rows.data(), N, K, out);
 }
 
 const char* ComputeTypeName(ComputeType c) {

@@ -115,6 +115,15 @@ int64_t PackedWeightFloats(int64_t N, int64_t K);
 // bytes for the artifact); single-threaded.
 void PackWeights(const float* w, int64_t N, int64_t K, float* out);
 
+// PackWeights for a W whose rows are not one stride apart: row j of W [N][K]
+// is the K floats at rows[j] (attention's keys). Same bytes.
+void PackWeightRows(const float* const* rows, int64_t N, int64_t K, float* out);
+
+// PackWeights for a W given by its columns: W[j][k] = cols[k][j], each of the
+// K columns N floats (attention's values, transposed: W [head_dim][keys] from
+// the value rows). Same bytes.
+void PackWeightColumns(const float* const* cols, int64_t N, int64_t K, float* out);
+
 // What a matmul multiplies (Command.compute in the artifact).
 enum class ComputeType : uint8_t {
   kF32 = 0,   // the operands' f32 values

@@ -58,6 +58,39 @@ TEST(PackWeightsTest, LayoutAndZeroPadding) {
   EXPECT_EQ(PackedWeightFloats(33, 3), 64 * 3);
 }
 
+// PackWeights (16 x 16 transposes where the CPU has AVX-512), PackWeightRows on
+// rows scattered a stride apart and PackWeightColumns on the transpose's rows
+// all write the layout above, element by element, on shapes around the 16-row
+// blocks, 32-column panels and 16-value k-blocks.
+TEST(PackWeightsTest, RowsAndColumnsGiveTheSameLayout) {
+  for (int64_t n : {1, 15, 16, 17, 32, 33, 70}) {
+    for (int64_t k : {1, 15, 16, 33, 64}) {
+      const std::vector<float> w = RandomVector(n * k, static_cast<uint32_t>(n * 100 + k));
+      std::vector<float> want(PackedWeightFloats(n, k), 0.0f);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t kk = 0; kk < k; ++kk)
+          want[(j / kPackNR * k + kk) * kPackNR + j % kPackNR] = w[j * k + kk];
+      EXPECT_EQ(Pack(w, n, k), want) << n << " x " << k;
+
+      const int64_t stride = k + 3;  // rows 3 floats apart, then backwards
+      std::vector<float> spread(n * stride, NAN), wt(k * n);
+      std::vector<const float*> rows(n), cols(k);
+      for (int64_t j = 0; j < n; ++j) {
+        std::copy(&w[j * k], &w[(j + 1) * k], &spread[(n - 1 - j) * stride]);
+        rows[j] = &spread[(n - 1 - j) * stride];
+        for (int64_t kk = 0; kk < k; ++kk) wt[kk * n + j] = w[j * k + kk];
+      }
+      for (int64_t kk = 0; kk < k; ++kk) cols[kk] = &wt[kk * n];
+      std::vector<float> got(want.size(), -7.0f);
+      PackWeightRows(rows.data(), n, k, got.data());
+      EXPECT_EQ(got, want) << "rows " << n << " x " << k;
+      std::fill(got.begin(), got.end(), -7.0f);
+      PackWeightColumns(cols.data(), n, k, got.data());
+      EXPECT_EQ(got, want) << "columns " << n << " x " << k;
+    }
+  }
+}
+
 struct Case {
   int64_t m, n, k;
   bool bias, accumulate;
