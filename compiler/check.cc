@@ -387,7 +387,7 @@ Status CheckStaleness(const xrt::Artifact& a, const std::vector<std::string>& in
                               prov.llvm_version, LLVM_VERSION_STRING)});
   // Each format minor is a change in what xcc writes (schemas/artifact.fbs lists
   // them); an older one still loads, but is not what this xcc makes of the same
-  // inputs (1.12: a bf16 artifact's vision attention computes in bf16).
+  // inputs (1.12 / 1.13: a bf16 artifact's vision / decoder attention computes in bf16).
   const uint32_t minor = a.header().format_minor;
   if (minor < xrt::kXpkFormatMinor)
     r->findings.push_back(

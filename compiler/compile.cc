@@ -309,7 +309,11 @@ class Emitter {
     u.Set(P::kVStride, RowStride(op.getV()));
     u.Set(P::kOutStride, RowStride(op.getResult()));
     u.Set(F::kScale, op.getScale().convertToFloat());
-    return Finish(op, u);
+    XRT_ASSIGN_OR_RETURN(CommandDesc c, Finish(op, u));
+    // --compute bf16 puts the prompt's attention products on the bf16 units
+    // (attention.h's kBF16); int8 has no attention arithmetic of its own.
+    if (matmulCompute_ == xpk::ComputeType::bf16) c.compute = xpk::ComputeType::bf16;
+    return c;
   }
 
   Expected<CommandDesc> EmitDenseAttention(xg::AttentionOp op) {

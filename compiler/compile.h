@@ -49,8 +49,8 @@ struct CompileOptions {
   // matrix units) or "int8" (activations quantized to int8 per block, integer dot
   // products with the integer quants of q8_0/q4_0/q4_1/q4_k/q5_k/q6_k weights, as
   // llama.cpp; weights without integer quants compute in f32). With "bf16" the vision
-  // tower's attention computes its two products in bf16 too (dense_attention.h); the
-  // decoder's paged attention, norms and LoRA stay f32.
+  // tower's attention (dense_attention.h) and the decoder's paged attention
+  // (attention.h) compute their two products in bf16 too; norms and LoRA stay f32.
   std::string compute = "f32";
   std::string target = "host";
   std::vector<std::string> dump_ir_after;

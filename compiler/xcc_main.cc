@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
       ->add_option("--compute", co.compute,
                    "What the linear layers' matmuls multiply: f32; bf16 (activations and "
                    "weights rounded to bf16, products summed in f32: the numerics of bf16 matrix "
-                   "units; on CPUs without them it is slower; the vision tower's attention too); "
+                   "units; on CPUs without them it is slower; the attention products too); "
                    "or int8 (activations quantized "
                    "to int8 per block, integer dot products with quantized weights, as "
                    "llama.cpp: faster decode on q4/q8/K-quant weights). Deviations from f32 are "
@@ -217,9 +217,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "    %-6s         %lld weights, %s\n", format.c_str(),
                      static_cast<long long>(use.weights), Bytes(use.bytes).c_str());
       if (co.compute != "f32")
-        std::fprintf(
-            stderr, "  compute          %s (linear layers%s)\n", co.compute.c_str(),
-            co.compute == "bf16" && !summary->image_buckets.empty() ? ", vision attention" : "");
+        std::fprintf(stderr, "  compute          %s (linear layers%s)\n", co.compute.c_str(),
+                     co.compute != "bf16"             ? ""
+                     : summary->image_buckets.empty() ? ", attention"
+                                                      : ", attention, vision attention");
       for (const std::string& note : summary->weight_notes)
         std::fprintf(stderr, "  note: %s\n", note.c_str());
       if (!summary->image_buckets.empty())

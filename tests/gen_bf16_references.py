@@ -13,8 +13,10 @@ values below 2^-126 in magnitude read as zeros of their sign) and widened back t
 float32, so every product is exact; each output is one float32 sum over k padded with
 a zero to whole pairs, pair by pair, each pair's odd element first, every step's
 result below 2^-126 flushed to a zero of its sign (a bf16 dot-product unit's order,
-AVX512_BF16's vdpbf16ps); then the bias, flushed too. Everything else (embeddings,
-norms, rope, attention, softmax) stays float32, as in xrt. For each reference prompt
+AVX512_BF16's vdpbf16ps); then the bias, flushed too. The decoder's attention computes
+its q.k scores and p.v outputs the same way, per 256-key partition of the keys
+(bf16_paged_attention: runtime/kernels/attention.h's kBF16). Everything else
+(embeddings, norms, rope, the softmax) stays float32, as in xrt. For each reference prompt
 it records the last-position logits and the greedy continuation (no-cache argmax
 loop, with the top1-top2 margins; SmolLM2: model.generate with its KV cache).
 
@@ -102,6 +104,70 @@ def bf16_attention(module, query, key, value, attention_mask, scaling, dropout=0
     return out.transpose(1, 2).contiguous(), p * inv
 
 
+def bf16_paged_attention(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                         **kwargs):
+    """A decoder layer's eager attention as runtime/kernels/attention.h's kBF16 computes
+    it: keys in partitions of 256 positions ([0, 256), [256, 512), ...); per partition a
+    query sees, scores = bf16_chain(q, k) * scaling, its exact max m, numerators
+    exp(score - m) and their sum l in float32, acc = bf16_chain of the numerators and the
+    values over the partition's keys (0 past the ones the query sees); the partitions
+    folded in order (both rescaled to the larger max with fmas), then acc * (1 / l)."""
+    import torch
+    assert dropout == 0.0 or not module.training
+    groups = module.num_key_value_groups
+    key = key.repeat_interleave(groups, dim=1)  # head h reads kv head h // groups
+    value = value.repeat_interleave(groups, dim=1)
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    if attention_mask is None:
+        pos = torch.arange(k_len - q_len, k_len).unsqueeze(-1)
+        visible = torch.arange(k_len).unsqueeze(0) <= pos
+    elif attention_mask.dtype == torch.bool:
+        visible = attention_mask[..., :k_len]
+    else:
+        visible = attention_mask[..., :k_len] == 0
+    visible = visible.expand(query.shape[0], query.shape[1], q_len, k_len)
+    scores = bf16_chain(query, key) * scaling
+
+    def fma(a, b, c):  # one rounding (through float64: a product of two floats is exact)
+        return (a.double() * b.double() + c.double()).float()
+
+    acc = m = l = None
+    for start in range(0, k_len, 256):
+        vis = visible[..., start:start + 256]
+        s = scores[..., start:start + 256]
+        sees = vis.any(dim=-1, keepdim=True)
+        mp = torch.where(vis, s, -torch.inf).amax(dim=-1, keepdim=True)
+        p = torch.where(vis, torch.exp(s - torch.where(sees, mp, 0.0)), 0.0)
+        lp = p.sum(dim=-1, keepdim=True)
+        ap = bf16_chain(p, value[..., start:start + 256, :].transpose(-1, -2))
+        if acc is None:
+            acc, m, l = ap, mp, lp
+            continue
+        mm = torch.maximum(m, mp)
+        c_to, c_from = torch.exp(m - mm), torch.exp(mp - mm)
+        acc = torch.where(sees, fma(ap, c_from, acc * c_to), acc)
+        l = torch.where(sees, fma(lp, c_from, l * c_to), l)
+        m = torch.where(sees, mm, m)
+    out = acc * (1.0 / l)
+    return out.transpose(1, 2).contiguous(), None
+
+
+@contextlib.contextmanager
+def bf16_decoder_attention(decoder):
+    """Within the block, the decoder's attention is bf16_paged_attention: the eager
+    attention function of its layers' modeling module is replaced, and restored after.
+    Yields the module's name."""
+    import importlib
+    assert decoder.config._attn_implementation == "eager", decoder.config._attn_implementation
+    mod = importlib.import_module(type(decoder.layers[0].self_attn).__module__)
+    eager = mod.eager_attention_forward
+    mod.eager_attention_forward = bf16_paged_attention
+    try:
+        yield mod.__name__
+    finally:
+        mod.eager_attention_forward = eager
+
+
 def use_bf16_linears(model):
     import torch
     count = 0
@@ -181,7 +247,7 @@ def last_logits(model, ids):
         return model(torch.tensor([ids]), use_cache=False).logits[0, -1].float().numpy()
 
 
-def write(path, model_desc, linears, prompts):
+def write(path, model_desc, linears, attention_module, prompts):
     gm.dump_json(path, {
         "format": 1,
         "model": model_desc,
@@ -190,7 +256,8 @@ def write(path, model_desc, linears, prompts):
         "compute": ("transformers float32 eager; every nn.Linear (%d) on bf16 operands: input "
                     "and weight rounded to bfloat16 (nearest even, |x| < 2^-126 -> signed zero), "
                     "f32 products and sums by pairs, odd element first, flushed to zero below "
-                    "2^-126" % linears),
+                    "2^-126; the attention (%s) with its q.k and p.v products the same way, "
+                    "per 256-key partition, softmax float32" % (linears, attention_module)),
         "prompts": prompts,
     })
     print(f"  wrote {path}")
@@ -239,8 +306,10 @@ def make_fixture(d):
         diff = np.abs(last_logits(model, p["ids"]) - np.asarray(p["last_logits"])).max()
         assert diff <= 2e-4, f"{name} {p['name']}: not reference.json's model ({diff})"
     linears = use_bf16_linears(model)
+    with bf16_decoder_attention(model.model) as attention_module:
+        prompts = fixture_prompts(model, ref)
     write(os.path.join(d, "reference_bf16.json"), ref.get("model", name), linears,
-          fixture_prompts(model, ref))
+          attention_module, prompts)
 
 
 def make_smollm2(gguf_path):
@@ -259,8 +328,10 @@ def make_smollm2(gguf_path):
         assert gen == c["greedy_ids"], "not reference.json's model"
     linears = use_bf16_linears(model)
     prompts = []
-    for c in ref["prompts"]:
-        gen, margins = greedy_cached(model, c["prompt_ids"], len(c["greedy_ids"]))
+    with bf16_decoder_attention(model.model) as attention_module:
+        generated = [greedy_cached(model, c["prompt_ids"], len(c["greedy_ids"]))
+                     for c in ref["prompts"]]
+    for c, (gen, margins) in zip(ref["prompts"], generated):
         agree = next((i for i, (a, b) in enumerate(zip(gen, c["greedy_ids"])) if a != b),
                      len(gen))
         print(f"    greedy agrees with f32 for {agree}/{len(gen)} tokens,"
@@ -268,7 +339,7 @@ def make_smollm2(gguf_path):
         prompts.append({"prompt_ids": c["prompt_ids"], "greedy_ids": gen,
                         "greedy_margins": margins})
     write(os.path.join(d, "reference_bf16.json"), "SmolLM2-135M-Instruct " + gfile, linears,
-          prompts)
+          attention_module, prompts)
 
 
 @contextlib.contextmanager
@@ -321,7 +392,8 @@ def make_llava(d):
             assert np.abs(feats.numpy().ravel() - want).max() <= 2e-4, c["name"]
     linears = use_bf16_linears(model) + use_bf16_patch_embedding(model)
     cases = []
-    with bf16_vision_attention(model) as attention_module:
+    with bf16_vision_attention(model) as attention_module, \
+            bf16_decoder_attention(model.model.language_model) as decoder_module:
         for c in ref["cases"]:
             enc, feats, logits = run(c)
             gen, margins, agree = gl.greedy_llava(model, enc, len(c["greedy_ids"]))
@@ -350,8 +422,9 @@ def make_llava(d):
                     "(%d) on bf16 operands: input and weight rounded to bfloat16 (nearest even, "
                     "|x| < 2^-126 -> signed zero), f32 products and sums by pairs, odd element "
                     "first, flushed to zero below 2^-126; the vision tower's attention (%s) "
-                    "with its q.k and p.v products the same way, softmax float32"
-                    % (linears, attention_module)),
+                    "and the decoder's (%s, per 256-key partition) with their q.k and p.v "
+                    "products the same way, softmax float32"
+                    % (linears, attention_module, decoder_module)),
         "cases": cases,
     })
     print(f"  wrote {os.path.join(d, 'reference_bf16.json')}")

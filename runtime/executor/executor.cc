@@ -364,6 +364,7 @@ Status Executor::RunCommand(const PreparedCommand& pc, const xpk::Executable& e,
         args.out_stride = call[P::kOutStride];
         args.num_blocks = p_.kv.num_blocks;
         args.scale = call[F::kScale];
+        args.compute = static_cast<ComputeType>(c->compute());
         Status s = PagedAttention(args, pool);
         if (!s.ok()) return InCommand(std::move(s), e, *c, "attention");
         break;

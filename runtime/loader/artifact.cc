@@ -551,7 +551,9 @@ Status ValidateCommand(const xpk::Manifest& m, const xpk::Executable& e, uint32_
       return DataLossError("{}: unknown compute type {}", label, static_cast<int>(c->compute()));
     const bool ukernel = c->kind() == xpk::CommandKind::ukernel;
     const bool matmul = ukernel && c->ukernel() == xpk::Ukernel::matmul;
-    const bool bf16_attention = ukernel && c->ukernel() == xpk::Ukernel::attention &&
+    const bool bf16_attention = ukernel &&
+                                (c->ukernel() == xpk::Ukernel::attention ||
+                                 c->ukernel() == xpk::Ukernel::paged_attention) &&
                                 c->compute() == xpk::ComputeType::bf16;
     if (!matmul && !bf16_attention)
       return DataLossError(

@@ -266,7 +266,8 @@ json ExecutableJson(const xpk::Executable& e) {
       jc["workgroups"] = c->workgroups();
     } else {
       jc["ukernel"] = xpk::EnumNameUkernel(c->ukernel());
-      if (c->ukernel() == xpk::Ukernel::matmul || c->ukernel() == xpk::Ukernel::attention)
+      if (c->ukernel() == xpk::Ukernel::matmul || c->ukernel() == xpk::Ukernel::attention ||
+          c->ukernel() == xpk::Ukernel::paged_attention)
         jc["compute"] = xpk::EnumNameComputeType(c->compute());
     }
     json bindings = json::array();

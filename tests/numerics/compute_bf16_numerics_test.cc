@@ -11,7 +11,7 @@
 //    holds in bf16 too);
 //  - at least kExactShare of all prompts' last-position logits match the bf16
 //    reference within 1e-4, f32's tolerance, and every prompt within kFlipTol.
-//    The matmuls are the same arithmetic, but attention, norms and activations are
+//    The products are the same arithmetic, but the softmax, norms and activations are
 //    float32 code of our own: a last-bit difference there moves a later bf16
 //    rounding by one bf16 step now and then, and a random tiny model amplifies it
 //    (reordering only the reference's sums moves 1 prompt in 6 by up to 0.037);
