@@ -21,6 +21,14 @@ namespace {
 // token always sees the same chunks whatever else is in the batch.
 constexpr int kChunk = 64;
 
+// kBF16 (attention.h): rows per call of the vdpbf16ps kernels that compute a
+// few rows' products without packing matmul weights, the head_dim and keys
+// they take at most, and the rows of a partition (its tile rows that see it)
+// up to which AttendPartitionBf16 uses them.
+constexpr int kBf16RowsMax = 4;
+constexpr int64_t kBf16MaxDim = 256;
+constexpr int64_t kBf16DirectRows = 8;
+
 // One online-softmax step: `rows` query vectors (query heads of one kv head,
 // of one or more tokens) against one chunk of keys that every row sees whole.
 // k[j] / v[j] point at the head_dim floats of the chunk's j-th key / value,
@@ -917,6 +925,129 @@ XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
 #pragma GCC diagnostic pop
 #endif
 
+// ------------------------------------------------------ AVX-512 + BF16 --
+// kBF16's two products for a few rows (a decode's heads of one kv head) on
+// vdpbf16ps directly, without packing matmul weights: the same chains as the
+// kBF16 matmul (one vdpbf16ps per pair, the odd element's product first, in
+// increasing pair order), so the same bits as the rows of a prompt's tile.
+
+// Lanes [from, from + 16) of a row of `len` values: the mask of those below len.
+inline __mmask16 LanesBelow(int64_t from, int64_t len) {
+  const int64_t n = std::clamp<int64_t>(len - from, 0, 16);
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+
+// x[32c .. 32c + 32) (zeros past len) as 16 pairs (x[2i], x[2i + 1]).
+XRT_TARGET_AVX512_BF16 inline __m512i PairsOf(const float* x, int64_t c, int64_t len) {
+  return packed_simd::Bf16Words(
+      _mm512_maskz_loadu_ps(LanesBelow(32 * c, len), x + 32 * c),
+      _mm512_maskz_loadu_ps(LanesBelow(32 * c + 16, len), x + 32 * c + 16));
+}
+
+// s[r * ld + j] = dot_bf16(q[r], key j), j < n (written up to a multiple of 16),
+// over pairs of d; key j's values at k[j].
+template <int R>
+XRT_TARGET_AVX512_BF16 void ScoresBf16Rows(const float* const* q, const float* const* k, int n,
+                                           int64_t dim, float* s, int64_t ld) {
+  const int64_t pairs = (dim + 1) / 2, chunks = (dim + 31) / 32;
+  alignas(64) uint32_t qp[R][kBf16MaxDim / 2];
+  for (int r = 0; r < R; ++r)
+    for (int64_t c = 0; c < chunks; ++c) _mm512_store_si512(qp[r] + 16 * c, PairsOf(q[r], c, dim));
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int nb = std::min(16, n - j0);
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+      __m512i t[16];
+      for (int j = 0; j < 16; ++j)
+        t[j] = j < nb ? PairsOf(k[j0 + j], c, dim) : _mm512_setzero_si512();
+      packed_simd::Transpose16x16Epi32(t);  // t[i]: pair 16c + i of the 16 keys
+      const int64_t np = std::min<int64_t>(16, pairs - 16 * c);
+      for (int64_t i = 0; i < np; ++i)
+        for (int r = 0; r < R; ++r)
+          acc[r] = packed_simd::DotBf16Pairs(
+              acc[r], _mm512_set1_epi32(static_cast<int>(qp[r][16 * c + i])), t[i]);
+    }
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(s + r * ld + j0, acc[r]);
+  }
+}
+
+// out[r * dim + d] = dot_bf16(p[r][0 .. n), v[.][d]) (pairs over the keys),
+// for the NV vectors of d from d0 on.
+template <int R, int NV>
+XRT_TARGET_AVX512_BF16 void ValuesBf16Block(const uint32_t (*pp)[kBf16MaxDim / 2],
+                                            const float* const* v, int n, int64_t dim, int64_t d0,
+                                            float* out) {
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NV; ++b) acc[r][b] = _mm512_setzero_ps();
+  for (int kk = 0; 2 * kk < n; ++kk) {
+    const float* v0 = v[2 * kk];
+    const float* v1 = 2 * kk + 1 < n ? v[2 * kk + 1] : nullptr;
+    for (int b = 0; b < NV; ++b) {
+      const __mmask16 m = LanesBelow(d0 + 16 * b, dim);
+      const __m512 even = _mm512_maskz_loadu_ps(m, v0 + d0 + 16 * b);
+      const __m512 odd = v1 ? _mm512_maskz_loadu_ps(m, v1 + d0 + 16 * b) : _mm512_setzero_ps();
+      const __m512i vp = packed_simd::Bf16Pairs(even, odd);
+      for (int r = 0; r < R; ++r)
+        acc[r][b] = packed_simd::DotBf16Pairs(acc[r][b],
+                                              _mm512_set1_epi32(static_cast<int>(pp[r][kk])), vp);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NV; ++b)
+      _mm512_mask_storeu_ps(out + r * dim + d0 + 16 * b, LanesBelow(d0 + 16 * b, dim), acc[r][b]);
+}
+
+template <int R>
+XRT_TARGET_AVX512_BF16 void ValuesBf16Rows(const float* const* p, const float* const* v, int n,
+                                           int64_t dim, float* out) {
+  alignas(64) uint32_t pp[R][kBf16MaxDim / 2];
+  for (int r = 0; r < R; ++r)
+    for (int64_t c = 0; 32 * c < n; ++c) _mm512_store_si512(pp[r] + 16 * c, PairsOf(p[r], c, n));
+  for (int64_t d0 = 0; d0 < dim; d0 += 64) {
+    switch (std::min<int64_t>(4, (dim - d0 + 15) / 16)) {
+      case 1:
+        ValuesBf16Block<R, 1>(pp, v, n, dim, d0, out);
+        break;
+      case 2:
+        ValuesBf16Block<R, 2>(pp, v, n, dim, d0, out);
+        break;
+      case 3:
+        ValuesBf16Block<R, 3>(pp, v, n, dim, d0, out);
+        break;
+      default:
+        ValuesBf16Block<R, 4>(pp, v, n, dim, d0, out);
+    }
+  }
+}
+
+// f(std::integral_constant<int, R>) for R = rows (1 .. kBf16RowsMax).
+template <class F>
+void WithRowCount(int rows, F&& f) {
+  static_assert(kBf16RowsMax == 4);
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
+}
+
+// The two for `rows` (<= kBf16RowsMax) rows.
+void ScoresBf16Avx512(const float* const* q, int rows, const float* const* k, int n, int64_t dim,
+                      float* s, int64_t ld) {
+  WithRowCount(rows, [&](auto r) { ScoresBf16Rows<decltype(r)::value>(q, k, n, dim, s, ld); });
+}
+void ValuesBf16Avx512(const float* const* p, int rows, const float* const* v, int n, int64_t dim,
+                      float* out) {
+  WithRowCount(rows, [&](auto r) { ValuesBf16Rows<decltype(r)::value>(p, v, n, dim, out); });
+}
+
 #endif  // __x86_64__
 
 // The chunk step from the primitives of one ISA.
@@ -956,6 +1087,12 @@ struct ChunkKernels {
   CpuIsa isa = CpuIsa::kScalar;
   float (*exp_sum)(float*, int, float) = &ExpSumScalar;
   float (*scale_max)(float*, int, float) = &ScaleMaxScalar;
+  // kBF16's products for up to kBf16RowsMax rows without the matmul (null:
+  // the ISA has no vdpbf16ps; the matmul then computes the same chains).
+  void (*scores_bf16)(const float* const*, int, const float* const*, int, int64_t, float*,
+                      int64_t) = nullptr;
+  void (*values_bf16)(const float* const*, int, const float* const*, int, int64_t,
+                      float*) = nullptr;
 };
 
 // The chunk step for `isa` and this head_dim.
@@ -996,6 +1133,10 @@ ChunkKernels KernelsAndConversionsFor(CpuIsa isa, int64_t dim) {
   ChunkKernels k = KernelsFor(isa, dim);
   k.isa = isa;
 #if defined(__x86_64__)
+  if (IsaAtLeast(isa, CpuIsa::kAvx512Bf16)) {
+    k.scores_bf16 = &ScoresBf16Avx512;
+    k.values_bf16 = &ValuesBf16Avx512;
+  }
   if (IsaAtLeast(isa, CpuIsa::kAvx512)) {
     k.exp_sum = &ExpSumAvx512;
     k.scale_max = &ScaleMaxAvx512;
@@ -1298,8 +1439,14 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
     k_rows[j] = RowAsFloats(kernels, a.kv_dtype, k_cache + row, dim, buf + j * dim);
     v_rows[j] = RowAsFloats(kernels, a.kv_dtype, v_cache + row, dim, buf + (keys + j) * dim);
   }
-  PackWeightRows(k_rows, keys, dim, key_panels);
-  PackWeightColumns(v_rows, dim, keys, value_panels);
+  // A few rows (a decode's heads) run the chains on vdpbf16ps directly where
+  // the ISA has it; more share the packed weights through the matmul. The same
+  // bits either way.
+  const bool direct = kernels.scores_bf16 && rows <= kBf16DirectRows && dim <= kBf16MaxDim;
+  if (!direct) {
+    PackWeightRows(k_rows, keys, dim, key_panels);
+    PackWeightColumns(v_rows, dim, keys, value_panels);
+  }
 
   // The rows' queries, consecutive (token i's group of heads is already).
   scratch.qa.resize(rows * dim);
@@ -1311,32 +1458,54 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   const int64_t ld = (keys + 15) / 16 * 16;
   scratch.s.resize(rows * ld);
   float* s = scratch.s.data();
+  RowStates st(state, t.rows, dim);
+  // Row r0 + r's query, scores / numerators and output.
+  auto q_at = [&](int64_t r) { return scratch.qa.data() + r * dim; };
+  auto s_at = [&](int64_t r) { return s + r * ld; };
+  auto out_at = [&](int64_t r) { return st.acc + (r0 + r) * dim; };
   MatmulArgs m;
   m.compute = ComputeType::kBF16;
-  m.a = scratch.qa.data();
-  m.lda = dim;
-  m.packed_w = key_panels;
-  m.c = s;
-  m.ldc = ld;
-  m.m = rows;
-  m.n = keys;
-  m.k = dim;
-  MatmulWithIsa(m, nullptr, kernels.isa);
+  if (direct) {
+    for (int64_t r = 0; r < rows; r += kBf16RowsMax) {
+      const int n = static_cast<int>(std::min<int64_t>(kBf16RowsMax, rows - r));
+      const float* q[kBf16RowsMax];
+      for (int i = 0; i < n; ++i) q[i] = q_at(r + i);
+      kernels.scores_bf16(q, n, k_rows, static_cast<int>(keys), dim, s_at(r), ld);
+    }
+  } else {
+    m.a = q_at(0);
+    m.lda = dim;
+    m.packed_w = key_panels;
+    m.c = s;
+    m.ldc = ld;
+    m.m = rows;
+    m.n = keys;
+    m.k = dim;
+    MatmulWithIsa(m, nullptr, kernels.isa);
+  }
 
-  RowStates st(state, t.rows, dim);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r / group;
     const int n = static_cast<int>(std::min(t.pos0 + i + 1 - start, keys));
-    float* x = s + r * ld;
+    float* x = s_at(r);
     const float mx = kernels.scale_max(x, n, a.scale);
     st.m[r0 + r] = mx;
     st.l[r0 + r] = kernels.exp_sum(x, n, mx);
     std::fill(x + n, x + keys, 0.0f);
   }
+  if (direct) {
+    for (int64_t r = 0; r < rows; r += kBf16RowsMax) {
+      const int n = static_cast<int>(std::min<int64_t>(kBf16RowsMax, rows - r));
+      const float* p[kBf16RowsMax];
+      for (int i = 0; i < n; ++i) p[i] = s_at(r + i);
+      kernels.values_bf16(p, n, v_rows, static_cast<int>(keys), dim, out_at(r));
+    }
+    return;
+  }
   m.a = s;
   m.lda = ld;
   m.packed_w = value_panels;
-  m.c = st.acc + r0 * dim;
+  m.c = out_at(0);
   m.ldc = dim;
   m.n = dim;
   m.k = keys;

@@ -71,6 +71,10 @@
 //   ISA's fixed order; the SIMD paths' polynomial exp);
 //   acc_p[d] = dot_bf16(p, v[.][d]) (pairs over the keys j = P, P + 1, ...).
 // The partitions' (acc_p, m_p, l_p) are then folded and divided as in kF32.
+// A prompt's tile packs a partition's keys and transposed values as matmul
+// weights and runs both products through Matmul; where the ISA has
+// vdpbf16ps, a few rows (a decode's heads) run the same chains on it
+// straight from the cache rows (no packing): the same bits.
 // The max is exact per partition (no 64-key chunks), so a score's numerator is
 // rounded to bf16 once, from that partition's max. Batch invariance and
 // decode = prefill hold as for kF32, except that an output that is exactly

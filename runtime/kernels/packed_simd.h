@@ -134,6 +134,37 @@ XRT_TARGET_AVX512 inline void Transpose16x16Epi32(__m512i* r) {
   }
 }
 
+// ------------------------------------------------------ AVX-512 + BF16 --
+
+// acc + the kBF16 chain of 16 lanes' pairs: vdpbf16ps, which adds a pair's
+// high (odd) element's product first, with its flushes (matmul.h).
+XRT_TARGET_AVX512_BF16 inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i w) {
+#if defined(XRT_SIMD_EMULATE)
+  return xrt_simd_emulate::DotBf16Pairs(acc, a, w);
+#else
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)w);
+#endif
+}
+
+// The bf16 operands of lo[0..15] and hi[0..15] as 32 words, lo's first:
+// vcvtne2ps2bf16, which rounds as RoundToBf16Operand (nearest even,
+// subnormals to signed zeros, NaNs quieted; MatmulBf16Test checks it).
+XRT_TARGET_AVX512_BF16 inline __m512i Bf16Words(__m512 lo, __m512 hi) {
+#if defined(XRT_SIMD_EMULATE)
+  return xrt_simd_emulate::ConvertToBf16Words(lo, hi);
+#else
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+#endif
+}
+
+// Dword j: the bf16 operands of even[j] (low half) and odd[j] (high half).
+XRT_TARGET_AVX512_BF16 inline __m512i Bf16Pairs(__m512 even, __m512 odd) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), Bf16Words(even, odd));
+}
+
 }  // namespace packed_simd
 }  // namespace xrt
 
