@@ -1389,11 +1389,13 @@ const float* RowAsFloats(const ChunkKernels& kernels, KvCacheDtype dtype, const 
 
 // kBF16's partition p of the tile's rows into `state` (see the header): the
 // rows of the tokens that see one of its keys get the partition's own state,
-// the other rows are not touched. The keys and the transposed values are
-// packed as matmul weights (matmul.h's panels) and the two products are kBF16
-// matmuls over all of those rows at once; a row's arithmetic depends only on
-// its query and the keys it sees, since a matmul's output depends only on its
-// row and column and the numerators past a row's last key are +0.
+// the other rows are not touched. Many rows (a prompt's tile): the keys and
+// the transposed values are packed as matmul weights (matmul.h's panels) and
+// the two products are kBF16 matmuls over all of those rows at once. A few
+// (a decode's heads): ScoresBf16Rows / ValuesBf16Rows, the same chains. A
+// row's arithmetic depends only on its query and the keys it sees, since a
+// matmul's output depends only on its row and column and the numerators past
+// a row's last key are +0.
 void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernels,
                          const TileRows& t, int64_t p, TileScratch& scratch, float* state) {
   const Tile& tile = *t.tile;
