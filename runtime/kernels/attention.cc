@@ -537,6 +537,12 @@ XRT_TARGET_AVX2 void UpdateAvx2(const ChunkUpdate& c) {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+// Lanes [from, from + 16) of a row of `len` values: the mask of those below len.
+inline __mmask16 LanesBelow(int64_t from, int64_t len) {
+  const int64_t n = std::clamp<int64_t>(len - from, 0, 16);
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+
 // Sum of the 16 lanes of v, in a fixed order.
 XRT_TARGET_AVX512 inline float ReduceAdd16(__m512 v) {
   const __m512 t = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -672,8 +678,7 @@ XRT_TARGET_AVX512 void ScoresWideAvx512(const float* q, const float* const* k, i
     const float* kj = k[j];
     __m512 a = _mm512_setzero_ps();
     for (int64_t d = 0; d < dim; d += 16) {
-      const __mmask16 m =
-          dim - d >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (dim - d)) - 1);
+      const __mmask16 m = LanesBelow(d, dim);
       a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), _mm512_maskz_loadu_ps(m, kj + d), a);
     }
     s[j] = ReduceAdd16(a) * scale;
@@ -729,8 +734,7 @@ XRT_TARGET_AVX512 float ExpSumAvx512(float* s, int n, float m) {
   const __m512 mv = _mm512_set1_ps(m);
   __m512 sum = _mm512_setzero_ps();
   for (int j = 0; j < n; j += 16) {
-    const __mmask16 mask =
-        n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __mmask16 mask = LanesBelow(j, n);
     const __m512 p = _mm512_maskz_mov_ps(
         mask, ExpNonPositive16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), mv)));
     _mm512_mask_storeu_ps(s + j, mask, p);
@@ -743,8 +747,7 @@ XRT_TARGET_AVX512 float ScaleMaxAvx512(float* x, int n, float scale) {
   const __m512 sv = _mm512_set1_ps(scale);
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int j = 0; j < n; j += 16) {
-    const __mmask16 mask =
-        n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __mmask16 mask = LanesBelow(j, n);
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + j), sv);
     _mm512_mask_storeu_ps(x + j, mask, v);
     mx = _mm512_mask_max_ps(mx, mask, mx, v);
@@ -892,8 +895,7 @@ XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
       float* s = c.s + h * kChunk;
       __m512 mx = neg_inf;
       for (int j = 0; j < c.n; j += 16) {
-        const __mmask16 m =
-            c.n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (c.n - j)) - 1);
+        const __mmask16 m = LanesBelow(j, c.n);
         mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg_inf, m, s + j));
       }
       const float m_new = std::max(c.m[g], _mm512_reduce_max_ps(mx));  // max is exact
@@ -921,27 +923,26 @@ XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
   }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 // ------------------------------------------------------ AVX-512 + BF16 --
 // kBF16's two products for a few rows (a decode's heads of one kv head) on
 // vdpbf16ps directly, without packing matmul weights: the same chains as the
 // kBF16 matmul (one vdpbf16ps per pair, the odd element's product first, in
 // increasing pair order), so the same bits as the rows of a prompt's tile.
 
-// Lanes [from, from + 16) of a row of `len` values: the mask of those below len.
-inline __mmask16 LanesBelow(int64_t from, int64_t len) {
-  const int64_t n = std::clamp<int64_t>(len - from, 0, 16);
-  return static_cast<__mmask16>((1u << n) - 1);
-}
-
 // x[32c .. 32c + 32) (zeros past len) as 16 pairs (x[2i], x[2i + 1]).
 XRT_TARGET_AVX512_BF16 inline __m512i PairsOf(const float* x, int64_t c, int64_t len) {
   return packed_simd::Bf16Words(
       _mm512_maskz_loadu_ps(LanesBelow(32 * c, len), x + 32 * c),
       _mm512_maskz_loadu_ps(LanesBelow(32 * c + 16, len), x + 32 * c + 16));
+}
+
+// f(std::integral_constant<int, N>) for N = n in 1 .. Max (Max for a larger n).
+template <int Max, class F>
+void WithCount(int n, F&& f) {
+  if constexpr (Max > 1) {
+    if (n < Max) return WithCount<Max - 1>(n, f);
+  }
+  f(std::integral_constant<int, Max>{});
 }
 
 // s[r * ld + j] = dot_bf16(q[r], key j), j < n (written up to a multiple of 16),
@@ -1006,47 +1007,26 @@ XRT_TARGET_AVX512_BF16 void ValuesBf16Rows(const float* const* p, const float* c
   for (int r = 0; r < R; ++r)
     for (int64_t c = 0; 32 * c < n; ++c) _mm512_store_si512(pp[r] + 16 * c, PairsOf(p[r], c, n));
   for (int64_t d0 = 0; d0 < dim; d0 += 64) {
-    switch (std::min<int64_t>(4, (dim - d0 + 15) / 16)) {
-      case 1:
-        ValuesBf16Block<R, 1>(pp, v, n, dim, d0, out);
-        break;
-      case 2:
-        ValuesBf16Block<R, 2>(pp, v, n, dim, d0, out);
-        break;
-      case 3:
-        ValuesBf16Block<R, 3>(pp, v, n, dim, d0, out);
-        break;
-      default:
-        ValuesBf16Block<R, 4>(pp, v, n, dim, d0, out);
-    }
-  }
-}
-
-// f(std::integral_constant<int, R>) for R = rows (1 .. kBf16RowsMax).
-template <class F>
-void WithRowCount(int rows, F&& f) {
-  static_assert(kBf16RowsMax == 4);
-  switch (rows) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    default:
-      return f(std::integral_constant<int, 4>{});
+    WithCount<4>(static_cast<int>((dim - d0 + 15) / 16),
+                 [&](auto nv) { ValuesBf16Block<R, decltype(nv)::value>(pp, v, n, dim, d0, out); });
   }
 }
 
 // The two for `rows` (<= kBf16RowsMax) rows.
 void ScoresBf16Avx512(const float* const* q, int rows, const float* const* k, int n, int64_t dim,
                       float* s, int64_t ld) {
-  WithRowCount(rows, [&](auto r) { ScoresBf16Rows<decltype(r)::value>(q, k, n, dim, s, ld); });
+  WithCount<kBf16RowsMax>(rows,
+                          [&](auto r) { ScoresBf16Rows<decltype(r)::value>(q, k, n, dim, s, ld); });
 }
 void ValuesBf16Avx512(const float* const* p, int rows, const float* const* v, int n, int64_t dim,
                       float* out) {
-  WithRowCount(rows, [&](auto r) { ValuesBf16Rows<decltype(r)::value>(p, v, n, dim, out); });
+  WithCount<kBf16RowsMax>(rows,
+                          [&](auto r) { ValuesBf16Rows<decltype(r)::value>(p, v, n, dim, out); });
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #endif  // __x86_64__
 
@@ -1407,17 +1387,6 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   const char* k_cache = static_cast<const char*>(a.k_cache);
   const char* v_cache = static_cast<const char*>(a.v_cache);
 
-  // The weights: keys [keys][dim] (scores: N = keys, K = dim), then the
-  // values transposed [dim][keys] (outputs: N = dim, K = keys), each
-  // 64-byte aligned.
-  constexpr int64_t kAlign = 64 / sizeof(float);
-  const int64_t keys_floats = PackedWeightFloats(keys, dim);
-  const int64_t values_at = (keys_floats + kAlign - 1) / kAlign * kAlign;
-  scratch.weights.resize(values_at + PackedWeightFloats(dim, keys) + kAlign);
-  float* w = scratch.weights.data();
-  w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
-  float* key_panels = w;
-  float* value_panels = w + values_at;
   auto row_at = [&](int64_t pos) {
     return CacheRow(a, table[pos / a.block_size], t.kvh, pos % a.block_size) * elem;
   };
@@ -1445,10 +1414,8 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   // the ISA has it; more share the packed weights through the matmul. The same
   // bits either way.
   const bool direct = kernels.scores_bf16 && rows <= kBf16DirectRows && dim <= kBf16MaxDim;
-  if (!direct) {
-    PackWeightRows(k_rows, keys, dim, key_panels);
-    PackWeightColumns(v_rows, dim, keys, value_panels);
-  }
+  HeadWeights w{};
+  if (!direct) w = PackHeadWeights(k_rows, v_rows, keys, dim, &scratch.weights);
 
   // The rows' queries, consecutive (token i's group of heads is already).
   scratch.qa.resize(rows * dim);
@@ -1477,7 +1444,7 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   } else {
     m.a = q_at(0);
     m.lda = dim;
-    m.packed_w = key_panels;
+    m.packed_w = w.keys;
     m.c = s;
     m.ldc = ld;
     m.m = rows;
@@ -1506,7 +1473,7 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   }
   m.a = s;
   m.lda = ld;
-  m.packed_w = value_panels;
+  m.packed_w = w.values;
   m.c = out_at(0);
   m.ldc = dim;
   m.n = dim;

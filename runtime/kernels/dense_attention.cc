@@ -128,16 +128,10 @@ XRT_INLINE void PackHead(const DenseAttentionArgs& a, int64_t base, int64_t h, i
   }
 }
 
-// The keys and the transposed values as matmul weights (PackWeightRows /
-// PackWeightColumns on the head's rows, a row stride apart).
+// The keys and the transposed values as matmul weights (PackHeadWeights on
+// the head's rows, a row stride apart).
 void PackHeadAsWeights(const DenseAttentionArgs& a, int64_t base, int64_t h, Packed* pk) {
   const int64_t s = a.seq_len, hd = a.head_dim;
-  const int64_t keys_floats = PackedWeightFloats(s, hd), values_floats = PackedWeightFloats(hd, s);
-  constexpr int64_t kAlign = 64 / sizeof(float);
-  const int64_t values_at = (keys_floats + kAlign - 1) / kAlign * kAlign;
-  pk->weights.resize(values_at + values_floats + kAlign);
-  float* w = pk->weights.data();
-  w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
   pk->rows.resize(2 * s);
   const float** keys = pk->rows.data();
   const float** values = keys + s;
@@ -145,10 +139,9 @@ void PackHeadAsWeights(const DenseAttentionArgs& a, int64_t base, int64_t h, Pac
     keys[j] = a.k + (base + j) * a.k_stride + h * hd;
     values[j] = a.v + (base + j) * a.v_stride + h * hd;
   }
-  PackWeightRows(keys, s, hd, w);
-  PackWeightColumns(values, hd, s, w + values_at);
-  pk->keys_w = w;
-  pk->values_w = w + values_at;
+  const HeadWeights w = PackHeadWeights(keys, values, s, hd, &pk->weights);
+  pk->keys_w = w.keys;
+  pk->values_w = w.values;
 }
 
 // Scores of R query rows against NB * W keys (NB blocks of the packed keys

@@ -34,6 +34,12 @@ void PackRowBlockScalar(const float* const* rows, int n, int64_t K, float* out) 
 }
 
 #if defined(__x86_64__)
+// (GCC 12 reports the _mm512_undefined_*() placeholders inside the
+// transpose's shuffles as uninitialized uses, as in the kernels below.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // The same on 16 x 16 blocks transposed in registers.
 XRT_TARGET_AVX512 void PackRowBlockAvx512(const float* const* rows, int n, int64_t K, float* out) {
   for (int64_t k0 = 0; k0 < K; k0 += 16) {
@@ -48,6 +54,9 @@ XRT_TARGET_AVX512 void PackRowBlockAvx512(const float* const* rows, int n, int64
       _mm512_storeu_ps(out + (k0 + c) * kPackNR, _mm512_castsi512_ps(r[c]));
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 }  // namespace
@@ -82,6 +91,18 @@ void PackWeightColumns(const float* const* cols, int64_t N, int64_t K, float* ou
       std::fill(panel + k * kPackNR + n, panel + (k + 1) * kPackNR, 0.0f);
     }
   }
+}
+
+HeadWeights PackHeadWeights(const float* const* k_rows, const float* const* v_rows, int64_t n,
+                            int64_t dim, std::vector<float>* buf) {
+  constexpr int64_t kAlign = 64 / sizeof(float);
+  const int64_t values_at = (PackedWeightFloats(n, dim) + kAlign - 1) / kAlign * kAlign;
+  buf->resize(values_at + PackedWeightFloats(dim, n) + kAlign);
+  float* w = buf->data();
+  w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
+  PackWeightRows(k_rows, n, dim, w);
+  PackWeightColumns(v_rows, dim, n, w + values_at);
+  return {w, w + values_at};
 }
 
 void PackWeights(const float* w, int64_t N, int64_t K, float* out) {

@@ -96,6 +96,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/cpu_isa.h"
@@ -123,6 +124,17 @@ void PackWeightRows(const float* const* rows, int64_t N, int64_t K, float* out);
 // K columns N floats (attention's values, transposed: W [head_dim][keys] from
 // the value rows). Same bytes.
 void PackWeightColumns(const float* const* cols, int64_t N, int64_t K, float* out);
+
+// One attention head's n keys and values (rows of dim floats) as the weights
+// of its two products: keys = W [n][dim] (scores: N = n, K = dim), values =
+// W [dim][n], the values transposed (outputs: N = dim, K = n). Written into
+// `buf` (grown as needed), each 64-byte aligned.
+struct HeadWeights {
+  const float* keys;
+  const float* values;
+};
+HeadWeights PackHeadWeights(const float* const* k_rows, const float* const* v_rows, int64_t n,
+                            int64_t dim, std::vector<float>* buf);
 
 // What a matmul multiplies (Command.compute in the artifact).
 enum class ComputeType : uint8_t {
