@@ -153,19 +153,24 @@ def bf16_paged_attention(module, query, key, value, attention_mask, scaling, dro
 
 
 @contextlib.contextmanager
-def bf16_decoder_attention(decoder):
-    """Within the block, the decoder's attention is bf16_paged_attention: the eager
-    attention function of its layers' modeling module is replaced, and restored after.
-    Yields the module's name."""
+def eager_attention_as(module, attention):
+    """Within the block, `module`'s eager attention function (eager_attention_forward of
+    the modeling module that defines the class of `module`) is `attention`; restored
+    after. Yields the modeling module's name."""
     import importlib
-    assert decoder.config._attn_implementation == "eager", decoder.config._attn_implementation
-    mod = importlib.import_module(type(decoder.layers[0].self_attn).__module__)
+    mod = importlib.import_module(type(module).__module__)
     eager = mod.eager_attention_forward
-    mod.eager_attention_forward = bf16_paged_attention
+    mod.eager_attention_forward = attention
     try:
         yield mod.__name__
     finally:
         mod.eager_attention_forward = eager
+
+
+def bf16_decoder_attention(decoder):
+    """The decoder's attention as bf16_paged_attention, within the block."""
+    assert decoder.config._attn_implementation == "eager", decoder.config._attn_implementation
+    return eager_attention_as(decoder.layers[0].self_attn, bf16_paged_attention)
 
 
 def use_bf16_linears(model):
@@ -342,21 +347,12 @@ def make_smollm2(gguf_path):
           attention_module, prompts)
 
 
-@contextlib.contextmanager
 def bf16_vision_attention(model):
-    """Within the block, the vision tower's attention is bf16_attention: its modeling
-    module's eager attention function (the tower runs eager) is replaced, and restored
-    after. Yields the module's name."""
-    import importlib
+    """The vision tower's attention as bf16_attention, within the block (the tower runs
+    eager)."""
     tower = model.model.vision_tower
     assert tower.config._attn_implementation == "eager", tower.config._attn_implementation
-    mod = importlib.import_module(type(tower).__module__)
-    eager = mod.eager_attention_forward
-    mod.eager_attention_forward = bf16_attention
-    try:
-        yield mod.__name__
-    finally:
-        mod.eager_attention_forward = eager
+    return eager_attention_as(tower, bf16_attention)
 
 
 def make_llava(d):
