@@ -256,6 +256,16 @@ class Emitter {
     return c;
   }
 
+  // Finish for an attention ukernel (paged, dense): --compute bf16 puts its two
+  // products on the bf16 units too (attention.h's and dense_attention.h's
+  // kBF16); int8 has no attention arithmetic of its own, so it stays f32.
+  template <xpk::Ukernel U>
+  Expected<CommandDesc> FinishAttention(Operation* op, const UkernelCommand<U>& u) const {
+    XRT_ASSIGN_OR_RETURN(CommandDesc c, Finish(op, u));
+    if (matmulCompute_ == xpk::ComputeType::bf16) c.compute = xpk::ComputeType::bf16;
+    return c;
+  }
+
   Expected<CommandDesc> EmitMatmul(xg::LinearOp op) {
     using P = xpk::abi::MatmulParam;
     using B = xpk::abi::MatmulBinding;
@@ -309,11 +319,7 @@ class Emitter {
     u.Set(P::kVStride, RowStride(op.getV()));
     u.Set(P::kOutStride, RowStride(op.getResult()));
     u.Set(F::kScale, op.getScale().convertToFloat());
-    XRT_ASSIGN_OR_RETURN(CommandDesc c, Finish(op, u));
-    // --compute bf16 puts the prompt's attention products on the bf16 units
-    // (attention.h's kBF16); int8 has no attention arithmetic of its own.
-    if (matmulCompute_ == xpk::ComputeType::bf16) c.compute = xpk::ComputeType::bf16;
-    return c;
+    return FinishAttention(op, u);
   }
 
   Expected<CommandDesc> EmitDenseAttention(xg::AttentionOp op) {
@@ -335,11 +341,7 @@ class Emitter {
     u.Set(P::kVStride, RowStride(op.getV()));
     u.Set(P::kOutStride, RowStride(op.getResult()));
     u.Set(F::kScale, op.getScale().convertToFloat());
-    XRT_ASSIGN_OR_RETURN(CommandDesc c, Finish(op, u));
-    // --compute bf16 puts the tower's attention products on the bf16 units too;
-    // int8 has no attention arithmetic of its own (it stays f32).
-    if (matmulCompute_ == xpk::ComputeType::bf16) c.compute = xpk::ComputeType::bf16;
-    return c;
+    return FinishAttention(op, u);
   }
 
   Expected<CommandDesc> EmitLoraShrink(xg::LoraShrinkOp op) {
