@@ -475,6 +475,17 @@ XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m2
 // k-row `k` of a 16-bit format panel.
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline void Decode16BitRowAvx2(const uint8_t* panel, int64_t k, __m256* w) {
+  if constexpr (IsBf16PairsFormat(F)) {
+    // The row's halves of its pair-row's dwords (Bf16PairsByte).
+    const uint8_t* pair_row = panel + k / 2 * kPackNR * 4;
+    const bool low = (k % 2 == 1) == (F == WeightFormat::kBF16PairsAmx);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair_row + 32 * c));
+      w[c] = _mm256_castsi256_ps(low ? _mm256_slli_epi32(d, 16)
+                                     : _mm256_and_si256(d, _mm256_set1_epi32(-65536)));
+    }
+    return;
+  }
   const uint8_t* row = panel + k * kPackNR * 2;
   for (int c = 0; c < 4; ++c) {
     if constexpr (F == WeightFormat::kF16) {
@@ -507,7 +518,7 @@ XRT_TARGET_AVX2 void DequantRowsAvx2(const uint8_t* panel, int64_t k0, int64_t r
       DecodeKRowAvx2<F>(sb, kk, mul, add, w);
       StoreRowAvx2(w, out + r * kPackNR);
     }
-  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+  } else if constexpr (Is16BitFormat(F)) {
     for (int64_t r = 0; r < rows; ++r) {
       Decode16BitRowAvx2<F>(panel, k0 + r, w);
       StoreRowAvx2(w, out + r * kPackNR);
@@ -755,12 +766,30 @@ XRT_TARGET_AVX512 inline void Bf16PairRow(const uint8_t* panel, int64_t p, bool 
   *hi = _mm512_permutex2var_epi16(first, _mm512_load_si512(kIdx[1]), second);
 }
 
+// Pair-row p of a bf16_pairs(_amx) panel, columns 0-15 in *lo and 16-31 in
+// *hi, with each pair's odd element low (kOddLow: AMX's order) or high
+// (vdpbf16ps's): as stored, or each dword's halves swapped.
+template <WeightFormat F, bool kOddLow>
+XRT_TARGET_AVX512 inline void Bf16PairsRow(const uint8_t* panel, int64_t p, __m512i* lo,
+                                           __m512i* hi) {
+  static_assert(IsBf16PairsFormat(F));
+  const uint8_t* w = panel + p * kPackNR * 4;
+  *lo = _mm512_loadu_si512(w);
+  *hi = _mm512_loadu_si512(w + 64);
+  if constexpr (kOddLow != (F == WeightFormat::kBF16PairsAmx)) {
+    *lo = SwapPairHalves(*lo);
+    *hi = SwapPairHalves(*hi);
+  }
+}
+
 // Pair-row kp of an f32 or bf16 panel as vdpbf16ps operands, columns 0-15
 // in *b0 and 16-31 in *b1 (`odd`: k-row 2kp + 1 is real, else a zero).
 template <WeightFormat F, bool kOddLow = false>
 XRT_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void DirectPairRow(
     const uint8_t* panel, int64_t kp, bool odd, __m512i* b0, __m512i* b1) {
-  if constexpr (F == WeightFormat::kBF16) {
+  if constexpr (IsBf16PairsFormat(F)) {
+    Bf16PairsRow<F, kOddLow>(panel, kp, b0, b1);  // an odd K's pad is stored
+  } else if constexpr (F == WeightFormat::kBF16) {
     Bf16PairRow<kOddLow>(panel, kp, odd, b0, b1);
   } else {
     const float* w = reinterpret_cast<const float*>(panel) + kp * 2 * kPackNR;
@@ -771,15 +800,18 @@ XRT_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void DirectPairRow(
   }
 }
 
-// TileAvx512Bf16 reading a bf16 or f32 panel as stored (t.panel: its k-row
-// k0; t.k even, an odd K's pad included, t.odd_tail), each pair-row paired in
-// registers (DirectPairRow) instead of through the decoded block. Measured
-// against the decoded block, interleaved: +10-17% at M = 16, +1-5% at M = 128
-// and 512 (every tile repeats the two vpermt2w per pair-row, which costs less
-// than the block's store and reload).
+// TileAvx512Bf16 reading a bf16, bf16_pairs(_amx) or f32 panel as stored
+// (t.panel: its k-row k0; t.k even, an odd K's pad included, t.odd_tail), each
+// pair-row paired in registers (DirectPairRow) instead of through the decoded
+// block. Measured against the decoded block, interleaved: +10-17% at M = 16,
+// +1-5% at M = 128 and 512 (every tile repeats the two vpermt2w per pair-row,
+// which costs less than the block's store and reload). bf16_pairs, loaded as
+// it is, is 1-3% faster than bf16 at M >= 128 and 4-12% at M = 16;
+// bf16_pairs_amx, whose two rotates per pair-row compete with vdpbf16ps on
+// Zen 5, 8-15% slower (interleaved, 2 threads).
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512_BF16 void TileAvx512Bf16Direct(const TileArgs& t) {
-  static_assert(F == WeightFormat::kBF16 || F == WeightFormat::kF32);
+  static_assert(F == WeightFormat::kBF16 || IsBf16PairsFormat(F) || F == WeightFormat::kF32);
   __m512 acc0[R], acc1[R];
   StartTileAvx512<R>(t, acc0, acc1);
   const uint32_t* a = reinterpret_cast<const uint32_t*>(t.a);
@@ -847,7 +879,8 @@ XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int
 // sums. TDPBF16PS takes 16 k-pairs per step: A's row tile is packed per chunk
 // of 16 pairs as a 16- or 32-row tile of 64-byte rows (PackRowTilesAmx), the
 // panel's k-block as decoded pairs ([pairs][32] dwords: the two column halves
-// are 16 x 64-byte tiles at a stride of 128 bytes). Both have each pair's
+// are 16 x 64-byte tiles at a stride of 128 bytes), or a bf16_pairs_amx weight's
+// k-block as stored (weight_format.h: chosen at compile time). Both have each pair's
 // elements swapped (Bf16PairsFor<true>), so TDPBF16PS's low-element-first
 // order adds the odd element first: matmul.h's kBF16 chain, the same bits as
 // vdpbf16ps. AMX always flushes tiny results to zero and reads bf16 denormals
@@ -868,7 +901,8 @@ const AmxTileConfig& AmxBf16Config() {
 
 // One call of the AMX kernel on t.rows (<= 16 * H) rows: t.a is the row
 // tile's first chunk of this k-block ([chunk][16 * H][16] dwords), t.panel the
-// decoded pairs ([t.k / 2][32] dwords), t.partial [16 * H][32] running sums.
+// decoded pairs or a bf16_pairs_amx panel's k-block as stored (both [t.k /
+// 2][32] dwords), t.partial [16 * H][32] running sums.
 template <int H>
 XRT_TARGET_AMX void TileAmxBf16(const TileArgs& t) {
   static_assert(H == 1 || H == 2);
@@ -1000,6 +1034,19 @@ XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* q, int kk, const Gro
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline void Decode16BitRow(const uint8_t* panel, int64_t k, __m512* w0,
                                              __m512* w1) {
+  if constexpr (IsBf16PairsFormat(F)) {
+    // The row's halves of its pair-row's dwords (Bf16PairsByte).
+    const uint8_t* pair_row = panel + k / 2 * kPackNR * 4;
+    const __m512i d0 = _mm512_loadu_si512(pair_row), d1 = _mm512_loadu_si512(pair_row + 64);
+    if ((k % 2 == 1) == (F == WeightFormat::kBF16PairsAmx)) {
+      *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(d0, 16));
+      *w1 = _mm512_castsi512_ps(_mm512_slli_epi32(d1, 16));
+    } else {
+      *w0 = _mm512_castsi512_ps(_mm512_and_si512(d0, _mm512_set1_epi32(-65536)));
+      *w1 = _mm512_castsi512_ps(_mm512_and_si512(d1, _mm512_set1_epi32(-65536)));
+    }
+    return;
+  }
   const __m256i* row = reinterpret_cast<const __m256i*>(panel + k * kPackNR * 2);
   const __m256i h0 = _mm256_loadu_si256(row), h1 = _mm256_loadu_si256(row + 1);
   if constexpr (F == WeightFormat::kF16) {
@@ -1108,7 +1155,7 @@ XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64
       _mm512_store_ps(out + r * kPackNR, w0);
       _mm512_store_ps(out + r * kPackNR + 16, w1);
     }
-  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+  } else if constexpr (Is16BitFormat(F)) {
     for (int64_t r = 0; r < rows; ++r) {
       Decode16BitRow<F>(panel, k0 + r, &w0, &w1);
       _mm512_store_ps(out + r * kPackNR, w0);
@@ -1165,7 +1212,7 @@ XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, 
   }
 }
 
-// The bf16, f16 and f32 panels' k-rows [k0, k0 + rows) as AMX's pairs
+// The bf16, bf16_pairs, f16 and f32 panels' k-rows [k0, k0 + rows) as AMX's pairs
 // (kOddLow), out[ceil(rows / 2)][kPackNR] dwords; an odd `rows`' last row
 // pairs with a zero (kBF16's pad).
 template <WeightFormat F>
@@ -1210,6 +1257,10 @@ DecodePairsFn DecodePairsFor(WeightFormat f) {
       return kOddLow ? &DecodeFloatPairsAmx<WeightFormat::kF16> : nullptr;
     case WeightFormat::kBF16:
       return kOddLow ? &DecodeFloatPairsAmx<WeightFormat::kBF16> : nullptr;
+    case WeightFormat::kBF16Pairs:
+      return kOddLow ? &DecodeFloatPairsAmx<WeightFormat::kBF16Pairs> : nullptr;
+    case WeightFormat::kBF16PairsAmx:
+      break;  // read as stored by both units (AMX in place)
   }
   return nullptr;
 }
@@ -1322,7 +1373,7 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
         }
       }
     }
-  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+  } else if constexpr (Is16BitFormat(F)) {
     // kBF16: K padded to whole pairs (matmul.h).
     const int64_t steps = Bf16 ? (g.k + 1) / 2 * 2 : g.k;
     for (int64_t k = 0; k < steps; ++k) {
@@ -1442,7 +1493,7 @@ XRT_TARGET_AVX512_BF16 void GemvAvx512Bf16(const GemvArgs& g) {
         }
       }
     }
-  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+  } else if constexpr (Is16BitFormat(F)) {
     const int64_t pairs = (g.k + 1) / 2;
     for (int64_t q = 0; q < pairs; ++q) {
       const bool odd = 2 * q + 1 < g.k;
@@ -1454,7 +1505,9 @@ XRT_TARGET_AVX512_BF16 void GemvAvx512Bf16(const GemvArgs& g) {
         _mm_prefetch(pf, _MM_HINT_T1);
         _mm_prefetch(pf + 64, _MM_HINT_T1);
         __m512i lo, hi;
-        if constexpr (F == WeightFormat::kBF16) {
+        if constexpr (IsBf16PairsFormat(F)) {
+          Bf16PairsRow<F, false>(panel, q, &lo, &hi);
+        } else if constexpr (F == WeightFormat::kBF16) {
           Bf16PairRow(panel, q, odd, &lo, &hi);
         } else {
           __m512 e0, e1, o0 = _mm512_setzero_ps(), o1 = _mm512_setzero_ps();
@@ -1542,6 +1595,10 @@ GemvFn GemvBf16Kernel(WeightFormat f, int rows, int panels) {
       return GemvBf16For<WeightFormat::kF16>(rows, panels);
     case WeightFormat::kBF16:
       return GemvBf16For<WeightFormat::kBF16>(rows, panels);
+    case WeightFormat::kBF16Pairs:
+      return GemvBf16For<WeightFormat::kBF16Pairs>(rows, panels);
+    case WeightFormat::kBF16PairsAmx:
+      return GemvBf16For<WeightFormat::kBF16PairsAmx>(rows, panels);
     case WeightFormat::kQ8_0:
       return GemvBf16For<WeightFormat::kQ8_0>(rows, panels);
     case WeightFormat::kQ4_0:
@@ -1566,6 +1623,10 @@ GemvFn GemvKernel(WeightFormat f, int rows, int panels, ComputeType c) {
       return GemvFor<WeightFormat::kF16>(rows, panels, c);
     case WeightFormat::kBF16:
       return GemvFor<WeightFormat::kBF16>(rows, panels, c);
+    case WeightFormat::kBF16Pairs:
+      return GemvFor<WeightFormat::kBF16Pairs>(rows, panels, c);
+    case WeightFormat::kBF16PairsAmx:
+      return GemvFor<WeightFormat::kBF16PairsAmx>(rows, panels, c);
     case WeightFormat::kQ8_0:
       return GemvFor<WeightFormat::kQ8_0>(rows, panels, c);
     case WeightFormat::kQ4_0:
@@ -1697,7 +1758,7 @@ XRT_TARGET_AVX2 void GemvAvx2(const GemvArgs& g) {
         }
       }
     }
-  } else if constexpr (F == WeightFormat::kF16 || F == WeightFormat::kBF16) {
+  } else if constexpr (Is16BitFormat(F)) {
     for (int64_t k = 0; k < g.k; ++k) {
       for (int p = 0; p < P; ++p) {
         const uint8_t* panel = g.panel + p * g.panel_bytes;
@@ -1756,6 +1817,12 @@ void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
       break;
     case WeightFormat::kBF16:
       GemvAvx2Kernels<WeightFormat::kBF16>(kernel_for_count);
+      break;
+    case WeightFormat::kBF16Pairs:
+      GemvAvx2Kernels<WeightFormat::kBF16Pairs>(kernel_for_count);
+      break;
+    case WeightFormat::kBF16PairsAmx:
+      GemvAvx2Kernels<WeightFormat::kBF16PairsAmx>(kernel_for_count);
       break;
     case WeightFormat::kQ8_0:
       GemvAvx2Kernels<WeightFormat::kQ8_0>(kernel_for_count);
@@ -1915,6 +1982,10 @@ DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
       return DequantForFormat<WeightFormat::kF16>(isa);
     case WeightFormat::kBF16:
       return DequantForFormat<WeightFormat::kBF16>(isa);
+    case WeightFormat::kBF16Pairs:
+      return DequantForFormat<WeightFormat::kBF16Pairs>(isa);
+    case WeightFormat::kBF16PairsAmx:
+      return DequantForFormat<WeightFormat::kBF16PairsAmx>(isa);
     case WeightFormat::kQ8_0:
       return DequantForFormat<WeightFormat::kQ8_0>(isa);
     case WeightFormat::kQ4_0:
@@ -2118,16 +2189,27 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
   const int64_t panel_bytes = PackedPanelBytes(format, args.k);
   const int mr = amx ? kAmxMR : kern.mr;
   const int64_t m = args.m, n = args.n, k = args.k;
-  // bf16 and f32 weights read as stored by the tiles (TileAvx512Bf16Direct),
-  // `direct_row_bytes` per k-row; an odd k's pad pairs with the last row there.
+  // bf16, bf16_pairs(_amx) and f32 weights read as stored by the tiles
+  // (TileAvx512Bf16Direct), `direct_row_bytes` per k-row; an odd k's pad
+  // pairs with the last row there. On AMX, bf16_pairs_amx panels are the B
+  // tiles.
   const bool direct_tiles =
-      pairs && !amx && (format == WeightFormat::kBF16 || format == WeightFormat::kF32);
-  const int64_t direct_row_bytes = format == WeightFormat::kBF16 ? kPackNR * 2 : kPackNR * 4;
+      pairs && !amx &&
+      (format == WeightFormat::kBF16 || IsBf16PairsFormat(format) || format == WeightFormat::kF32);
+  const bool amx_in_place = amx && format == WeightFormat::kBF16PairsAmx;
+  const int64_t direct_row_bytes = format == WeightFormat::kF32 ? kPackNR * 4 : kPackNR * 2;
   const IsaKernels* direct_kern = nullptr;
 #if defined(__x86_64__)
   static const IsaKernels direct_bf16 = MakeAvx512Bf16DirectKernels<WeightFormat::kBF16>();
+  static const IsaKernels direct_bf16_pairs =
+      MakeAvx512Bf16DirectKernels<WeightFormat::kBF16Pairs>();
+  static const IsaKernels direct_bf16_pairs_amx =
+      MakeAvx512Bf16DirectKernels<WeightFormat::kBF16PairsAmx>();
   static const IsaKernels direct_f32 = MakeAvx512Bf16DirectKernels<WeightFormat::kF32>();
-  direct_kern = format == WeightFormat::kBF16 ? &direct_bf16 : &direct_f32;
+  direct_kern = format == WeightFormat::kBF16           ? &direct_bf16
+                : format == WeightFormat::kBF16Pairs    ? &direct_bf16_pairs
+                : format == WeightFormat::kBF16PairsAmx ? &direct_bf16_pairs_amx
+                                                        : &direct_f32;
 #endif
   // Length of each output's chain: k, or kBF16's whole pairs; A's packed
   // values (floats or dwords) per step: 1, or 1/2 in pairs.
@@ -2227,6 +2309,8 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
         if (direct_tiles) {
           t.panel = reinterpret_cast<const float*>(panel_bytes_p + k0 * direct_row_bytes);
           next = reinterpret_cast<const char*>(panel_bytes_p + (k0 + t.k) * direct_row_bytes);
+        } else if (amx_in_place) {
+          t.panel = reinterpret_cast<const float*>(panel_bytes_p + k0 * direct_row_bytes);
         } else if (dequant) {
           // Decoded once per panel block for all row tiles; the packed bytes
           // stream sequentially (hardware prefetch), so no L2 plan.

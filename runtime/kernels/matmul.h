@@ -13,8 +13,9 @@
 //   k-row of a panel is two aligned 64-byte lines. The same bytes serve the
 //   AVX-512, AVX2 and scalar paths.
 //
-// Other weight formats (weight_format.h: f16, bf16, q8_0, q4_0, q4_1) use the
-// same panels with each value stored in that format; MatmulArgs::w_format
+// Other weight formats (weight_format.h: f16, bf16, bf16_pairs(_amx), q8_0,
+// q4_0, q4_1, the K-quants) use the same panels with each value stored in that
+// format (bf16_pairs(_amx): two k-rows per dword); MatmulArgs::w_format
 // says which. The kernels compute with the exact f32 value of each weight
 // (DequantizePackedRow), so everything below holds for every format with
 // w[j][k] meaning that value: the result on a packed q4_1 weight is
@@ -54,7 +55,9 @@
 // sums 16 k-pairs per step into 16 x 16 tiles, taking a pair's even element
 // first, so A and the panel blocks are packed with each pair's elements
 // swapped and the odd one's product still comes first; a last group of
-// fewer than 16 pairs runs on vdpbf16ps. Those are the chain's bits by
+// fewer than 16 pairs runs on vdpbf16ps. A bf16_pairs_amx weight is stored
+// in that order (weight_format.h), so its panels are loaded as B tiles in
+// place; every other format is decoded into pairs per k-block. Those are the chain's bits by
 // Intel's definition of TDPBF16PS (emulated lane by lane in the *_emulated
 // tests; checked once per process on hardware, AmxBf16MatchesTheChain); no
 // AMX machine has run them yet.

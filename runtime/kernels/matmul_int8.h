@@ -4,7 +4,7 @@
 // contract that keeps batch invariance and has one exact answer per input.
 //
 // It applies to the formats with integer quants (Int8ComputeApplies: q8_0,
-// q4_0, q4_1, q4_k, q5_k, q6_k); Matmul runs kInt8 on f32/f16/bf16 weights as
+// q4_0, q4_1, q4_k, q5_k, q6_k); Matmul runs kInt8 on f32/f16/bf16/bf16_pairs weights as
 // kF32.
 //
 // 1. Activations. Row i of A is cut into blocks of Int8ActivationBlock(format)

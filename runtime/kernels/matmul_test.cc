@@ -252,8 +252,9 @@ TEST(MatmulTest, BatchInvariance) {
 // path, for every M (so batch invariance carries over).
 
 constexpr WeightFormat kPackedFormats[] = {
-    WeightFormat::kF16,  WeightFormat::kBF16, WeightFormat::kQ8_0, WeightFormat::kQ4_0,
-    WeightFormat::kQ4_1, WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+    WeightFormat::kF16,       WeightFormat::kBF16,        WeightFormat::kQ8_0, WeightFormat::kQ4_0,
+    WeightFormat::kQ4_1,      WeightFormat::kQ4_K,        WeightFormat::kQ5_K, WeightFormat::kQ6_K,
+    WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx};
 
 // A weight W [n][k] packed in `format` (quantized from random values; the
 // K-quants from random ggml blocks) and

@@ -119,14 +119,19 @@ const char* WeightFormatName(WeightFormat f) {
       return "q5_k";
     case WeightFormat::kQ6_K:
       return "q6_k";
+    case WeightFormat::kBF16Pairs:
+      return "bf16_pairs";
+    case WeightFormat::kBF16PairsAmx:
+      return "bf16_pairs_amx";
   }
   return "?";
 }
 
 bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
-                         WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-                         WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K}) {
+  for (WeightFormat f :
+       {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8_0,
+        WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ4_K, WeightFormat::kQ5_K,
+        WeightFormat::kQ6_K, WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx}) {
     if (name == WeightFormatName(f)) {
       *out = f;
       return true;
@@ -188,6 +193,9 @@ int64_t PackedPanelBytes(WeightFormat f, int64_t K) {
     case WeightFormat::kF16:
     case WeightFormat::kBF16:
       return K * kPackNR * 2;
+    case WeightFormat::kBF16Pairs:
+    case WeightFormat::kBF16PairsAmx:
+      return (K + 1) / 2 * kPackNR * 4;
     case WeightFormat::kQ4_K:
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
@@ -207,6 +215,8 @@ int64_t GgmlRowBytes(WeightFormat f, int64_t K) {
       return K * 4;
     case WeightFormat::kF16:
     case WeightFormat::kBF16:
+    case WeightFormat::kBF16Pairs:
+    case WeightFormat::kBF16PairsAmx:
       return K * 2;
     case WeightFormat::kQ8_0:
       return K / kQuantGroup * (2 + 32);
@@ -288,6 +298,9 @@ void QuantizeBlockQ4_1(const float* x, uint8_t* block) {
     block[4 + j] = static_cast<uint8_t>(quant(x[j]) | (quant(x[j + 16]) << 4));
   }
 }
+
+static_assert(Bf16PairsByte(WeightFormat::kBF16Pairs, 3, 1) == (kPackNR + 1) * 4 + 2,
+              "a pair-row is kPackNR dwords");
 
 // Bytes per value of the 16/32-bit formats.
 int64_t ElementBytes(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : 2; }
@@ -425,6 +438,8 @@ void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
       for (int64_t k = 0; k < K; ++k) StoreU16(out + 2 * k, FloatToHalf(x[k]));
       return;
     case WeightFormat::kBF16:
+    case WeightFormat::kBF16Pairs:
+    case WeightFormat::kBF16PairsAmx:
       for (int64_t k = 0; k < K; ++k) StoreU16(out + 2 * k, FloatToBFloat16(x[k]));
       return;
     case WeightFormat::kQ8_0:
@@ -477,6 +492,12 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
       }
       continue;
     }
+    if (IsBf16PairsFormat(f)) {
+      for (int64_t k = 0; k < K; ++k) {
+        std::memcpy(panel + Bf16PairsByte(f, k, j), src + 2 * k, 2);
+      }
+      continue;
+    }
     if (!IsQuantizedFormat(f)) {
       const int64_t e = ElementBytes(f);
       for (int64_t k = 0; k < K; ++k) {
@@ -515,6 +536,12 @@ void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, in
   const uint8_t* panel = static_cast<const uint8_t*>(panel_bytes);
   if (IsKQuantFormat(f)) {
     DequantizeKQuantRows(f, panel, k0, rows, out);
+    return;
+  }
+  if (IsBf16PairsFormat(f)) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int j = 0; j < kPackNR; ++j)
+        out[r * kPackNR + j] = BFloat16ToFloat(LoadU16(panel + Bf16PairsByte(f, k0 + r, j)));
     return;
   }
   if (!IsQuantizedFormat(f)) {

@@ -11,6 +11,17 @@
 //
 //   f32         float    [K][32]                      (matmul.h's layout)
 //   f16, bf16   uint16_t [K][32]                      IEEE half / bfloat16 bits
+//   bf16_pairs, bf16_pairs_amx  uint32_t [ceil(K / 2)][32]  bf16 bits, two
+//       k-rows a dword: dword j of pair-row p holds column j at k-rows 2p and
+//       2p + 1; bf16_pairs has k-row 2p in its low half, bf16_pairs_amx k-row
+//       2p + 1 (an odd K's missing k-row is a zero). matmul.h's kBF16 chain
+//       adds a pair's odd product first: vdpbf16ps adds a pair's high
+//       product first, AMX's TDPBF16PS its low one, so each order is one
+//       unit's operands as stored (a chunk of 16 pair-rows of a panel's 16
+//       columns is one 16 x 64-byte AMX B tile, row stride 128 bytes); the
+//       other unit swaps each dword's halves. `xcc compile --compute bf16`
+//       stores a linear's bf16 weight in the order of the target's unit
+//       (format 1.14): paired at compile time instead of on every read.
 //   q8_0, q4_0, q4_1: K / 32 groups of 32 k-values, each group is
 //       scale  uint16_t [32]   f16 bits, one per column
 //       min    uint16_t [32]   f16 bits, one per column      (q4_1 only)
@@ -30,7 +41,7 @@
 // Values (every format dequantizes to an exact f32 value, computed the same
 // way by every path, so that the result of a matmul on a packed weight is
 // bit-identical to the f32 matmul on the dequantized weight):
-//   f16, bf16:  the value of the 16-bit float (exact in f32)
+//   f16, bf16, bf16_pairs(_amx):  the value of the 16-bit float (exact in f32)
 //   q8_0:       scale * q                          (q signed)
 //   q4_0:       scale * (q - 8)                    (q in 0..15)
 //   q4_1:       fma(scale, q, min)                 (q in 0..15)
@@ -95,9 +106,12 @@ enum class WeightFormat : uint8_t {
   kQ4_K = 16,
   kQ5_K = 17,
   kQ6_K = 18,
+  kBF16Pairs = 19,
+  kBF16PairsAmx = 20,
 };
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k".
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k",
+// "bf16_pairs", "bf16_pairs_amx".
 const char* WeightFormatName(WeightFormat f);
 // The inverse; false if `name` is not a format.
 bool WeightFormatFromName(std::string_view name, WeightFormat* out);
@@ -127,14 +141,13 @@ int64_t PackedWeightBytes(WeightFormat f, int64_t N, int64_t K);
 void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out);
 
 // Packs W [N][K] given in ggml's row-major block encoding of the same format
-// (each row is K / 32 blocks: q8_0 {f16 d, int8 qs[32]}, q4_0 {f16 d,
-// uint8 qs[16]}, q4_1 {f16 d, f16 m, uint8 qs[16]}; the K-quants are K / 256
-// blocks of ggml's block_q4_K {f16 d, dmin; uint8 scales[12]; uint8 qs[128]},
-// block_q5_K {f16 d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]},
-// block_q6_K {uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d}; for
-// f16/bf16 plain 16-bit rows) into `out`, losslessly: the packed weight dequantizes to
-// exactly the values ggml's dequantization of `blocks` gives. `row_bytes` is
-// the byte size of one source row.
+// (bf16_pairs(_amx): plain bf16 rows; each row is K / 32 blocks: q8_0 {f16 d, int8 qs[32]}, q4_0
+// {f16 d, uint8 qs[16]}, q4_1 {f16 d, f16 m, uint8 qs[16]}; the K-quants are K / 256 blocks of
+// ggml's block_q4_K {f16 d, dmin; uint8 scales[12]; uint8 qs[128]}, block_q5_K {f16 d, dmin; uint8
+// scales[12]; uint8 qh[32]; uint8 qs[128]}, block_q6_K {uint8 ql[128]; uint8 qh[64]; int8
+// scales[16]; f16 d}; for f16/bf16 plain 16-bit rows) into `out`, losslessly: the packed weight
+// dequantizes to exactly the values ggml's dequantization of `blocks` gives. `row_bytes` is the
+// byte size of one source row.
 void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int64_t K,
                            size_t row_bytes, void* out);
 
@@ -146,6 +159,16 @@ constexpr int kQuantGroup = 32;
 // True for q8_0, q4_0, q4_1.
 constexpr bool IsQuantizedFormat(WeightFormat f) {
   return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
+}
+
+// True for bf16_pairs and bf16_pairs_amx.
+constexpr bool IsBf16PairsFormat(WeightFormat f) {
+  return f == WeightFormat::kBF16Pairs || f == WeightFormat::kBF16PairsAmx;
+}
+
+// True for f16, bf16, bf16_pairs(_amx): a 16-bit float per value.
+constexpr bool Is16BitFormat(WeightFormat f) {
+  return f == WeightFormat::kF16 || f == WeightFormat::kBF16 || IsBf16PairsFormat(f);
 }
 
 // k-values per super-block of the K-quants.
@@ -197,6 +220,14 @@ constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
 // q4_1 and the K-quants' low 4 bits).
 constexpr bool HasQuadNibbles(WeightFormat f) {
   return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 || IsKQuantFormat(f);
+}
+
+// The byte of a bf16_pairs(_amx) panel that starts column j's bf16 value at
+// k-row k (a pair-row is 32 = kPackNR dwords; x86 is little-endian: a dword's
+// low half is its first two bytes).
+constexpr int64_t Bf16PairsByte(WeightFormat f, int64_t k, int j) {
+  const bool low = (k % 2 == 1) == (f == WeightFormat::kBF16PairsAmx);
+  return (k / 2 * 32 + j) * 4 + (low ? 0 : 2);
 }
 
 // The byte of a group's (q4_0, q4_1) or super-block's (K-quants, from

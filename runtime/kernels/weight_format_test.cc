@@ -18,9 +18,9 @@ namespace xrt {
 namespace {
 
 constexpr WeightFormat kAllFormats[] = {
-    WeightFormat::kF32,  WeightFormat::kF16,  WeightFormat::kBF16,
-    WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-    WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+    WeightFormat::kF32,  WeightFormat::kF16,       WeightFormat::kBF16,        WeightFormat::kQ8_0,
+    WeightFormat::kQ4_0, WeightFormat::kQ4_1,      WeightFormat::kQ4_K,        WeightFormat::kQ5_K,
+    WeightFormat::kQ6_K, WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx};
 constexpr WeightFormat kKQuants[] = {WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
 using testing::Bits;
@@ -122,6 +122,8 @@ std::vector<float> DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) 
         out[i] = DecodeHalf(U16(row + 2 * i));
         break;
       case WeightFormat::kBF16:
+      case WeightFormat::kBF16Pairs:
+      case WeightFormat::kBF16PairsAmx:
         out[i] = FromBits(static_cast<uint32_t>(U16(row + 2 * i)) << 16);
         break;
       case WeightFormat::kQ8_0: {
@@ -166,6 +168,8 @@ const uint8_t* FixtureBlocks(WeightFormat f) {
     case WeightFormat::kF16:
       return quant_fixture::kF16;
     case WeightFormat::kBF16:
+    case WeightFormat::kBF16Pairs:
+    case WeightFormat::kBF16PairsAmx:
       return quant_fixture::kBF16;
     default:
       break;
@@ -379,6 +383,28 @@ TEST(WeightFormatTest, LayoutBytes) {
   EXPECT_EQ(bf[(2 * 32 + 7) * 2 + 1], 2);
   EXPECT_EQ(bf[3 * 64 + (1 * 32 + 0) * 2], 32);  // panel 1, k 1, column 0
   EXPECT_EQ(bf[3 * 64 + (1 * 32 + 1) * 2], 0);
+
+  // bf16_pairs(_amx): dword j of pair-row p is column j at k-rows 2p and
+  // 2p + 1, k-row 2p low (bf16_pairs) or high (bf16_pairs_amx); K = 3 pads
+  // pair-row 1's k-row 3 with zeros.
+  for (WeightFormat f : {WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx}) {
+    SCOPED_TRACE(WeightFormatName(f));
+    ASSERT_EQ(PackedWeightBytes(f, n, 3), 2 * 2 * 32 * 4);
+    std::vector<uint8_t> bp(PackedWeightBytes(f, n, 3), 0xEE);
+    PackWeightsFromBlocks(f, rows_bf.data(), n, 3, 6, bp.data());
+    auto word = [&](int64_t at) { return bp[at] | bp[at + 1] << 8; };
+    const int even = f == WeightFormat::kBF16Pairs ? 0 : 2, odd = 2 - even;
+    EXPECT_EQ(word((0 * 32 + 7) * 4 + even), 0 << 8 | 7);        // k 0, column 7
+    EXPECT_EQ(word((0 * 32 + 7) * 4 + odd), 1 << 8 | 7);         // k 1
+    EXPECT_EQ(word((1 * 32 + 7) * 4 + even), 2 << 8 | 7);        // k 2
+    EXPECT_EQ(word((1 * 32 + 7) * 4 + odd), 0);                  // the pad of an odd K
+    EXPECT_EQ(word(256 + (0 * 32 + 0) * 4 + odd), 1 << 8 | 32);  // panel 1, k 1, column 0
+    EXPECT_EQ(word(256 + (0 * 32 + 1) * 4), 0);                  // a padding column
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t k = 0; k < 3; ++k)
+        EXPECT_EQ(word(r / 32 * 256 + Bf16PairsByte(f, k, static_cast<int>(r % 32))),
+                  rows_bf[2 * (3 * r + k)] | rows_bf[2 * (3 * r + k) + 1] << 8);
+  }
 }
 
 // ggml blocks -> panels -> DequantizePackedRow equals the independent decoder
@@ -395,7 +421,7 @@ TEST(WeightFormatTest, BlocksRoundTrip) {
       std::vector<uint8_t> blocks(n * row_bytes);
       for (auto& b : blocks) b = static_cast<uint8_t>(rng());
       // Keep 16-bit values finite (NaN payloads are not the point here).
-      const bool sixteen = f == WeightFormat::kF16 || f == WeightFormat::kBF16;
+      const bool sixteen = Is16BitFormat(f);
       const bool f32 = f == WeightFormat::kF32;
       for (int64_t r = 0; r < n; ++r) {
         uint8_t* row = blocks.data() + r * row_bytes;
