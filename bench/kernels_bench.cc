@@ -293,9 +293,11 @@ void BM_XrtMatmulBf16Isa(benchmark::State& state) {
     state.SkipWithError("this CPU cannot run that ISA path");
     return;
   }
-  // Weights hot (in cache where they fit) at every M, as in BM_OneDnnMatmul.
-  RunXrtMatmul(state, state.range(3), state.range(4), state.range(5),
-               static_cast<int>(state.range(6)), /*cold_bytes=*/0, /*bias=*/true,
+  // Weights hot (in cache where they fit) for prompts, as in BM_OneDnnMatmul;
+  // a decode's row (M = 1) reads them from DRAM, as a model's decode step does.
+  const int64_t m = state.range(3);
+  RunXrtMatmul(state, m, state.range(4), state.range(5), static_cast<int>(state.range(6)),
+               m == 1 ? kColdBytes : 0, /*bias=*/true,
                /*accumulate=*/false, static_cast<WeightFormat>(state.range(0)),
                static_cast<ComputeType>(state.range(1)), isa);
 }
@@ -303,7 +305,7 @@ void BM_XrtMatmulBf16Isa(benchmark::State& state) {
 // The prefill shapes of the bf16 comparisons: SmolLM2's MLP up and the 1B
 // model's q/o and MLP gate/up.
 constexpr std::pair<int64_t, int64_t> kBf16Shapes[] = {{1536, 576}, {2048, 2048}, {8192, 2048}};
-constexpr int64_t kBf16Rows[] = {16, 128, 512};
+constexpr int64_t kBf16Rows[] = {1, 16, 128, 512};
 
 void MatmulBf16IsaShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"format", "compute", "isa", "M", "N", "K", "threads"});

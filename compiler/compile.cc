@@ -557,6 +557,10 @@ static_assert(static_cast<int>(xrt::WeightFormat::kQ4_1) == static_cast<int>(xpk
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_K) == static_cast<int>(xpk::DType::q4_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_K) == static_cast<int>(xpk::DType::q5_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ6_K) == static_cast<int>(xpk::DType::q6_k));
+static_assert(static_cast<int>(xrt::WeightFormat::kBF16Pairs) ==
+              static_cast<int>(xpk::DType::bf16_pairs));
+static_assert(static_cast<int>(xrt::WeightFormat::kBF16PairsAmx) ==
+              static_cast<int>(xpk::DType::bf16_pairs_amx));
 // ... and a matmul's compute type as Command.compute.
 static_assert(static_cast<int>(xrt::ComputeType::kF32) == static_cast<int>(xpk::ComputeType::f32));
 static_assert(static_cast<int>(xrt::ComputeType::kBF16) ==
@@ -593,16 +597,22 @@ std::optional<xrt::WeightFormat> LosslessFormat(SourceDType t) {
 
 // Chooses the storage format of every weight read only by linears and
 // embedding lookups (`policy` is CompileOptions::weight_dtype) and records it
-// on the xg.weight; the others stay f32. Notes say where the choice differs
-// from the policy.
+// on the xg.weight; the others stay f32. A bf16 weight read only by linears is
+// stored as `bf16Pairs` when given (--compute bf16: paired for the target's
+// bf16 unit; an embedding lookup reads plain bf16). Notes say where the
+// choice differs from the policy.
 Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std::string& policy,
+                           std::optional<xrt::WeightFormat> bf16Pairs,
                            std::vector<std::string>* notes) {
   std::optional<xrt::WeightFormat> forced;
   if (policy != "auto") {
     xrt::WeightFormat f;
-    if (!xrt::WeightFormatFromName(policy, &f))
+    if (!xrt::WeightFormatFromName(policy, &f) || xrt::IsBf16PairsFormat(f))
       return xrt::InvalidArgumentError(
-          "--weight-dtype: '{}' is not one of auto, f32, f16, bf16, q8_0, q4_0, q4_1", policy);
+          "--weight-dtype: '{}' is not one of auto, f32, f16, bf16, q8_0, q4_0, q4_1{}", policy,
+          xrt::WeightFormatFromName(policy, &f)
+              ? " (bf16 pairs are bf16 weights as --compute bf16 stores them: ask for bf16)"
+              : "");
     if (xrt::IsKQuantFormat(f))
       return xrt::InvalidArgumentError(
           "--weight-dtype: quantizing to {} is not supported (no K-quant quantizer); "
@@ -615,6 +625,12 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
   auto note = [&](const std::string& text) {
     if (noted.insert(text).second) notes->push_back(text);
   };
+  // Weights some embedding lookup reads (a tied table is one weight).
+  std::set<std::string> tables;
+  module.walk([&](xg::WeightOp w) {
+    if (llvm::any_of(w->getUses(), [](OpOperand& u) { return xg::isEmbeddingTableUse(u); }))
+      tables.insert(w.getName().str());
+  });
   Status status = Status::Ok();
   module.walk([&](xg::WeightOp w) {
     if (!status.ok() || w->use_empty() || !llvm::all_of(w->getUses(), [](OpOperand& u) {
@@ -643,6 +659,7 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
                          xrt::WeightFormatName(*f), xrt::WeightFormatBlockSize(*f), k));
         f = xrt::WeightFormat::kF32;
       }
+      if (*f == xrt::WeightFormat::kBF16 && bf16Pairs && !tables.count(name)) f = *bf16Pairs;
       it = chosen.emplace(name, *f).first;
     }
     if (it->second != xrt::WeightFormat::kF32)
@@ -674,7 +691,9 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
   for (const std::string& name : d.sources) {
     if (!sameFormat) break;
     XRT_ASSIGN_OR_RETURN(const SourceTensor* t, source.tensor(name));
-    sameFormat = LosslessFormat(t->dtype) == d.format;
+    const std::optional<xrt::WeightFormat> lossless = LosslessFormat(t->dtype);
+    sameFormat = lossless == d.format ||
+                 (lossless == xrt::WeightFormat::kBF16 && xrt::IsBf16PairsFormat(d.format));
     parts.push_back(t);
   }
   if (sameFormat) {
@@ -907,7 +926,15 @@ Expected<CompileSummary> Compile(const CompileOptions& o) {
                        tokenBuckets.size(), JoinInts(tokenBuckets), reqBuckets.size(),
                        JoinInts(reqBuckets)));
   std::vector<std::string> weightNotes;
-  XRT_RETURN_IF_ERROR(AssignWeightFormats(*module, *source, o.weight_dtype, &weightNotes));
+  // --compute bf16 pairs bf16 weights at compile time, in the order of the
+  // target's bf16 unit: AMX's where it has AMX-BF16, else vdpbf16ps's.
+  std::optional<xrt::WeightFormat> bf16Pairs;
+  if (compute == xrt::ComputeType::kBF16) {
+    XRT_ASSIGN_OR_RETURN(bool amx, TargetHasFeature(o.target, "amx-bf16"));
+    bf16Pairs = amx ? xrt::WeightFormat::kBF16PairsAmx : xrt::WeightFormat::kBF16Pairs;
+  }
+  XRT_RETURN_IF_ERROR(
+      AssignWeightFormats(*module, *source, o.weight_dtype, bf16Pairs, &weightNotes));
   if (failed(RunGraphPipeline(*module, po)))
     return xrt::InternalError("graph pipeline failed:\n{}", diags.text());
 

@@ -104,8 +104,9 @@ int main(int argc, char** argv) {
       ->add_option("--compute", co.compute,
                    "What the linear layers' matmuls multiply: f32; bf16 (activations and "
                    "weights rounded to bf16, products summed in f32: the numerics of bf16 matrix "
-                   "units; on CPUs without them it is slower; the attention products too); "
-                   "or int8 (activations quantized "
+                   "units; on CPUs without them it is slower; the attention products too; bf16 "
+                   "weights of linears are stored as pairs of k-rows for the --target's bf16 "
+                   "unit, AMX or vdpbf16ps); or int8 (activations quantized "
                    "to int8 per block, integer dot products with quantized weights, as "
                    "llama.cpp: faster decode on q4/q8/K-quant weights). Deviations from f32 are "
                    "in the README")
@@ -214,7 +215,7 @@ int main(int argc, char** argv) {
                    Bytes(summary->code_bytes).c_str(), Bytes(summary->weight_bytes).c_str(),
                    Bytes(summary->max_arena_bytes).c_str(), Bytes(summary->file_bytes).c_str());
       for (const auto& [format, use] : summary->weight_formats)
-        std::fprintf(stderr, "    %-6s         %lld weights, %s\n", format.c_str(),
+        std::fprintf(stderr, "    %-14s %lld weights, %s\n", format.c_str(),
                      static_cast<long long>(use.weights), Bytes(use.bytes).c_str());
       if (co.compute != "f32")
         std::fprintf(stderr, "  compute          %s (linear layers%s)\n", co.compute.c_str(),

@@ -320,6 +320,10 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
   int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
   int64_t nr = *table.getPackNr();
   xrt::WeightFormat format = table.getWeightFormat();
+  if (xrt::IsBf16PairsFormat(format)) // the compiler keeps tables plain bf16
+    return table.emitError()
+           << "an embedding table in " << xrt::WeightFormatName(format)
+           << " is not supported";
   OpBuilder &b = e.builder();
   Location loc = e.loc();
   Value f32s, i16s;
@@ -366,6 +370,9 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
           case xrt::WeightFormat::kQ4_0:
           case xrt::WeightFormat::kQ4_1:
             break;
+          case xrt::WeightFormat::kBF16Pairs:
+          case xrt::WeightFormat::kBF16PairsAmx:
+            return; // rejected above
           }
           // Groups of 32 k-values: f16 scales [32], (q4_1) f16 mins [32],
           // then the quants: q8_0 32 k-rows of 32 bytes, q4 8 quads of 64.

@@ -48,6 +48,7 @@ struct TargetChoice {
   std::string cpu;
   std::string features;
   std::vector<std::string> required;
+  std::vector<std::string> enabled;  // every feature the CPU has (LLVM names)
 };
 
 Expected<TargetChoice> ChooseTarget(const std::string& target) {
@@ -57,6 +58,7 @@ Expected<TargetChoice> ChooseTarget(const std::string& target) {
     std::vector<std::string> feats;
     for (const auto& kv : llvm::sys::getHostCPUFeatures()) {
       feats.push_back((kv.second ? "+" : "-") + kv.first().str());
+      if (kv.second) t.enabled.push_back(kv.first().str());
       if (kv.second && IsCheckable(kv.first())) t.required.push_back(kv.first().str());
     }
     std::sort(feats.begin(), feats.end());
@@ -70,8 +72,10 @@ Expected<TargetChoice> ChooseTarget(const std::string& target) {
           "--target '{}': not a known x86 CPU (use host, x86-64-v3, x86-64-v4 or an LLVM "
           "CPU name such as sapphirerapids)",
           target);
-    for (llvm::StringRef f : feats)
+    for (llvm::StringRef f : feats) {
+      t.enabled.push_back(f.str());
       if (IsCheckable(f)) t.required.push_back(f.str());
+    }
   }
   std::sort(t.required.begin(), t.required.end());
   t.required.erase(std::unique(t.required.begin(), t.required.end()), t.required.end());
@@ -106,6 +110,11 @@ void Optimize(llvm::Module& m, llvm::TargetMachine* tm) {
 }
 
 }  // namespace
+
+Expected<bool> TargetHasFeature(const std::string& target, const std::string& feature) {
+  XRT_ASSIGN_OR_RETURN(TargetChoice choice, ChooseTarget(target));
+  return std::find(choice.enabled.begin(), choice.enabled.end(), feature) != choice.enabled.end();
+}
 
 Expected<CodegenResult> GenerateSharedObject(mlir::ModuleOp module, const CodegenOptions& options) {
   llvm::InitializeNativeTarget();

@@ -25,6 +25,10 @@ struct CodegenResult {
   std::vector<std::string> required_features;  // CPU features the runtime must have
 };
 
+// True if the CPU of `target` (CodegenOptions::target) has `feature` (an LLVM
+// x86 feature name such as "amx-bf16").
+xrt::Expected<bool> TargetHasFeature(const std::string& target, const std::string& feature);
+
 // Translates `module` (LLVM dialect) to LLVM IR, optimizes it at O3 for the
 // target, emits an object file and links it with ld.lld into a shared object.
 xrt::Expected<CodegenResult> GenerateSharedObject(mlir::ModuleOp module,

@@ -55,7 +55,7 @@ std::string DenseBytes(const flatbuffers::Vector<int64_t>* shape, xpk::DType dty
   uint64_t bytes = DTypeSize(dtype);
   if (bytes == 0) {
     const char* name = xpk::EnumNameDType(dtype);
-    if (name && *name) return fmt::format("dtype {} is block-quantized: only packed_panels", name);
+    if (name && *name) return fmt::format("dtype {} is a packed format: only packed_panels", name);
     return fmt::format("unknown dtype {}", static_cast<int>(dtype));
   }
   if (shape) {
@@ -712,6 +712,8 @@ uint64_t DTypeSize(xpk::DType dtype) {
     case xpk::DType::q4_k_k_rows:
     case xpk::DType::q5_k_k_rows:
     case xpk::DType::q6_k_k_rows:
+    case xpk::DType::bf16_pairs:
+    case xpk::DType::bf16_pairs_amx:
       return 0;
   }
   return 0;
@@ -751,6 +753,12 @@ bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
       return true;
     case xpk::DType::q6_k:
       *out = WeightFormat::kQ6_K;
+      return true;
+    case xpk::DType::bf16_pairs:
+      *out = WeightFormat::kBF16Pairs;
+      return true;
+    case xpk::DType::bf16_pairs_amx:
+      *out = WeightFormat::kBF16PairsAmx;
       return true;
     case xpk::DType::q5_k_bit_planes:
     case xpk::DType::q6_k_bit_planes:

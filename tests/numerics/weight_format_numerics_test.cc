@@ -80,11 +80,12 @@ void WriteRoundedCopy(xrt::WeightFormat format, const fs::path& out) {
 }
 
 std::string CompileWith(const std::string& model, const std::string& weight_dtype,
-                        const fs::path& out) {
+                        const fs::path& out, const std::string& compute = "f32") {
   xcc::CompileOptions o;
   o.model_path = model;
   o.output_path = out.string();
   o.weight_dtype = weight_dtype;
+  o.compute = compute;
   o.quiet = true;
   o.limits.max_num_seqs = 4;
   o.limits.max_model_len = 256;
@@ -114,32 +115,51 @@ PromptRuns RunPrompts(const std::string& artifact, const json& prompts) {
   return run;
 }
 
-class WeightFormatNumerics : public ::testing::TestWithParam<const char*> {};
+// (--weight-dtype, --compute): in bf16 compute, the rounded copy's f32
+// weights are rounded to bf16 operands by the kernels, which are their values.
+using FormatAndCompute = std::pair<const char*, const char*>;
+
+class WeightFormatNumerics : public ::testing::TestWithParam<FormatAndCompute> {};
 
 TEST_P(WeightFormatNumerics, BitIdenticalToF32OnTheRoundedWeights) {
-  const std::string name = GetParam();
+  const std::string name = GetParam().first, compute = GetParam().second;
   xrt::WeightFormat format;
   ASSERT_TRUE(xrt::WeightFormatFromName(name, &format));
-  const fs::path dir = fs::temp_directory_path() / ("xcc_weight_format_" + name);
+  const fs::path dir = fs::temp_directory_path() / ("xcc_weight_format_" + name + "_" + compute);
   fs::create_directories(dir);
   WriteRoundedCopy(format, dir / "rounded_model");
-  const std::string quantized = CompileWith(kFixture.string(), name, dir / "quantized.xpk");
+  const std::string quantized =
+      CompileWith(kFixture.string(), name, dir / "quantized.xpk", compute);
   const std::string rounded =
-      CompileWith((dir / "rounded_model").string(), "f32", dir / "rounded.xpk");
+      CompileWith((dir / "rounded_model").string(), "f32", dir / "rounded.xpk", compute);
 
   // The quantized artifact stores its linear weights and the (tied) table in
-  // the format, once; the rounded one in f32.
+  // the format, once; the rounded one in f32. bf16 compute pairs the bf16
+  // weights that only linears read (bf16_pairs, or bf16_pairs_amx for a host
+  // with AMX-BF16); the table stays bf16.
   auto a = xrt::Artifact::Open(quantized);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  int in_format = 0, tables = 0;
+  const bool paired = format == xrt::WeightFormat::kBF16 && compute == "bf16";
+  int in_format = 0, in_pairs = 0, tables = 0;
   for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
     auto weight = (*a)->weight(i);
     ASSERT_TRUE(weight.ok());
     const xpk::Weight* w = *weight;
     if (w->dtype() == static_cast<xpk::DType>(format)) ++in_format;
-    if (w->name()->str().find("embed_tokens") != std::string::npos) ++tables;
+    if (w->dtype() == xpk::DType::bf16_pairs || w->dtype() == xpk::DType::bf16_pairs_amx)
+      ++in_pairs;
+    if (w->name()->str().find("embed_tokens") != std::string::npos) {
+      ++tables;
+      EXPECT_EQ(w->dtype(), static_cast<xpk::DType>(format)) << "the table";
+    }
   }
-  EXPECT_GE(in_format, 5) << "q/k/v, o, gate/up and down of each layer and the table";
+  if (paired) {
+    EXPECT_EQ(in_format, 1) << "the tied table";
+    EXPECT_GE(in_pairs, 4) << "q/k/v, o, gate/up and down of each layer";
+  } else {
+    EXPECT_GE(in_format, 5) << "q/k/v, o, gate/up and down of each layer and the table";
+    EXPECT_EQ(in_pairs, 0);
+  }
   EXPECT_EQ(tables, 1) << "a tied table is stored once";
 
   const json prompts = xcc::testing::ReadJson(kFixture / "reference.json")["prompts"];
@@ -156,9 +176,16 @@ TEST_P(WeightFormatNumerics, BitIdenticalToF32OnTheRoundedWeights) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, WeightFormatNumerics,
-                         ::testing::Values("f16", "bf16", "q8_0", "q4_0", "q4_1"),
-                         [](const auto& info) { return std::string(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Formats, WeightFormatNumerics,
+    ::testing::Values(FormatAndCompute{"f16", "f32"}, FormatAndCompute{"bf16", "f32"},
+                      FormatAndCompute{"q8_0", "f32"}, FormatAndCompute{"q4_0", "f32"},
+                      FormatAndCompute{"q4_1", "f32"}, FormatAndCompute{"bf16", "bf16"}),
+    [](const auto& info) {
+      return std::string(info.param.first) + (std::string(info.param.second) == "f32"
+                                                  ? ""
+                                                  : std::string("_compute_") + info.param.second);
+    });
 
 }  // namespace
 
