@@ -597,10 +597,12 @@ std::optional<xrt::WeightFormat> LosslessFormat(SourceDType t) {
 
 // Chooses the storage format of every weight read only by linears and
 // embedding lookups (`policy` is CompileOptions::weight_dtype) and records it
-// on the xg.weight; the others stay f32. A bf16 weight read only by linears is
-// stored as `bf16Pairs` when given (--compute bf16: paired for the target's
-// bf16 unit; an embedding lookup reads plain bf16). Notes say where the
-// choice differs from the policy.
+// on the xg.weight; the others stay f32. `bf16Pairs` (given with --compute
+// bf16: pairs for the target's bf16 unit) stores a weight read only by linears
+// that would be bf16, or with policy auto f32 or f16: those linears multiply
+// bf16 roundings of their weights, which pairs store (the same bits, half or
+// the same bytes). Embedding tables keep their format: the lookup reads exact
+// values. Notes say where the choice differs from the policy.
 Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std::string& policy,
                            std::optional<xrt::WeightFormat> bf16Pairs,
                            std::vector<std::string>* notes) {
@@ -659,7 +661,16 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
                          xrt::WeightFormatName(*f), xrt::WeightFormatBlockSize(*f), k));
         f = xrt::WeightFormat::kF32;
       }
-      if (*f == xrt::WeightFormat::kBF16 && bf16Pairs && !tables.count(name)) f = *bf16Pairs;
+      const bool wide = *f == xrt::WeightFormat::kF32 || *f == xrt::WeightFormat::kF16;
+      if (bf16Pairs && !tables.count(name) &&
+          (*f == xrt::WeightFormat::kBF16 || (wide && !forced))) {
+        if (wide)
+          note(
+              fmt::format("{} linear weights are stored as {}: --compute bf16 multiplies "
+                          "their bf16 roundings (the same results)",
+                          xrt::WeightFormatName(*f), xrt::WeightFormatName(*bf16Pairs)));
+        f = *bf16Pairs;
+      }
       it = chosen.emplace(name, *f).first;
     }
     if (it->second != xrt::WeightFormat::kF32)

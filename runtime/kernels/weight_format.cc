@@ -438,9 +438,12 @@ void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
       for (int64_t k = 0; k < K; ++k) StoreU16(out + 2 * k, FloatToHalf(x[k]));
       return;
     case WeightFormat::kBF16:
+      for (int64_t k = 0; k < K; ++k) StoreU16(out + 2 * k, FloatToBFloat16(x[k]));
+      return;
     case WeightFormat::kBF16Pairs:
     case WeightFormat::kBF16PairsAmx:
-      for (int64_t k = 0; k < K; ++k) StoreU16(out + 2 * k, FloatToBFloat16(x[k]));
+      for (int64_t k = 0; k < K; ++k)
+        StoreU16(out + 2 * k, FloatToBFloat16(RoundToBf16Operand(x[k])));
       return;
     case WeightFormat::kQ8_0:
       for (int64_t g = 0; g < K / kQuantGroup; ++g) QuantizeBlockQ8_0(x + g * 32, out + g * 34);

@@ -135,9 +135,12 @@ int64_t PackedWeightBytes(WeightFormat f, int64_t N, int64_t K);
 // q8_0: d = amax / 127, q = round(x * id) (halves away from zero);
 // q4_0: d = max / -8 where max is the first value of largest magnitude,
 // q = min(15, trunc(x * id + 8.5)); q4_1: d = (max - min) / 15, m = min,
-// q = min(15, trunc((x - min) * id + 0.5)). f16/bf16 round to nearest even.
-// Deterministic; single-threaded. Precondition: `f` is not a K-quant (their
-// quantizers are not implemented; K-quant weights come from GGUF blocks).
+// q = min(15, trunc((x - min) * id + 0.5)). f16/bf16 round to nearest even;
+// bf16_pairs(_amx) store the operand kBF16 compute makes of each value
+// (RoundToBf16Operand, matmul.h: nearest even, subnormals to signed zeros), so
+// a kBF16 matmul on them gives the bits it gives on `w` in f32. Deterministic; single-threaded.
+// Precondition: `f` is not a K-quant (their quantizers are not implemented; K-quant weights come
+// from GGUF blocks).
 void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out);
 
 // Packs W [N][K] given in ggml's row-major block encoding of the same format

@@ -199,6 +199,25 @@ TEST(WeightFormatTest, NamesRoundTrip) {
   EXPECT_STREQ(WeightFormatName(WeightFormat::kQ4_1), "q4_1");
 }
 
+// bf16 pairs hold kBF16's operands: f32 subnormals become signed zeros (bf16
+// keeps the nearest bf16, which for 0x007fffff is 2^-126, a normal number).
+TEST(WeightFormatTest, Bf16PairsStoreTheBf16ComputeOperands) {
+  const std::vector<float> w = {FromBits(0x007fffffu), FromBits(0x80000001u), 1.0f + 0x1p-8f,
+                                -3.0f};
+  const std::vector<float> operands = {0.0f, -0.0f, 1.0f, -3.0f};
+  for (WeightFormat f : {WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx}) {
+    const std::vector<uint8_t> packed = PackFrom(f, w, 1, 4);
+    std::vector<float> row(4);
+    DequantizePackedRow(f, packed.data(), 1, 4, 0, row.data());
+    for (int k = 0; k < 4; ++k)
+      EXPECT_EQ(Bits(row[k]), Bits(operands[k])) << WeightFormatName(f) << " k=" << k;
+  }
+  const std::vector<uint8_t> bf16 = PackFrom(WeightFormat::kBF16, w, 1, 4);
+  std::vector<float> row(4);
+  DequantizePackedRow(WeightFormat::kBF16, bf16.data(), 1, 4, 0, row.data());
+  EXPECT_EQ(Bits(row[0]), 0x00800000u);
+}
+
 TEST(WeightFormatTest, Sizes) {
   EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kF32), 1);
   EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kBF16), 1);

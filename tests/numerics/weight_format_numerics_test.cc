@@ -176,6 +176,42 @@ TEST_P(WeightFormatNumerics, BitIdenticalToF32OnTheRoundedWeights) {
   }
 }
 
+// --compute bf16 with --weight-dtype auto stores the fixture's f32 linear
+// weights as bf16 pairs (their bf16 roundings, which the matmuls multiply),
+// the tied table in f32: bit-identical to --weight-dtype f32 in bf16 compute.
+TEST(Bf16Compute, F32WeightsPairedAtCompileTimeGiveTheSameBits) {
+  const fs::path dir = fs::temp_directory_path() / "xcc_weight_format_auto_compute_bf16";
+  fs::create_directories(dir);
+  const std::string paired = CompileWith(kFixture.string(), "auto", dir / "auto.xpk", "bf16");
+  const std::string wide = CompileWith(kFixture.string(), "f32", dir / "f32.xpk", "bf16");
+  auto a = xrt::Artifact::Open(paired);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  int pairs = 0;
+  for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
+    auto weight = (*a)->weight(i);
+    ASSERT_TRUE(weight.ok());
+    const xpk::Weight* w = *weight;
+    if (w->dtype() == xpk::DType::bf16_pairs || w->dtype() == xpk::DType::bf16_pairs_amx) ++pairs;
+    if (w->name()->str().find("embed_tokens") != std::string::npos)
+      EXPECT_EQ(w->dtype(), xpk::DType::f32) << "the tied table keeps its values";
+  }
+  EXPECT_GE(pairs, 4) << "q/k/v, o, gate/up and down of each layer";
+  EXPECT_LT(fs::file_size(paired), fs::file_size(wide));
+
+  const json prompts = xcc::testing::ReadJson(kFixture / "reference.json")["prompts"];
+  PromptRuns p = RunPrompts(paired, prompts);
+  PromptRuns w = RunPrompts(wide, prompts);
+  ASSERT_EQ(p.logits.size(), prompts.size());
+  ASSERT_EQ(w.logits.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(prompts[i]["name"].get<std::string>());
+    ASSERT_EQ(p.logits[i].size(), w.logits[i].size());
+    EXPECT_EQ(std::memcmp(p.logits[i].data(), w.logits[i].data(), p.logits[i].size() * 4), 0)
+        << "prompt logits differ";
+    EXPECT_EQ(p.tokens[i], w.tokens[i]) << "greedy continuation differs";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Formats, WeightFormatNumerics,
     ::testing::Values(FormatAndCompute{"f16", "f32"}, FormatAndCompute{"bf16", "f32"},
