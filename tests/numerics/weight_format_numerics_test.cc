@@ -119,6 +119,23 @@ PromptRuns RunPrompts(const std::string& artifact, const json& prompts) {
 // weights are rounded to bf16 operands by the kernels, which are their values.
 using FormatAndCompute = std::pair<const char*, const char*>;
 
+// The fixture's reference prompts give bit-identical prompt logits and greedy
+// continuations on the two artifacts.
+void ExpectTheSameRuns(const std::string& artifact_a, const std::string& artifact_b) {
+  const json prompts = xcc::testing::ReadJson(kFixture / "reference.json")["prompts"];
+  PromptRuns a = RunPrompts(artifact_a, prompts);
+  PromptRuns b = RunPrompts(artifact_b, prompts);
+  ASSERT_EQ(a.logits.size(), prompts.size());
+  ASSERT_EQ(b.logits.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(prompts[i]["name"].get<std::string>());
+    ASSERT_EQ(a.logits[i].size(), b.logits[i].size());
+    EXPECT_EQ(std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * 4), 0)
+        << "prompt logits differ";
+    EXPECT_EQ(a.tokens[i], b.tokens[i]) << "greedy continuation differs";
+  }
+}
+
 class WeightFormatNumerics : public ::testing::TestWithParam<FormatAndCompute> {};
 
 TEST_P(WeightFormatNumerics, BitIdenticalToF32OnTheRoundedWeights) {
@@ -162,18 +179,7 @@ TEST_P(WeightFormatNumerics, BitIdenticalToF32OnTheRoundedWeights) {
   }
   EXPECT_EQ(tables, 1) << "a tied table is stored once";
 
-  const json prompts = xcc::testing::ReadJson(kFixture / "reference.json")["prompts"];
-  PromptRuns q = RunPrompts(quantized, prompts);
-  PromptRuns r = RunPrompts(rounded, prompts);
-  ASSERT_EQ(q.logits.size(), prompts.size());
-  ASSERT_EQ(r.logits.size(), prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    SCOPED_TRACE(prompts[i]["name"].get<std::string>());
-    ASSERT_EQ(q.logits[i].size(), r.logits[i].size());
-    EXPECT_EQ(std::memcmp(q.logits[i].data(), r.logits[i].data(), q.logits[i].size() * 4), 0)
-        << "prompt logits differ";
-    EXPECT_EQ(q.tokens[i], r.tokens[i]) << "greedy continuation differs";
-  }
+  ExpectTheSameRuns(quantized, rounded);
 }
 
 // --compute bf16 with --weight-dtype auto stores the fixture's f32 linear
@@ -198,18 +204,7 @@ TEST(Bf16Compute, F32WeightsPairedAtCompileTimeGiveTheSameBits) {
   EXPECT_GE(pairs, 4) << "q/k/v, o, gate/up and down of each layer";
   EXPECT_LT(fs::file_size(paired), fs::file_size(wide));
 
-  const json prompts = xcc::testing::ReadJson(kFixture / "reference.json")["prompts"];
-  PromptRuns p = RunPrompts(paired, prompts);
-  PromptRuns w = RunPrompts(wide, prompts);
-  ASSERT_EQ(p.logits.size(), prompts.size());
-  ASSERT_EQ(w.logits.size(), prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    SCOPED_TRACE(prompts[i]["name"].get<std::string>());
-    ASSERT_EQ(p.logits[i].size(), w.logits[i].size());
-    EXPECT_EQ(std::memcmp(p.logits[i].data(), w.logits[i].data(), p.logits[i].size() * 4), 0)
-        << "prompt logits differ";
-    EXPECT_EQ(p.tokens[i], w.tokens[i]) << "greedy continuation differs";
-  }
+  ExpectTheSameRuns(paired, wide);
 }
 
 INSTANTIATE_TEST_SUITE_P(
