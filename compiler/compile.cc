@@ -598,11 +598,12 @@ std::optional<xrt::WeightFormat> LosslessFormat(SourceDType t) {
 // Chooses the storage format of every weight read only by linears and
 // embedding lookups (`policy` is CompileOptions::weight_dtype) and records it
 // on the xg.weight; the others stay f32. `bf16Pairs` (given with --compute
-// bf16: pairs for the target's bf16 unit) stores a weight read only by linears
-// that would be bf16, or with policy auto f32 or f16: those linears multiply
-// bf16 roundings of their weights, which pairs store (the same bits, half or
-// the same bytes). Embedding tables keep their format: the lookup reads exact
-// values. Notes say where the choice differs from the policy.
+// bf16: pairs for the target's bf16 unit) stores what linears alone read of a
+// weight that would be bf16, or with policy auto f32 or f16: those linears
+// multiply bf16 roundings of their weights, which pairs store (the same bits,
+// half or the same bytes). Embedding tables keep their format (the lookup
+// reads exact values); a tied f32 table's packed copy for the lm_head is
+// paired. Notes say where the choice differs from the policy.
 Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std::string& policy,
                            std::optional<xrt::WeightFormat> bf16Pairs,
                            std::vector<std::string>* notes) {
@@ -661,20 +662,27 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
                          xrt::WeightFormatName(*f), xrt::WeightFormatBlockSize(*f), k));
         f = xrt::WeightFormat::kF32;
       }
-      const bool wide = *f == xrt::WeightFormat::kF32 || *f == xrt::WeightFormat::kF16;
-      if (bf16Pairs && !tables.count(name) &&
-          (*f == xrt::WeightFormat::kBF16 || (wide && !forced))) {
-        if (wide)
-          note(
-              fmt::format("{} linear weights are stored as {}: --compute bf16 multiplies "
-                          "their bf16 roundings (the same results)",
-                          xrt::WeightFormatName(*f), xrt::WeightFormatName(*bf16Pairs)));
-        f = *bf16Pairs;
-      }
       it = chosen.emplace(name, *f).first;
     }
-    if (it->second != xrt::WeightFormat::kF32)
-      w.setFormatAttr(StringAttr::get(w.getContext(), xrt::WeightFormatName(it->second)));
+    xrt::WeightFormat f = it->second;
+    // Pairs for this op's linears. A table's own ops keep its format: a bf16 or
+    // f16 table is stored once, packed, for the lookup and a tied lm_head; an
+    // f32 one row-major for the lookup, and the lm_head's op packs a copy.
+    const bool wide = f == xrt::WeightFormat::kF32 || f == xrt::WeightFormat::kF16;
+    const bool linearsOnly =
+        llvm::all_of(w->getUses(), [](OpOperand& u) { return xg::isLinearWeightUse(u); });
+    if (bf16Pairs && linearsOnly &&
+        (tables.count(name) ? f == xrt::WeightFormat::kF32 && !forced
+                            : f == xrt::WeightFormat::kBF16 || (wide && !forced))) {
+      if (wide)
+        note(
+            fmt::format("{} linear weights are stored as {}: --compute bf16 multiplies "
+                        "their bf16 roundings (the same results)",
+                        xrt::WeightFormatName(f), xrt::WeightFormatName(*bf16Pairs)));
+      f = *bf16Pairs;
+    }
+    if (f != xrt::WeightFormat::kF32)
+      w.setFormatAttr(StringAttr::get(w.getContext(), xrt::WeightFormatName(f)));
   });
   return status;
 }

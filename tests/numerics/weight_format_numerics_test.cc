@@ -184,7 +184,8 @@ TEST_P(WeightFormatNumerics, BitIdenticalToF32OnTheRoundedWeights) {
 
 // --compute bf16 with --weight-dtype auto stores the fixture's f32 linear
 // weights as bf16 pairs (their bf16 roundings, which the matmuls multiply),
-// the tied table in f32: bit-identical to --weight-dtype f32 in bf16 compute.
+// the lm_head's copy of the tied table too, the table itself in f32 for the
+// lookup: bit-identical to --weight-dtype f32 in bf16 compute.
 TEST(Bf16Compute, F32WeightsPairedAtCompileTimeGiveTheSameBits) {
   const fs::path dir = fs::temp_directory_path() / "xcc_weight_format_auto_compute_bf16";
   fs::create_directories(dir);
@@ -198,10 +199,12 @@ TEST(Bf16Compute, F32WeightsPairedAtCompileTimeGiveTheSameBits) {
     ASSERT_TRUE(weight.ok());
     const xpk::Weight* w = *weight;
     if (w->dtype() == xpk::DType::bf16_pairs || w->dtype() == xpk::DType::bf16_pairs_amx) ++pairs;
-    if (w->name()->str().find("embed_tokens") != std::string::npos)
-      EXPECT_EQ(w->dtype(), xpk::DType::f32) << "the tied table keeps its values";
+    if (w->name()->str() == "model.embed_tokens.weight")
+      EXPECT_EQ(w->dtype(), xpk::DType::f32) << "the table keeps its values";
+    if (w->name()->str() == "model.embed_tokens.weight.packed32")
+      EXPECT_NE(w->dtype(), xpk::DType::f32) << "the lm_head's copy is paired";
   }
-  EXPECT_GE(pairs, 4) << "q/k/v, o, gate/up and down of each layer";
+  EXPECT_GE(pairs, 5) << "q/k/v, o, gate/up and down of each layer, the lm_head";
   EXPECT_LT(fs::file_size(paired), fs::file_size(wide));
 
   ExpectTheSameRuns(paired, wide);
