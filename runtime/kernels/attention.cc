@@ -1415,7 +1415,7 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   // bits either way.
   const bool direct = kernels.scores_bf16 && rows <= kBf16DirectRows && dim <= kBf16MaxDim;
   HeadWeights w{};
-  if (!direct) w = PackHeadWeights(k_rows, v_rows, keys, dim, &scratch.weights);
+  if (!direct) w = PackHeadWeightsBf16(k_rows, v_rows, keys, dim, kernels.isa, &scratch.weights);
 
   // The rows' queries, consecutive (token i's group of heads is already).
   scratch.qa.resize(rows * dim);
@@ -1434,6 +1434,7 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   auto out_at = [&](int64_t r) { return st.acc + (r0 + r) * dim; };
   MatmulArgs m;
   m.compute = ComputeType::kBF16;
+  m.w_format = w.format;
   if (direct) {
     for (int64_t r = 0; r < rows; r += kBf16RowsMax) {
       const int n = static_cast<int>(std::min<int64_t>(kBf16RowsMax, rows - r));

@@ -85,7 +85,8 @@ XRT_INLINE VecF<W> ExpNonPositive(const VecF<W>& x_in) {
 //         head_dim zero;
 // with s_pad = s rounded up to W and hd_pad = head_dim rounded up to W.
 // kBF16 packs the same head as the two matmuls' weights instead (matmul.h's
-// packed layout, in `weights`, 64-byte aligned):
+// packed layout, f32 or bf16 pairs (weights_format), in `weights`, 64-byte
+// aligned):
 //  keys_w   W = the keys [s][head_dim] (scores: N = s, K = head_dim);
 //  values_w W = the values transposed [head_dim][s] (outputs: N = head_dim,
 //           K = s).
@@ -97,6 +98,7 @@ struct Packed {
   std::vector<const float*> rows;  // kBF16: the head's key and value rows
   const float* keys_w = nullptr;
   const float* values_w = nullptr;
+  WeightFormat weights_format = WeightFormat::kF32;  // of keys_w and values_w
   int64_t cached = -1;  // the (sequence, head) in keys / values or keys_w / values_w
 };
 
@@ -128,9 +130,10 @@ XRT_INLINE void PackHead(const DenseAttentionArgs& a, int64_t base, int64_t h, i
   }
 }
 
-// The keys and the transposed values as matmul weights (PackHeadWeights on
-// the head's rows, a row stride apart).
-void PackHeadAsWeights(const DenseAttentionArgs& a, int64_t base, int64_t h, Packed* pk) {
+// The keys and the transposed values as kBF16 matmul weights on `isa`
+// (PackHeadWeightsBf16 on the head's rows, a row stride apart).
+void PackHeadAsWeights(const DenseAttentionArgs& a, int64_t base, int64_t h, CpuIsa isa,
+                       Packed* pk) {
   const int64_t s = a.seq_len, hd = a.head_dim;
   pk->rows.resize(2 * s);
   const float** keys = pk->rows.data();
@@ -139,9 +142,10 @@ void PackHeadAsWeights(const DenseAttentionArgs& a, int64_t base, int64_t h, Pac
     keys[j] = a.k + (base + j) * a.k_stride + h * hd;
     values[j] = a.v + (base + j) * a.v_stride + h * hd;
   }
-  const HeadWeights w = PackHeadWeights(keys, values, s, hd, &pk->weights);
+  const HeadWeights w = PackHeadWeightsBf16(keys, values, s, hd, isa, &pk->weights);
   pk->keys_w = w.keys;
   pk->values_w = w.values;
+  pk->weights_format = w.format;
 }
 
 // Scores of R query rows against NB * W keys (NB blocks of the packed keys
@@ -316,7 +320,7 @@ XRT_INLINE void AttendRowsBf16Body(const DenseAttentionArgs& a, int64_t base, in
   const int64_t s = a.seq_len, hd = a.head_dim, s_pad = (s + W - 1) / W * W;
   const int64_t sh = base / s * a.num_heads + h;
   if (pk->cached != sh) {
-    PackHeadAsWeights(a, base, h, pk);
+    PackHeadAsWeights(a, base, h, isa, pk);
     pk->cached = sh;
   }
   const int64_t rows = r1 - r0;
@@ -325,6 +329,7 @@ XRT_INLINE void AttendRowsBf16Body(const DenseAttentionArgs& a, int64_t base, in
   float* scores = pk->scores.data();
   MatmulArgs m;
   m.compute = ComputeType::kBF16;
+  m.w_format = pk->weights_format;
   m.a = a.q + (base + r0) * a.q_stride + h * hd;
   m.lda = a.q_stride;
   m.packed_w = pk->keys_w;

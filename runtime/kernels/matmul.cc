@@ -842,16 +842,19 @@ XRT_TARGET_AVX512_BF16 void TileAvx512Bf16Direct(const TileArgs& t) {
   FinishTileAvx512<R>(t, acc0, acc1);
 }
 
-// PackRowPairs (below) of one row tile on AVX-512: `rows` (<= 16) rows of A
-// from `a` (stride lda) into tile ([ceil(k / 2)][rows] dwords). Per 16 pairs:
-// each row's 32 floats to 16 pair dwords, a 16 x 16 transpose, and one store
-// of `rows` dwords per pair. (It scattered each row's dwords until the commit
-// after 3dae982: vpscatterdd was 6.6% of a bf16 vision encode.)
-XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int rows, int64_t k,
-                                                uint32_t* tile) {
-  assert(rows >= 1 && rows <= 16);
+// `rows` (<= 16) rows (row i at row_at(i), k floats) as bf16 pairs,
+// transposed: pair p of row i at out[p * ld + i], `cols` (>= rows) dwords
+// stored per pair (the ones past `rows` zeros), each pair's odd element high
+// (vdpbf16ps's order) or, `odd_low`, low (AMX's). Per 16 pairs: each row's 32
+// floats to 16 pair dwords, a 16 x 16 transpose, and one store per pair. (It
+// scattered each row's dwords until the commit after 3dae982: vpscatterdd was
+// 6.6% of a bf16 vision encode.)
+template <typename RowAt>
+XRT_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void PackPairsTransposedAvx512(
+    RowAt row_at, int rows, int64_t k, uint32_t* out, int64_t ld, int cols, bool odd_low) {
+  assert(rows >= 0 && rows <= cols && cols <= 16);
   const int64_t pairs = (k + 1) / 2;
-  const __mmask16 row_mask = static_cast<__mmask16>((1u << rows) - 1);
+  const __mmask16 col_mask = static_cast<__mmask16>((1u << cols) - 1);
   for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
     const int64_t k0 = 2 * p0;
     const int64_t n0 = std::clamp<int64_t>(k - k0, 0, 16);
@@ -861,15 +864,58 @@ XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int
     __m512i r[16];
     for (int i = 0; i < 16; ++i) {
       // Floats k0 .. k0 + 31 of row i as 32 words in order: dword p is pair p0 + p.
-      const float* src = a + i * lda + k0;
-      r[i] = i < rows
-                 ? Bf16Words(_mm512_maskz_loadu_ps(m0, src), _mm512_maskz_loadu_ps(m1, src + 16))
-                 : _mm512_setzero_si512();
+      r[i] = _mm512_setzero_si512();
+      if (i < rows) {
+        const float* src = row_at(i) + k0;
+        r[i] = Bf16Words(_mm512_maskz_loadu_ps(m0, src), _mm512_maskz_loadu_ps(m1, src + 16));
+      }
     }
     packed_simd::Transpose16x16Epi32(r);  // r[p]: pair p0 + p of rows 0 .. 15
     const int np = static_cast<int>(std::min<int64_t>(16, pairs - p0));
-    for (int p = 0; p < np; ++p)
-      _mm512_mask_storeu_ps(tile + (p0 + p) * rows, row_mask, _mm512_castsi512_ps(r[p]));
+    for (int p = 0; p < np; ++p) {
+      const __m512i x = odd_low ? SwapPairHalves(r[p]) : r[p];
+      _mm512_mask_storeu_ps(out + (p0 + p) * ld, col_mask, _mm512_castsi512_ps(x));
+    }
+  }
+}
+
+// PackRowPairs (below) of one row tile on AVX-512: `rows` (<= 16) rows of A
+// from `a` (stride lda) into tile ([ceil(k / 2)][rows] dwords).
+XRT_TARGET_AVX512_BF16 void PackTilePairsAvx512(const float* a, int64_t lda, int rows, int64_t k,
+                                                uint32_t* tile) {
+  assert(rows >= 1);
+  PackPairsTransposedAvx512([&](int i) { return a + i * lda; }, rows, k, tile, rows, rows, false);
+}
+
+// PackHeadWeightsBf16's two packers (matmul.h). Keys: W [n][dim] from its
+// rows, 16 columns of a panel at a time, transposed as the tiles' rows are.
+XRT_TARGET_AVX512_BF16 void PackKeyPairsAvx512(const float* const* rows, int64_t n, int64_t dim,
+                                               bool odd_low, uint32_t* out) {
+  const int64_t panel_dwords = (dim + 1) / 2 * kPackNR;
+  for (int64_t j0 = 0; j0 < (n + kPackNR - 1) / kPackNR * kPackNR; j0 += 16) {
+    const int count = static_cast<int>(std::clamp<int64_t>(n - j0, 0, 16));
+    PackPairsTransposedAvx512([&](int i) { return rows[j0 + i]; }, count, dim,
+                              out + j0 / kPackNR * panel_dwords + j0 % kPackNR, kPackNR, 16,
+                              odd_low);
+  }
+}
+
+// Values: W [dim][n] (the values transposed) from the value rows: pair-row p
+// of each panel is value rows 2p and 2p + 1 (a zero row past n) interleaved.
+XRT_TARGET_AVX512_BF16 void PackValuePairsAvx512(const float* const* rows, int64_t n, int64_t dim,
+                                                 bool odd_low, uint32_t* out) {
+  const int64_t pairs = (n + 1) / 2, panel_dwords = pairs * kPackNR;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const float* even = rows[2 * p];
+    const float* odd = 2 * p + 1 < n ? rows[2 * p + 1] : nullptr;
+    for (int64_t c0 = 0; c0 < (dim + kPackNR - 1) / kPackNR * kPackNR; c0 += 16) {
+      const int lanes = static_cast<int>(std::clamp<int64_t>(dim - c0, 0, 16));
+      const __mmask16 m = static_cast<__mmask16>((1u << lanes) - 1);
+      const __m512 e = _mm512_maskz_loadu_ps(m, even + c0);
+      const __m512 o = odd ? _mm512_maskz_loadu_ps(m, odd + c0) : _mm512_setzero_ps();
+      _mm512_storeu_si512(out + c0 / kPackNR * panel_dwords + p * kPackNR + c0 % kPackNR,
+                          odd_low ? Bf16Pairs(o, e) : Bf16Pairs(e, o));
+    }
   }
 }
 
@@ -2375,6 +2421,26 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
 }
 
 }  // namespace
+
+HeadWeights PackHeadWeightsBf16(const float* const* k_rows, const float* const* v_rows, int64_t n,
+                                int64_t dim, CpuIsa isa, std::vector<float>* buf) {
+  if (!IsaAtLeast(isa, CpuIsa::kAvx512Bf16)) return PackHeadWeights(k_rows, v_rows, n, dim, buf);
+#if defined(__x86_64__)
+  const WeightFormat pairs =
+      IsaAtLeast(isa, CpuIsa::kAmx) ? WeightFormat::kBF16PairsAmx : WeightFormat::kBF16Pairs;
+  constexpr int64_t kAlign = 64 / sizeof(float);
+  const int64_t values_at = (PackedWeightBytes(pairs, n, dim) / 4 + kAlign - 1) / kAlign * kAlign;
+  buf->resize(values_at + PackedWeightBytes(pairs, dim, n) / 4 + kAlign);
+  float* w = buf->data();
+  w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
+  const bool odd_low = pairs == WeightFormat::kBF16PairsAmx;
+  PackKeyPairsAvx512(k_rows, n, dim, odd_low, reinterpret_cast<uint32_t*>(w));
+  PackValuePairsAvx512(v_rows, n, dim, odd_low, reinterpret_cast<uint32_t*>(w + values_at));
+  return {w, w + values_at, pairs};
+#else
+  return PackHeadWeights(k_rows, v_rows, n, dim, buf);  // no tier above avx2 here
+#endif
+}
 
 bool AmxBf16MatchesTheChain() {
   static const bool matches = [] {

@@ -135,9 +135,17 @@ void PackWeightColumns(const float* const* cols, int64_t N, int64_t K, float* ou
 struct HeadWeights {
   const float* keys;
   const float* values;
+  WeightFormat format = WeightFormat::kF32;  // of both (their MatmulArgs::w_format)
 };
 HeadWeights PackHeadWeights(const float* const* k_rows, const float* const* v_rows, int64_t n,
                             int64_t dim, std::vector<float>* buf);
+
+// PackHeadWeights for kBF16 products on `isa`: from the avx512_bf16 tier on,
+// the same two weights as bf16_pairs (bf16_pairs_amx on the amx tier) holding
+// the bf16 operands the products take, so the same results from half the
+// bytes, read as stored; below it, PackHeadWeights.
+HeadWeights PackHeadWeightsBf16(const float* const* k_rows, const float* const* v_rows, int64_t n,
+                                int64_t dim, CpuIsa isa, std::vector<float>* buf);
 
 // What a matmul multiplies (Command.compute in the artifact).
 enum class ComputeType : uint8_t {
