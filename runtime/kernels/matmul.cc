@@ -93,13 +93,26 @@ void PackWeightColumns(const float* const* cols, int64_t N, int64_t K, float* ou
   }
 }
 
+namespace {
+
+// Room in `buf` (grown as needed) for PackHeadWeights(Bf16)'s two weights in
+// `format`, keys [n][dim] and values [dim][n], each 64-byte aligned: returns
+// where the keys go; the values go `*values_at` floats further.
+float* HeadWeightsRoom(int64_t n, int64_t dim, WeightFormat format, std::vector<float>* buf,
+                       int64_t* values_at) {
+  constexpr int64_t kAlign = 64 / sizeof(float);
+  *values_at = (PackedWeightBytes(format, n, dim) / 4 + kAlign - 1) / kAlign * kAlign;
+  buf->resize(*values_at + PackedWeightBytes(format, dim, n) / 4 + kAlign);
+  float* w = buf->data();
+  return w + (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
+}
+
+}  // namespace
+
 HeadWeights PackHeadWeights(const float* const* k_rows, const float* const* v_rows, int64_t n,
                             int64_t dim, std::vector<float>* buf) {
-  constexpr int64_t kAlign = 64 / sizeof(float);
-  const int64_t values_at = (PackedWeightFloats(n, dim) + kAlign - 1) / kAlign * kAlign;
-  buf->resize(values_at + PackedWeightFloats(dim, n) + kAlign);
-  float* w = buf->data();
-  w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
+  int64_t values_at;
+  float* w = HeadWeightsRoom(n, dim, WeightFormat::kF32, buf, &values_at);
   PackWeightRows(k_rows, n, dim, w);
   PackWeightColumns(v_rows, dim, n, w + values_at);
   return {w, w + values_at};
@@ -478,7 +491,7 @@ XRT_TARGET_AVX2 inline void Decode16BitRowAvx2(const uint8_t* panel, int64_t k, 
   if constexpr (IsBf16PairsFormat(F)) {
     // The row's halves of its pair-row's dwords (Bf16PairsByte).
     const uint8_t* pair_row = panel + k / 2 * kPackNR * 4;
-    const bool low = (k % 2 == 1) == (F == WeightFormat::kBF16PairsAmx);
+    const bool low = Bf16PairsLowHalf(F, k);
     for (int c = 0; c < 4; ++c) {
       const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair_row + 32 * c));
       w[c] = _mm256_castsi256_ps(low ? _mm256_slli_epi32(d, 16)
@@ -776,7 +789,7 @@ XRT_TARGET_AVX512 inline void Bf16PairsRow(const uint8_t* panel, int64_t p, __m5
   const uint8_t* w = panel + p * kPackNR * 4;
   *lo = _mm512_loadu_si512(w);
   *hi = _mm512_loadu_si512(w + 64);
-  if constexpr (kOddLow != (F == WeightFormat::kBF16PairsAmx)) {
+  if constexpr (kOddLow != Bf16PairsLowHalf(F, 1)) {
     *lo = SwapPairHalves(*lo);
     *hi = SwapPairHalves(*hi);
   }
@@ -1084,7 +1097,7 @@ XRT_TARGET_AVX512 inline void Decode16BitRow(const uint8_t* panel, int64_t k, __
     // The row's halves of its pair-row's dwords (Bf16PairsByte).
     const uint8_t* pair_row = panel + k / 2 * kPackNR * 4;
     const __m512i d0 = _mm512_loadu_si512(pair_row), d1 = _mm512_loadu_si512(pair_row + 64);
-    if ((k % 2 == 1) == (F == WeightFormat::kBF16PairsAmx)) {
+    if (Bf16PairsLowHalf(F, k)) {
       *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(d0, 16));
       *w1 = _mm512_castsi512_ps(_mm512_slli_epi32(d1, 16));
     } else {
@@ -2428,12 +2441,9 @@ HeadWeights PackHeadWeightsBf16(const float* const* k_rows, const float* const* 
 #if defined(__x86_64__)
   const WeightFormat pairs =
       IsaAtLeast(isa, CpuIsa::kAmx) ? WeightFormat::kBF16PairsAmx : WeightFormat::kBF16Pairs;
-  constexpr int64_t kAlign = 64 / sizeof(float);
-  const int64_t values_at = (PackedWeightBytes(pairs, n, dim) / 4 + kAlign - 1) / kAlign * kAlign;
-  buf->resize(values_at + PackedWeightBytes(pairs, dim, n) / 4 + kAlign);
-  float* w = buf->data();
-  w += (kAlign - reinterpret_cast<uintptr_t>(w) / sizeof(float) % kAlign) % kAlign;
-  const bool odd_low = pairs == WeightFormat::kBF16PairsAmx;
+  int64_t values_at;
+  float* w = HeadWeightsRoom(n, dim, pairs, buf, &values_at);
+  const bool odd_low = Bf16PairsLowHalf(pairs, 1);  // k-row 1 is an odd one
   PackKeyPairsAvx512(k_rows, n, dim, odd_low, reinterpret_cast<uint32_t*>(w));
   PackValuePairsAvx512(v_rows, n, dim, odd_low, reinterpret_cast<uint32_t*>(w + values_at));
   return {w, w + values_at, pairs};

@@ -225,12 +225,17 @@ constexpr bool HasQuadNibbles(WeightFormat f) {
   return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 || IsKQuantFormat(f);
 }
 
+// True if a bf16_pairs(_amx) panel keeps k-row k in the low half of its
+// dwords (bf16_pairs: the even k-rows; bf16_pairs_amx: the odd ones).
+constexpr bool Bf16PairsLowHalf(WeightFormat f, int64_t k) {
+  return (k % 2 == 1) == (f == WeightFormat::kBF16PairsAmx);
+}
+
 // The byte of a bf16_pairs(_amx) panel that starts column j's bf16 value at
 // k-row k (a pair-row is 32 = kPackNR dwords; x86 is little-endian: a dword's
 // low half is its first two bytes).
 constexpr int64_t Bf16PairsByte(WeightFormat f, int64_t k, int j) {
-  const bool low = (k % 2 == 1) == (f == WeightFormat::kBF16PairsAmx);
-  return (k / 2 * 32 + j) * 4 + (low ? 0 : 2);
+  return (k / 2 * 32 + j) * 4 + (Bf16PairsLowHalf(f, k) ? 0 : 2);
 }
 
 // The byte of a group's (q4_0, q4_1) or super-block's (K-quants, from
