@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/quant/ggml_blocks.h: a small fixed f32 matrix and its
 ggml encodings made by the `gguf` PyPI package (gguf.quants.quantize, whose
-Q8_0/Q4_0/Q4_1 quantizers reproduce ggml's quantize_row_*_ref bit for bit),
+Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 quantizers reproduce ggml's quantize_row_*_ref bit for bit),
 and random Q4_K / Q5_K / Q6_K blocks (gguf-py has no K-quant quantizer: random
 bytes with finite f16 scales, which is every block ggml can read) with
 gguf-py's dequantization of them (gguf.quants.dequantize), for
@@ -81,7 +81,7 @@ def main() -> None:
     out += c_lines([f"0x{b:08x}u" for b in bits], 8)
     out.append("};")
     for name, qtype in [("kQ8_0", T.Q8_0), ("kQ4_0", T.Q4_0), ("kQ4_1", T.Q4_1),
-                        ("kF16", T.F16), ("kBF16", T.BF16)]:
+                        ("kQ5_0", T.Q5_0), ("kQ5_1", T.Q5_1), ("kF16", T.F16), ("kBF16", T.BF16)]:
         blocks = np.ascontiguousarray(quantize(w, qtype)).view(np.uint8).tobytes()
         out.append(f"// {qtype.name}: kN rows in ggml's row-major encoding.")
         out.append(c_bytes(name, blocks))

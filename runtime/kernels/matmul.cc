@@ -374,9 +374,10 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
 // Decoding packed panel rows to f32 (DequantizePanelRows, same values: see
 // the AVX-512 decoder below for why each fma rounds as the portable one):
 // a k-row's 32 columns as four vectors of 8, c = 0..3 holding columns
-// 8c .. 8c+7. The nibble formats (q4_0, q4_1, the K-quants' low bits) hold
-// them in quads (QuadNibbleByte): c = 0, 1 are the low nibbles of the quad's
-// halves 0 / 1 and c = 2, 3 their high ones, a k-row's bytes at 4m + t.
+// 8c .. 8c+7. The nibble formats (q4_0, q4_1, q5_0, q5_1, the K-quants' low
+// bits) hold them in quads (QuadNibbleByte): c = 0, 1 are the low nibbles of
+// the quad's halves 0 / 1 and c = 2, 3 their high ones, a k-row's bytes at
+// 4m + t (q5's and q5_k's fifth bits likewise: FifthBitsAvx2).
 
 // Per 16-byte lane of a quad (QuadNibbleByte), [t]: the vpshufb control
 // that zero-extends the four bytes of k-row t (bytes 4m + t) to dwords m,
@@ -423,27 +424,56 @@ XRT_TARGET_AVX2 void LoadKFactorsAvx2(const uint8_t* sb, int s, __m256* mul, __m
   }
 }
 
-// A group's scales and mins (q8_0: mins unused; q4_0: -8 * scale).
+// q5_0, q5_1, q5_k: the fifth bits of k-row kk from the 16 bytes per quad at
+// `high` (K5HighByte / K5HighBit), dword m of lane L from the byte of column
+// 8c + m (the quad's bytes 4m + t, spread like the nibbles), lane 1 shifted
+// down by 4: vector c = h + 2n (half h, nibble n of the quad) then takes bit
+// 2h + n (AddFifthBitAvx2).
+XRT_TARGET_AVX2 inline __m256i FifthBitsAvx2(const uint8_t* high, int kk) {
+  const __m256i bytes = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(high + 16 * (kk / 4))));
+  return _mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, QuadRowSpreadAvx2(kk)),
+                           _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+}
+
+// Vector c's low 4 bits `q` with its fifth bits (FifthBitsAvx2's `bits`) at bit 4.
+XRT_TARGET_AVX2 inline __m256i AddFifthBitAvx2(__m256i q, __m256i bits, int c) {
+  const int f = 2 * (c % 2) + c / 2;  // 2h + n
+  return _mm256_add_epi32(q,
+                          _mm256_and_si256(_mm256_slli_epi32(bits, 4 - f), _mm256_set1_epi32(16)));
+}
+
+// A group's scales and added terms: q4_1, q5_1: the mins; q4_0, q5_0: -8 or
+// -16 times the scale (exact); q8_0: unused.
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline void LoadGroupScalesAvx2(const uint8_t* group, __m256* scale, __m256* min) {
   for (int c = 0; c < 4; ++c) {
     scale[c] = Halves8(group + 16 * c);
-    min[c] = F == WeightFormat::kQ4_1 ? Halves8(group + 64 + 16 * c)
-                                      : _mm256_mul_ps(scale[c], _mm256_set1_ps(-8.0f));
+    if constexpr (HasGroupMin(F)) {
+      min[c] = Halves8(group + 64 + 16 * c);
+    } else {
+      min[c] =
+          _mm256_mul_ps(scale[c], _mm256_set1_ps(-static_cast<float>(QuantGroupQuantOffset(F))));
+    }
   }
 }
 
-// k-row `kk` (0..31) of a q-format group whose quants start at `q`.
+// k-row `kk` (0..31) of the q-format group at `group`.
 template <WeightFormat F>
-XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* q, int kk, const __m256* scale,
+XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* group, int kk, const __m256* scale,
                                                const __m256* min, __m256* w) {
+  const uint8_t* q = group + QuantGroupQuantsOffset(F);
+  __m256i bits = _mm256_setzero_si256();
+  if constexpr (HasFifthBits(F)) bits = FifthBitsAvx2(group + FifthBitsOffset(F), kk);
   for (int c = 0; c < 4; ++c) {
     if constexpr (F == WeightFormat::kQ8_0) {
       const __m256i v = _mm256_cvtepi8_epi32(
           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kk * kPackNR + 8 * c)));
       w[c] = _mm256_mul_ps(scale[c], _mm256_cvtepi32_ps(v));
     } else {
-      w[c] = _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(QuadNibbles8(q, kk, c)), min[c]);
+      __m256i v = QuadNibbles8(q, kk, c);
+      if constexpr (HasFifthBits(F)) v = AddFifthBitAvx2(v, bits, c);
+      w[c] = _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(v), min[c]);
     }
   }
 }
@@ -452,18 +482,12 @@ XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* q, int kk, const _
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m256* mul,
                                            const __m256* add, __m256* w) {
-  // The k-row's bytes of high bits, dword m of vector c from the byte of
-  // column 8c + m (K5HighByte / K6HighByte: the quad's bytes 4m + t, spread
-  // like the nibbles). Vector c = h + 2n (half h, nibble n of the quad)
-  // takes q5_k's bit 4L + 2h + n in lane L (lane 1 shifted down by 4 here),
-  // q6_k's field 2h + n.
-  __m256i fields = _mm256_setzero_si256();
-  if constexpr (F == WeightFormat::kQ5_K) {
-    const __m256i bytes = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kK5HighOffset + 16 * (kk / 4))));
-    fields = _mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, QuadRowSpreadAvx2(kk)),
-                               _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-  }
+  // The k-row's high bits: q5_k's from FifthBitsAvx2; q6_k's bytes, dword m
+  // of vector c from the byte of column 8c + m (K6HighByte: the quad's bytes
+  // 4m + t, spread like the nibbles), vector c = h + 2n (half h, nibble n of
+  // the quad) taking field 2h + n.
+  __m256i bits = _mm256_setzero_si256(), fields = _mm256_setzero_si256();
+  if constexpr (HasFifthBits(F)) bits = FifthBitsAvx2(sb + FifthBitsOffset(F), kk);
   if constexpr (F == WeightFormat::kQ6_K) {
     fields = _mm256_shuffle_epi8(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kK6HighOffset + 32 * (kk / 4))),
@@ -471,12 +495,9 @@ XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m2
   }
   for (int c = 0; c < 4; ++c) {
     __m256i q = QuadNibbles8(sb + KLowQuantsOffset(F), kk, c);
-    const int f = 2 * (c % 2) + c / 2;         // 2h + n
-    if constexpr (F == WeightFormat::kQ5_K) {  // bit f to bit 4
-      q = _mm256_add_epi32(
-          q, _mm256_and_si256(_mm256_slli_epi32(fields, 4 - f), _mm256_set1_epi32(16)));
-    }
+    if constexpr (HasFifthBits(F)) q = AddFifthBitAvx2(q, bits, c);
     if constexpr (F == WeightFormat::kQ6_K) {  // field f (bits 2f, 2f + 1) to bits 4, 5
+      const int f = 2 * (c % 2) + c / 2;       // 2h + n
       const __m256i at4 =
           f < 2 ? _mm256_slli_epi32(fields, 4 - 2 * f) : _mm256_srli_epi32(fields, 2 * f - 4);
       q = _mm256_add_epi32(q, _mm256_and_si256(at4, _mm256_set1_epi32(48)));
@@ -544,7 +565,7 @@ XRT_TARGET_AVX2 void DequantRowsAvx2(const uint8_t* panel, int64_t k0, int64_t r
       LoadGroupScalesAvx2<F>(group, scale, min);
       const int n = static_cast<int>(std::min<int64_t>(kQuantGroup, rows - r));
       for (int kk = 0; kk < n; ++kk) {
-        DecodeQuantRowAvx2<F>(group + QuantGroupQuantsOffset(F), kk, scale, min, w);
+        DecodeQuantRowAvx2<F>(group, kk, scale, min, w);
         StoreRowAvx2(w, out + (r + kk) * kPackNR);
       }
     }
@@ -1035,8 +1056,9 @@ XRT_TARGET_AMX void TileAmxBf16(const TileArgs& t) {
 // Per k-row of a panel: the 32 column values as two zmm (columns 0-15, 16-31),
 // equal to DequantizePanelRows' values (see matmul.h on zeros' signs).
 
-// Per group of a q format: scale (and the added term: min for q4_1, -8 *
-// scale for q4_0, exact) of columns 0-15 and 16-31.
+// Per group of a q format: scale (and the added term: min for q4_1 and q5_1,
+// -8 or -16 times the scale for q4_0 and q5_0, exact) of columns 0-15 and
+// 16-31.
 struct GroupScales {
   __m512 s0, s1, m0, m1;
 };
@@ -1046,12 +1068,13 @@ XRT_TARGET_AVX512 inline GroupScales LoadGroupScales(const uint8_t* group) {
   GroupScales g;
   g.s0 = Halves16(group);
   g.s1 = Halves16(group + 32);
-  if constexpr (F == WeightFormat::kQ4_1) {
+  if constexpr (HasGroupMin(F)) {
     g.m0 = Halves16(group + 64);
     g.m1 = Halves16(group + 96);
   } else {
-    g.m0 = _mm512_mul_ps(g.s0, _mm512_set1_ps(-8.0f));
-    g.m1 = _mm512_mul_ps(g.s1, _mm512_set1_ps(-8.0f));
+    const __m512 offset = _mm512_set1_ps(-static_cast<float>(QuantGroupQuantOffset(F)));
+    g.m0 = _mm512_mul_ps(g.s0, offset);
+    g.m1 = _mm512_mul_ps(g.s1, offset);
   }
   return g;
 }
@@ -1070,10 +1093,28 @@ XRT_TARGET_AVX512 inline void QuadNibbles16(const uint8_t* q, int kk, __m512i* l
   *hi = _mm512_srli_epi32(x, 4);
 }
 
-// k-row `kk` (0..31) of a group whose quants start at `q`.
+// q5_0, q5_1, q5_k: QuadNibbles16's *lo, *hi of k-row kk with bit 4 added
+// from the 16 bytes per quad at `high` (K5HighByte / K5HighBit). Dword m of
+// lane l (column 4l + m, + 16 for *hi) takes the same byte as its nibble;
+// lane l = 2h + L (half h's lane L) holds its bit at 4L + 2h + n, n = 1 for
+// *hi: shifted down by 4L + 2h per lane.
+XRT_TARGET_AVX512 inline void AddFifthBits16(const uint8_t* high, int kk, __m512i* lo,
+                                             __m512i* hi) {
+  const __m512i bytes = _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(high + 16 * (kk / 4))));
+  const __m512i bits =
+      _mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, QuadRowSpread(kk)),
+                        _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6));
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  *lo = _mm512_add_epi32(*lo, _mm512_and_si512(_mm512_slli_epi32(bits, 4), sixteen));
+  *hi = _mm512_add_epi32(*hi, _mm512_and_si512(_mm512_slli_epi32(bits, 3), sixteen));
+}
+
+// k-row `kk` (0..31) of the q-format group at `group`.
 template <WeightFormat F>
-XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* q, int kk, const GroupScales& g,
+XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* group, int kk, const GroupScales& g,
                                              __m512* w0, __m512* w1) {
+  const uint8_t* q = group + QuantGroupQuantsOffset(F);
   if constexpr (F == WeightFormat::kQ8_0) {
     const uint8_t* row = q + kk * kPackNR;
     const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
@@ -1084,6 +1125,7 @@ XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* q, int kk, const Gro
   } else {
     __m512i lo, hi;
     QuadNibbles16(q, kk, &lo, &hi);
+    if constexpr (HasFifthBits(F)) AddFifthBits16(group + FifthBitsOffset(F), kk, &lo, &hi);
     *w0 = _mm512_fmadd_ps(g.s0, _mm512_cvtepi32_ps(lo), g.m0);
     *w1 = _mm512_fmadd_ps(g.s1, _mm512_cvtepi32_ps(hi), g.m1);
   }
@@ -1169,22 +1211,14 @@ XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFacto
                                          __m512* w1) {
   __m512i q0, q1;
   QuadNibbles16(sb + KLowQuantsOffset(F), kk, &q0, &q1);
-  const __m512i spread = QuadRowSpread(kk);
-  // The high bits of dword m of lane l (column 4l + m, + 16 for q1) from the
-  // same bytes of the quad's high bits (K5HighByte / K6HighByte), spread as
-  // the nibbles; lane l = 2h + L holds half h's lane L.
-  if constexpr (F == WeightFormat::kQ5_K) {
-    // Bit 4L + 2h + n: shifted down by 4L + 2h per lane, n = 0 for q0.
-    const __m512i bytes = _mm512_broadcast_i32x4(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kK5HighOffset + 16 * (kk / 4))));
-    const __m512i bits =
-        _mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, spread),
-                          _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6));
-    const __m512i sixteen = _mm512_set1_epi32(16);
-    q0 = _mm512_add_epi32(q0, _mm512_and_si512(_mm512_slli_epi32(bits, 4), sixteen));
-    q1 = _mm512_add_epi32(q1, _mm512_and_si512(_mm512_slli_epi32(bits, 3), sixteen));
+  if constexpr (HasFifthBits(F)) {
+    AddFifthBits16(sb + FifthBitsOffset(F), kk, &q0, &q1);
   } else if constexpr (F == WeightFormat::kQ6_K) {
-    // Field 2h + n at bits 2 (2h + n): shifted down by 4h per half.
+    // The high bits of dword m of lane l (column 4l + m, + 16 for q1) from
+    // the same bytes of the quad's high bits (K6HighByte), spread as the
+    // nibbles; lane l = 2h + L holds half h's lane L. Field 2h + n at bits
+    // 2 (2h + n): shifted down by 4h per half.
+    const __m512i spread = QuadRowSpread(kk);
     const __m512i bytes = _mm512_broadcast_i64x4(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kK6HighOffset + 32 * (kk / 4))));
     const __m512i fields =
@@ -1225,10 +1259,9 @@ XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64
     for (int64_t r = 0; r < rows; r += kQuantGroup) {  // k0 and rows: whole groups or the end
       const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
       const GroupScales g = LoadGroupScales<F>(group);
-      const uint8_t* q = group + QuantGroupQuantsOffset(F);
       const int n = static_cast<int>(std::min<int64_t>(kQuantGroup, rows - r));
       for (int kk = 0; kk < n; ++kk) {
-        DecodeQuantRow<F>(q, kk, g, &w0, &w1);
+        DecodeQuantRow<F>(group, kk, g, &w0, &w1);
         _mm512_store_ps(out + (r + kk) * kPackNR, w0);
         _mm512_store_ps(out + (r + kk) * kPackNR + 16, w1);
       }
@@ -1260,10 +1293,9 @@ XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, 
     for (int64_t r = 0; r < rows; r += kQuantGroup) {
       const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
       const GroupScales g = LoadGroupScales<F>(group);
-      const uint8_t* q = group + QuantGroupQuantsOffset(F);
       for (int kk = 0; kk < kQuantGroup; kk += 2) {
-        DecodeQuantRow<F>(q, kk, g, &e0, &e1);
-        DecodeQuantRow<F>(q, kk + 1, g, &o0, &o1);
+        DecodeQuantRow<F>(group, kk, g, &e0, &e1);
+        DecodeQuantRow<F>(group, kk + 1, g, &o0, &o1);
         _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR, Bf16PairsFor<kOddLow>(e0, o0));
         _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR + 16, Bf16PairsFor<kOddLow>(e1, o1));
       }
@@ -1304,6 +1336,10 @@ DecodePairsFn DecodePairsFor(WeightFormat f) {
       return &DecodePairsAvx512<WeightFormat::kQ4_0, kOddLow>;
     case WeightFormat::kQ4_1:
       return &DecodePairsAvx512<WeightFormat::kQ4_1, kOddLow>;
+    case WeightFormat::kQ5_0:
+      return &DecodePairsAvx512<WeightFormat::kQ5_0, kOddLow>;
+    case WeightFormat::kQ5_1:
+      return &DecodePairsAvx512<WeightFormat::kQ5_1, kOddLow>;
     case WeightFormat::kQ4_K:
       return &DecodePairsAvx512<WeightFormat::kQ4_K, kOddLow>;
     case WeightFormat::kQ5_K:
@@ -1375,21 +1411,20 @@ __attribute__((always_inline)) XRT_TARGET_AVX512 inline void StartSubBlock(const
   }
 }
 
-// q8_0 / q4_0 / q4_1: the P panels' group `grp`, its scales (*sc) and quants
-// (*q), its lines prefetched ahead.
+// The q formats: the P panels' group `grp` (*group) and its scales (*sc), its
+// lines prefetched ahead.
 template <WeightFormat F, int P>
 __attribute__((always_inline)) XRT_TARGET_AVX512 inline void StartGroup(const GemvArgs& g,
                                                                         int64_t grp,
                                                                         GroupScales* sc,
-                                                                        const uint8_t** q) {
+                                                                        const uint8_t** group) {
   constexpr int64_t kGroupBytes = QuantGroupBytes(F);
 #pragma GCC unroll 2
   for (int p = 0; p < P; ++p) {
-    const uint8_t* group = g.panel + p * g.panel_bytes + grp * kGroupBytes;
-    const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
+    group[p] = g.panel + p * g.panel_bytes + grp * kGroupBytes;
+    const char* pf = reinterpret_cast<const char*>(group[p]) + kGemvPrefetchBytes;
     for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
-    sc[p] = LoadGroupScales<F>(group);
-    q[p] = group + QuantGroupQuantsOffset(F);
+    sc[p] = LoadGroupScales<F>(group[p]);
   }
 }
 
@@ -1469,15 +1504,15 @@ XRT_TARGET_AVX512 void GemvAvx512(const GemvArgs& g) {
   } else {
     for (int64_t grp = 0; grp < g.k / kQuantGroup; ++grp) {
       GroupScales sc[P];
-      const uint8_t* q[P];
-      StartGroup<F, P>(g, grp, sc, q);
+      const uint8_t* group[P];
+      StartGroup<F, P>(g, grp, sc, group);
       const float* a = g.a + grp * kQuantGroup;
 #pragma GCC unroll 2
       for (int kk = 0; kk < kQuantGroup; ++kk) {
         const int row = Bf16 ? kk ^ 1 : kk;
 #pragma GCC unroll 2
         for (int p = 0; p < P; ++p) {
-          DecodeQuantRow<F>(q[p], row, sc[p], &w0[p], &w1[p]);
+          DecodeQuantRow<F>(group[p], row, sc[p], &w0[p], &w1[p]);
           if constexpr (Bf16) {
             w0[p] = RoundToBf16Avx512(w0[p]);
             w1[p] = RoundToBf16Avx512(w1[p]);
@@ -1581,15 +1616,15 @@ XRT_TARGET_AVX512_BF16 void GemvAvx512Bf16(const GemvArgs& g) {
   } else {
     for (int64_t grp = 0; grp < g.k / kQuantGroup; ++grp) {
       GroupScales sc[P];
-      const uint8_t* q[P];
-      StartGroup<F, P>(g, grp, sc, q);
+      const uint8_t* group[P];
+      StartGroup<F, P>(g, grp, sc, group);
       const uint32_t* ag = a + grp * kQuantGroup / 2 * R;
       for (int kk = 0; kk < kQuantGroup; kk += 2) {
 #pragma GCC unroll 2
         for (int p = 0; p < P; ++p) {
           __m512 e0, e1, o0, o1;
-          DecodeQuantRow<F>(q[p], kk, sc[p], &e0, &e1);
-          DecodeQuantRow<F>(q[p], kk + 1, sc[p], &o0, &o1);
+          DecodeQuantRow<F>(group[p], kk, sc[p], &e0, &e1);
+          DecodeQuantRow<F>(group[p], kk + 1, sc[p], &o0, &o1);
           AddPairRow<R>(ag + kk / 2 * R, Bf16Pairs(e0, o0), Bf16Pairs(e1, o1), acc[p]);
         }
       }
@@ -1664,6 +1699,10 @@ GemvFn GemvBf16Kernel(WeightFormat f, int rows, int panels) {
       return GemvBf16For<WeightFormat::kQ4_0>(rows, panels);
     case WeightFormat::kQ4_1:
       return GemvBf16For<WeightFormat::kQ4_1>(rows, panels);
+    case WeightFormat::kQ5_0:
+      return GemvBf16For<WeightFormat::kQ5_0>(rows, panels);
+    case WeightFormat::kQ5_1:
+      return GemvBf16For<WeightFormat::kQ5_1>(rows, panels);
     case WeightFormat::kQ4_K:
       return GemvBf16For<WeightFormat::kQ4_K>(rows, panels);
     case WeightFormat::kQ5_K:
@@ -1692,6 +1731,10 @@ GemvFn GemvKernel(WeightFormat f, int rows, int panels, ComputeType c) {
       return GemvFor<WeightFormat::kQ4_0>(rows, panels, c);
     case WeightFormat::kQ4_1:
       return GemvFor<WeightFormat::kQ4_1>(rows, panels, c);
+    case WeightFormat::kQ5_0:
+      return GemvFor<WeightFormat::kQ5_0>(rows, panels, c);
+    case WeightFormat::kQ5_1:
+      return GemvFor<WeightFormat::kQ5_1>(rows, panels, c);
     case WeightFormat::kQ4_K:
       return GemvFor<WeightFormat::kQ4_K>(rows, panels, c);
     case WeightFormat::kQ5_K:
@@ -1831,13 +1874,12 @@ XRT_TARGET_AVX2 void GemvAvx2(const GemvArgs& g) {
     constexpr int64_t kGroupBytes = QuantGroupBytes(F);
     for (int64_t grp = 0; grp < g.k / kQuantGroup; ++grp) {
       __m256 scale[P][4], min[P][4];
-      const uint8_t* q[P];
+      const uint8_t* group[P];
       for (int p = 0; p < P; ++p) {
-        const uint8_t* group = g.panel + p * g.panel_bytes + grp * kGroupBytes;
-        const char* pf = reinterpret_cast<const char*>(group) + kGemvPrefetchBytes;
+        group[p] = g.panel + p * g.panel_bytes + grp * kGroupBytes;
+        const char* pf = reinterpret_cast<const char*>(group[p]) + kGemvPrefetchBytes;
         for (int64_t line = 0; line < kGroupBytes; line += 64) _mm_prefetch(pf + line, _MM_HINT_T1);
-        LoadGroupScalesAvx2<F>(group, scale[p], min[p]);
-        q[p] = group + QuantGroupQuantsOffset(F);
+        LoadGroupScalesAvx2<F>(group[p], scale[p], min[p]);
       }
       const float* a = g.a + grp * kQuantGroup;
       // By quads of k-rows, k-row t of a quad unrolled (q4: the quads'
@@ -1846,7 +1888,7 @@ XRT_TARGET_AVX2 void GemvAvx2(const GemvArgs& g) {
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
           for (int p = 0; p < P; ++p) {
-            DecodeQuantRowAvx2<F>(q[p], kq + t, scale[p], min[p], w[p]);
+            DecodeQuantRowAvx2<F>(group[p], kq + t, scale[p], min[p], w[p]);
             FmaRowAvx2(w[p], a[kq + t], acc[p]);
           }
         }
@@ -1891,6 +1933,12 @@ void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
       break;
     case WeightFormat::kQ4_1:
       GemvAvx2Kernels<WeightFormat::kQ4_1>(kernel_for_count);
+      break;
+    case WeightFormat::kQ5_0:
+      GemvAvx2Kernels<WeightFormat::kQ5_0>(kernel_for_count);
+      break;
+    case WeightFormat::kQ5_1:
+      GemvAvx2Kernels<WeightFormat::kQ5_1>(kernel_for_count);
       break;
     case WeightFormat::kQ4_K:
       GemvAvx2Kernels<WeightFormat::kQ4_K>(kernel_for_count);
@@ -2051,6 +2099,10 @@ DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
       return DequantForFormat<WeightFormat::kQ4_0>(isa);
     case WeightFormat::kQ4_1:
       return DequantForFormat<WeightFormat::kQ4_1>(isa);
+    case WeightFormat::kQ5_0:
+      return DequantForFormat<WeightFormat::kQ5_0>(isa);
+    case WeightFormat::kQ5_1:
+      return DequantForFormat<WeightFormat::kQ5_1>(isa);
     case WeightFormat::kQ4_K:
       return DequantForFormat<WeightFormat::kQ4_K>(isa);
     case WeightFormat::kQ5_K:

@@ -82,8 +82,9 @@ void SubBlockSumPairs(const int32_t* sum16, int64_t k, int32_t* pairs) {
   }
 }
 
-// q4_1: each 32-value block's activation scale times its quant sum, d * s
-// (one f32 rounding; s is exact in f32), the factor of the block's m_w term.
+// q4_1, q5_1 (HasGroupMin): each 32-value block's activation scale times its
+// quant sum, d * s (one f32 rounding; s is exact in f32), the factor of the
+// block's m_w term.
 void ScaledBlockSums(const float* d, const int32_t* sum16, int64_t k, float* ds) {
   for (int64_t b = 0; b < k / kQuantGroup; ++b) {
     ds[b] = d[b] * static_cast<float>(sum16[2 * b] + sum16[2 * b + 1]);
@@ -108,10 +109,10 @@ float HalfAt(const uint8_t* p) {
 }
 
 // The integer quant of column j at k-row kk of a q-format group starting at
-// `grp` (q8_0 signed; q4_0 / q4_1 unsigned, before any offset).
+// `grp` (q8_0 signed; q4_0 / q4_1 / q5_0 / q5_1 unsigned, before any offset).
 int GroupQuantAt(WeightFormat f, const uint8_t* grp, int kk, int j) {
   if (f == WeightFormat::kQ8_0) return static_cast<int8_t>(grp[64 + kk * kPackNR + j]);
-  return QuadNibbleAt(grp + QuantGroupQuantsOffset(f), kk, j);
+  return GroupNibbleQuantAt(f, grp, kk, j);
 }
 
 // One output's sum over K (step 2) for column j of `panel`, row (q, d).
@@ -156,13 +157,13 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
     const int8_t* qa = q + b * kQuantGroup;
     int32_t dot = 0, sum = 0;
     for (int kk = 0; kk < kQuantGroup; ++kk) {
-      const int qw = GroupQuantAt(f, grp, kk, j) - (f == WeightFormat::kQ4_0 ? 8 : 0);
+      const int qw = GroupQuantAt(f, grp, kk, j) - QuantGroupQuantOffset(f);
       dot += qw * qa[kk];
       sum += qa[kk];
     }
     const float dw = HalfAt(grp + 2 * j);
     acc = std::fma(dw * d[b], static_cast<float>(dot), acc);
-    if (f == WeightFormat::kQ4_1) {
+    if (HasGroupMin(f)) {
       const float mw = HalfAt(grp + 64 + 2 * j);
       acc = std::fma(mw, d[b] * static_cast<float>(sum), acc);
     }
@@ -182,7 +183,7 @@ struct Int8Problem {
   const float* d;                // [m][k / block]
   const int32_t* sum16;          // [m][k / 16]
   const int32_t* sub_sum_pairs;  // [m][k / 64] (q4_k, q5_k): SubBlockSumPairs
-  const float* ds;               // [m][k / 32] (q4_1): ScaledBlockSums
+  const float* ds;               // [m][k / 32] (q4_1, q5_1): ScaledBlockSums
   int64_t blocks;                // k / block
   int64_t panel_bytes;
   // The panel being run, decoded by this thread (DecodeFnFor), or null.
@@ -218,7 +219,7 @@ struct QuantRows {
   const int8_t* q[R];
   const float* d[R];
   const int32_t* sum16[R];
-  const float* ds[R];               // q4_1
+  const float* ds[R];               // q4_1, q5_1
   const int32_t* sub_sum_pairs[R];  // q4_k, q5_k: SubBlockSumPairs
 };
 
@@ -337,12 +338,12 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
   *lo = _mm512_and_si512(x, low4);
   *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
   // Lane l of the quad is lane L = l % 2 of its half h = l / 2; the high
-  // bits of its bytes are at the same bytes of the quad's 16 (q5_k, bit
-  // 4L + 2h + n for nibble n) or of its 32 bytes' half L (q6_k, the field at
-  // bits 4h + 2n) (K5HighBit, K6HighShift).
-  if constexpr (F == WeightFormat::kQ5_K) {
+  // bits of its bytes are at the same bytes of the quad's 16 (q5_0, q5_1,
+  // q5_k: bit 4L + 2h + n for nibble n) or of its 32 bytes' half L (q6_k,
+  // the field at bits 4h + 2n) (K5HighBit, K6HighShift).
+  if constexpr (HasFifthBits(F)) {
     const __m512i bits = _mm512_broadcast_i32x4(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kK5HighOffset + kq * 16)));
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + FifthBitsOffset(F) + kq * 16)));
     const __m512i pick_lo =
         _mm512_setr_epi32(0x01010101, 0x01010101, 0x01010101, 0x01010101, 0x10101010, 0x10101010,
                           0x10101010, 0x10101010, 0x04040404, 0x04040404, 0x04040404, 0x04040404,
@@ -377,13 +378,13 @@ XRT_TARGET_AVX512 inline __m512i PairProducts(__m512i w, __m512i a) {
 // is at most 2 * wmax * 127, and the sum must stay within 32767.
 template <WeightFormat F>
 constexpr int PairSumsPerInt16() {
-  constexpr int wmax = F == WeightFormat::kQ8_0   ? 128
-                       : F == WeightFormat::kQ6_K ? 63
-                       : F == WeightFormat::kQ5_K ? 31
-                                                  : 15;
+  constexpr int wmax = F == WeightFormat::kQ8_0 ? 128 : MaxQuant(F);
   return 32767 / (2 * wmax * 127);
 }
 static_assert(PairSumsPerInt16<WeightFormat::kQ4_0>() == 8);
+static_assert(PairSumsPerInt16<WeightFormat::kQ4_1>() == 8);
+static_assert(PairSumsPerInt16<WeightFormat::kQ5_0>() == 4);
+static_assert(PairSumsPerInt16<WeightFormat::kQ5_1>() == 4);
 static_assert(PairSumsPerInt16<WeightFormat::kQ5_K>() == 4);
 static_assert(PairSumsPerInt16<WeightFormat::kQ6_K>() == 2);
 static_assert(PairSumsPerInt16<WeightFormat::kQ8_0>() == 1);
@@ -528,12 +529,12 @@ XRT_TARGET_AVX512 inline void AddGroup(const uint8_t* grp, const QuantRows<R>& r
       const float da = rows.d[i][b];
       const int32_t qsum = rows.sum16[i][2 * b] + rows.sum16[i][2 * b + 1];
       __m512i isum = dot[i][h];
-      if constexpr (F == WeightFormat::kQ4_0) {
-        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qsum));
+      if constexpr (QuantGroupQuantOffset(F) != 0) {  // q4_0, q5_0
+        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(QuantGroupQuantOffset(F) * qsum));
       }
       acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da)), _mm512_cvtepi32_ps(isum),
                                   acc[i][h]);
-      if constexpr (F == WeightFormat::kQ4_1) {
+      if constexpr (HasGroupMin(F)) {
         const __m512 mw = packed_simd::Halves16(grp + 64 + 32 * h);
         acc[i][h] = _mm512_fmadd_ps(mw, _mm512_set1_ps(rows.ds[i][b]), acc[i][h]);
       }
@@ -712,8 +713,9 @@ XRT_TARGET_AVX512 inline void SubtractQ8Offset(const QuantRows<R>& rows, int64_t
 // q8_0's signed ones offset by 128 as AddQuadDots wants them. It takes the
 // decoding out of every row group's loop: for q8_0 two cross-lane permutes,
 // two byte shuffles and two vpxord per quad (M = 128, 2048 x 2048, 2 threads:
-// 1.16-1.23 -> 1.36-1.41 TOP/s), for q5_k and q6_k the 4-8 operations that
-// merge the high bits; AMX's tiles (PanelRowsAmx) read whole bytes.
+// 1.16-1.23 -> 1.36-1.41 TOP/s), for q5_0, q5_1, q5_k and q6_k the 4-8
+// operations that merge the high bits; AMX's tiles (PanelRowsAmx) read whole
+// bytes.
 template <WeightFormat F>
 XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int64_t k,
                                                       uint8_t* dst) {
@@ -739,7 +741,8 @@ XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int6
 // a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude)
 // are then multiplied by its scale (vpmulld). The integer sums are the same
 // exact values, so the results are PanelRowsAvx512's bits. kDecoded (q8_0,
-// q5_k, q6_k): the quads come from the thread's decoded panel (p.decoded).
+// q5_0, q5_1, q5_k, q6_k): the quads come from the thread's decoded panel
+// (p.decoded).
 template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const uint8_t* panel,
                                                   int64_t col0, int64_t i0) {
@@ -836,7 +839,7 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
                                                 int64_t col0, int64_t i0) {
-  if constexpr (F == WeightFormat::kQ8_0 || F == WeightFormat::kQ5_K || F == WeightFormat::kQ6_K) {
+  if constexpr (F == WeightFormat::kQ8_0 || HasFifthBits(F) || F == WeightFormat::kQ6_K) {
     if (p.decoded) {
       PanelRowsAvx512VnniOn<F, R, true>(p, panel, col0, i0);
       return;
@@ -915,9 +918,10 @@ XRT_TARGET_AVX2 inline __m256i BytePairs(const uint8_t* p) {
 // Registers by construction (AVX2 has 16): a pass holds the R x V int16
 // sums, V weight vectors, one broadcast and a constant or two, V = 4 for one
 // row (one pass) and 2 for more (a pass per half): at most 13 for q4_0 /
-// q4_1, 14 for q5_k / q6_k (their high bits). The f32 accumulators (and the
-// K-quants' int32 sums and scale pairs) stay in memory: a load and a store
-// per vector and block, on the load / store ports, not the vector ALUs.
+// q4_1, 14 for q5_0 / q5_1 / q5_k / q6_k (their high bits). The f32
+// accumulators (and the K-quants' and q5 groups' int32 sums and scale pairs)
+// stay in memory: a load and a store per vector and block, on the load /
+// store ports, not the vector ALUs.
 
 // Passes over a quad's halves for R rows, and vectors per pass.
 template <int R>
@@ -933,19 +937,22 @@ constexpr int QuadVectorBlock(int h, int j) {
 
 // The weights of quad kq as unsigned bytes, the vectors of pass h (of every
 // half with one pass): w[2e + n] is half (one pass ? e : h), nibble n, plus
-// a K-quant's high bits from `sb`. Nibbles at `nibbles`.
+// the high bits of q5_0 / q5_1 / a K-quant from `sb` (the group or
+// super-block). Nibbles at `nibbles`.
 template <WeightFormat F, int kV>
 XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* nibbles, const uint8_t* sb, int kq,
                                             int h, __m256i (&w)[kV]) {
   const __m256i low4 = _mm256_set1_epi8(15);
-  // q5_k: the quad's 16 bytes in both lanes, lane 0 shifted up by 4, so that
-  // vector (half, n) takes bit 4 + 2 half + n (K5HighBit); q6_k: the quad's
-  // 32 bytes, vector (half, n) takes the field at bits 2 (2 half + n).
+  // q5_0 / q5_1 / q5_k: the quad's 16 bytes in both lanes, lane 0 shifted
+  // up by 4, so that vector (half, n) takes bit 4 + 2 half + n (K5HighBit);
+  // q6_k: the quad's 32 bytes, vector (half, n) takes the field at bits
+  // 2 (2 half + n).
   __m256i high = _mm256_setzero_si256();
-  if constexpr (F == WeightFormat::kQ5_K) {
-    high = _mm256_sllv_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                 reinterpret_cast<const __m128i*>(sb + kK5HighOffset + kq * 16))),
-                             _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0));
+  if constexpr (HasFifthBits(F)) {
+    high = _mm256_sllv_epi32(
+        _mm256_broadcastsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + FifthBitsOffset(F) + kq * 16))),
+        _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0));
   } else if constexpr (F == WeightFormat::kQ6_K) {
     high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kK6HighOffset + kq * 32));
   }
@@ -959,7 +966,7 @@ XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* nibbles, const uint8_
 #pragma GCC unroll 2
     for (int n = 0; n < 2; ++n) {
       const int f = 2 * half + n;
-      if constexpr (F == WeightFormat::kQ5_K) {
+      if constexpr (HasFifthBits(F)) {
         w[2 * e + n] = _mm256_or_si256(
             w[2 * e + n], _mm256_and_si256(_mm256_srli_epi16(high, f), _mm256_set1_epi8(16)));
       } else if constexpr (F == WeightFormat::kQ6_K) {
@@ -1198,6 +1205,10 @@ auto WithInt8Format(WeightFormat f, Fn&& fn) {
       return fn(std::integral_constant<F, F::kQ4_0>{});
     case F::kQ4_1:
       return fn(std::integral_constant<F, F::kQ4_1>{});
+    case F::kQ5_0:
+      return fn(std::integral_constant<F, F::kQ5_0>{});
+    case F::kQ5_1:
+      return fn(std::integral_constant<F, F::kQ5_1>{});
     case F::kQ4_K:
       return fn(std::integral_constant<F, F::kQ4_K>{});
     case F::kQ5_K:
@@ -1230,12 +1241,16 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // 5 win 10-20%, 32 win 28-46%); q5_k from 6 (5 even, 6 win 2-10%, 32 win
 // 12-25%); q4_k and the q4 groups never (q4_k: 8 groups lose 7-12%, 32 even;
 // their nibbles are stored as quads and take 3 operations per quad).
+// q5_0 / q5_1 merge q5_k's high bits per quad and take its thresholds (not
+// measured).
 int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
   if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
     switch (f) {
       case WeightFormat::kQ8_0:
       case WeightFormat::kQ6_K:
         return 5;
+      case WeightFormat::kQ5_0:
+      case WeightFormat::kQ5_1:
       case WeightFormat::kQ5_K:
         return 6;
       default:
@@ -1243,7 +1258,7 @@ int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
     }
   }
   if (isa != CpuIsa::kAvx2) return std::numeric_limits<int64_t>::max();
-  return f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K ? 2 : 16;
+  return HasFifthBits(f) || f == WeightFormat::kQ6_K ? 2 : 16;
 }
 
 // DecodeQuadPanelAvx512Vnni of a format with integer quants: the decoder of
@@ -1272,13 +1287,11 @@ DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
 // per group b of K: TDPBSUD sums the rows' signed activation quants (one tile
 // of 16 rows x 32 bytes, straight from the quantized rows) against the
 // panel's unsigned quads (the thread's decoded panel: q8_0 offset by 128 as
-// for vpdpbusd, the q4 nibbles as bytes) into two 16 x 16 tiles of exact
+// for vpdpbusd, the q4 / q5 quants as bytes) into two 16 x 16 tiles of exact
 // int32 sums; AddGroup then scales them into the f32 sums as every path
 // does, so the results are the same bits.
 
-bool AmxInt8Applies(WeightFormat f) {
-  return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
-}
+bool AmxInt8Applies(WeightFormat f) { return IsQuantizedFormat(f); }
 
 // Tiles 0, 1: the int32 sums of columns 0-15, 16-31; 4: the rows' quants of
 // a group; 6, 7: the group's 8 quads of columns 0-15, 16-31.
@@ -1365,14 +1378,14 @@ XRT_TARGET_AMX void PanelRowsAmx(const Int8Problem& p, const uint8_t* panel, int
 
 // The panel kernel of an AmxInt8Applies format.
 PanelFn AmxInt8PanelFn(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kQ8_0:
-      return &PanelRowsAmx<WeightFormat::kQ8_0>;
-    case WeightFormat::kQ4_0:
-      return &PanelRowsAmx<WeightFormat::kQ4_0>;
-    default:
-      return &PanelRowsAmx<WeightFormat::kQ4_1>;
-  }
+  assert(AmxInt8Applies(f));
+  return WithInt8Format(f, [](auto format) -> PanelFn {
+    if constexpr (IsQuantizedFormat(format())) {
+      return &PanelRowsAmx<format()>;
+    } else {
+      return nullptr;
+    }
+  });
 }
 #endif  // __x86_64__
 
@@ -1446,7 +1459,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const bool has_mins =
       args.w_format == WeightFormat::kQ4_K || args.w_format == WeightFormat::kQ5_K;
   rows.sub_sum_pairs.resize(has_mins ? m * (k / 64) : 0);
-  const bool has_ds = args.w_format == WeightFormat::kQ4_1;
+  const bool has_ds = HasGroupMin(args.w_format);
   rows.ds.resize(has_ds ? m * (k / kQuantGroup) : 0);
   // The pool's threads quantize rows into this thread's buffers (a lambda
   // naming `rows` would see each worker's own thread_local).

@@ -27,7 +27,19 @@ using testing::SupportedIsas;
 using testing::Bits;
 
 constexpr WeightFormat kFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-                                     WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+                                     WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ4_K,
+                                     WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+
+// The group formats whose values are fma(d, q, m): ggml's blocks hold m after d.
+bool HasMin(WeightFormat f) { return f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_1; }
+
+// The 5-bit group formats: ggml's blocks hold a uint32 qh (bit i: value i's
+// bit 4) before qs.
+bool HasQh(WeightFormat f) { return f == WeightFormat::kQ5_0 || f == WeightFormat::kQ5_1; }
+
+// Bytes of a 32-value group block before its quants qs (q8_0's int8, the
+// others' nibbles): d, m, qh.
+int64_t BytesBeforeQs(WeightFormat f) { return 2 + (HasMin(f) ? 2 : 0) + (HasQh(f) ? 4 : 0); }
 
 float Half(const uint8_t* p) {
   uint16_t h;
@@ -36,7 +48,7 @@ float Half(const uint8_t* p) {
 }
 
 // n rows of random ggml blocks of `format`: random quants (q8_0's include
-// -128), f16 scales (and q4_1 mins, K-quant dmins) in [-0.02, 0.02].
+// -128), f16 scales (and q4_1 / q5_1 mins, K-quant dmins) in [-0.02, 0.02].
 std::vector<uint8_t> RandomGgmlRows(WeightFormat format, int64_t n, int64_t k, uint32_t seed) {
   if (IsKQuantFormat(format)) return testing::RandomKQuantRows(format, n, k, seed);
   std::mt19937 rng(seed);
@@ -47,13 +59,13 @@ std::vector<uint8_t> RandomGgmlRows(WeightFormat format, int64_t n, int64_t k, u
   for (int64_t b = 0; b < n * row_bytes / block_bytes; ++b) {
     const uint16_t d = FloatToHalf(scale(rng)), m = FloatToHalf(scale(rng));
     std::memcpy(rows.data() + b * block_bytes, &d, 2);
-    if (format == WeightFormat::kQ4_1) std::memcpy(rows.data() + b * block_bytes + 2, &m, 2);
+    if (HasMin(format)) std::memcpy(rows.data() + b * block_bytes + 2, &m, 2);
   }
   return rows;
 }
 
 // One weight row decoded from ggml blocks into what the contract multiplies:
-// per k the integer quant (offsets applied: q4_0 - 8, q6_k - 32), per
+// per k the integer quant (offsets applied: q4_0 - 8, q5_0 - 16, q6_k - 32), per
 // sub-block (32 k; q6_k 16) the integer scale and min, per block (32 k or a
 // 256 super-block) the f32 scale and min / dmin.
 struct IntRow {
@@ -69,15 +81,19 @@ IntRow DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
     for (int64_t b = 0; b < k / 32; ++b) {
       const uint8_t* blk = row + b * bb;
       r.d.push_back(Half(blk));
-      r.m.push_back(f == WeightFormat::kQ4_1 ? Half(blk + 2) : 0.0f);
-      const uint8_t* qs = blk + (f == WeightFormat::kQ4_1 ? 4 : 2);
+      r.m.push_back(HasMin(f) ? Half(blk + 2) : 0.0f);
+      uint32_t qh = 0;
+      if (HasQh(f)) std::memcpy(&qh, blk + BytesBeforeQs(f) - 4, 4);
+      const uint8_t* qs = blk + BytesBeforeQs(f);
       for (int e = 0; e < 32; ++e) {
         int q;
         if (f == WeightFormat::kQ8_0) {
           q = static_cast<int8_t>(qs[e]);
         } else {
           q = e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
+          q |= static_cast<int>((qh >> e) & 1) << 4;
           if (f == WeightFormat::kQ4_0) q -= 8;
+          if (f == WeightFormat::kQ5_0) q -= 16;
         }
         r.q[b * 32 + e] = q;
       }
@@ -180,7 +196,7 @@ float ReferenceDot(WeightFormat f, const IntRow& w, const std::vector<int>& q,
         sum += q[b * 32 + e];
       }
       acc = std::fma(w.d[b] * d[b], static_cast<float>(dot), acc);
-      if (f == WeightFormat::kQ4_1) acc = std::fma(w.m[b], d[b] * static_cast<float>(sum), acc);
+      if (HasMin(f)) acc = std::fma(w.m[b], d[b] * static_cast<float>(sum), acc);
     }
     return acc;
   }
@@ -313,10 +329,11 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
         for (int64_t j = 0; j < n; ++j) bias[j] = 0.01f * static_cast<float>(j % 7) - 0.03f;
         // 67: 17 row blocks, where the AVX2 path decodes every nibble
         // format's panels once (DecodedPanelMinRowBlocks); 5 to 29: only
-        // q5_k's and q6_k's. On AVX512_VNNI, q8_0's are decoded at 29 and 67
-        // (5 and 12 groups of 6 rows), q5_k's and q6_k's at 29 and 67 (8 and
-        // 17 groups of 4), none at 13. On AMX, 29 and 67 run q8_0 / q4_0 /
-        // q4_1 in 16-row tiles, the last one short.
+        // the 5- and 6-bit formats'. On AVX512_VNNI, q8_0's are decoded at
+        // 29 and 67 (5 and 12 groups of 6 rows), q5_0's and q5_1's at 67 (12
+        // groups of 6), q5_k's and q6_k's at 29 and 67 (8 and 17 groups of
+        // 4), none at 13. On AMX, 29 and 67 run the group formats (q8_0,
+        // q4_0, q4_1, q5_0, q5_1) in 16-row tiles, the last one short.
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29, 67}) {
           const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
           for (Int8Path isa : Int8Paths()) {
@@ -337,18 +354,19 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
   }
 }
 
-// Every quant at an extreme (q8_0 all -128 or all 127, the nibble formats all
-// 0 or all 15) against activations all at +-127: the largest sums each
-// path's integer arithmetic must carry exactly (vpmaddubsw's int16 pairs,
-// vpdpbusd with q8_0's activations offset by 128), on row groups of every
-// height the paths use.
+// Every quant at an extreme (q8_0 all -128 or all 127, the q4 formats all 0
+// or all 15, the q5 ones all 0 or all 31) against activations all at +-127:
+// the largest sums each path's integer arithmetic must carry exactly
+// (vpmaddubsw's int16 pairs, vpdpbusd with q8_0's activations offset by
+// 128), on row groups of every height the paths use.
 TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
   ThreadPool pool(2);
-  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1}) {
+  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
+                         WeightFormat::kQ5_0, WeightFormat::kQ5_1}) {
     const int64_t n = 40, k = 4 * kQuantGroup;
     std::vector<uint8_t> ggml = RandomGgmlRows(f, n, k, 3);
     const int64_t row_bytes = GgmlRowBytes(f, k), block_bytes = row_bytes / (k / kQuantGroup);
-    const int64_t quants = f == WeightFormat::kQ4_1 ? 4 : 2;  // bytes before the quants
+    const int64_t quants = HasMin(f) ? 4 : 2;  // bytes before the quants (q5: qh, then qs)
     for (int64_t b = 0; b < n * (k / kQuantGroup); ++b) {
       // Alternate blocks: the lowest quants, then the highest.
       const uint8_t low = f == WeightFormat::kQ8_0 ? 0x80 : 0x00;

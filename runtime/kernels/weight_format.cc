@@ -113,6 +113,10 @@ const char* WeightFormatName(WeightFormat f) {
       return "q4_0";
     case WeightFormat::kQ4_1:
       return "q4_1";
+    case WeightFormat::kQ5_0:
+      return "q5_0";
+    case WeightFormat::kQ5_1:
+      return "q5_1";
     case WeightFormat::kQ4_K:
       return "q4_k";
     case WeightFormat::kQ5_K:
@@ -130,8 +134,9 @@ const char* WeightFormatName(WeightFormat f) {
 bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
   for (WeightFormat f :
        {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8_0,
-        WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ4_K, WeightFormat::kQ5_K,
-        WeightFormat::kQ6_K, WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx}) {
+        WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ5_1,
+        WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
+        WeightFormat::kBF16PairsAmx}) {
     if (name == WeightFormatName(f)) {
       *out = f;
       return true;
@@ -184,6 +189,16 @@ int WeightFormatBlockSize(WeightFormat f) {
 static_assert(QuantGroupBytes(WeightFormat::kQ8_0) == 64 + kQuantGroup * kPackNR);
 static_assert(QuantGroupBytes(WeightFormat::kQ4_0) == 64 + kQuantGroup * kPackNR / 2);
 static_assert(QuantGroupBytes(WeightFormat::kQ4_1) == 128 + kQuantGroup * kPackNR / 2);
+static_assert(QuantGroupBytes(WeightFormat::kQ5_0) == FifthBitsOffset(WeightFormat::kQ5_0) +
+                                                          kQuantGroup / 4 * 16 +
+                                                          kQuantGroup * kPackNR / 2);
+static_assert(QuantGroupBytes(WeightFormat::kQ5_1) == FifthBitsOffset(WeightFormat::kQ5_1) +
+                                                          kQuantGroup / 4 * 16 +
+                                                          kQuantGroup * kPackNR / 2);
+static_assert(QuantGroupQuantsOffset(WeightFormat::kQ5_0) ==
+              FifthBitsOffset(WeightFormat::kQ5_0) + kQuantGroup / 4 * 16);
+static_assert(QuantGroupQuantsOffset(WeightFormat::kQ5_1) ==
+              FifthBitsOffset(WeightFormat::kQ5_1) + kQuantGroup / 4 * 16);
 
 int64_t PackedPanelBytes(WeightFormat f, int64_t K) {
   assert(K % WeightFormatBlockSize(f) == 0);
@@ -224,6 +239,10 @@ int64_t GgmlRowBytes(WeightFormat f, int64_t K) {
       return K / kQuantGroup * (2 + 16);
     case WeightFormat::kQ4_1:
       return K / kQuantGroup * (4 + 16);
+    case WeightFormat::kQ5_0:
+      return K / kQuantGroup * (2 + 4 + 16);
+    case WeightFormat::kQ5_1:
+      return K / kQuantGroup * (4 + 4 + 16);
     case WeightFormat::kQ4_K:
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
@@ -242,7 +261,7 @@ uint16_t LoadU16(const uint8_t* p) {
 }
 
 // ggml's reference quantizers of one block of 32 values into its block
-// encoding (quantize_row_{q8_0,q4_0,q4_1}_ref), written from their
+// encoding (quantize_row_{q8_0,q4_0,q4_1,q5_0,q5_1}_ref), written from their
 // definition: the scale is computed in f32 and its reciprocal multiplies the
 // values; only the stored scale (and min) are rounded to f16.
 void QuantizeBlockQ8_0(const float* x, uint8_t* block) {
@@ -257,46 +276,71 @@ void QuantizeBlockQ8_0(const float* x, uint8_t* block) {
   }
 }
 
-void QuantizeBlockQ4_0(const float* x, uint8_t* block) {
-  float amax = 0.0f, max = 0.0f;  // the first value of the largest magnitude
+// q4_0 / q5_0 (quantize_row_q{4,5}_0_ref): d = max / -offset where max is
+// the first value of the largest magnitude, q = min(2 offset - 1, trunc(x *
+// id + offset + 0.5)); stores d (f16 bits at `block`) and the 32 quants.
+void QuantizeOffsetGroup(const float* x, int offset, uint8_t* block, int* q) {
+  float amax = 0.0f, max = 0.0f;
   for (int j = 0; j < kQuantGroup; ++j) {
     if (amax < std::fabs(x[j])) {
       amax = std::fabs(x[j]);
       max = x[j];
     }
   }
-  const float d = max / -8.0f;
+  const float d = max / static_cast<float>(-offset);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   StoreU16(block, FloatToHalf(d));
-  auto quant = [&](float v) {
-    const float scaled = v * id;
-    const float shifted = scaled + 8.5f;
-    return std::min(15, static_cast<int>(std::trunc(shifted)));
-  };
-  for (int j = 0; j < kQuantGroup / 2; ++j) {
-    block[2 + j] = static_cast<uint8_t>(quant(x[j]) | (quant(x[j + 16]) << 4));
+  const float bias = static_cast<float>(offset) + 0.5f;  // 8.5, 16.5: exact
+  for (int j = 0; j < kQuantGroup; ++j) {
+    const float scaled = x[j] * id;
+    const float shifted = scaled + bias;
+    q[j] = std::min(2 * offset - 1, static_cast<int>(std::trunc(shifted)));
   }
 }
 
-void QuantizeBlockQ4_1(const float* x, uint8_t* block) {
+// q4_1 / q5_1 (quantize_row_q{4,5}_1_ref): d = (max - min) / levels, m =
+// min, q = min(levels, trunc((x - min) * id + 0.5)); stores d and m (f16
+// bits at `block`) and the 32 quants.
+void QuantizeMinGroup(const float* x, int levels, uint8_t* block, int* q) {
   float min = FLT_MAX, max = -FLT_MAX;
   for (int j = 0; j < kQuantGroup; ++j) {
     if (x[j] < min) min = x[j];
     if (x[j] > max) max = x[j];
   }
-  const float d = (max - min) / 15.0f;
+  const float d = (max - min) / static_cast<float>(levels);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   StoreU16(block, FloatToHalf(d));
   StoreU16(block + 2, FloatToHalf(min));
-  auto quant = [&](float v) {
-    const float offset = v - min;
+  for (int j = 0; j < kQuantGroup; ++j) {
+    const float offset = x[j] - min;
     const float scaled = offset * id;
     const float shifted = scaled + 0.5f;
-    return std::min(15, static_cast<int>(std::trunc(shifted)));
-  };
-  for (int j = 0; j < kQuantGroup / 2; ++j) {
-    block[4 + j] = static_cast<uint8_t>(quant(x[j]) | (quant(x[j + 16]) << 4));
+    q[j] = std::min(levels, static_cast<int>(std::trunc(shifted)));
   }
+}
+
+// ggml's qs: byte i holds value i (low nibble) and value i + 16 (high); with
+// `fifth` (q5) a little-endian uint32 qh first, bit i = value i's bit 4.
+void StoreGroupQuants(const int* q, bool fifth, uint8_t* out) {
+  if (fifth) {
+    uint32_t qh = 0;
+    for (int j = 0; j < kQuantGroup; ++j) qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+    std::memcpy(out, &qh, 4);
+    out += 4;
+  }
+  for (int j = 0; j < kQuantGroup / 2; ++j)
+    out[j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+}
+
+// One block of q4_0 / q4_1 / q5_0 / q5_1 in ggml's encoding.
+void QuantizeBlockNibbles(WeightFormat f, const float* x, uint8_t* block) {
+  int q[kQuantGroup];
+  if (HasGroupMin(f)) {
+    QuantizeMinGroup(x, MaxQuant(f), block, q);
+  } else {
+    QuantizeOffsetGroup(x, QuantGroupQuantOffset(f), block, q);
+  }
+  StoreGroupQuants(q, HasFifthBits(f), block + (HasGroupMin(f) ? 4 : 2));
 }
 
 static_assert(Bf16PairsByte(WeightFormat::kBF16Pairs, 3, 1) == (kPackNR + 1) * 4 + 2,
@@ -449,11 +493,14 @@ void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
       for (int64_t g = 0; g < K / kQuantGroup; ++g) QuantizeBlockQ8_0(x + g * 32, out + g * 34);
       return;
     case WeightFormat::kQ4_0:
-      for (int64_t g = 0; g < K / kQuantGroup; ++g) QuantizeBlockQ4_0(x + g * 32, out + g * 18);
-      return;
     case WeightFormat::kQ4_1:
-      for (int64_t g = 0; g < K / kQuantGroup; ++g) QuantizeBlockQ4_1(x + g * 32, out + g * 20);
+    case WeightFormat::kQ5_0:
+    case WeightFormat::kQ5_1: {
+      const int64_t block = GgmlRowBytes(f, kQuantGroup);
+      for (int64_t g = 0; g < K / kQuantGroup; ++g)
+        QuantizeBlockNibbles(f, x + g * kQuantGroup, out + g * block);
       return;
+    }
     case WeightFormat::kQ4_K:
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
@@ -519,16 +566,22 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
         for (int kk = 0; kk < kQuantGroup; ++kk) quants[kk * kPackNR + j] = b[2 + kk];
         continue;
       }
-      // q4: ggml's byte i holds value i (low nibble) and value i + 16 (high).
-      const int scalars = f == WeightFormat::kQ4_1 ? 4 : 2;
-      const uint8_t* b = src + g * (scalars + 16);
+      // q4 / q5: ggml's byte i of qs holds value i (low nibble) and value
+      // i + 16 (high); q5's qh (before qs) bit i value i's bit 4.
+      const int scalars = HasGroupMin(f) ? 4 : 2;
+      const bool five = HasFifthBits(f);
+      const uint8_t* b = src + g * (scalars + (five ? 4 : 0) + 16);
       std::memcpy(group + 2 * j, b, 2);
-      if (f == WeightFormat::kQ4_1) std::memcpy(group + 64 + 2 * j, b + 2, 2);
-      const uint8_t* qs = b + scalars;
+      if (HasGroupMin(f)) std::memcpy(group + 64 + 2 * j, b + 2, 2);
+      uint32_t qh = 0;
+      if (five) std::memcpy(&qh, b + scalars, 4);
+      const uint8_t* qs = b + scalars + (five ? 4 : 0);
       const int shift = j < 16 ? 0 : 4;
       for (int kk = 0; kk < kQuantGroup; ++kk) {
         const uint8_t q = (kk < 16 ? qs[kk] : qs[kk - 16] >> 4) & 0x0f;
         quants[QuadNibbleByte(kk, j)] |= static_cast<uint8_t>(q << shift);
+        if (five && (qh >> kk & 1))
+          group[FifthBitsOffset(f) + K5HighByte(kk, j)] |= static_cast<uint8_t>(1 << K5HighBit(j));
       }
     }
   }
@@ -570,7 +623,7 @@ void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, in
     if (r == 0 || kk == 0) {
       for (int j = 0; j < kPackNR; ++j) {
         scale[j] = HalfToFloat(LoadU16(group + 2 * j));
-        min[j] = f == WeightFormat::kQ4_1 ? HalfToFloat(LoadU16(group + 64 + 2 * j)) : 0.0f;
+        min[j] = HasGroupMin(f) ? HalfToFloat(LoadU16(group + 64 + 2 * j)) : 0.0f;
       }
     }
     float* dst = out + r * kPackNR;
@@ -579,10 +632,11 @@ void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, in
       for (int j = 0; j < kPackNR; ++j) dst[j] = scale[j] * static_cast<int8_t>(q[j]);
       continue;
     }
-    const uint8_t* q = group + QuantGroupQuantsOffset(f);
+    const int offset = QuantGroupQuantOffset(f);
     for (int j = 0; j < kPackNR; ++j) {
-      const float v = static_cast<float>(QuadNibbleAt(q, kk, j));
-      dst[j] = f == WeightFormat::kQ4_0 ? scale[j] * (v - 8.0f) : std::fma(scale[j], v, min[j]);
+      const int q = GroupNibbleQuantAt(f, group, kk, j);
+      dst[j] = HasGroupMin(f) ? std::fma(scale[j], static_cast<float>(q), min[j])
+                              : scale[j] * static_cast<float>(q - offset);
     }
   }
 }

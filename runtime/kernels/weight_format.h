@@ -30,9 +30,18 @@
 //                              4q .. 4q+3, byte 4j + t holds column j at k-row
 //                              4q + t in its low nibble and column j + 16 in
 //                              its high nibble (QuadNibbleByte)
+//   q5_0, q5_1: the q4 groups with bit 4 of each quant between the scales
+//   (and mins) and the nibbles (format 1.15):
+//       scale  uint16_t [32]   f16 bits, one per column
+//       min    uint16_t [32]   f16 bits, one per column      (q5_1 only)
+//       high   uint8_t [16] per quad of k-rows: the bit of column j at k-row
+//                              kk is bit K5HighBit(j) of byte K5HighByte(kk, j)
+//                              (q5_k's high-bit layout, kk in 0..31)
+//       quants uint8_t [64] per quad, the low 4 bits as q4_0's
 //   Group sizes: q8_0 64 + 1024 = 1088 bytes, q4_0 64 + 512 = 576, q4_1 128 +
-//   512 = 640 (all multiples of 64, so with a 64-byte aligned base every group
-//   and every k-row block of a group is cache-line aligned).
+//   512 = 640, q5_0 64 + 128 + 512 = 704, q5_1 128 + 128 + 512 = 768 (all
+//   multiples of 64, so with a 64-byte aligned base every group and every
+//   k-row block of a group is cache-line aligned).
 //   The q4 quads (format 1.10; 1.0-1.9 stored a k-row's 16 bytes together)
 //   are the operand order of the int8 kernels: one load and a mask give a
 //   vector of 4-k-row column dots for vpmaddubsw against four activation bytes
@@ -45,9 +54,11 @@
 //   q8_0:       scale * q                          (q signed)
 //   q4_0:       scale * (q - 8)                    (q in 0..15)
 //   q4_1:       fma(scale, q, min)                 (q in 0..15)
+//   q5_0:       scale * (q - 16)                   (q in 0..31)
+//   q5_1:       fma(scale, q, min)                 (q in 0..31)
 // Each of these equals ggml's (and gguf-py's) dequantization of the same block
 // bit for bit: scale and min are f16, q has at most 8 bits, so the products
-// are exact in f32 and only q4_1's sum rounds (once).
+// are exact in f32 and only q4_1's and q5_1's sums round (once).
 //
 // K-quants (ggml's Q4_K, Q5_K, Q6_K; the same bytes per weight as ggml: 4.5,
 // 5.5 and 6.5625 bits): K / 256 super-blocks of 256 k-values (kSuperBlock),
@@ -108,10 +119,12 @@ enum class WeightFormat : uint8_t {
   kQ6_K = 18,
   kBF16Pairs = 19,
   kBF16PairsAmx = 20,
+  kQ5_0 = 21,
+  kQ5_1 = 22,
 };
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k",
-// "bf16_pairs", "bf16_pairs_amx".
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+// "q5_k", "q6_k", "bf16_pairs", "bf16_pairs_amx".
 const char* WeightFormatName(WeightFormat f);
 // The inverse; false if `name` is not a format.
 bool WeightFormatFromName(std::string_view name, WeightFormat* out);
@@ -135,7 +148,9 @@ int64_t PackedWeightBytes(WeightFormat f, int64_t N, int64_t K);
 // q8_0: d = amax / 127, q = round(x * id) (halves away from zero);
 // q4_0: d = max / -8 where max is the first value of largest magnitude,
 // q = min(15, trunc(x * id + 8.5)); q4_1: d = (max - min) / 15, m = min,
-// q = min(15, trunc((x - min) * id + 0.5)). f16/bf16 round to nearest even;
+// q = min(15, trunc((x - min) * id + 0.5)); q5_0 and q5_1 as q4_0 and q4_1
+// with 16 for 8 and 31 for 15 (q5_0: d = max / -16, q = min(31, trunc(x * id
+// + 16.5)); q5_1: d = (max - min) / 31). f16/bf16 round to nearest even;
 // bf16_pairs(_amx) store the operand kBF16 compute makes of each value
 // (RoundToBf16Operand, matmul.h: nearest even, subnormals to signed zeros), so
 // a kBF16 matmul on them gives the bits it gives on `w` in f32. Deterministic; single-threaded.
@@ -145,12 +160,13 @@ void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void*
 
 // Packs W [N][K] given in ggml's row-major block encoding of the same format
 // (bf16_pairs(_amx): plain bf16 rows; each row is K / 32 blocks: q8_0 {f16 d, int8 qs[32]}, q4_0
-// {f16 d, uint8 qs[16]}, q4_1 {f16 d, f16 m, uint8 qs[16]}; the K-quants are K / 256 blocks of
-// ggml's block_q4_K {f16 d, dmin; uint8 scales[12]; uint8 qs[128]}, block_q5_K {f16 d, dmin; uint8
-// scales[12]; uint8 qh[32]; uint8 qs[128]}, block_q6_K {uint8 ql[128]; uint8 qh[64]; int8
-// scales[16]; f16 d}; for f16/bf16 plain 16-bit rows) into `out`, losslessly: the packed weight
-// dequantizes to exactly the values ggml's dequantization of `blocks` gives. `row_bytes` is the
-// byte size of one source row.
+// {f16 d, uint8 qs[16]}, q4_1 {f16 d, f16 m, uint8 qs[16]}, q5_0 {f16 d, uint32 qh, uint8 qs[16]},
+// q5_1 {f16 d, f16 m, uint32 qh, uint8 qs[16]} (value i's bit 4 is bit i of qh); the K-quants are K
+// / 256 blocks of ggml's block_q4_K {f16 d, dmin; uint8 scales[12]; uint8 qs[128]}, block_q5_K {f16
+// d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}, block_q6_K {uint8 ql[128]; uint8 qh[64];
+// int8 scales[16]; f16 d}; for f16/bf16 plain 16-bit rows) into `out`, losslessly: the packed
+// weight dequantizes to exactly the values ggml's dequantization of `blocks` gives. `row_bytes` is
+// the byte size of one source row.
 void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int64_t K,
                            size_t row_bytes, void* out);
 
@@ -159,9 +175,22 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
 // k-values per quantization group of the q formats.
 constexpr int kQuantGroup = 32;
 
-// True for q8_0, q4_0, q4_1.
+// True for q8_0, q4_0, q4_1, q5_0, q5_1 (the formats of 32-row groups).
 constexpr bool IsQuantizedFormat(WeightFormat f) {
-  return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1;
+  return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 ||
+         f == WeightFormat::kQ5_0 || f == WeightFormat::kQ5_1;
+}
+
+// True for q4_1 and q5_1: a group has an f16 min per column after its
+// scales, and a value is fma(scale, q, min).
+constexpr bool HasGroupMin(WeightFormat f) {
+  return f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_1;
+}
+
+// What a group format subtracts from its unsigned quant: 8 for q4_0, 16 for
+// q5_0 (value = scale * (q - offset)); 0 for the others.
+constexpr int QuantGroupQuantOffset(WeightFormat f) {
+  return f == WeightFormat::kQ4_0 ? 8 : f == WeightFormat::kQ5_0 ? 16 : 0;
 }
 
 // True for bf16_pairs and bf16_pairs_amx.
@@ -206,23 +235,47 @@ constexpr int64_t KLowQuantsOffset(WeightFormat f) {
 constexpr int KSubBlockRows(WeightFormat f) { return f == WeightFormat::kQ6_K ? 16 : 32; }
 
 // Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
-// 576, 640; 0 for the others.
+// 576, 640, 704, 768; 0 for the others.
 constexpr int64_t QuantGroupBytes(WeightFormat f) {
   return f == WeightFormat::kQ8_0   ? 1088
          : f == WeightFormat::kQ4_0 ? 576
          : f == WeightFormat::kQ4_1 ? 640
+         : f == WeightFormat::kQ5_0 ? 704
+         : f == WeightFormat::kQ5_1 ? 768
                                     : 0;
 }
 
-// Where the quants start in a group of q8_0 / q4_0 (64) or q4_1 (128).
+// Where the quants start in a group of q8_0 / q4_0 (64), q4_1 (128), q5_0
+// (192) or q5_1 (256).
 constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
-  return f == WeightFormat::kQ4_1 ? 128 : 64;
+  return f == WeightFormat::kQ5_1   ? 256
+         : f == WeightFormat::kQ5_0 ? 192
+         : f == WeightFormat::kQ4_1 ? 128
+                                    : 64;
 }
 
 // True for the formats whose quants are 4-bit nibbles stored as quads (q4_0,
-// q4_1 and the K-quants' low 4 bits).
+// q4_1, q5_0, q5_1 and the K-quants' low 4 bits).
 constexpr bool HasQuadNibbles(WeightFormat f) {
-  return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 || IsKQuantFormat(f);
+  return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_0 ||
+         f == WeightFormat::kQ5_1 || IsKQuantFormat(f);
+}
+
+// True for q5_0, q5_1 and q5_k: bit 4 of each quant is stored apart from the
+// nibbles, 16 bytes per quad at FifthBitsOffset (K5HighByte / K5HighBit).
+constexpr bool HasFifthBits(WeightFormat f) {
+  return f == WeightFormat::kQ5_0 || f == WeightFormat::kQ5_1 || f == WeightFormat::kQ5_K;
+}
+
+// Where those bytes start in a group (q5_0 64, q5_1 128) or a super-block
+// (q5_k, kK5HighOffset).
+constexpr int64_t FifthBitsOffset(WeightFormat f) {
+  return f == WeightFormat::kQ5_0 ? 64 : f == WeightFormat::kQ5_1 ? 128 : kK5HighOffset;
+}
+
+// The largest quant of a format with quad nibbles (15, 31 or 63).
+constexpr int MaxQuant(WeightFormat f) {
+  return f == WeightFormat::kQ6_K ? 63 : HasFifthBits(f) ? 31 : 15;
 }
 
 // True if a bf16_pairs(_amx) panel keeps k-row k in the low half of its
@@ -250,10 +303,20 @@ inline int QuadNibbleAt(const uint8_t* quads, int kk, int j) {
   return j < 16 ? byte & 15 : byte >> 4;
 }
 
-// q5_k: the byte (from kK5HighOffset) and bit that hold bit 4 of column j's
-// quant at k-row kk (0..255).
+// q5_k, q5_0, q5_1: the byte (from FifthBitsOffset) and bit that hold bit 4
+// of column j's quant at k-row kk (0..255 of a super-block, 0..31 of a
+// group).
 constexpr int K5HighByte(int kk, int j) { return 16 * (kk / 4) + 4 * (j % 4) + kk % 4; }
 constexpr int K5HighBit(int j) { return 4 * (j % 8 / 4) + 2 * (j % 16 / 8) + j / 16; }
+
+// The unsigned quant of column j at k-row kk (0..31) of a q4_0 / q4_1 /
+// q5_0 / q5_1 group starting at `group` (the offset and scale not applied).
+inline int GroupNibbleQuantAt(WeightFormat f, const uint8_t* group, int kk, int j) {
+  int q = QuadNibbleAt(group + QuantGroupQuantsOffset(f), kk, j);
+  if (HasFifthBits(f))
+    q |= ((group[FifthBitsOffset(f) + K5HighByte(kk, j)] >> K5HighBit(j)) & 1) << 4;
+  return q;
+}
 
 // q6_k: the byte (from kK6HighOffset) and the shift of the 2-bit field that
 // hold bits 4-5 of column j's quant at k-row kk (0..255).
@@ -268,7 +331,8 @@ void KScaleMin(const uint8_t* sb, int s, int j, int* sc, int* m);
 
 // Bytes of one row of K values in ggml's encoding (the `row_bytes` of a dense
 // GGUF tensor for PackWeightsFromBlocks): f32 4K, f16/bf16 2K, q8_0 34K/32,
-// q4_0 18K/32, q4_1 20K/32, q4_k 144K/256, q5_k 176K/256, q6_k 210K/256.
+// q4_0 18K/32, q4_1 20K/32, q5_0 22K/32, q5_1 24K/32, q4_k 144K/256, q5_k
+// 176K/256, q6_k 210K/256.
 // Precondition: K % WeightFormatBlockSize(f) == 0.
 int64_t GgmlRowBytes(WeightFormat f, int64_t K);
 

@@ -18,9 +18,14 @@ namespace xrt {
 namespace {
 
 constexpr WeightFormat kAllFormats[] = {
-    WeightFormat::kF32,  WeightFormat::kF16,       WeightFormat::kBF16,        WeightFormat::kQ8_0,
-    WeightFormat::kQ4_0, WeightFormat::kQ4_1,      WeightFormat::kQ4_K,        WeightFormat::kQ5_K,
-    WeightFormat::kQ6_K, WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx};
+    WeightFormat::kF32,         WeightFormat::kF16,  WeightFormat::kBF16, WeightFormat::kQ8_0,
+    WeightFormat::kQ4_0,        WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ5_1,
+    WeightFormat::kQ4_K,        WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
+    WeightFormat::kBF16PairsAmx};
+// The formats with a quantizer (QuantizeRowGgml).
+constexpr WeightFormat kGroupFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0,
+                                          WeightFormat::kQ4_1, WeightFormat::kQ5_0,
+                                          WeightFormat::kQ5_1};
 constexpr WeightFormat kKQuants[] = {WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
 using testing::Bits;
@@ -29,8 +34,10 @@ using testing::FromBits;
 // ---- An independent decoder of ggml's row-major encodings (block layouts as
 // in ggml-common.h: q8_0 {f16 d; int8 qs[32]}, q4_0 {f16 d; uint8 qs[16]},
 // q4_1 {f16 d; f16 m; uint8 qs[16]}, nibble i of a q4 block: low nibble of
-// byte i for i < 16, high nibble of byte i - 16 otherwise), with its own f16
-// decoding by arithmetic.
+// byte i for i < 16, high nibble of byte i - 16 otherwise; q5_0 {f16 d; uint8
+// qh[4]; uint8 qs[16]}, q5_1 {f16 d; f16 m; uint8 qh[4]; uint8 qs[16]}: the
+// q4 nibbles plus bit i of the little-endian qh as value i's bit 4), with its
+// own f16 decoding by arithmetic.
 float DecodeHalf(uint16_t h) {
   const int e = (h >> 10) & 31, m = h & 1023;
   const float sign = (h & 0x8000) ? -1.0f : 1.0f;
@@ -144,6 +151,19 @@ std::vector<float> DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) 
         out[i] = product + DecodeHalf(U16(blk + 2));
         break;
       }
+      case WeightFormat::kQ5_0:
+      case WeightFormat::kQ5_1: {
+        const bool min = f == WeightFormat::kQ5_1;
+        const uint8_t* blk = row + b * (min ? 24 : 22);
+        const uint8_t* qh = blk + (min ? 4 : 2);
+        const uint8_t* qs = qh + 4;
+        const int low = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+        const int q = low + ((qh[j / 8] >> (j % 8)) & 1) * 16;
+        const float d = DecodeHalf(U16(blk));
+        out[i] = min ? static_cast<float>(q) * d + DecodeHalf(U16(blk + 2))  // product exact
+                     : static_cast<float>(q - 16) * d;
+        break;
+      }
       default:
         break;
     }
@@ -165,6 +185,10 @@ const uint8_t* FixtureBlocks(WeightFormat f) {
       return quant_fixture::kQ4_0;
     case WeightFormat::kQ4_1:
       return quant_fixture::kQ4_1;
+    case WeightFormat::kQ5_0:
+      return quant_fixture::kQ5_0;
+    case WeightFormat::kQ5_1:
+      return quant_fixture::kQ5_1;
     case WeightFormat::kF16:
       return quant_fixture::kF16;
     case WeightFormat::kBF16:
@@ -232,6 +256,17 @@ TEST(WeightFormatTest, Sizes) {
   EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ8_0, 64), 68);
   EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ4_0, 64), 36);
   EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ4_1, 64), 40);
+  // q5_0 / q5_1: ggml's bits per weight (5.5, 6) in both encodings.
+  EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ5_0, 64), 44);
+  EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ5_1, 64), 48);
+  for (WeightFormat f : {WeightFormat::kQ5_0, WeightFormat::kQ5_1}) {
+    EXPECT_EQ(PackedPanelBytes(f, 96), kPackNR * GgmlRowBytes(f, 96)) << WeightFormatName(f);
+    EXPECT_EQ(WeightFormatBlockSize(f), 32);
+    EXPECT_TRUE(IsQuantizedFormat(f));
+    EXPECT_TRUE(HasFifthBits(f));
+  }
+  EXPECT_EQ(PackedPanelBytes(WeightFormat::kQ5_0, 32), 704);
+  EXPECT_EQ(PackedWeightBytes(WeightFormat::kQ5_1, 33, 32), 2 * 768);
   EXPECT_EQ(GgmlRowBytes(WeightFormat::kBF16, 5), 10);
   // K-quants: ggml's bits per weight (4.5, 5.5, 6.5625) in both encodings.
   EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kQ4_K), 256);
@@ -426,6 +461,43 @@ TEST(WeightFormatTest, LayoutBytes) {
   }
 }
 
+// Hand-checked bytes of the q5 layouts: the nibbles as q4's, bit 4 at q5_k's
+// positions (K5HighByte / K5HighBit) after the scales (and mins).
+TEST(WeightFormatTest, Q5LayoutBytes) {
+  for (WeightFormat f : {WeightFormat::kQ5_0, WeightFormat::kQ5_1}) {
+    SCOPED_TRACE(WeightFormatName(f));
+    const int64_t n = 22, k = 32, block = GgmlRowBytes(f, k);
+    const int64_t qh = HasGroupMin(f) ? 4 : 2;
+    std::vector<uint8_t> rows(n * block, 0);
+    // Row 21: d = 1.0 (0x3c00), value 17 = 16 + 1 (bit 17 of qh, nibble 1 in
+    // the high half of qs[1]), value 2 = 5 (low nibble of qs[2]).
+    uint8_t* row = rows.data() + 21 * block;
+    row[1] = 0x3c;
+    row[qh + 2] = 0x02;      // qh bit 17: byte 2, bit 1
+    row[qh + 4 + 1] = 0x10;  // value 17's nibble
+    row[qh + 4 + 2] = 0x05;  // value 2's nibble
+    std::vector<uint8_t> packed(PackedWeightBytes(f, n, k), 0xEE);
+    PackWeightsFromBlocks(f, rows.data(), n, k, block, packed.data());
+    const int64_t high = FifthBitsOffset(f), quants = QuantGroupQuantsOffset(f);
+    EXPECT_EQ(high, HasGroupMin(f) ? 128 : 64);
+    EXPECT_EQ(packed[2 * 21 + 1], 0x3c);
+    // Column 21 at k-row 17: quad 4, t = 1: fifth-bit byte 16 * 4 + 4 * (21 %
+    // 4) + 1 = 69, bit 4 * (21 % 8 / 4) + 2 * (21 % 16 / 8) + 21 / 16 = 5;
+    // nibble byte 64 * 4 + 4 * 5 + 1, high nibble (column >= 16).
+    EXPECT_EQ(packed[high + 69], 1 << 5);
+    EXPECT_EQ(packed[quants + 64 * 4 + 4 * 5 + 1], 0x10);
+    EXPECT_EQ(packed[quants + 4 * 5 + 2], 0x50);  // k-row 2: quad 0, t = 2
+    for (int64_t i = high; i < quants; ++i)
+      if (i != high + 69) EXPECT_EQ(packed[i], 0) << i;
+    EXPECT_EQ(GroupNibbleQuantAt(f, packed.data(), 17, 21), 17);
+    EXPECT_EQ(GroupNibbleQuantAt(f, packed.data(), 2, 21), 5);
+    std::vector<float> values(k);
+    DequantizePackedRow(f, packed.data(), n, k, 21, values.data());
+    EXPECT_EQ(values[17], HasGroupMin(f) ? 17.0f : 1.0f);
+    EXPECT_EQ(values[2], HasGroupMin(f) ? 5.0f : -11.0f);
+  }
+}
+
 // ggml blocks -> panels -> DequantizePackedRow equals the independent decoder
 // on random block bytes (every bit pattern of quants and finite scales).
 TEST(WeightFormatTest, BlocksRoundTrip) {
@@ -462,7 +534,7 @@ TEST(WeightFormatTest, BlocksRoundTrip) {
           const int64_t bb = row_bytes / (k / 32);
           for (int64_t b = 0; b < k / 32; ++b) {
             row[b * bb + 1] &= 0x3f;
-            if (f == WeightFormat::kQ4_1) row[b * bb + 3] &= 0x3f;
+            if (HasGroupMin(f)) row[b * bb + 3] &= 0x3f;
           }
         }
       }
@@ -604,8 +676,9 @@ TEST(WeightFormatTest, KQuantDequantizationMatchesGguf) {
 TEST(WeightFormatTest, QuantizationMatchesGguf) {
   const std::vector<float> w = FixtureMatrix();
   const int64_t n = quant_fixture::kN, k = quant_fixture::kK;
-  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-                         WeightFormat::kF16, WeightFormat::kBF16}) {
+  for (WeightFormat f :
+       {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0,
+        WeightFormat::kQ5_1, WeightFormat::kF16, WeightFormat::kBF16}) {
     const int64_t row_bytes = GgmlRowBytes(f, k);
     const uint8_t* want = FixtureBlocks(f);
     std::vector<uint8_t> row(row_bytes);
@@ -643,7 +716,7 @@ TEST(WeightFormatTest, QuantizationError) {
   const int64_t n = 40, k = 128;
   std::vector<float> w(n * k);
   for (auto& x : w) x = dist(rng);
-  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1}) {
+  for (WeightFormat f : kGroupFormats) {
     std::vector<uint8_t> packed = PackFrom(f, w, n, k);
     std::vector<float> row(k);
     for (int64_t r = 0; r < n; ++r) {
@@ -656,15 +729,17 @@ TEST(WeightFormatTest, QuantizationError) {
           hi = std::max(hi, x);
           amax = std::max(amax, std::fabs(x));
         }
-        const float step = f == WeightFormat::kQ8_0   ? amax / 127
-                           : f == WeightFormat::kQ4_0 ? amax / 8
-                                                      : (hi - lo) / 15;
+        const bool offset = QuantGroupQuantOffset(f) != 0;  // q4_0, q5_0
+        const float step = f == WeightFormat::kQ8_0 ? amax / 127
+                           : offset                 ? amax / QuantGroupQuantOffset(f)
+                                                    : (hi - lo) / MaxQuant(f);
         for (int i = 0; i < 32; ++i) {
           const float x = w[r * k + b * 32 + i];
           // Half a step, the f16 rounding of the scale (and min) over up to
-          // 16 steps, and q4_0's one-sided clamp at +8 (a full step).
-          const float tol = (f == WeightFormat::kQ4_0 ? 1.0f : 0.5f) * step + 17 * step * 0x1p-10f +
-                            std::fabs(lo) * 0x1p-10f;
+          // 32 steps, and q4_0's / q5_0's one-sided clamp at the top (a full
+          // step).
+          const float tol =
+              (offset ? 1.0f : 0.5f) * step + 33 * step * 0x1p-10f + std::fabs(lo) * 0x1p-10f;
           ASSERT_NEAR(row[b * 32 + i], x, tol) << WeightFormatName(f) << " " << r << " " << b;
         }
       }
