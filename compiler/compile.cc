@@ -554,6 +554,8 @@ static_assert(static_cast<int>(xrt::WeightFormat::kBF16) == static_cast<int>(xpk
 static_assert(static_cast<int>(xrt::WeightFormat::kQ8_0) == static_cast<int>(xpk::DType::q8_0));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_0) == static_cast<int>(xpk::DType::q4_0));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_1) == static_cast<int>(xpk::DType::q4_1));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ5_0) == static_cast<int>(xpk::DType::q5_0));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ5_1) == static_cast<int>(xpk::DType::q5_1));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_K) == static_cast<int>(xpk::DType::q4_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_K) == static_cast<int>(xpk::DType::q5_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ6_K) == static_cast<int>(xpk::DType::q6_k));
@@ -584,6 +586,10 @@ std::optional<xrt::WeightFormat> LosslessFormat(SourceDType t) {
       return xrt::WeightFormat::kQ4_0;
     case SourceDType::kQ4_1:
       return xrt::WeightFormat::kQ4_1;
+    case SourceDType::kQ5_0:
+      return xrt::WeightFormat::kQ5_0;
+    case SourceDType::kQ5_1:
+      return xrt::WeightFormat::kQ5_1;
     case SourceDType::kQ4_K:
       return xrt::WeightFormat::kQ4_K;
     case SourceDType::kQ5_K:
@@ -612,7 +618,8 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
     xrt::WeightFormat f;
     if (!xrt::WeightFormatFromName(policy, &f) || xrt::IsBf16PairsFormat(f))
       return xrt::InvalidArgumentError(
-          "--weight-dtype: '{}' is not one of auto, f32, f16, bf16, q8_0, q4_0, q4_1{}", policy,
+          "--weight-dtype: '{}' is not one of auto, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1{}",
+          policy,
           xrt::WeightFormatFromName(policy, &f)
               ? " (bf16 pairs are bf16 weights as --compute bf16 stores them: ask for bf16)"
               : "");

@@ -369,20 +369,36 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
           case xrt::WeightFormat::kQ8_0:
           case xrt::WeightFormat::kQ4_0:
           case xrt::WeightFormat::kQ4_1:
+          case xrt::WeightFormat::kQ5_0:
+          case xrt::WeightFormat::kQ5_1:
             break;
           case xrt::WeightFormat::kBF16Pairs:
           case xrt::WeightFormat::kBF16PairsAmx:
             return; // rejected above
           }
-          // Groups of 32 k-values: f16 scales [32], (q4_1) f16 mins [32],
-          // then the quants: q8_0 32 k-rows of 32 bytes, q4 8 quads of 64.
+          // Groups of 32 k-values: f16 scales [32], (q4_1, q5_1) f16 mins
+          // [32], (q5) the fifth bits, 16 bytes per quad, then the quants:
+          // q8_0 32 k-rows of 32 bytes, q4 / q5 8 quads of 64.
           const bool q8 = format == xrt::WeightFormat::kQ8_0;
-          const int64_t header = format == xrt::WeightFormat::kQ4_1 ? 128 : 64;
-          const int64_t groupBytes = header + (q8 ? 32 * 32 : 32 * 16);
+          const bool five = xrt::HasFifthBits(format);
+          const int64_t header = xrt::QuantGroupQuantsOffset(format);
+          const int64_t groupBytes = xrt::QuantGroupBytes(format);
           Value panelBase = idxMul(e, panel, panelBytes);
-          // q4 (xrt::QuadNibbleByte): byte 64 (kk / 4) + 4 (lane % 16) +
-          // kk % 4, low nibble for lanes < 16.
-          Value byteInRow = lane, shift;
+          // q4 / q5 (xrt::QuadNibbleByte): byte 64 (kk / 4) + 4 (lane % 16)
+          // + kk % 4, low nibble for lanes < 16; q5's bit 4 at byte 16 (kk /
+          // 4) + 4 (lane % 4) + kk % 4 of its fifth bits, bit
+          // xrt::K5HighBit(lane).
+          Value byteInRow = lane, shift, fifthByte, fifthShift;
+          if (five) {
+            fifthByte = idxMul(e, idxRem(e, lane, 4), 4);
+            Value twoHn =
+                idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 16), 8), 2),
+                       idxDiv(e, lane, 16));
+            fifthShift = b.create<arith::IndexCastOp>(
+                loc, b.getI8Type(),
+                idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 8), 4), 4),
+                       twoHn));
+          }
           if (!q8) {
             byteInRow = idxMul(e, idxRem(e, lane, 16), 4);
             Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge,
@@ -397,12 +413,13 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
             Value half = idxDiv(e, groupBase, 2);
             Value scale = halfToF32(e, e.load(i16s, {idxAdd(e, half, lane)}));
             Value offset;
-            if (format == xrt::WeightFormat::kQ4_1)
+            if (xrt::HasGroupMin(format))
               offset = halfToF32(
                   e, e.load(i16s,
                             {idxAdd(e, idxAdd(e, half, e.index(32)), lane)}));
-            else if (format == xrt::WeightFormat::kQ4_0)
-              offset = e.mul(scale, e.f32(-8.0f));
+            else if (!q8)
+              offset = e.mul(scale, e.f32(-static_cast<float>(
+                                        xrt::QuantGroupQuantOffset(format))));
             Value quants =
                 idxAdd(e, idxAdd(e, groupBase, e.index(header)), byteInRow);
             Value col0 = idxMul(e, g, 32);
@@ -419,6 +436,26 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
                 Value nibble = b.create<arith::AndIOp>(
                     loc, b.create<arith::ShRUIOp>(loc, byte, shift),
                     b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(15)));
+                if (five) {
+                  Value at =
+                      idxAdd(e,
+                             idxAdd(e, groupBase,
+                                    e.index(xrt::FifthBitsOffset(format))),
+                             idxAdd(e,
+                                    idxAdd(e, idxMul(e, idxDiv(e, kk, 4), 16),
+                                           idxRem(e, kk, 4)),
+                                    fifthByte));
+                  Value bit = b.create<arith::AndIOp>(
+                      loc,
+                      b.create<arith::ShRUIOp>(loc, e.load(bytes, {at}),
+                                               fifthShift),
+                      b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(1)));
+                  nibble = b.create<arith::OrIOp>(
+                      loc, nibble,
+                      b.create<arith::ShLIOp>(loc, bit,
+                                              b.create<arith::ConstantOp>(
+                                                  loc, b.getI8IntegerAttr(4))));
+                }
                 Value q =
                     b.create<arith::UIToFPOp>(loc, b.getF32Type(), nibble);
                 x = b.create<math::FmaOp>(loc, scale, q, offset);

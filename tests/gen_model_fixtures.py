@@ -13,8 +13,8 @@ Outputs (see tests/fixtures/README.md for the schemas):
                     reference.json (+ reference_all_logits.f32) computed with
                     HF transformers in float32, eager attention.
   gguf/<name>/      tiny random Llama models written as GGUF (model.gguf: tensors
-                    quantized by gguf-py to Q8_0 / Q4_0 / Q4_1 / F16 / BF16, or to
-                    Q4_K / Q5_K / Q6_K by this script's quantize_k, q/k rows
+                    quantized by gguf-py to Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / F16 /
+                    BF16, or to Q4_K / Q5_K / Q6_K by this script's quantize_k, q/k rows
                     permuted as llama.cpp's converter does, byte-level BPE tokenizer
                     metadata) plus reference.json (+ reference_all_logits.f32) computed
                     by transformers on the GGUF it loads (dequantized to float32).
@@ -666,6 +666,15 @@ GGUF_MODELS = {
         seed=3204, tied=False, rope_scaling=dict(LLAMA3_SCALING),
         types=dict(token_embd="F32", output="F32", **{k: ["F32", "F32"] for k in (
             "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")})),
+    # Q5_0 / Q5_1, what llama.cpp's Q4_K_M / Q5_K_M write for a tensor whose K is not a
+    # multiple of 256 (SmolLM2-135M's 576, Qwen2.5-0.5B's 896): a tied Q5_1 table (also
+    # the lm_head), the linears in Q5_0 / Q5_1 / Q8_0, gate/up in one format per layer.
+    "q5": dict(
+        seed=3305, tied=True,
+        types=dict(token_embd="Q5_1",
+                   attn_q=["Q5_0", "Q5_1"], attn_k=["Q5_1", "Q5_0"], attn_v=["Q8_0", "Q5_0"],
+                   attn_output=["Q5_0", "Q5_1"], ffn_gate=["Q5_0", "Q5_1"],
+                   ffn_up=["Q5_0", "Q5_1"], ffn_down=["Q5_1", "Q5_0"])),
     # K-quants (a Q4_K_M-style mix): tied Q6_K table (also the lm_head), every linear
     # Q4_K / Q5_K / Q6_K, gate/up in one format per layer (they fuse), q/k/v in three.
     # K-quants need K % 256 == 0, so hidden and intermediate are 256.

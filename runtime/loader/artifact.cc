@@ -702,6 +702,8 @@ uint64_t DTypeSize(xpk::DType dtype) {
     case xpk::DType::q8_0:
     case xpk::DType::q4_0:
     case xpk::DType::q4_1:
+    case xpk::DType::q5_0:
+    case xpk::DType::q5_1:
     case xpk::DType::q4_k:
     case xpk::DType::q5_k:
     case xpk::DType::q5_k_bit_planes:
@@ -744,6 +746,12 @@ bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
       return true;
     case xpk::DType::q4_1:
       *out = WeightFormat::kQ4_1;
+      return true;
+    case xpk::DType::q5_0:
+      *out = WeightFormat::kQ5_0;
+      return true;
+    case xpk::DType::q5_1:
+      *out = WeightFormat::kQ5_1;
       return true;
     case xpk::DType::q4_k:
       *out = WeightFormat::kQ4_K;

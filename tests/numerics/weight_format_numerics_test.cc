@@ -199,10 +199,12 @@ TEST(Bf16Compute, F32WeightsPairedAtCompileTimeGiveTheSameBits) {
     ASSERT_TRUE(weight.ok());
     const xpk::Weight* w = *weight;
     if (w->dtype() == xpk::DType::bf16_pairs || w->dtype() == xpk::DType::bf16_pairs_amx) ++pairs;
-    if (w->name()->str() == "model.embed_tokens.weight")
+    if (w->name()->str() == "model.embed_tokens.weight") {
       EXPECT_EQ(w->dtype(), xpk::DType::f32) << "the table keeps its values";
-    if (w->name()->str() == "model.embed_tokens.weight.packed32")
+    }
+    if (w->name()->str() == "model.embed_tokens.weight.packed32") {
       EXPECT_NE(w->dtype(), xpk::DType::f32) << "the lm_head's copy is paired";
+    }
   }
   EXPECT_GE(pairs, 5) << "q/k/v, o, gate/up and down of each layer, the lm_head";
   EXPECT_LT(fs::file_size(paired), fs::file_size(wide));
@@ -214,7 +216,8 @@ INSTANTIATE_TEST_SUITE_P(
     Formats, WeightFormatNumerics,
     ::testing::Values(FormatAndCompute{"f16", "f32"}, FormatAndCompute{"bf16", "f32"},
                       FormatAndCompute{"q8_0", "f32"}, FormatAndCompute{"q4_0", "f32"},
-                      FormatAndCompute{"q4_1", "f32"}, FormatAndCompute{"bf16", "bf16"}),
+                      FormatAndCompute{"q4_1", "f32"}, FormatAndCompute{"q5_0", "f32"},
+                      FormatAndCompute{"q5_1", "f32"}, FormatAndCompute{"bf16", "bf16"}),
     [](const auto& info) {
       return std::string(info.param.first) + (std::string(info.param.second) == "f32"
                                                   ? ""
@@ -257,14 +260,17 @@ TEST(DynamicRows, RowWiseCommandsOfTheBucketedExecutablesAreMarked) {
 
 namespace {
 
-// GGUF K-quants are kept as they are (--weight-dtype auto): every linear
-// weight and the tied table (Q6_K, also the lm_head) in its own format, once,
-// with exactly the GGUF's bytes per weight (the lossless repack keeps
-// ggml's 4.5 / 5.5 / 6.5625 bits). Their numerics against HF are
-// decoder_numerics_test's (gguf/kquants).
-TEST(KQuants, AutoKeepsGgufKQuantTensors) {
-  const fs::path gguf = fs::path(XCC_SOURCE_DIR) / "tests/fixtures/gguf/kquants/model.gguf";
-  const fs::path dir = fs::temp_directory_path() / "xcc_weight_format_kquants";
+// A GGUF's quantized tensors are kept as they are (--weight-dtype auto): every
+// linear weight and the tied table (also the lm_head) in its own format, once,
+// with exactly the GGUF's bytes per weight (the lossless repack keeps ggml's
+// bits per weight). `kept` maps the GGUF's types to the artifact's dtypes;
+// `table` is the tied table's. Their numerics against HF are
+// decoder_numerics_test's. Returns the options it compiled with.
+xcc::CompileOptions ExpectGgufTensorsKept(const std::string& fixture,
+                                          const std::map<xcc::SourceDType, xpk::DType>& kept,
+                                          xpk::DType table) {
+  const fs::path gguf = fs::path(XCC_SOURCE_DIR) / "tests/fixtures/gguf" / fixture / "model.gguf";
+  const fs::path dir = fs::temp_directory_path() / ("xcc_weight_format_" + fixture);
   fs::create_directories(dir);
   xcc::CompileOptions o;
   o.model_path = gguf.string();
@@ -275,32 +281,31 @@ TEST(KQuants, AutoKeepsGgufKQuantTensors) {
   o.limits.max_num_batched_tokens = 16;
   o.token_buckets = {16};
   auto summary = xcc::Compile(o);
-  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  if (!summary.ok()) return o;
   EXPECT_TRUE(summary->weight_notes.empty())
       << "nothing is dequantized: " << summary->weight_notes.front();
 
   auto source = xcc::ModelSource::Open(gguf.string());
-  ASSERT_TRUE(source.ok()) << source.status().ToString();
-  uint64_t gguf_kquant_bytes = 0;
+  EXPECT_TRUE(source.ok()) << source.status().ToString();
+  if (!source.ok()) return o;
+  std::map<xpk::DType, uint64_t> gguf_bytes;
   for (const std::string& name : (*source)->tensor_names()) {
     auto t = (*source)->tensor(name);
-    ASSERT_TRUE(t.ok());
-    if ((*t)->dtype == xcc::SourceDType::kQ4_K || (*t)->dtype == xcc::SourceDType::kQ5_K ||
-        (*t)->dtype == xcc::SourceDType::kQ6_K)
-      gguf_kquant_bytes += (*t)->nbytes;
+    EXPECT_TRUE(t.ok());
+    if (t.ok() && kept.count((*t)->dtype)) gguf_bytes[kept.at((*t)->dtype)] += (*t)->nbytes;
   }
   auto a = xrt::Artifact::Open(o.output_path);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  uint64_t kquant_bytes = 0;
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  if (!a.ok()) return o;
+  std::map<xpk::DType, uint64_t> kept_bytes;
   int tables = 0;
   std::map<xpk::DType, int> by_dtype;
   for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
     const xpk::Weight* w = *(*a)->weight(i);
     ++by_dtype[w->dtype()];
-    const bool kquant = w->dtype() == xpk::DType::q4_k || w->dtype() == xpk::DType::q5_k ||
-                        w->dtype() == xpk::DType::q6_k;
-    if (kquant) {
-      kquant_bytes += w->size();
+    if (gguf_bytes.count(w->dtype())) {
+      kept_bytes[w->dtype()] += w->size();
       EXPECT_EQ(w->layout(), xpk::WeightLayout::packed_panels) << w->name()->str();
     } else {
       EXPECT_EQ(w->shape()->size(), 1u)
@@ -308,15 +313,25 @@ TEST(KQuants, AutoKeepsGgufKQuantTensors) {
     }
     if (w->name()->str().find("embed_tokens") != std::string::npos) {
       ++tables;
-      EXPECT_EQ(w->dtype(), xpk::DType::q6_k);
+      EXPECT_EQ(w->dtype(), table);
     }
   }
   EXPECT_EQ(tables, 1) << "the tied table is stored once";
-  EXPECT_GT(by_dtype[xpk::DType::q4_k], 0);
-  EXPECT_GT(by_dtype[xpk::DType::q5_k], 0);
-  EXPECT_GT(by_dtype[xpk::DType::q6_k], 0);
-  EXPECT_EQ(kquant_bytes, gguf_kquant_bytes);
-  EXPECT_EQ(summary->weight_formats["q6_k"].weights, by_dtype[xpk::DType::q6_k]);
+  for (const auto& [dtype, bytes] : gguf_bytes) {
+    EXPECT_GT(by_dtype[dtype], 0) << xpk::EnumNameDType(dtype);
+    EXPECT_EQ(kept_bytes[dtype], bytes) << xpk::EnumNameDType(dtype);
+  }
+  EXPECT_EQ(summary->weight_formats[xpk::EnumNameDType(table)].weights, by_dtype[table]);
+  return o;
+}
+
+TEST(KQuants, AutoKeepsGgufKQuantTensors) {
+  using xcc::SourceDType;
+  xcc::CompileOptions o = ExpectGgufTensorsKept("kquants",
+                                                {{SourceDType::kQ4_K, xpk::DType::q4_k},
+                                                 {SourceDType::kQ5_K, xpk::DType::q5_k},
+                                                 {SourceDType::kQ6_K, xpk::DType::q6_k}},
+                                                xpk::DType::q6_k);
 
   // There is no quantizer to K-quants: asking for one is an error that says so.
   o.weight_dtype = "q4_k";
@@ -454,6 +469,17 @@ TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
       EXPECT_EQ(q.tokens[i], r.tokens[i]) << "prompt " << i;
     }
   }
+}
+
+// Q5_0 / Q5_1 (what llama.cpp's Q4_K_M and Q5_K_M write where K is not a
+// multiple of 256) are kept too, beside Q8_0 (format 1.15; f32 before).
+TEST(Q5, AutoKeepsGgufQ5Tensors) {
+  using xcc::SourceDType;
+  ExpectGgufTensorsKept("q5",
+                        {{SourceDType::kQ5_0, xpk::DType::q5_0},
+                         {SourceDType::kQ5_1, xpk::DType::q5_1},
+                         {SourceDType::kQ8_0, xpk::DType::q8_0}},
+                        xpk::DType::q5_1);
 }
 
 }  // namespace
