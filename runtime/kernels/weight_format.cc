@@ -402,6 +402,15 @@ void ParseGgmlKBlock(WeightFormat f, const uint8_t* b, KQuantColumn* c) {
   }
 }
 
+// The 16 6-bit scales of a Q3_K block (its 12 bytes at `s`): scale i's low 4
+// bits are nibble i / 8 of byte i % 8, its high 2 bits bits 2 (i / 4) .. of
+// byte 8 + i % 4 (ggml's kmask unpacking, written per scale).
+int Q3KScale(const uint8_t* s, int i) {
+  const int low = (s[i % 8] >> (4 * (i / 8))) & 15;
+  const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return low | high << 4;
+}
+
 // Writes column j of a panel's super-block `sb` (zeroed beforehand).
 void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
   StoreU16(sb + 2 * j, c.d);
@@ -506,6 +515,34 @@ void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
     case WeightFormat::kQ6_K:
       assert(false && "K-quant quantizers are not implemented");
       return;
+  }
+}
+
+void GgmlQ3KRowAsQ6K(const uint8_t* q3k, int64_t K, uint8_t* q6k) {
+  assert(K % kSuperBlock == 0);
+  const int64_t q6_bytes = SuperBlockBytes(WeightFormat::kQ6_K) / kPackNR;  // 210
+  for (int64_t b = 0; b < K / kSuperBlock; ++b) {
+    const uint8_t* in = q3k + b * kGgmlQ3KBlockBytes;
+    const uint8_t* hmask = in;
+    const uint8_t* qs = in + 32;
+    uint8_t* out = q6k + b * q6_bytes;
+    std::memset(out, 0, static_cast<size_t>(q6_bytes));
+    uint8_t* ql = out;
+    uint8_t* qh = out + 128;
+    for (int s = 0; s < 16; ++s) out[192 + s] = static_cast<uint8_t>(Q3KScale(in + 96, s) - 32);
+    std::memcpy(out + 208, in + 108, 2);  // d
+    for (int i = 0; i < kSuperBlock; ++i) {
+      // Q3_K: half n = i / 128, shift j = (i % 128) / 32, 16-value run r =
+      // (i % 32) / 16, l = i % 16: low bits (qs[32 n + 16 r + l] >> 2 j) & 3,
+      // high bit j + 4 n of hmask[16 r + l].
+      const int n = i / 128, j = (i % 128) / 32, l = i % 32;
+      const int low = (qs[32 * n + l] >> (2 * j)) & 3;
+      const int high = (hmask[l] >> (4 * n + j)) & 1;
+      const int q6 = low + 4 * high + 28;
+      // Q6_K (ParseGgmlKBlock): half h = n, quarter t = j, l.
+      ql[64 * n + l + 32 * (j & 1)] |= static_cast<uint8_t>((q6 & 15) << (j >= 2 ? 4 : 0));
+      qh[32 * n + l] |= static_cast<uint8_t>((q6 >> 4) << (2 * j));
+    }
   }
 }
 

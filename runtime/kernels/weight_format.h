@@ -170,6 +170,19 @@ void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void*
 void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int64_t K,
                            size_t row_bytes, void* out);
 
+// Bytes of one ggml block_q3_K {uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d}
+// (256 values, 3.4375 bits each).
+inline constexpr int64_t kGgmlQ3KBlockBytes = 110;
+
+// Re-encodes one row of K (a multiple of 256) values from ggml's Q3_K blocks
+// into ggml's Q6_K blocks (GgmlRowBytes(kQ6_K, K) bytes at `q6k`), losslessly:
+// Q3_K's value (d * (sc - 32)) * (q - 4), with q = its 2 low bits + 4 * its
+// hmask bit, 16 sub-blocks of 16 with 6-bit scales sc, is Q6_K's (d * sc6) *
+// (q6 - 32) with sc6 = sc - 32 and q6 = q + 28, the same f32 operations. There
+// is no q3_k kernel: xcc stores a GGUF's Q3_K tensors so, as q6_k (1.9x their
+// bytes, a fifth of f32's).
+void GgmlQ3KRowAsQ6K(const uint8_t* q3k, int64_t K, uint8_t* q6k);
+
 // ---- Added for the kernels and the packers (helpers of the above) ----
 
 // k-values per quantization group of the q formats.

@@ -672,6 +672,32 @@ TEST(WeightFormatTest, KQuantDequantizationMatchesGguf) {
   }
 }
 
+// Q3_K blocks re-encoded as Q6_K (GgmlQ3KRowAsQ6K) and packed as q6_k hold
+// gguf-py's dequantization of the Q3_K blocks bit for bit; the Q6_K blocks
+// decode to it too (the test's own ggml-loop decoder).
+TEST(WeightFormatTest, Q3KAsQ6KMatchesGguf) {
+  const int64_t n = quant_fixture::kKqN, k = quant_fixture::kKqK;
+  const int64_t q3_row = k / kSuperBlock * kGgmlQ3KBlockBytes;
+  const int64_t q6_row = GgmlRowBytes(WeightFormat::kQ6_K, k);
+  std::vector<uint8_t> q6(n * q6_row + 1, 0xAB);
+  for (int64_t r = 0; r < n; ++r)
+    GgmlQ3KRowAsQ6K(quant_fixture::kQ3_K + r * q3_row, k, q6.data() + r * q6_row);
+  EXPECT_EQ(q6.back(), 0xAB) << "wrote past the rows";
+  std::vector<uint8_t> packed(PackedWeightBytes(WeightFormat::kQ6_K, n, k));
+  PackWeightsFromBlocks(WeightFormat::kQ6_K, q6.data(), n, k, static_cast<size_t>(q6_row),
+                        packed.data());
+  std::vector<float> got(k);
+  for (int64_t r = 0; r < n; ++r) {
+    DequantizePackedRow(WeightFormat::kQ6_K, packed.data(), n, k, r, got.data());
+    const std::vector<float> q6_values =
+        DecodeGgmlRow(WeightFormat::kQ6_K, q6.data() + r * q6_row, k);
+    for (int64_t i = 0; i < k; ++i) {
+      ASSERT_EQ(Bits(got[i]), quant_fixture::kQ3_KValues[r * k + i]) << r << " " << i;
+      ASSERT_EQ(Bits(q6_values[i]), quant_fixture::kQ3_KValues[r * k + i]) << r << " " << i;
+    }
+  }
+}
+
 // PackWeightsFrom quantizes exactly as gguf-py (= ggml's reference) does.
 TEST(WeightFormatTest, QuantizationMatchesGguf) {
   const std::vector<float> w = FixtureMatrix();

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -355,6 +357,9 @@ namespace {
 struct KQuantModel {
   xrt::WeightFormat table, output;  // output: kF32 = tied
   xrt::WeightFormat attn, mlp;
+  // Tensors (names after "blk.0.") written as ggml Q3_K instead, which xcc
+  // stores as q6_k (GgmlQ3KRowAsQ6K; their f32 copy holds those values).
+  std::set<std::string> q3k = {};
 };
 
 uint32_t GgmlType(xrt::WeightFormat f) {
@@ -398,9 +403,29 @@ void WriteKQuantGgufs(const KQuantModel& m, const fs::path& quantized, const fs:
   }
   uint32_t seed = 1;
   auto add = [&](const std::string& name, int64_t n, int64_t k, xrt::WeightFormat f) {
-    const std::vector<uint8_t> rows = xrt::testing::RandomKQuantRows(f, n, k, seed++);
-    wq.Tensor(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, GgmlType(f),
-              std::string(rows.begin(), rows.end()));
+    const std::string layer = "blk.0.";
+    const bool q3k = name.rfind(layer, 0) == 0 &&
+                     m.q3k.count(name.substr(layer.size(), name.rfind('.') - layer.size()));
+    if (q3k) f = xrt::WeightFormat::kQ6_K;
+    std::vector<uint8_t> rows = xrt::testing::RandomKQuantRows(f, n, k, seed++);
+    if (q3k) {  // random Q3_K blocks (f16 d at byte 108), and as Q6_K for the f32 copy
+      std::mt19937 rng(seed++);
+      const int64_t blocks = n * k / xrt::kSuperBlock;
+      std::vector<uint8_t> q3(blocks * xrt::kGgmlQ3KBlockBytes);
+      for (auto& b : q3) b = static_cast<uint8_t>(rng());
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint16_t d = xrt::FloatToHalf(0.0003f * static_cast<float>(rng() % 64 + 1));
+        std::memcpy(q3.data() + b * xrt::kGgmlQ3KBlockBytes + 108, &d, 2);
+      }
+      wq.Tensor(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, xcc::testing::kTQ3_K,
+                std::string(q3.begin(), q3.end()));
+      const int64_t q3_row = k / xrt::kSuperBlock * xrt::kGgmlQ3KBlockBytes;
+      for (int64_t r = 0; r < n; ++r)
+        xrt::GgmlQ3KRowAsQ6K(q3.data() + r * q3_row, k, rows.data() + r * xrt::GgmlRowBytes(f, k));
+    } else {
+      wq.Tensor(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, GgmlType(f),
+                std::string(rows.begin(), rows.end()));
+    }
     std::vector<uint8_t> packed(xrt::PackedWeightBytes(f, n, k));
     xrt::PackWeightsFromBlocks(f, rows.data(), n, k, xrt::GgmlRowBytes(f, k), packed.data());
     std::vector<float> values(n * k);
@@ -436,13 +461,21 @@ TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
       {F::kQ4_K, F::kQ5_K, F::kQ6_K, F::kQ4_K},  // untied
       {F::kQ5_K, F::kQ6_K, F::kQ4_K, F::kQ5_K},  // untied
       {F::kQ4_K, F::kF32, F::kQ5_K, F::kQ6_K},   // tied Q4_K table
+      // Q3_K, stored as q6_k: q/k/v fused from three Q3_K parts, gate (Q3_K)
+      // with up (Q6_K), down alone.
+      {F::kQ5_K,
+       F::kF32,
+       F::kQ6_K,
+       F::kQ6_K,
+       {"attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_down"}},
   };
   const json prompts =
       json::array({json{{"ids", {4, 0, 1, 2, 0, 0, 1}}}, json{{"ids", {1}}},
                    json{{"ids", {2, 2, 1, 0, 5, 4, 3, 0, 1, 2, 2, 1, 0, 0, 1, 2, 0, 1, 1, 1}}}});
   for (const KQuantModel& m : models) {
     const std::string label = std::string(xrt::WeightFormatName(m.table)) + "_" +
-                              (m.output == F::kF32 ? "tied" : xrt::WeightFormatName(m.output));
+                              (m.output == F::kF32 ? "tied" : xrt::WeightFormatName(m.output)) +
+                              (m.q3k.empty() ? "" : "_q3_k");
     SCOPED_TRACE(label);
     const fs::path dir = fs::temp_directory_path() / ("xcc_kquant_tables_" + label);
     fs::create_directories(dir);
@@ -456,6 +489,9 @@ TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
       const xpk::Weight* w = *(*a)->weight(i);
       if (w->name()->str().find("embed_tokens") != std::string::npos) {
         EXPECT_EQ(w->dtype(), static_cast<xpk::DType>(m.table)) << "the table stays a K-quant";
+      }
+      if (w->shape()->size() == 2) {  // every matrix a K-quant (Q3_K as q6_k), none f32
+        EXPECT_NE(w->dtype(), xpk::DType::f32) << w->name()->str();
       }
     }
     PromptRuns q = RunPrompts(quantized, prompts);
