@@ -3,8 +3,10 @@
 //
 // Each fixture is compiled with --weight-dtype q8_0 and q4_0 (int8 compute
 // multiplies the integer quants of those formats; f32 weights would compute in
-// f32) as a wide and a 16-token chunked int8 artifact, and as a wide f32-compute
-// artifact of the same weights. The kernel's arithmetic is checked bit for bit
+// f32), and each GGUF fixture with auto too (its own tensors' formats: q4_0,
+// q4_1, q5_0, q5_1, q8_0, the K-quants; its f16 / bf16 / f32 ones compute in
+// f32), as a wide and a 16-token chunked int8 artifact, and as a wide
+// f32-compute artifact of the same weights. The kernel's arithmetic is checked bit for bit
 // against its contract in runtime/kernels/matmul_int8_test.cc; here:
 //  - the wide and chunked int8 artifacts give bit-identical logits and tokens;
 //  - the last-position logits stay within kMaxDeviation of f32 compute on the
@@ -68,14 +70,16 @@ TEST(ComputeInt8, CloseToF32OnTheSameWeightsAndBatchInvariant) {
       "| fixture | weights | max abs logit deviation from f32 compute (of max |logit|) | "
       "greedy tokens as f32 compute's | with the default (f16) KV cache: deviation | "
       "greedy tokens |\n");
-  for (const char* dtype : {"q8_0", "q4_0"}) {
+  for (const std::string dtype : {"q8_0", "q4_0", "auto"}) {
     float deviation = 0;
     for (const std::string& name : xcc::testing::kDecoderFixtures) {
+      if (dtype == "auto" && !xcc::testing::IsGgufFixture(name)) continue;  // f32 weights
       SCOPED_TRACE(name + " " + dtype);
       const auto prompts = Prompts(name);
-      auto int8 = xcc::testing::CompileDecoderFixture(name, "int8", dtype);
+      // Own directories: another test compiles the fixtures' auto f32 artifacts.
+      auto int8 = xcc::testing::CompileDecoderFixture(name, "int8", dtype, "int8_deviation");
       ASSERT_TRUE(int8.ok()) << int8.status().ToString();
-      auto f32 = xcc::testing::CompileDecoderFixture(name, "f32", dtype);
+      auto f32 = xcc::testing::CompileDecoderFixture(name, "f32", dtype, "int8_deviation");
       ASSERT_TRUE(f32.ok()) << f32.status().ToString();
       const auto wide = RunAll(int8->wide, prompts);
       const auto chunked = RunAll(int8->chunked, prompts);
@@ -105,7 +109,7 @@ TEST(ComputeInt8, CloseToF32OnTheSameWeightsAndBatchInvariant) {
         tokens += wide[i].tokens.size();
       }
       std::printf("| %s | %s | %.3f (%.1f%%) | %zu / %zu | %.1f%% | %zu / %zu |\n", name.c_str(),
-                  dtype, fixture_dev, 100 * fixture_rel, agree, tokens, 100 * served_rel,
+                  dtype.c_str(), fixture_dev, 100 * fixture_rel, agree, tokens, 100 * served_rel,
                   served_agree, tokens);
       deviation = std::max(deviation, fixture_dev);
     }
