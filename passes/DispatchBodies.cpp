@@ -198,6 +198,44 @@ Value bf16ToF32(Emitter &e, Value bits) {
   return b.create<arith::BitcastOp>(e.loc(), b.getF32Type(), shifted);
 }
 
+// q5_0 / q5_1 / q5_k (xrt::HasFifthBits): bit 4 of each quant sits in 16
+// bytes per quad of k-rows (xrt::K5HighByte / K5HighBit). The terms of a lane
+// (column j) that do not depend on the k-row: the byte's offset in its k-row,
+// 4 (j % 4), and the bit, 4 (j % 8 / 4) + 2 (j % 16 / 8) + j / 16, as an i8
+// shift.
+struct FifthBitLane {
+  Value byte, shift;
+};
+
+FifthBitLane fifthBitLane(Emitter &e, Value lane) {
+  OpBuilder &b = e.builder();
+  Value twoHn = idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 16), 8), 2),
+                       idxDiv(e, lane, 16));
+  Value bit = idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 8), 4), 4), twoHn);
+  return {idxMul(e, idxRem(e, lane, 4), 4),
+          b.create<arith::IndexCastOp>(e.loc(), b.getI8Type(), bit)};
+}
+
+// The quant's bit 4 at k-row `row` of a group or super-block whose fifth
+// bits start at byte `fifthBits`: byte 16 (row / 4) + row % 4 + the lane's,
+// as an i8 0 or 16.
+Value fifthBit(Emitter &e, Value bytes, Value fifthBits, Value row,
+               const FifthBitLane &lane) {
+  OpBuilder &b = e.builder();
+  Location loc = e.loc();
+  auto i8c = [&](int64_t v) {
+    return b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(v)).getResult();
+  };
+  Value at = idxAdd(
+      e, fifthBits,
+      idxAdd(e, idxAdd(e, idxMul(e, idxDiv(e, row, 4), 16), idxRem(e, row, 4)),
+             lane.byte));
+  Value bit = b.create<arith::AndIOp>(
+      loc, b.create<arith::ShRUIOp>(loc, e.load(bytes, {at}), lane.shift),
+      i8c(1));
+  return b.create<arith::ShLIOp>(loc, bit, i8c(4));
+}
+
 // Row `lane` of a K-quant table (q4_k, q5_k, q6_k; the panel at byte
 // `panelBase`) into out[r, 0 .. cols): super-blocks of 256 k-rows, each value
 // computed as the kernels do (weight_format.h): q4_k / q5_k (d * sc) * q -
@@ -236,21 +274,25 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   const int64_t lowAt = xrt::KLowQuantsOffset(format);
   // Per lane (column j), the layout's terms that do not depend on the k-row
   // (weight_format.h): the low nibble at byte 64 (kk / 4) + 4 (j % 16) +
-  // kk % 4 (xrt::QuadNibbleByte), high for j >= 16; q5_k's bit 4 at byte
-  // 16 (kk / 4) + 4 (j % 4) + kk % 4, bit xrt::K5HighBit(j); q6_k's field at
-  // byte 32 (kk / 4) + 4 (j % 8) + kk % 4, shift xrt::K6HighShift(j).
+  // kk % 4 (xrt::QuadNibbleByte), high for j >= 16; q5_k's bit 4 as
+  // fifthBitLane says; q6_k's field at byte 32 (kk / 4) + 4 (j % 8) + kk %
+  // 4, shift xrt::K6HighShift(j).
   Value nibbleByte = idxMul(e, idxRem(e, lane, 16), 4);
   Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, lane,
                                        e.index(16));
   Value nibbleShift = b.create<arith::SelectOp>(loc, high, i8c(4), i8c(0));
-  Value fieldByte = idxMul(e, idxRem(e, lane, five ? 4 : 8), 4);
-  Value sub16 = idxDiv(e, idxRem(e, lane, 16), 8), upper = idxDiv(e, lane, 16);
-  Value fieldIndex = idxAdd(e, idxMul(e, sub16, 2), upper); // 2h + n
-  Value fieldShift = b.create<arith::IndexCastOp>(
-      loc, b.getI8Type(),
-      five ? idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 8), 4), 4),
-                    fieldIndex)
-           : idxMul(e, fieldIndex, 2));
+  Value fieldByte, fieldShift; // q6_k
+  FifthBitLane fifth;          // q5_k
+  if (six) {
+    fieldByte = idxMul(e, idxRem(e, lane, 8), 4);
+    Value fieldIndex =
+        idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 16), 8), 2),
+               idxDiv(e, lane, 16)); // 2h + n
+    fieldShift = b.create<arith::IndexCastOp>(loc, b.getI8Type(),
+                                              idxMul(e, fieldIndex, 2));
+  } else if (five) {
+    fifth = fifthBitLane(e, lane);
+  }
   e.loop(0, cols / xrt::kSuperBlock, [&](Value sb) {
     Value base = idxAdd(e, panelBase, idxMul(e, sb, sbBytes));
     Value half = idxDiv(e, base, 2);
@@ -284,10 +326,10 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
         Value rowBase = idxAdd(e, idxAdd(e, base, idxMul(e, quad, 64)), inQuad);
         Value q = band(
             shr(at(idxAdd(e, rowBase, nibbleByte), lowAt), nibbleShift), 15);
-        Value highBase =
-            idxAdd(e, idxAdd(e, base, idxMul(e, quad, six ? 32 : 16)), inQuad);
         Value x;
         if (six) {
+          Value highBase =
+              idxAdd(e, idxAdd(e, base, idxMul(e, quad, 32)), inQuad);
           q = bor(q, shl(band(shr(at(idxAdd(e, highBase, fieldByte),
                                      xrt::kK6HighOffset),
                                   fieldShift),
@@ -296,11 +338,10 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
           x = e.mul(mul, e.sub(toF32(q), e.f32(32.0f)));
         } else {
           if (five)
-            q = bor(q, shl(band(shr(at(idxAdd(e, highBase, fieldByte),
-                                       xrt::kK5HighOffset),
-                                    fieldShift),
-                                1),
-                           4));
+            q = bor(q, fifthBit(e, bytes,
+                                idxAdd(e, base,
+                                       e.index(xrt::FifthBitsOffset(format))),
+                                row, fifth));
           x = e.sub(e.mul(mul, toF32(q)), sub);
         }
         e.store(x, out, {r, idxAdd(e, col0, row)});
@@ -385,20 +426,12 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
           const int64_t groupBytes = xrt::QuantGroupBytes(format);
           Value panelBase = idxMul(e, panel, panelBytes);
           // q4 / q5 (xrt::QuadNibbleByte): byte 64 (kk / 4) + 4 (lane % 16)
-          // + kk % 4, low nibble for lanes < 16; q5's bit 4 at byte 16 (kk /
-          // 4) + 4 (lane % 4) + kk % 4 of its fifth bits, bit
-          // xrt::K5HighBit(lane).
-          Value byteInRow = lane, shift, fifthByte, fifthShift;
-          if (five) {
-            fifthByte = idxMul(e, idxRem(e, lane, 4), 4);
-            Value twoHn =
-                idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 16), 8), 2),
-                       idxDiv(e, lane, 16));
-            fifthShift = b.create<arith::IndexCastOp>(
-                loc, b.getI8Type(),
-                idxAdd(e, idxMul(e, idxDiv(e, idxRem(e, lane, 8), 4), 4),
-                       twoHn));
-          }
+          // + kk % 4, low nibble for lanes < 16; q5's bit 4 as fifthBitLane
+          // says.
+          Value byteInRow = lane, shift;
+          FifthBitLane fifth;
+          if (five)
+            fifth = fifthBitLane(e, lane);
           if (!q8) {
             byteInRow = idxMul(e, idxRem(e, lane, 16), 4);
             Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge,
@@ -436,26 +469,13 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
                 Value nibble = b.create<arith::AndIOp>(
                     loc, b.create<arith::ShRUIOp>(loc, byte, shift),
                     b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(15)));
-                if (five) {
-                  Value at =
-                      idxAdd(e,
-                             idxAdd(e, groupBase,
-                                    e.index(xrt::FifthBitsOffset(format))),
-                             idxAdd(e,
-                                    idxAdd(e, idxMul(e, idxDiv(e, kk, 4), 16),
-                                           idxRem(e, kk, 4)),
-                                    fifthByte));
-                  Value bit = b.create<arith::AndIOp>(
-                      loc,
-                      b.create<arith::ShRUIOp>(loc, e.load(bytes, {at}),
-                                               fifthShift),
-                      b.create<arith::ConstantOp>(loc, b.getI8IntegerAttr(1)));
+                if (five)
                   nibble = b.create<arith::OrIOp>(
                       loc, nibble,
-                      b.create<arith::ShLIOp>(loc, bit,
-                                              b.create<arith::ConstantOp>(
-                                                  loc, b.getI8IntegerAttr(4))));
-                }
+                      fifthBit(e, bytes,
+                               idxAdd(e, groupBase,
+                                      e.index(xrt::FifthBitsOffset(format))),
+                               kk, fifth));
                 Value q =
                     b.create<arith::UIToFPOp>(loc, b.getF32Type(), nibble);
                 x = b.create<math::FmaOp>(loc, scale, q, offset);

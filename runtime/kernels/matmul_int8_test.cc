@@ -30,16 +30,12 @@ constexpr WeightFormat kFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0, W
                                      WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ4_K,
                                      WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
-// The group formats whose values are fma(d, q, m): ggml's blocks hold m after d.
-bool HasMin(WeightFormat f) { return f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_1; }
-
-// The 5-bit group formats: ggml's blocks hold a uint32 qh (bit i: value i's
-// bit 4) before qs.
-bool HasQh(WeightFormat f) { return f == WeightFormat::kQ5_0 || f == WeightFormat::kQ5_1; }
-
-// Bytes of a 32-value group block before its quants qs (q8_0's int8, the
-// others' nibbles): d, m, qh.
-int64_t BytesBeforeQs(WeightFormat f) { return 2 + (HasMin(f) ? 2 : 0) + (HasQh(f) ? 4 : 0); }
+// Bytes of a ggml group block before its quants qs (q8_0's int8, the
+// others' nibbles): f16 d; f16 m (HasGroupMin: q4_1, q5_1); uint32 qh, bit i
+// = value i's bit 4 (HasFifthBits: q5_0, q5_1).
+int64_t BytesBeforeQs(WeightFormat f) {
+  return 2 + (HasGroupMin(f) ? 2 : 0) + (HasFifthBits(f) ? 4 : 0);
+}
 
 float Half(const uint8_t* p) {
   uint16_t h;
@@ -59,7 +55,7 @@ std::vector<uint8_t> RandomGgmlRows(WeightFormat format, int64_t n, int64_t k, u
   for (int64_t b = 0; b < n * row_bytes / block_bytes; ++b) {
     const uint16_t d = FloatToHalf(scale(rng)), m = FloatToHalf(scale(rng));
     std::memcpy(rows.data() + b * block_bytes, &d, 2);
-    if (HasMin(format)) std::memcpy(rows.data() + b * block_bytes + 2, &m, 2);
+    if (HasGroupMin(format)) std::memcpy(rows.data() + b * block_bytes + 2, &m, 2);
   }
   return rows;
 }
@@ -81,9 +77,9 @@ IntRow DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
     for (int64_t b = 0; b < k / 32; ++b) {
       const uint8_t* blk = row + b * bb;
       r.d.push_back(Half(blk));
-      r.m.push_back(HasMin(f) ? Half(blk + 2) : 0.0f);
+      r.m.push_back(HasGroupMin(f) ? Half(blk + 2) : 0.0f);
       uint32_t qh = 0;
-      if (HasQh(f)) std::memcpy(&qh, blk + BytesBeforeQs(f) - 4, 4);
+      if (HasFifthBits(f)) std::memcpy(&qh, blk + BytesBeforeQs(f) - 4, 4);
       const uint8_t* qs = blk + BytesBeforeQs(f);
       for (int e = 0; e < 32; ++e) {
         int q;
@@ -196,7 +192,7 @@ float ReferenceDot(WeightFormat f, const IntRow& w, const std::vector<int>& q,
         sum += q[b * 32 + e];
       }
       acc = std::fma(w.d[b] * d[b], static_cast<float>(dot), acc);
-      if (HasMin(f)) acc = std::fma(w.m[b], d[b] * static_cast<float>(sum), acc);
+      if (HasGroupMin(f)) acc = std::fma(w.m[b], d[b] * static_cast<float>(sum), acc);
     }
     return acc;
   }
@@ -366,7 +362,7 @@ TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
     const int64_t n = 40, k = 4 * kQuantGroup;
     std::vector<uint8_t> ggml = RandomGgmlRows(f, n, k, 3);
     const int64_t row_bytes = GgmlRowBytes(f, k), block_bytes = row_bytes / (k / kQuantGroup);
-    const int64_t quants = HasMin(f) ? 4 : 2;  // bytes before the quants (q5: qh, then qs)
+    const int64_t quants = HasGroupMin(f) ? 4 : 2;  // bytes before the quants (q5: qh, then qs)
     for (int64_t b = 0; b < n * (k / kQuantGroup); ++b) {
       // Alternate blocks: the lowest quants, then the highest.
       const uint8_t low = f == WeightFormat::kQ8_0 ? 0x80 : 0x00;
