@@ -231,8 +231,8 @@ BENCHMARK(BM_XrtMatmulFormat)->Apply(MatmulFormatShapes);
 // multiple of 256), random ggml blocks.
 void MatmulKQuantShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"format", "compute", "M", "N", "K", "threads"});
-  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_1, WeightFormat::kQ4_K,
-                         WeightFormat::kQ5_K, WeightFormat::kQ6_K})
+  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_1, WeightFormat::kQ3_K,
+                         WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
     for (ComputeType c : ComputeTypesFor(f))
       for (int threads : {1, 2})
         for (int64_t m : {1, 128})
@@ -266,9 +266,9 @@ void BM_XrtMatmulInt8Isa(benchmark::State& state) {
 
 void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"format", "isa", "M", "N", "K", "threads", "avx_vnni"});
-  for (WeightFormat f :
-       {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0,
-        WeightFormat::kQ5_1, WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
+  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
+                         WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ3_K,
+                         WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
     for (int64_t m : {1, 4, 128})
       for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 576}, {2048, 2048}, {8192, 2048}})
         for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAmx}) {

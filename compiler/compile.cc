@@ -556,6 +556,7 @@ static_assert(static_cast<int>(xrt::WeightFormat::kQ4_0) == static_cast<int>(xpk
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_1) == static_cast<int>(xpk::DType::q4_1));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_0) == static_cast<int>(xpk::DType::q5_0));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_1) == static_cast<int>(xpk::DType::q5_1));
+static_assert(static_cast<int>(xrt::WeightFormat::kQ3_K) == static_cast<int>(xpk::DType::q3_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_K) == static_cast<int>(xpk::DType::q4_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_K) == static_cast<int>(xpk::DType::q5_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ6_K) == static_cast<int>(xpk::DType::q6_k));
@@ -590,6 +591,8 @@ std::optional<xrt::WeightFormat> LosslessFormat(SourceDType t) {
       return xrt::WeightFormat::kQ5_0;
     case SourceDType::kQ5_1:
       return xrt::WeightFormat::kQ5_1;
+    case SourceDType::kQ3_K:
+      return xrt::WeightFormat::kQ3_K;
     case SourceDType::kQ4_K:
       return xrt::WeightFormat::kQ4_K;
     case SourceDType::kQ5_K:
@@ -626,7 +629,7 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
     if (xrt::IsKQuantFormat(f))
       return xrt::InvalidArgumentError(
           "--weight-dtype: quantizing to {} is not supported (no K-quant quantizer); "
-          "--weight-dtype auto keeps a GGUF's Q4_K / Q5_K / Q6_K tensors as they are",
+          "--weight-dtype auto keeps a GGUF's Q3_K / Q4_K / Q5_K / Q6_K tensors as they are",
           policy);
     forced = f;
   }
@@ -657,12 +660,6 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
       }
       const SourceDType dtype = (*t)->dtype;
       std::optional<xrt::WeightFormat> f = forced ? forced : LosslessFormat(dtype);
-      if (!f && dtype == SourceDType::kQ3_K) {
-        f = xrt::WeightFormat::kQ6_K;
-        note(
-            "Q3_K tensors are stored as q6_k (the same values, 1.9x their bytes; no q3_k kernel "
-            "yet)");
-      }
       if (!f) {
         f = xrt::WeightFormat::kF32;
         note(fmt::format("{} tensors are dequantized to f32 (no kernel for {} yet)",
@@ -725,17 +722,14 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
     XRT_ASSIGN_OR_RETURN(const SourceTensor* t, source.tensor(name));
     const std::optional<xrt::WeightFormat> lossless = LosslessFormat(t->dtype);
     sameFormat = lossless == d.format ||
-                 (lossless == xrt::WeightFormat::kBF16 && xrt::IsBf16PairsFormat(d.format)) ||
-                 (t->dtype == SourceDType::kQ3_K && d.format == xrt::WeightFormat::kQ6_K);
+                 (lossless == xrt::WeightFormat::kBF16 && xrt::IsBf16PairsFormat(d.format));
     parts.push_back(t);
   }
   if (sameFormat) {
     const int64_t n = d.shape[0], k = d.shape[1];
-    // One part is packed straight from the (mapped) source; several are
-    // concatenated, and Q3_K rows re-encoded as Q6_K (lossless).
-    const auto q3 = [](const SourceTensor* t) { return t->dtype == SourceDType::kQ3_K; };
+    // One part is packed straight from the (mapped) source; several are concatenated.
     std::vector<uint8_t> rows;
-    const uint8_t* rowData = parts.size() == 1 && !q3(parts[0]) ? parts[0]->data : nullptr;
+    const uint8_t* rowData = parts.size() == 1 ? parts[0]->data : nullptr;
     uint64_t rowBytes = 0;
     int64_t rowCount = 0;
     for (const SourceTensor* t : parts) {
@@ -745,18 +739,8 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
       if (elements % k != 0)
         return xrt::InternalError("weight '{}': part '{}' does not hold rows of {}", d.name,
                                   t->name, k);
-      if (q3(t)) {
-        const int64_t q6Row = xrt::GgmlRowBytes(xrt::WeightFormat::kQ6_K, k);
-        const int64_t q3Row = k / xrt::kSuperBlock * xrt::kGgmlQ3KBlockBytes;
-        const size_t at = rows.size();
-        rows.resize(at + static_cast<size_t>(elements / k * q6Row));
-        for (int64_t r = 0; r < elements / k; ++r)
-          xrt::GgmlQ3KRowAsQ6K(t->data + r * q3Row, k, rows.data() + at + r * q6Row);
-        rowBytes += static_cast<uint64_t>(elements / k * q6Row);
-      } else {
-        if (!rowData) rows.insert(rows.end(), t->data, t->data + t->nbytes);
-        rowBytes += t->nbytes;
-      }
+      if (!rowData) rows.insert(rows.end(), t->data, t->data + t->nbytes);
+      rowBytes += t->nbytes;
       rowCount += elements / k;
     }
     if (!rowData) rowData = rows.data();

@@ -199,7 +199,8 @@ Value bf16ToF32(Emitter &e, Value bits) {
 }
 
 // q5_0 / q5_1 / q5_k (xrt::HasFifthBits): bit 4 of each quant sits in 16
-// bytes per quad of k-rows (xrt::K5HighByte / K5HighBit). The terms of a lane
+// bytes per quad of k-rows (xrt::K5HighByte / K5HighBit); q3_k's bit 2 the
+// same way. The terms of a lane
 // (column j) that do not depend on the k-row: the byte's offset in its k-row,
 // 4 (j % 4), and the bit, 4 (j % 8 / 4) + 2 (j % 16 / 8) + j / 16, as an i8
 // shift.
@@ -216,11 +217,11 @@ FifthBitLane fifthBitLane(Emitter &e, Value lane) {
           b.create<arith::IndexCastOp>(e.loc(), b.getI8Type(), bit)};
 }
 
-// The quant's bit 4 at k-row `row` of a group or super-block whose fifth
-// bits start at byte `fifthBits`: byte 16 (row / 4) + row % 4 + the lane's,
-// as an i8 0 or 16.
+// The quant's bit 4 (q3_k: `toBit` 2) at k-row `row` of a group or
+// super-block whose fifth bits start at byte `fifthBits`: byte 16 (row / 4) +
+// row % 4 + the lane's, as an i8 0 or 1 << toBit.
 Value fifthBit(Emitter &e, Value bytes, Value fifthBits, Value row,
-               const FifthBitLane &lane) {
+               const FifthBitLane &lane, int64_t toBit = 4) {
   OpBuilder &b = e.builder();
   Location loc = e.loc();
   auto i8c = [&](int64_t v) {
@@ -233,14 +234,14 @@ Value fifthBit(Emitter &e, Value bytes, Value fifthBits, Value row,
   Value bit = b.create<arith::AndIOp>(
       loc, b.create<arith::ShRUIOp>(loc, e.load(bytes, {at}), lane.shift),
       i8c(1));
-  return b.create<arith::ShLIOp>(loc, bit, i8c(4));
+  return b.create<arith::ShLIOp>(loc, bit, i8c(toBit));
 }
 
-// Row `lane` of a K-quant table (q4_k, q5_k, q6_k; the panel at byte
+// Row `lane` of a K-quant table (q3_k, q4_k, q5_k, q6_k; the panel at byte
 // `panelBase`) into out[r, 0 .. cols): super-blocks of 256 k-rows, each value
 // computed as the kernels do (weight_format.h): q4_k / q5_k (d * sc) * q -
-// dmin * m, q6_k (d * sc) * (q - 32), the products d * sc, dmin * m and
-// q4_k / q5_k's product with q exact in f32.
+// dmin * m, q6_k (d * sc) * (q - 32), q3_k (d * sc) * (q - 4), the products
+// d * sc, dmin * m and q4_k / q5_k's product with q exact in f32.
 void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
                      Value i16s, Value panelBase, Value lane, int64_t cols,
                      Value out, Value r) {
@@ -269,6 +270,8 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   };
   const bool six = format == xrt::WeightFormat::kQ6_K;
   const bool five = format == xrt::WeightFormat::kQ5_K;
+  const bool three = format == xrt::WeightFormat::kQ3_K;
+  const bool int8Scales = xrt::HasKInt8Scales(format); // q3_k, q6_k: no min
   const int64_t sbBytes = xrt::SuperBlockBytes(format);
   const int subRows = xrt::KSubBlockRows(format);
   const int64_t lowAt = xrt::KLowQuantsOffset(format);
@@ -276,13 +279,15 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   // (weight_format.h): the low nibble at byte 64 (kk / 4) + 4 (j % 16) +
   // kk % 4 (xrt::QuadNibbleByte), high for j >= 16; q5_k's bit 4 as
   // fifthBitLane says; q6_k's field at byte 32 (kk / 4) + 4 (j % 8) + kk %
-  // 4, shift xrt::K6HighShift(j).
+  // 4, shift xrt::K6HighShift(j). q3_k's low 2 bits at the nibble's byte of
+  // quad pair kk / 8, shifted by 2 ((kk / 4) % 2) more (xrt::CrumbByte /
+  // CrumbShift), and its bit 2 as q5_k's bit 4.
   Value nibbleByte = idxMul(e, idxRem(e, lane, 16), 4);
   Value high = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, lane,
                                        e.index(16));
   Value nibbleShift = b.create<arith::SelectOp>(loc, high, i8c(4), i8c(0));
   Value fieldByte, fieldShift; // q6_k
-  FifthBitLane fifth;          // q5_k
+  FifthBitLane fifth;          // q5_k, q3_k
   if (six) {
     fieldByte = idxMul(e, idxRem(e, lane, 8), 4);
     Value fieldIndex =
@@ -290,7 +295,7 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
                idxDiv(e, lane, 16)); // 2h + n
     fieldShift = b.create<arith::IndexCastOp>(loc, b.getI8Type(),
                                               idxMul(e, fieldIndex, 2));
-  } else if (five) {
+  } else if (five || three) {
     fifth = fifthBitLane(e, lane);
   }
   e.loop(0, cols / xrt::kSuperBlock, [&](Value sb) {
@@ -298,7 +303,7 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
     Value half = idxDiv(e, base, 2);
     Value d = halfToF32(e, e.load(i16s, {idxAdd(e, half, lane)}));
     Value dmin;
-    if (!six)
+    if (!int8Scales)
       dmin = halfToF32(
           e, e.load(i16s,
                     {idxAdd(e, idxAdd(e, half, e.index(xrt::kKDminOffset / 2)),
@@ -307,7 +312,7 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
     Value col0 = idxMul(e, sb, xrt::kSuperBlock);
     for (int s = 0; s < xrt::kSuperBlock / subRows; ++s) {
       Value mul, sub;
-      if (six) {
+      if (int8Scales) {
         Value sc = at(laneBase, xrt::kK6ScalesOffset + s * 32);
         mul = e.mul(d, b.create<arith::SIToFPOp>(loc, b.getF32Type(), sc));
       } else {
@@ -323,10 +328,26 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
         Value row = idxAdd(e, kk, e.index(s * subRows));
         // The k-row's quad and its row in the quad.
         Value quad = idxDiv(e, row, 4), inQuad = idxRem(e, row, 4);
+        Value x, q;
+        if (three) {
+          Value pairBase = idxAdd(
+              e, idxAdd(e, base, idxMul(e, idxDiv(e, row, 8), 64)), inQuad);
+          Value pairShift = b.create<arith::IndexCastOp>(
+              loc, b.getI8Type(), idxMul(e, idxRem(e, quad, 2), 2));
+          Value crumbs =
+              shr(shr(at(idxAdd(e, pairBase, nibbleByte), lowAt), nibbleShift),
+                  pairShift);
+          q = bor(band(crumbs, 3),
+                  fifthBit(e, bytes,
+                           idxAdd(e, base, e.index(xrt::kK3HighOffset)), row,
+                           fifth, 2));
+          x = e.mul(mul, e.sub(toF32(q), e.f32(4.0f)));
+          e.store(x, out, {r, idxAdd(e, col0, row)});
+          return;
+        }
         Value rowBase = idxAdd(e, idxAdd(e, base, idxMul(e, quad, 64)), inQuad);
-        Value q = band(
-            shr(at(idxAdd(e, rowBase, nibbleByte), lowAt), nibbleShift), 15);
-        Value x;
+        q = band(shr(at(idxAdd(e, rowBase, nibbleByte), lowAt), nibbleShift),
+                 15);
         if (six) {
           Value highBase =
               idxAdd(e, idxAdd(e, base, idxMul(e, quad, 32)), inQuad);
@@ -401,6 +422,7 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
             });
             return;
           }
+          case xrt::WeightFormat::kQ3_K:
           case xrt::WeightFormat::kQ4_K:
           case xrt::WeightFormat::kQ5_K:
           case xrt::WeightFormat::kQ6_K:

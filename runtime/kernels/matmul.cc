@@ -377,7 +377,8 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
 // 8c .. 8c+7. The nibble formats (q4_0, q4_1, q5_0, q5_1, the K-quants' low
 // bits) hold them in quads (QuadNibbleByte): c = 0, 1 are the low nibbles of
 // the quad's halves 0 / 1 and c = 2, 3 their high ones, a k-row's bytes at
-// 4m + t (q5's and q5_k's fifth bits likewise: FifthBitsAvx2).
+// 4m + t (the high bits in q5_k's layout likewise: K5HighBitsAvx2). q3_k's
+// crumb quad pairs are read as such quads of nibbles 0..3 (QuadHalfAvx2).
 
 // Per 16-byte lane of a quad (QuadNibbleByte), [t]: the vpshufb control
 // that zero-extends the four bytes of k-row t (bytes 4m + t) to dwords m,
@@ -395,11 +396,27 @@ XRT_TARGET_AVX2 inline __m256i QuadRowSpreadAvx2(int kk) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(kQuadRowSpread[kk % 4]));
 }
 
+// Half h (bytes 32h .. 32h+31) of the quad of k-row kk at q as q4 nibble
+// bytes (QuadNibbleByte): the nibble formats' as stored; q3_k's from its
+// quad pair kk / 8 (CrumbByte), shifted down to the quad's crumbs
+// (CrumbShift) and masked to 0x33, each nibble then holding a crumb.
+template <WeightFormat F>
+XRT_TARGET_AVX2 inline __m256i QuadHalfAvx2(const uint8_t* q, int kk, int h) {
+  if constexpr (HasQuadNibbles(F)) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * (kk / 4) + 32 * h));
+  } else {
+    static_assert(F == WeightFormat::kQ3_K);
+    const __m256i pair =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * (kk / 8) + 32 * h));
+    return _mm256_and_si256(_mm256_srl_epi16(pair, _mm_cvtsi32_si128(CrumbShift(kk, 0))),
+                            _mm256_set1_epi8(0x33));
+  }
+}
+
 // Columns 8c .. 8c+7 of k-row kk of the quads at q, as dwords.
+template <WeightFormat F>
 XRT_TARGET_AVX2 inline __m256i QuadNibbles8(const uint8_t* q, int kk, int c) {
-  const __m256i x = _mm256_shuffle_epi8(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * (kk / 4) + 32 * (c % 2))),
-      QuadRowSpreadAvx2(kk));
+  const __m256i x = _mm256_shuffle_epi8(QuadHalfAvx2<F>(q, kk, c % 2), QuadRowSpreadAvx2(kk));
   return c < 2 ? _mm256_and_si256(x, _mm256_set1_epi32(15)) : _mm256_srli_epi32(x, 4);
 }
 
@@ -408,11 +425,11 @@ template <WeightFormat F>
 XRT_TARGET_AVX2 void LoadKFactorsAvx2(const uint8_t* sb, int s, __m256* mul, __m256* add) {
   for (int c = 0; c < 4; ++c) {
     const __m256 d = Halves8(sb + 16 * c);
-    if constexpr (F == WeightFormat::kQ6_K) {
+    if constexpr (HasKInt8Scales(F)) {
       const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
           reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 8 * c)));
       mul[c] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
-      add[c] = _mm256_mul_ps(mul[c], _mm256_set1_ps(-32.0f));
+      add[c] = _mm256_mul_ps(mul[c], _mm256_set1_ps(-static_cast<float>(KQuantOffset(F))));
     } else {
       const __m256 dmin = Halves8(sb + kKDminOffset + 16 * c);
       __m256i sc, m;
@@ -424,23 +441,28 @@ XRT_TARGET_AVX2 void LoadKFactorsAvx2(const uint8_t* sb, int s, __m256* mul, __m
   }
 }
 
-// q5_0, q5_1, q5_k: the fifth bits of k-row kk from the 16 bytes per quad at
-// `high` (K5HighByte / K5HighBit), dword m of lane L from the byte of column
-// 8c + m (the quad's bytes 4m + t, spread like the nibbles), lane 1 shifted
-// down by 4: vector c = h + 2n (half h, nibble n of the quad) then takes bit
-// 2h + n (AddFifthBitAvx2).
-XRT_TARGET_AVX2 inline __m256i FifthBitsAvx2(const uint8_t* high, int kk) {
-  const __m256i bytes = _mm256_broadcastsi128_si256(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(high + 16 * (kk / 4))));
+// HasK5HighBits: the high bits of k-row kk from the 16 bytes per quad at
+// K5HighBitsOffset of `block` (a group or super-block; K5HighByte /
+// K5HighBit), dword m of lane L from the byte of column 8c + m (the quad's
+// bytes 4m + t, spread like the nibbles), lane 1 shifted down by 4: vector
+// c = h + 2n (half h, nibble n of the quad) then takes bit 2h + n
+// (AddK5HighBitAvx2).
+template <WeightFormat F>
+XRT_TARGET_AVX2 inline __m256i K5HighBitsAvx2(const uint8_t* block, int kk) {
+  const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(block + K5HighBitsOffset(F) + 16 * (kk / 4))));
   return _mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, QuadRowSpreadAvx2(kk)),
                            _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
 }
 
-// Vector c's low 4 bits `q` with its fifth bits (FifthBitsAvx2's `bits`) at bit 4.
-XRT_TARGET_AVX2 inline __m256i AddFifthBitAvx2(__m256i q, __m256i bits, int c) {
+// Vector c's low bits `q` with its high bits (K5HighBitsAvx2's `bits`) at
+// bit LowQuantBits(F) (q5: 4, q3_k: 2).
+template <WeightFormat F>
+XRT_TARGET_AVX2 inline __m256i AddK5HighBitAvx2(__m256i q, __m256i bits, int c) {
+  constexpr int kAt = LowQuantBits(F);
   const int f = 2 * (c % 2) + c / 2;  // 2h + n
-  return _mm256_add_epi32(q,
-                          _mm256_and_si256(_mm256_slli_epi32(bits, 4 - f), _mm256_set1_epi32(16)));
+  const __m256i at = f <= kAt ? _mm256_slli_epi32(bits, kAt - f) : _mm256_srli_epi32(bits, f - kAt);
+  return _mm256_add_epi32(q, _mm256_and_si256(at, _mm256_set1_epi32(1 << kAt)));
 }
 
 // A group's scales and added terms: q4_1, q5_1: the mins; q4_0, q5_0: -8 or
@@ -464,15 +486,15 @@ XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* group, int kk, con
                                                const __m256* min, __m256* w) {
   const uint8_t* q = group + QuantGroupQuantsOffset(F);
   __m256i bits = _mm256_setzero_si256();
-  if constexpr (HasFifthBits(F)) bits = FifthBitsAvx2(group + FifthBitsOffset(F), kk);
+  if constexpr (HasK5HighBits(F)) bits = K5HighBitsAvx2<F>(group, kk);
   for (int c = 0; c < 4; ++c) {
     if constexpr (F == WeightFormat::kQ8_0) {
       const __m256i v = _mm256_cvtepi8_epi32(
           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kk * kPackNR + 8 * c)));
       w[c] = _mm256_mul_ps(scale[c], _mm256_cvtepi32_ps(v));
     } else {
-      __m256i v = QuadNibbles8(q, kk, c);
-      if constexpr (HasFifthBits(F)) v = AddFifthBitAvx2(v, bits, c);
+      __m256i v = QuadNibbles8<F>(q, kk, c);
+      if constexpr (HasK5HighBits(F)) v = AddK5HighBitAvx2<F>(v, bits, c);
       w[c] = _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(v), min[c]);
     }
   }
@@ -482,20 +504,20 @@ XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* group, int kk, con
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m256* mul,
                                            const __m256* add, __m256* w) {
-  // The k-row's high bits: q5_k's from FifthBitsAvx2; q6_k's bytes, dword m
-  // of vector c from the byte of column 8c + m (K6HighByte: the quad's bytes
-  // 4m + t, spread like the nibbles), vector c = h + 2n (half h, nibble n of
-  // the quad) taking field 2h + n.
+  // The k-row's high bits: q3_k's and q5_k's from K5HighBitsAvx2; q6_k's
+  // bytes, dword m of vector c from the byte of column 8c + m (K6HighByte:
+  // the quad's bytes 4m + t, spread like the nibbles), vector c = h + 2n
+  // (half h, nibble n of the quad) taking field 2h + n.
   __m256i bits = _mm256_setzero_si256(), fields = _mm256_setzero_si256();
-  if constexpr (HasFifthBits(F)) bits = FifthBitsAvx2(sb + FifthBitsOffset(F), kk);
+  if constexpr (HasK5HighBits(F)) bits = K5HighBitsAvx2<F>(sb, kk);
   if constexpr (F == WeightFormat::kQ6_K) {
     fields = _mm256_shuffle_epi8(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kK6HighOffset + 32 * (kk / 4))),
         QuadRowSpreadAvx2(kk));
   }
   for (int c = 0; c < 4; ++c) {
-    __m256i q = QuadNibbles8(sb + KLowQuantsOffset(F), kk, c);
-    if constexpr (HasFifthBits(F)) q = AddFifthBitAvx2(q, bits, c);
+    __m256i q = QuadNibbles8<F>(sb + KLowQuantsOffset(F), kk, c);
+    if constexpr (HasK5HighBits(F)) q = AddK5HighBitAvx2<F>(q, bits, c);
     if constexpr (F == WeightFormat::kQ6_K) {  // field f (bits 2f, 2f + 1) to bits 4, 5
       const int f = 2 * (c % 2) + c / 2;       // 2h + n
       const __m256i at4 =
@@ -1085,29 +1107,46 @@ XRT_TARGET_AVX512 inline __m512i QuadRowSpread(int kk) {
       _mm_load_si128(reinterpret_cast<const __m128i*>(kQuadRowSpread[kk % 4])));
 }
 
+// The quad of k-row kk at q as q4 nibble bytes (QuadHalfAvx2's two halves).
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline __m512i QuadBytes(const uint8_t* q, int kk) {
+  if constexpr (HasQuadNibbles(F)) {
+    return _mm512_loadu_si512(q + 64 * (kk / 4));
+  } else {
+    static_assert(F == WeightFormat::kQ3_K);
+    const __m512i pair = _mm512_loadu_si512(q + 64 * (kk / 8));
+    return _mm512_and_si512(_mm512_srl_epi16(pair, _mm_cvtsi32_si128(CrumbShift(kk, 0))),
+                            _mm512_set1_epi8(0x33));
+  }
+}
+
 // k-row kk of the quads at q (QuadNibbleByte), columns 0-15 in *lo and 16-31
 // in *hi as dwords.
+template <WeightFormat F>
 XRT_TARGET_AVX512 inline void QuadNibbles16(const uint8_t* q, int kk, __m512i* lo, __m512i* hi) {
-  const __m512i x = _mm512_shuffle_epi8(_mm512_loadu_si512(q + 64 * (kk / 4)), QuadRowSpread(kk));
+  const __m512i x = _mm512_shuffle_epi8(QuadBytes<F>(q, kk), QuadRowSpread(kk));
   *lo = _mm512_and_si512(x, _mm512_set1_epi32(15));
   *hi = _mm512_srli_epi32(x, 4);
 }
 
-// q5_0, q5_1, q5_k: QuadNibbles16's *lo, *hi of k-row kk with bit 4 added
-// from the 16 bytes per quad at `high` (K5HighByte / K5HighBit). Dword m of
-// lane l (column 4l + m, + 16 for *hi) takes the same byte as its nibble;
-// lane l = 2h + L (half h's lane L) holds its bit at 4L + 2h + n, n = 1 for
-// *hi: shifted down by 4L + 2h per lane.
-XRT_TARGET_AVX512 inline void AddFifthBits16(const uint8_t* high, int kk, __m512i* lo,
-                                             __m512i* hi) {
-  const __m512i bytes = _mm512_broadcast_i32x4(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(high + 16 * (kk / 4))));
+// HasK5HighBits: QuadNibbles16's *lo, *hi of k-row kk with the high bit
+// added at bit LowQuantBits(F) from the 16 bytes per quad at
+// K5HighBitsOffset of `block` (K5HighByte / K5HighBit). Dword m of lane l
+// (column 4l + m, + 16 for *hi) takes the same byte as its nibble; lane
+// l = 2h + L (half h's lane L) holds its bit at 4L + 2h + n, n = 1 for *hi:
+// shifted down by 4L + 2h per lane.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline void AddK5HighBits16(const uint8_t* block, int kk, __m512i* lo,
+                                              __m512i* hi) {
+  constexpr int kAt = LowQuantBits(F);
+  const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(block + K5HighBitsOffset(F) + 16 * (kk / 4))));
   const __m512i bits =
       _mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, QuadRowSpread(kk)),
                         _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6));
-  const __m512i sixteen = _mm512_set1_epi32(16);
-  *lo = _mm512_add_epi32(*lo, _mm512_and_si512(_mm512_slli_epi32(bits, 4), sixteen));
-  *hi = _mm512_add_epi32(*hi, _mm512_and_si512(_mm512_slli_epi32(bits, 3), sixteen));
+  const __m512i bit = _mm512_set1_epi32(1 << kAt);
+  *lo = _mm512_add_epi32(*lo, _mm512_and_si512(_mm512_slli_epi32(bits, kAt), bit));
+  *hi = _mm512_add_epi32(*hi, _mm512_and_si512(_mm512_slli_epi32(bits, kAt - 1), bit));
 }
 
 // k-row `kk` (0..31) of the q-format group at `group`.
@@ -1124,8 +1163,8 @@ XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* group, int kk, const
     *w1 = _mm512_mul_ps(g.s1, _mm512_cvtepi32_ps(q1));
   } else {
     __m512i lo, hi;
-    QuadNibbles16(q, kk, &lo, &hi);
-    if constexpr (HasFifthBits(F)) AddFifthBits16(group + FifthBitsOffset(F), kk, &lo, &hi);
+    QuadNibbles16<F>(q, kk, &lo, &hi);
+    if constexpr (HasK5HighBits(F)) AddK5HighBits16<F>(group, kk, &lo, &hi);
     *w0 = _mm512_fmadd_ps(g.s0, _mm512_cvtepi32_ps(lo), g.m0);
     *w1 = _mm512_fmadd_ps(g.s1, _mm512_cvtepi32_ps(hi), g.m1);
   }
@@ -1162,9 +1201,10 @@ XRT_TARGET_AVX512 inline void Decode16BitRow(const uint8_t* panel, int64_t k, __
 // K-quants: the factors of one sub-block for columns 0-15 / 16-31, w =
 // fma(mul, q, add). q4_k, q5_k: mul = d * sc and add = -(dmin * m), both
 // exact products (and d * sc * q exact), so the one rounding is the sum's, as
-// in the portable decoder's product - sub. q6_k: mul = d * sc (exact) and add
-// = -32 * mul (exact), so the fma rounds mul * (q - 32) once, as the portable
-// decoder's product does (a zero weight's sign may differ; see matmul.h).
+// in the portable decoder's product - sub. q3_k, q6_k: mul = d * sc (exact)
+// and add = -KQuantOffset * mul (4 or 32: exact), so the fma rounds
+// mul * (q - KQuantOffset) once, as the portable decoder's product does (a
+// zero weight's sign may differ; see matmul.h).
 struct KFactors {
   __m512 mul0, mul1, add0, add1;
 };
@@ -1175,15 +1215,16 @@ XRT_TARGET_AVX512 inline KFactors LoadKFactors(const uint8_t* sb, int s) {
   KFactors k;
   const __m512 d0 = Halves16(sb);
   const __m512 d1 = Halves16(sb + 32);
-  if constexpr (F == WeightFormat::kQ6_K) {
+  if constexpr (HasKInt8Scales(F)) {
     const uint8_t* sc = sb + kK6ScalesOffset + s * kPackNR;
     const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
     const __m512i sc1 =
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)));
     k.mul0 = _mm512_mul_ps(d0, _mm512_cvtepi32_ps(sc0));
     k.mul1 = _mm512_mul_ps(d1, _mm512_cvtepi32_ps(sc1));
-    k.add0 = _mm512_mul_ps(k.mul0, _mm512_set1_ps(-32.0f));
-    k.add1 = _mm512_mul_ps(k.mul1, _mm512_set1_ps(-32.0f));
+    const __m512 offset = _mm512_set1_ps(-static_cast<float>(KQuantOffset(F)));
+    k.add0 = _mm512_mul_ps(k.mul0, offset);
+    k.add1 = _mm512_mul_ps(k.mul1, offset);
   } else {
     const __m512 dmin0 = Halves16(sb + kKDminOffset);
     const __m512 dmin1 = Halves16(sb + kKDminOffset + 32);
@@ -1210,9 +1251,9 @@ template <WeightFormat F>
 XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFactors& k, __m512* w0,
                                          __m512* w1) {
   __m512i q0, q1;
-  QuadNibbles16(sb + KLowQuantsOffset(F), kk, &q0, &q1);
-  if constexpr (HasFifthBits(F)) {
-    AddFifthBits16(sb + FifthBitsOffset(F), kk, &q0, &q1);
+  QuadNibbles16<F>(sb + KLowQuantsOffset(F), kk, &q0, &q1);
+  if constexpr (HasK5HighBits(F)) {
+    AddK5HighBits16<F>(sb, kk, &q0, &q1);
   } else if constexpr (F == WeightFormat::kQ6_K) {
     // The high bits of dword m of lane l (column 4l + m, + 16 for q1) from
     // the same bytes of the quad's high bits (K6HighByte), spread as the
@@ -1340,6 +1381,8 @@ DecodePairsFn DecodePairsFor(WeightFormat f) {
       return &DecodePairsAvx512<WeightFormat::kQ5_0, kOddLow>;
     case WeightFormat::kQ5_1:
       return &DecodePairsAvx512<WeightFormat::kQ5_1, kOddLow>;
+    case WeightFormat::kQ3_K:
+      return &DecodePairsAvx512<WeightFormat::kQ3_K, kOddLow>;
     case WeightFormat::kQ4_K:
       return &DecodePairsAvx512<WeightFormat::kQ4_K, kOddLow>;
     case WeightFormat::kQ5_K:
@@ -1703,6 +1746,8 @@ GemvFn GemvBf16Kernel(WeightFormat f, int rows, int panels) {
       return GemvBf16For<WeightFormat::kQ5_0>(rows, panels);
     case WeightFormat::kQ5_1:
       return GemvBf16For<WeightFormat::kQ5_1>(rows, panels);
+    case WeightFormat::kQ3_K:
+      return GemvBf16For<WeightFormat::kQ3_K>(rows, panels);
     case WeightFormat::kQ4_K:
       return GemvBf16For<WeightFormat::kQ4_K>(rows, panels);
     case WeightFormat::kQ5_K:
@@ -1735,6 +1780,8 @@ GemvFn GemvKernel(WeightFormat f, int rows, int panels, ComputeType c) {
       return GemvFor<WeightFormat::kQ5_0>(rows, panels, c);
     case WeightFormat::kQ5_1:
       return GemvFor<WeightFormat::kQ5_1>(rows, panels, c);
+    case WeightFormat::kQ3_K:
+      return GemvFor<WeightFormat::kQ3_K>(rows, panels, c);
     case WeightFormat::kQ4_K:
       return GemvFor<WeightFormat::kQ4_K>(rows, panels, c);
     case WeightFormat::kQ5_K:
@@ -1908,8 +1955,9 @@ void GemvAvx2Kernels(GemvFn* kernel_for_count) {
 }
 
 // C = A·Wᵀ for one row of A on a non-f32 format in f32 compute: units of
-// two panels (eight fma chains), one for the nibble formats (quads: two
-// panels' factors and accumulators spill, measured 4-13% slower).
+// two panels (eight fma chains), one for the quad formats (HasQuads: two
+// panels' factors and accumulators spill, measured 4-13% slower on the
+// nibble formats; q3_k's factors are q6_k's).
 void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
   GemvFn kernel_for_count[3] = {nullptr, nullptr, nullptr};
   switch (args.w_format) {
@@ -1940,6 +1988,9 @@ void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
     case WeightFormat::kQ5_1:
       GemvAvx2Kernels<WeightFormat::kQ5_1>(kernel_for_count);
       break;
+    case WeightFormat::kQ3_K:
+      GemvAvx2Kernels<WeightFormat::kQ3_K>(kernel_for_count);
+      break;
     case WeightFormat::kQ4_K:
       GemvAvx2Kernels<WeightFormat::kQ4_K>(kernel_for_count);
       break;
@@ -1952,8 +2003,7 @@ void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
     case WeightFormat::kF32:
       return;
   }
-  RunGemvUnits(args, pool, args.a, args.lda, HasQuadNibbles(args.w_format) ? 1 : 2,
-               kernel_for_count);
+  RunGemvUnits(args, pool, args.a, args.lda, HasQuads(args.w_format) ? 1 : 2, kernel_for_count);
 }
 
 #endif  // __x86_64__
@@ -2103,6 +2153,8 @@ DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
       return DequantForFormat<WeightFormat::kQ5_0>(isa);
     case WeightFormat::kQ5_1:
       return DequantForFormat<WeightFormat::kQ5_1>(isa);
+    case WeightFormat::kQ3_K:
+      return DequantForFormat<WeightFormat::kQ3_K>(isa);
     case WeightFormat::kQ4_K:
       return DequantForFormat<WeightFormat::kQ4_K>(isa);
     case WeightFormat::kQ5_K:

@@ -64,7 +64,7 @@
 // On CPUs without bf16 units kBF16 is slower than kF32 (the operands are
 // rounded in registers): there it exists for its numerics contract.
 // kInt8 is llama.cpp's arithmetic on the formats with integer quants (q8_0, q4_0,
-// q4_1, q5_0, q5_1, q4_k, q5_k, q6_k): rows of A quantized to int8 per block, exact
+// q4_1, q5_0, q5_1, the K-quants): rows of A quantized to int8 per block, exact
 // integer dot products with the weights' quants, scales applied in f32 in a
 // fixed order; its contract (matmul_int8.h) is batch invariant too, and the
 // other formats run it as kF32.

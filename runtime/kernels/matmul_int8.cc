@@ -42,6 +42,22 @@ constexpr int64_t kGroupRows = 4;
 constexpr int64_t kVnniGroupRows = 6;
 constexpr int kAmxInt8Rows = 16;  // rows per work unit on AMX (PanelRowsAmx)
 
+// The formats whose quants have high bits stored apart, merged into the low
+// ones on every read (q5_0, q5_1, q5_k, q3_k, q6_k): the most decoding work
+// per quad, which a decoded panel saves (DecodedPanelMinRowBlocks).
+constexpr bool HasSeparateHighBits(WeightFormat f) {
+  return HasK5HighBits(f) || f == WeightFormat::kQ6_K;
+}
+
+// log2 of a K-quant's quant offset (KQuantOffset: 4 or 32), the shift that
+// multiplies a quant sum by it.
+template <WeightFormat F>
+constexpr int KQuantOffsetShift() {
+  constexpr int kShift = KQuantOffset(F) == 32 ? 5 : 2;
+  static_assert(HasKInt8Scales(F) && KQuantOffset(F) == 1 << kShift);
+  return kShift;
+}
+
 // Step 1's scale for a block of n values whose largest magnitude is amax
 // (`finite`: no inf or NaN among them): *d, and *id = 127 / amax to multiply
 // the values by. False when the block quantizes to zeros (q is zeroed): d is
@@ -129,11 +145,11 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
         int32_t dot = 0, sum = 0;
         for (int t = 0; t < sub; ++t) {
           const int kk = s * sub + t;
-          const int qw = KQuantAt(f, sb, kk, j) - (f == WeightFormat::kQ6_K ? 32 : 0);
+          const int qw = KQuantAt(f, sb, kk, j) - KQuantOffset(f);
           dot += qw * qa[kk];
           sum += qa[kk];
         }
-        if (f == WeightFormat::kQ6_K) {
+        if (HasKInt8Scales(f)) {
           isum += static_cast<int8_t>(sb[kK6ScalesOffset + s * kPackNR + j]) * dot;
         } else {
           int sc, m;
@@ -144,7 +160,7 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
       }
       const float dw = HalfAt(sb + 2 * j);
       acc = std::fma(dw * d[b], static_cast<float>(isum), acc);
-      if (f != WeightFormat::kQ6_K) {
+      if (!HasKInt8Scales(f)) {
         const float dmin = HalfAt(sb + kKDminOffset + 2 * j);
         acc = std::fma(-(dmin * d[b]), static_cast<float>(imin), acc);
       }
@@ -332,26 +348,29 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
     ByteQuads(blk + 64 + kq * 4 * kPackNR, lo, hi);
     return;
   }
-  constexpr int64_t kNibbles = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
-  const __m512i x = _mm512_loadu_si512(blk + kNibbles + kq * 64);
-  const __m512i low4 = _mm512_set1_epi8(15);
-  *lo = _mm512_and_si512(x, low4);
-  *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+  constexpr int64_t kLow = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
+  __m512i x = _mm512_loadu_si512(blk + kLow + LowQuadOffset(F, kq));
+  if constexpr (HasCrumbs(F)) {  // kq may not be a constant: a shift by register
+    x = _mm512_srl_epi16(x, _mm_cvtsi32_si128(LowQuadShift(F, kq)));
+  }
+  const __m512i low = _mm512_set1_epi8((1 << LowQuantBits(F)) - 1);
+  *lo = _mm512_and_si512(x, low);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
   // Lane l of the quad is lane L = l % 2 of its half h = l / 2; the high
   // bits of its bytes are at the same bytes of the quad's 16 (q5_0, q5_1,
-  // q5_k: bit 4L + 2h + n for nibble n) or of its 32 bytes' half L (q6_k,
-  // the field at bits 4h + 2n) (K5HighBit, K6HighShift).
-  if constexpr (HasFifthBits(F)) {
+  // q5_k, q3_k: bit 4L + 2h + n for nibble n) or of its 32 bytes' half L
+  // (q6_k, the field at bits 4h + 2n) (K5HighBit, K6HighShift).
+  if constexpr (HasK5HighBits(F)) {
     const __m512i bits = _mm512_broadcast_i32x4(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + FifthBitsOffset(F) + kq * 16)));
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + K5HighBitsOffset(F) + kq * 16)));
     const __m512i pick_lo =
         _mm512_setr_epi32(0x01010101, 0x01010101, 0x01010101, 0x01010101, 0x10101010, 0x10101010,
                           0x10101010, 0x10101010, 0x04040404, 0x04040404, 0x04040404, 0x04040404,
                           0x40404040, 0x40404040, 0x40404040, 0x40404040);
     const __m512i pick_hi = _mm512_slli_epi32(pick_lo, 1);
-    const __m512i sixteen = _mm512_set1_epi8(16);
-    *lo = _mm512_mask_add_epi8(*lo, _mm512_test_epi8_mask(bits, pick_lo), *lo, sixteen);
-    *hi = _mm512_mask_add_epi8(*hi, _mm512_test_epi8_mask(bits, pick_hi), *hi, sixteen);
+    const __m512i high = _mm512_set1_epi8(1 << LowQuantBits(F));  // 16, q3_k 4
+    *lo = _mm512_mask_add_epi8(*lo, _mm512_test_epi8_mask(bits, pick_lo), *lo, high);
+    *hi = _mm512_mask_add_epi8(*hi, _mm512_test_epi8_mask(bits, pick_hi), *hi, high);
   } else if constexpr (F == WeightFormat::kQ6_K) {
     const __m512i fields = _mm512_broadcast_i64x4(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32)));
@@ -387,6 +406,7 @@ static_assert(PairSumsPerInt16<WeightFormat::kQ5_0>() == 4);
 static_assert(PairSumsPerInt16<WeightFormat::kQ5_1>() == 4);
 static_assert(PairSumsPerInt16<WeightFormat::kQ5_K>() == 4);
 static_assert(PairSumsPerInt16<WeightFormat::kQ6_K>() == 2);
+static_assert(PairSumsPerInt16<WeightFormat::kQ3_K>() == 18);  // a whole sub-block (4 quads)
 static_assert(PairSumsPerInt16<WeightFormat::kQ8_0>() == 1);
 
 // Each dword's value v (in int16 range) as the int16 pair (v, v): vpmaddwd
@@ -459,13 +479,13 @@ XRT_TARGET_AVX512 inline void AddPairSums(const uint8_t* blk, int kq0, const int
 
 // Sub-block s of a K-quant super-block, per column of each half: the scale
 // (int32 lanes) and the multiplier of the sub-block's activation sum as
-// (x, 0) int16 pairs: the min for q4_k / q5_k, the scale for q6_k (whose
-// quants are stored offset by 32).
+// (x, 0) int16 pairs: the min for q4_k / q5_k, the scale for q3_k / q6_k
+// (whose quants are stored offset by KQuantOffset).
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline void SubBlockScales(const uint8_t* sb, int s, __m512i (&scale)[2],
                                              __m512i (&by_qsum)[2]) {
   for (int h = 0; h < 2; ++h) {
-    if constexpr (F == WeightFormat::kQ6_K) {
+    if constexpr (HasKInt8Scales(F)) {
       scale[h] = _mm512_cvtepi8_epi32(_mm_loadu_si128(
           reinterpret_cast<const __m128i*>(sb + kK6ScalesOffset + s * kPackNR + 16 * h)));
       by_qsum[h] = _mm512_and_si512(scale[h], _mm512_set1_epi32(0xffff));
@@ -499,17 +519,16 @@ XRT_TARGET_AVX512 inline void AddSuperBlock(const uint8_t* sb, const QuantRows<R
                                             const __m512i (&imin)[R][2], __m512 (&acc)[R][2]) {
   for (int h = 0; h < 2; ++h) {
     const __m512 dw = packed_simd::Halves16(sb + 32 * h);
-    const __m512 dmin = F == WeightFormat::kQ6_K
-                            ? _mm512_setzero_ps()
-                            : packed_simd::Halves16(sb + kKDminOffset + 32 * h);
+    const __m512 dmin =
+        HasKInt8Scales(F) ? _mm512_setzero_ps() : packed_simd::Halves16(sb + kKDminOffset + 32 * h);
     for (int i = 0; i < R; ++i) {
       const __m512 da = _mm512_set1_ps(rows.d[i][b]);
       __m512i sum = isum[i][h];
-      if constexpr (F == WeightFormat::kQ6_K) {
-        sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(imin[i][h], 5));
+      if constexpr (HasKInt8Scales(F)) {  // imin: sum of sc * qsum, times the offset
+        sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(imin[i][h], KQuantOffsetShift<F>()));
       }
       acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(sum), acc[i][h]);
-      if constexpr (F != WeightFormat::kQ6_K) {
+      if constexpr (!HasKInt8Scales(F)) {
         const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(
             _mm512_castps_si512(_mm512_mul_ps(dmin, da)), _mm512_set1_epi32(INT32_MIN)));
         acc[i][h] = _mm512_fmadd_ps(neg, _mm512_cvtepi32_ps(imin[i][h]), acc[i][h]);
@@ -741,8 +760,8 @@ XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int6
 // a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude)
 // are then multiplied by its scale (vpmulld). The integer sums are the same
 // exact values, so the results are PanelRowsAvx512's bits. kDecoded (q8_0,
-// q5_0, q5_1, q5_k, q6_k): the quads come from the thread's decoded panel
-// (p.decoded).
+// q5_0, q5_1, q5_k, q3_k, q6_k): the quads come from the thread's decoded
+// panel (p.decoded).
 template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const uint8_t* panel,
                                                   int64_t col0, int64_t i0) {
@@ -777,14 +796,15 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
         } else {
           AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
         }
-        if constexpr (F == WeightFormat::kQ6_K) {
-          // The quants' offset of 32 comes off each sub-block's dot products
-          // before the scale (sum (q - 32) a = dot - 32 qsum, exact), so no
-          // imin sums hold registers: isum is AddSuperBlock's whole sum.
+        if constexpr (HasKInt8Scales(F)) {
+          // The quants' offset (KQuantOffset: q6_k 32, q3_k 4) comes off each
+          // sub-block's dot products before the scale (sum (q - o) a = dot -
+          // o qsum, exact), so no imin sums hold registers: isum is
+          // AddSuperBlock's whole sum.
           static_assert(KSubBlockRows(F) == kSumRows);
           for (int i = 0; i < R; ++i) {
             const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kSumRows) / kSumRows;
-            const __m512i offset = _mm512_set1_epi32(32 * s16[0]);
+            const __m512i offset = _mm512_set1_epi32(KQuantOffset(F) * s16[0]);
             for (int h = 0; h < 2; ++h) {
               const __m512i centered = _mm512_sub_epi32(dot[i][h], offset);
               isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(centered, scale[h]));
@@ -812,7 +832,7 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
           }
         }
       }
-      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);  // q6_k: imin stays 0
+      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);  // q3_k, q6_k: imin stays 0
     }
   } else {
     const int64_t group_bytes = QuantGroupBytes(F);
@@ -839,7 +859,7 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
                                                 int64_t col0, int64_t i0) {
-  if constexpr (F == WeightFormat::kQ8_0 || HasFifthBits(F) || F == WeightFormat::kQ6_K) {
+  if constexpr (F == WeightFormat::kQ8_0 || HasSeparateHighBits(F)) {
     if (p.decoded) {
       PanelRowsAvx512VnniOn<F, R, true>(p, panel, col0, i0);
       return;
@@ -938,20 +958,21 @@ constexpr int QuadVectorBlock(int h, int j) {
 // The weights of quad kq as unsigned bytes, the vectors of pass h (of every
 // half with one pass): w[2e + n] is half (one pass ? e : h), nibble n, plus
 // the high bits of q5_0 / q5_1 / a K-quant from `sb` (the group or
-// super-block). Nibbles at `nibbles`.
+// super-block). Low bits (nibbles, q3_k's crumbs) at `low_quants`.
 template <WeightFormat F, int kV>
-XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* nibbles, const uint8_t* sb, int kq,
+XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* low_quants, const uint8_t* sb, int kq,
                                             int h, __m256i (&w)[kV]) {
-  const __m256i low4 = _mm256_set1_epi8(15);
-  // q5_0 / q5_1 / q5_k: the quad's 16 bytes in both lanes, lane 0 shifted
-  // up by 4, so that vector (half, n) takes bit 4 + 2 half + n (K5HighBit);
-  // q6_k: the quad's 32 bytes, vector (half, n) takes the field at bits
-  // 2 (2 half + n).
+  constexpr int kLowBits = LowQuantBits(F);
+  const __m256i low = _mm256_set1_epi8((1 << kLowBits) - 1);
+  // q5_0 / q5_1 / q5_k / q3_k: the quad's 16 bytes in both lanes, lane 0
+  // shifted up by 4, so that vector (half, n) takes bit 4 + 2 half + n
+  // (K5HighBit); q6_k: the quad's 32 bytes, vector (half, n) takes the field
+  // at bits 2 (2 half + n).
   __m256i high = _mm256_setzero_si256();
-  if constexpr (HasFifthBits(F)) {
+  if constexpr (HasK5HighBits(F)) {
     high = _mm256_sllv_epi32(
         _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + FifthBitsOffset(F) + kq * 16))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + K5HighBitsOffset(F) + kq * 16))),
         _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0));
   } else if constexpr (F == WeightFormat::kQ6_K) {
     high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kK6HighOffset + kq * 32));
@@ -959,16 +980,20 @@ XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* nibbles, const uint8_
 #pragma GCC unroll 2
   for (int e = 0; e < kV / 2; ++e) {
     const int half = kV == 4 ? e : h;
-    const __m256i x =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nibbles + kq * 64 + 32 * half));
-    w[2 * e] = _mm256_and_si256(x, low4);
-    w[2 * e + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
+    __m256i x = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(low_quants + LowQuadOffset(F, kq) + 32 * half));
+    if constexpr (HasCrumbs(F)) x = _mm256_srl_epi16(x, _mm_cvtsi32_si128(LowQuadShift(F, kq)));
+    w[2 * e] = _mm256_and_si256(x, low);
+    w[2 * e + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
 #pragma GCC unroll 2
     for (int n = 0; n < 2; ++n) {
       const int f = 2 * half + n;
-      if constexpr (HasFifthBits(F)) {
-        w[2 * e + n] = _mm256_or_si256(
-            w[2 * e + n], _mm256_and_si256(_mm256_srli_epi16(high, f), _mm256_set1_epi8(16)));
+      if constexpr (HasK5HighBits(F)) {
+        // Bit 4 + f to bit kLowBits (4, q3_k 2); the bits a 16-bit shift
+        // brings in from the next byte land above it.
+        const __m256i bit = _mm256_srli_epi16(high, f + 4 - kLowBits);
+        w[2 * e + n] =
+            _mm256_or_si256(w[2 * e + n], _mm256_and_si256(bit, _mm256_set1_epi8(1 << kLowBits)));
       } else if constexpr (F == WeightFormat::kQ6_K) {
         const __m256i at4 =
             f < 2 ? _mm256_slli_epi16(high, 4 - 2 * f) : _mm256_srli_epi16(high, 2 * f - 4);
@@ -987,13 +1012,13 @@ template <WeightFormat F>
 XRT_TARGET_AVX2 void DecodeQuadPanelAvx2(const uint8_t* panel, int64_t k, uint8_t* dst) {
   constexpr int64_t kBlock = IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
   constexpr int64_t kBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
-  constexpr int64_t kNibbles = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
+  constexpr int64_t kLow = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
   for (int64_t blk = 0; blk < k / kBlock; ++blk) {
     const uint8_t* src = panel + blk * kBytes;
     uint8_t* out = dst + blk * (kBlock / 4) * kDecodedQuadBytes;
     for (int kq = 0; kq < kBlock / 4; ++kq) {
       __m256i w[4];
-      QuadWeightsAvx2<F, 4>(src + kNibbles, src, kq, 0, w);
+      QuadWeightsAvx2<F, 4>(src + kLow, src, kq, 0, w);
       for (int v = 0; v < 4; ++v) {
         _mm256_store_si256(reinterpret_cast<__m256i*>(out + kq * kDecodedQuadBytes + 32 * v), w[v]);
       }
@@ -1213,6 +1238,8 @@ auto WithInt8Format(WeightFormat f, Fn&& fn) {
       return fn(std::integral_constant<F, F::kQ4_K>{});
     case F::kQ5_K:
       return fn(std::integral_constant<F, F::kQ5_K>{});
+    case F::kQ3_K:
+      return fn(std::integral_constant<F, F::kQ3_K>{});
     default:
       return fn(std::integral_constant<F, F::kQ6_K>{});
   }
@@ -1246,10 +1273,13 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // on avx2 one row block (M = 4) loses 1.6-2x decoded, M = 128 wins 1.2-1.3x;
 // on AVX512_VNNI one group (M = 4) loses 1.3-1.5x, 22 groups (M = 128) win
 // 0-10% (q5_0 2048 x 2048: 812-830 -> 750-754 us, q5_1 even).
+// q3_k (crumbs shifted and masked, its bit 2 merged as q5_k's bit 4) takes
+// q6_k's thresholds on both tiers: not measured.
 int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
   if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
     switch (f) {
       case WeightFormat::kQ8_0:
+      case WeightFormat::kQ3_K:
       case WeightFormat::kQ6_K:
         return 5;
       case WeightFormat::kQ5_0:
@@ -1261,7 +1291,7 @@ int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
     }
   }
   if (isa != CpuIsa::kAvx2) return std::numeric_limits<int64_t>::max();
-  return HasFifthBits(f) || f == WeightFormat::kQ6_K ? 2 : 16;
+  return HasSeparateHighBits(f) ? 2 : 16;
 }
 
 // DecodeQuadPanelAvx512Vnni of a format with integer quants: the decoder of
@@ -1459,8 +1489,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   std::fill(rows.q.begin() + m * k, rows.q.begin() + padded_m * k, int8_t{0});
   rows.d.resize(m * (k / block));
   rows.sum16.resize(m * (k / kSumRows));
-  const bool has_mins =
-      args.w_format == WeightFormat::kQ4_K || args.w_format == WeightFormat::kQ5_K;
+  const bool has_mins = IsKQuantFormat(args.w_format) && !HasKInt8Scales(args.w_format);
   rows.sub_sum_pairs.resize(has_mins ? m * (k / 64) : 0);
   const bool has_ds = HasGroupMin(args.w_format);
   rows.ds.resize(has_ds ? m * (k / kQuantGroup) : 0);

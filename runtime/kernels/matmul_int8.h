@@ -4,7 +4,7 @@
 // contract that keeps batch invariance and has one exact answer per input.
 //
 // It applies to the formats with integer quants (Int8ComputeApplies: q8_0,
-// q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k); Matmul runs kInt8 on
+// q4_0, q4_1, q5_0, q5_1, q3_k, q4_k, q5_k, q6_k); Matmul runs kInt8 on
 // f32/f16/bf16/bf16_pairs weights as kF32.
 //
 // 1. Activations. Row i of A is cut into blocks of Int8ActivationBlock(format)
@@ -28,6 +28,7 @@
 //             acc = fma(d_w * d, isum, acc); acc = fma(-(dmin_w * d), imin, acc)
 //      q6_k (per 256): isum = sum over the 16 sub-blocks of sc * (sum (q_w - 32) * q);
 //             acc = fma(d_w * d, isum, acc)
+//      q3_k:  as q6_k with q_w - 4 (q_w in 0..7)
 //    where d_w, m_w, dmin_w are the f16 scales as f32, sc and m the
 //    sub-block scales (weight_format.h), each product of two scales (and
 //    d * s, where s is exact in f32) is one f32 rounding and each int32 ->

@@ -27,8 +27,8 @@ using testing::SupportedIsas;
 using testing::Bits;
 
 constexpr WeightFormat kFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-                                     WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ4_K,
-                                     WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+                                     WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ3_K,
+                                     WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
 
 // Bytes of a ggml group block before its quants qs (q8_0's int8, the
 // others' nibbles): f16 d; f16 m (HasGroupMin: q4_1, q5_1); uint32 qh, bit i
@@ -61,9 +61,9 @@ std::vector<uint8_t> RandomGgmlRows(WeightFormat format, int64_t n, int64_t k, u
 }
 
 // One weight row decoded from ggml blocks into what the contract multiplies:
-// per k the integer quant (offsets applied: q4_0 - 8, q5_0 - 16, q6_k - 32), per
-// sub-block (32 k; q6_k 16) the integer scale and min, per block (32 k or a
-// 256 super-block) the f32 scale and min / dmin.
+// per k the integer quant (offsets applied: q4_0 - 8, q5_0 - 16, q3_k - 4,
+// q6_k - 32), per sub-block (32 k; q3_k, q6_k 16) the integer scale and min,
+// per block (32 k or a 256 super-block) the f32 scale and min / dmin.
 struct IntRow {
   std::vector<int> q, sc, mn;
   std::vector<float> d, m;
@@ -100,6 +100,26 @@ IntRow DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
   for (int64_t b = 0; b < k / 256; ++b) {
     const uint8_t* blk = row + b * bb;
     int* q = r.q.data() + b * 256;
+    if (f == WeightFormat::kQ3_K) {
+      // ggml's dequantize_row_q3_K: block_q3_K {hmask[32], qs[64],
+      // scales[12], d}; the scales as ggml unpacks them.
+      const uint8_t* hm = blk;
+      const uint8_t* qs = blk + 32;
+      int scales[16];
+      testing::GgmlQ3KScales(blk + 96, scales);
+      for (int s = 0; s < 16; ++s) r.sc.push_back(scales[s]);
+      r.d.push_back(Half(blk + 108));
+      int at = 0;
+      uint8_t m = 1;
+      for (int half = 0; half < 2; ++half) {
+        for (int shift = 0; shift < 8; shift += 2, m = static_cast<uint8_t>(m << 1)) {
+          for (int l = 0; l < 32; ++l) {
+            q[at++] = ((qs[32 * half + l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
+          }
+        }
+      }
+      continue;
+    }
     if (f == WeightFormat::kQ6_K) {
       const uint8_t* ql = blk;
       const uint8_t* qh = blk + 128;
@@ -196,7 +216,8 @@ float ReferenceDot(WeightFormat f, const IntRow& w, const std::vector<int>& q,
     }
     return acc;
   }
-  const int sub = f == WeightFormat::kQ6_K ? 16 : 32;
+  const bool int8_scales = f == WeightFormat::kQ3_K || f == WeightFormat::kQ6_K;  // no mins
+  const int sub = int8_scales ? 16 : 32;
   for (int64_t b = 0; b < k / 256; ++b) {
     int32_t isum = 0, imin = 0;
     for (int s = 0; s < 256 / sub; ++s) {
@@ -207,10 +228,10 @@ float ReferenceDot(WeightFormat f, const IntRow& w, const std::vector<int>& q,
         sum += q[kk];
       }
       isum += w.sc[b * (256 / sub) + s] * dot;
-      if (f != WeightFormat::kQ6_K) imin += w.mn[b * 8 + s] * sum;
+      if (!int8_scales) imin += w.mn[b * 8 + s] * sum;
     }
     acc = std::fma(w.d[b] * d[b], static_cast<float>(isum), acc);
-    if (f != WeightFormat::kQ6_K) acc = std::fma(-(w.m[b] * d[b]), static_cast<float>(imin), acc);
+    if (!int8_scales) acc = std::fma(-(w.m[b] * d[b]), static_cast<float>(imin), acc);
   }
   return acc;
 }
@@ -325,11 +346,13 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
         for (int64_t j = 0; j < n; ++j) bias[j] = 0.01f * static_cast<float>(j % 7) - 0.03f;
         // 67: 17 row blocks, where the AVX2 path decodes every nibble
         // format's panels once (DecodedPanelMinRowBlocks); 5 to 29: only
-        // the 5- and 6-bit formats'. On AVX512_VNNI, q8_0's are decoded at
-        // 29 and 67 (5 and 12 groups of 6 rows), q5_0's and q5_1's at 67 (12
-        // groups of 6), q5_k's and q6_k's at 29 and 67 (8 and 17 groups of
-        // 4), none at 13. On AMX, 29 and 67 run the group formats (q8_0,
-        // q4_0, q4_1, q5_0, q5_1) in 16-row tiles, the last one short.
+        // the formats with high bits (q5_0, q5_1, q3_k, q5_k, q6_k). On
+        // AVX512_VNNI, q8_0's are decoded at 29 and 67 (5 and 12 groups of 6
+        // rows), q5_0's and q5_1's at 67 (12 groups of 6), q3_k's, q5_k's
+        // and q6_k's at 29 and 67 (8 and 17 groups of 4), none at 13. On
+        // AMX, 29 and 67 run the group formats (q8_0, q4_0, q4_1, q5_0,
+        // q5_1) in 16-row tiles, the last one short (the K-quants run the
+        // AVX512_VNNI kernels there).
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29, 67}) {
           const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
           for (Int8Path isa : Int8Paths()) {
@@ -350,37 +373,68 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
   }
 }
 
-// Every quant at an extreme (q8_0 all -128 or all 127, the q4 formats all 0
-// or all 15, the q5 ones all 0 or all 31) against activations all at +-127:
-// the largest sums each path's integer arithmetic must carry exactly
-// (vpmaddubsw's int16 pairs, vpdpbusd with q8_0's activations offset by
-// 128), on row groups of every height the paths use.
+// Where a ggml block of `f` keeps its quants, [begin, end) bytes, and its
+// sub-block scales (K-quants), with the scale byte that gives the largest
+// magnitudes: q3_k's 6-bit scales all 0 (sc = -32), q4_k / q5_k's all 63
+// (scales and mins), q6_k's int8 -128.
+struct ExtremeBlock {
+  int64_t quants_begin, quants_end;
+  int64_t scales_begin = 0, scales_end = 0;
+  uint8_t scale_byte = 0;
+};
+
+ExtremeBlock ExtremeBlockOf(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kQ3_K:  // {hmask[32], qs[64], scales[12], d}
+      return {0, 96, 96, 108, 0x00};
+    case WeightFormat::kQ4_K:  // {d, dmin, scales[12], qs[128]}
+      return {16, 144, 4, 16, 0xff};
+    case WeightFormat::kQ5_K:  // {d, dmin, scales[12], qh[32], qs[128]}
+      return {16, 176, 4, 16, 0xff};
+    case WeightFormat::kQ6_K:  // {ql[128], qh[64], scales[16], d}
+      return {0, 192, 192, 208, 0x80};
+    default:  // {d, (m,) (qh,) qs}: everything after d and m
+      return {HasGroupMin(f) ? 4 : 2, GgmlRowBytes(f, kQuantGroup)};
+  }
+}
+
+// Every quant at an extreme (q8_0 all -128 or all 127, the other formats
+// all 0 or all at MaxQuant: q3_k 0 / 7, q4 0 / 15, q5 0 / 31, q6_k 0 / 63),
+// the K-quants' scales at their largest magnitude, against activations all
+// at +-127: the largest sums each path's integer arithmetic must carry
+// exactly (vpmaddubsw's int16 pairs, vpdpbusd with q8_0's weights offset by
+// 128, the K-quants' offsets taken off with the activation sums), on row
+// groups of every height the paths use.
 TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
   ThreadPool pool(2);
-  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-                         WeightFormat::kQ5_0, WeightFormat::kQ5_1}) {
-    const int64_t n = 40, k = 4 * kQuantGroup;
+  for (WeightFormat f : kFormats) {
+    const int64_t block = WeightFormatBlockSize(f);
+    const int64_t n = 40, k = (IsKQuantFormat(f) ? 2 : 4) * block;
     std::vector<uint8_t> ggml = RandomGgmlRows(f, n, k, 3);
-    const int64_t row_bytes = GgmlRowBytes(f, k), block_bytes = row_bytes / (k / kQuantGroup);
-    const int64_t quants = HasGroupMin(f) ? 4 : 2;  // bytes before the quants (q5: qh, then qs)
-    for (int64_t b = 0; b < n * (k / kQuantGroup); ++b) {
+    const int64_t row_bytes = GgmlRowBytes(f, k), block_bytes = GgmlRowBytes(f, block);
+    const ExtremeBlock at = ExtremeBlockOf(f);
+    for (int64_t b = 0; b < n * (k / block); ++b) {
       // Alternate blocks: the lowest quants, then the highest.
       const uint8_t low = f == WeightFormat::kQ8_0 ? 0x80 : 0x00;
       const uint8_t high = f == WeightFormat::kQ8_0 ? 0x7f : 0xff;
-      uint8_t* block = ggml.data() + b * block_bytes;
-      std::fill(block + quants, block + block_bytes, b % 2 ? high : low);
+      uint8_t* bytes = ggml.data() + b * block_bytes;
+      std::fill(bytes + at.quants_begin, bytes + at.quants_end, b % 2 ? high : low);
+      std::fill(bytes + at.scales_begin, bytes + at.scales_end, at.scale_byte);
     }
     Weight w;
     w.packed.assign(PackedWeightBytes(f, n, k) + 64, 0);
     PackWeightsFromBlocks(f, ggml.data(), n, k, row_bytes, w.packed.data());
     for (int64_t r = 0; r < n; ++r)
       w.rows.push_back(DecodeGgmlRow(f, ggml.data() + r * row_bytes, k));
-    // 7 rows: one group of every path; 21: AMX's 16-row groups too.
-    for (int64_t m : {7, 21}) {
+    const int64_t a_block = Int8ActivationBlock(f);
+    // 3 rows: one row group on every path; 7: two (decoded on avx2 for the
+    // formats with high bits); 21: AMX's 16-row groups, and 6 K-quant
+    // groups of 4 (decoded on AVX512_VNNI for q3_k, q5_k, q6_k).
+    for (int64_t m : {3, 7, 21}) {
       std::vector<float> a(m * (k + 5), 1e30f);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t kk = 0; kk < k; ++kk)
-          a[i * (k + 5) + kk] = (i + kk / kQuantGroup) % 2 ? 3.0f : -3.0f;
+          a[i * (k + 5) + kk] = (i + kk / a_block) % 2 ? 3.0f : -3.0f;
       for (Int8Path isa : Int8Paths()) {
         for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
           const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, p, isa);

@@ -252,10 +252,10 @@ TEST(MatmulTest, BatchInvariance) {
 // path, for every M (so batch invariance carries over).
 
 constexpr WeightFormat kPackedFormats[] = {
-    WeightFormat::kF16,  WeightFormat::kBF16,      WeightFormat::kQ8_0,
-    WeightFormat::kQ4_0, WeightFormat::kQ4_1,      WeightFormat::kQ5_0,
-    WeightFormat::kQ5_1, WeightFormat::kQ4_K,      WeightFormat::kQ5_K,
-    WeightFormat::kQ6_K, WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx};
+    WeightFormat::kF16,         WeightFormat::kBF16, WeightFormat::kQ8_0, WeightFormat::kQ4_0,
+    WeightFormat::kQ4_1,        WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ3_K,
+    WeightFormat::kQ4_K,        WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
+    WeightFormat::kBF16PairsAmx};
 
 // A weight W [n][k] packed in `format` (quantized from random values; the
 // K-quants from random ggml blocks) and
@@ -511,6 +511,7 @@ TEST(MatmulBf16Test, PrefillShapesMatchTheBf16Chain) {
       {48, 65, 64, WeightFormat::kQ4_0},  {300, 40, 4001, WeightFormat::kF32},
       {64, 32, 512, WeightFormat::kQ4_K}, {17, 70, 33, WeightFormat::kF16},
       {33, 40, 96, WeightFormat::kQ5_0},  {20, 33, 288, WeightFormat::kQ5_1},
+      {17, 45, 768, WeightFormat::kQ3_K},
   };
   for (const Shape& s : shapes) {
     std::vector<uint8_t> packed;

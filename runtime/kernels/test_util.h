@@ -60,6 +60,24 @@ inline float Bf16ChainDot(const float* a, int64_t a_step, const float* w, int64_
   return dot;
 }
 
+// The 16 signed sub-block scales (6 bits stored + 32) of a ggml block_q3_K
+// from its 12 scale bytes, as ggml's dequantize_row_q3_K unpacks them: three
+// little-endian words with kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f into 16
+// bytes. (The tests' independent Q3_K decoders; weight_format.cc unpacks per
+// scale.)
+inline void GgmlQ3KScales(const uint8_t* packed, int out[16]) {
+  uint32_t aux[4];
+  std::memcpy(aux, packed, 12);
+  const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f, tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+  aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+  aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+  aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+  uint8_t scales[16];
+  std::memcpy(scales, aux, 16);
+  for (int s = 0; s < 16; ++s) out[s] = scales[s] - 32;
+}
+
 // n rows of random ggml blocks of the K-quant `format` (GgmlRowBytes(format,
 // k) bytes each; k % kSuperBlock == 0): random quants and 6-bit / int8
 // scales, d and dmin random f16 values of either sign in [-0.02, 0.02], so
@@ -76,6 +94,8 @@ inline std::vector<uint8_t> RandomKQuantRows(WeightFormat format, int64_t n, int
     const uint16_t d = FloatToHalf(scale(rng)), dmin = FloatToHalf(scale(rng));
     if (format == WeightFormat::kQ6_K) {
       std::memcpy(block + 208, &d, 2);  // block_q6_K {ql, qh, scales, d}
+    } else if (format == WeightFormat::kQ3_K) {
+      std::memcpy(block + 108, &d, 2);  // block_q3_K {hmask, qs, scales, d}
     } else {
       std::memcpy(block, &d, 2);  // block_q4_K / block_q5_K {d, dmin, ...}
       std::memcpy(block + 2, &dmin, 2);

@@ -117,6 +117,8 @@ const char* WeightFormatName(WeightFormat f) {
       return "q5_0";
     case WeightFormat::kQ5_1:
       return "q5_1";
+    case WeightFormat::kQ3_K:
+      return "q3_k";
     case WeightFormat::kQ4_K:
       return "q4_k";
     case WeightFormat::kQ5_K:
@@ -135,8 +137,8 @@ bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
   for (WeightFormat f :
        {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8_0,
         WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ5_1,
-        WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
-        WeightFormat::kBF16PairsAmx}) {
+        WeightFormat::kQ3_K, WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K,
+        WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx}) {
     if (name == WeightFormatName(f)) {
       *out = f;
       return true;
@@ -147,12 +149,12 @@ bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
 
 namespace {
 
-// Where the high bits (bit 4 of q5_k, bits 4-5 of q6_k) of column j's quant
-// at k-row kk sit in a super-block: the byte's offset and the shift of the
-// lowest bit (the layout in weight_format.h).
+// Where the high bits (bit 2 of q3_k, bit 4 of q5_k, bits 4-5 of q6_k) of
+// column j's quant at k-row kk sit in a super-block: the byte's offset and
+// the shift of the lowest bit (the layout in weight_format.h).
 void KHighBitsAt(WeightFormat f, int kk, int j, int64_t* offset, int* shift) {
-  if (f == WeightFormat::kQ5_K) {
-    *offset = kK5HighOffset + K5HighByte(kk, j);
+  if (f == WeightFormat::kQ5_K || f == WeightFormat::kQ3_K) {
+    *offset = (f == WeightFormat::kQ5_K ? kK5HighOffset : kK3HighOffset) + K5HighByte(kk, j);
     *shift = K5HighBit(j);
   } else {
     *offset = kK6HighOffset + K6HighByte(kk, j);
@@ -163,12 +165,14 @@ void KHighBitsAt(WeightFormat f, int kk, int j, int64_t* offset, int* shift) {
 }  // namespace
 
 int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j) {
-  int q = QuadNibbleAt(sb + KLowQuantsOffset(f), kk, j);
+  const bool q3 = f == WeightFormat::kQ3_K;
+  int q = q3 ? (sb[KLowQuantsOffset(f) + CrumbByte(kk, j)] >> CrumbShift(kk, j)) & 3
+             : QuadNibbleAt(sb + KLowQuantsOffset(f), kk, j);
   if (f != WeightFormat::kQ4_K) {
     int64_t at;
     int shift;
     KHighBitsAt(f, kk, j, &at, &shift);
-    q |= ((sb[at] >> shift) & (f == WeightFormat::kQ6_K ? 3 : 1)) << 4;
+    q |= ((sb[at] >> shift) & (f == WeightFormat::kQ6_K ? 3 : 1)) << (q3 ? 2 : 4);
   }
   return q;
 }
@@ -211,6 +215,7 @@ int64_t PackedPanelBytes(WeightFormat f, int64_t K) {
     case WeightFormat::kBF16Pairs:
     case WeightFormat::kBF16PairsAmx:
       return (K + 1) / 2 * kPackNR * 4;
+    case WeightFormat::kQ3_K:
     case WeightFormat::kQ4_K:
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
@@ -243,6 +248,8 @@ int64_t GgmlRowBytes(WeightFormat f, int64_t K) {
       return K / kQuantGroup * (2 + 4 + 16);
     case WeightFormat::kQ5_1:
       return K / kQuantGroup * (4 + 4 + 16);
+    case WeightFormat::kQ3_K:
+      return K / kSuperBlock * kGgmlQ3KBlockBytes;
     case WeightFormat::kQ4_K:
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
@@ -343,6 +350,29 @@ void QuantizeBlockNibbles(WeightFormat f, const float* x, uint8_t* block) {
   StoreGroupQuants(q, HasFifthBits(f), block + (HasGroupMin(f) ? 4 : 2));
 }
 
+// The SIMD paths' quad reads (LowQuadOffset / LowQuadShift) are q3_k's
+// layout (CrumbByte / CrumbShift).
+constexpr bool CrumbQuadsMatchTheLayout() {
+  for (int kk = 0; kk < kSuperBlock; ++kk) {
+    for (int j = 0; j < kPackNR; ++j) {
+      const int kq = kk / 4;
+      if (CrumbByte(kk, j) != LowQuadOffset(WeightFormat::kQ3_K, kq) + QuadNibbleByte(kk % 4, j) ||
+          CrumbShift(kk, j) != LowQuadShift(WeightFormat::kQ3_K, kq) + 4 * (j / 16))
+        return false;
+    }
+  }
+  return true;
+}
+static_assert(CrumbQuadsMatchTheLayout());
+static_assert(MaxQuant(WeightFormat::kQ3_K) == (1 << (LowQuantBits(WeightFormat::kQ3_K) + 1)) - 1);
+
+// q3_k: d and scales as q6_k's, then 16 bytes of high bits per quad and 64
+// bytes of crumbs per quad pair.
+static_assert(kK3HighOffset == kK6ScalesOffset + 16 * kPackNR);
+static_assert(KLowQuantsOffset(WeightFormat::kQ3_K) == kK3HighOffset + kSuperBlock / 4 * 16);
+static_assert(SuperBlockBytes(WeightFormat::kQ3_K) ==
+              KLowQuantsOffset(WeightFormat::kQ3_K) + kSuperBlock / 8 * 64);
+
 static_assert(Bf16PairsByte(WeightFormat::kBF16Pairs, 3, 1) == (kPackNR + 1) * 4 + 2,
               "a pair-row is kPackNR dwords");
 
@@ -352,13 +382,38 @@ int64_t ElementBytes(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : 2; }
 // ---- K-quants: one column's super-block, unpacked. ----
 struct KQuantColumn {
   uint16_t d = 0, dmin = 0;     // f16 bits (dmin: q4_k / q5_k only)
-  int scale[16] = {};           // 6-bit scales (8 sub-blocks) or int8 scales (q6_k, 16)
+  int scale[16] = {};           // 6-bit scales (8 sub-blocks) or int8 scales (q3_k, q6_k: 16)
   int min[8] = {};              // 6-bit mins (q4_k / q5_k)
-  uint8_t q[kSuperBlock] = {};  // quants: 0..15, 0..31, 0..63
+  uint8_t q[kSuperBlock] = {};  // quants: 0..7, 0..15, 0..31, 0..63
 };
 
-// Decodes one ggml block (block_q4_K / block_q5_K / block_q6_K) of one row.
+// The 16 6-bit scales of a Q3_K block (its 12 bytes at `s`): scale i's low 4
+// bits are nibble i / 8 of byte i % 8, its high 2 bits bits 2 (i / 4) .. of
+// byte 8 + i % 4 (ggml's kmask unpacking, written per scale).
+int Q3KScale(const uint8_t* s, int i) {
+  const int low = (s[i % 8] >> (4 * (i / 8))) & 15;
+  const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return low | high << 4;
+}
+
+// Decodes one ggml block (block_q3_K / block_q4_K / block_q5_K / block_q6_K)
+// of one row.
 void ParseGgmlKBlock(WeightFormat f, const uint8_t* b, KQuantColumn* c) {
+  if (f == WeightFormat::kQ3_K) {
+    const uint8_t* hmask = b;
+    const uint8_t* qs = b + 32;
+    for (int s = 0; s < 16; ++s) c->scale[s] = Q3KScale(b + 96, s) - 32;
+    c->d = LoadU16(b + 108);
+    // Value i: half n = i / 128, shift t = (i % 128) / 32, l = i % 32: low
+    // bits (qs[32 n + l] >> 2 t) & 3, bit 2 is bit 4 n + t of hmask[l].
+    for (int i = 0; i < kSuperBlock; ++i) {
+      const int n = i / 128, t = (i % 128) / 32, l = i % 32;
+      const int low = (qs[32 * n + l] >> (2 * t)) & 3;
+      const int high = (hmask[l] >> (4 * n + t)) & 1;
+      c->q[i] = static_cast<uint8_t>(low | high << 2);
+    }
+    return;
+  }
   if (f == WeightFormat::kQ6_K) {
     const uint8_t* ql = b;
     const uint8_t* qh = b + 128;
@@ -402,20 +457,11 @@ void ParseGgmlKBlock(WeightFormat f, const uint8_t* b, KQuantColumn* c) {
   }
 }
 
-// The 16 6-bit scales of a Q3_K block (its 12 bytes at `s`): scale i's low 4
-// bits are nibble i / 8 of byte i % 8, its high 2 bits bits 2 (i / 4) .. of
-// byte 8 + i % 4 (ggml's kmask unpacking, written per scale).
-int Q3KScale(const uint8_t* s, int i) {
-  const int low = (s[i % 8] >> (4 * (i / 8))) & 15;
-  const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-  return low | high << 4;
-}
-
 // Writes column j of a panel's super-block `sb` (zeroed beforehand).
 void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
   StoreU16(sb + 2 * j, c.d);
   const int shift = j < 16 ? 0 : 4;
-  if (f == WeightFormat::kQ6_K) {
+  if (HasKInt8Scales(f)) {
     for (int s = 0; s < 16; ++s)
       sb[kK6ScalesOffset + s * kPackNR + j] = static_cast<uint8_t>(c.scale[s]);
   } else {
@@ -428,24 +474,31 @@ void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
     }
   }
   const int64_t quants = KLowQuantsOffset(f);
+  const bool q3 = f == WeightFormat::kQ3_K;
+  const int low_bits = q3 ? 2 : 4;
   for (int kk = 0; kk < kSuperBlock; ++kk) {
-    sb[quants + QuadNibbleByte(kk, j)] |= static_cast<uint8_t>((c.q[kk] & 15) << shift);
+    const int low = c.q[kk] & ((1 << low_bits) - 1);
+    if (q3) {
+      sb[quants + CrumbByte(kk, j)] |= static_cast<uint8_t>(low << CrumbShift(kk, j));
+    } else {
+      sb[quants + QuadNibbleByte(kk, j)] |= static_cast<uint8_t>(low << shift);
+    }
     if (f != WeightFormat::kQ4_K) {
       int64_t at;
       int high_shift;
       KHighBitsAt(f, kk, j, &at, &high_shift);
-      sb[at] |= static_cast<uint8_t>((c.q[kk] >> 4) << high_shift);
+      sb[at] |= static_cast<uint8_t>((c.q[kk] >> low_bits) << high_shift);
     }
   }
 }
 
 // Per-column f32 factors of sub-block `s` of a panel's super-block: w =
-// mul[j] * q - sub[j] (q4_k / q5_k, sub = dmin * m) or mul[j] * (q - 32)
-// (q6_k, sub unused).
+// mul[j] * q - sub[j] (q4_k / q5_k, sub = dmin * m) or mul[j] * (q -
+// KQuantOffset) (q3_k / q6_k, sub unused).
 void KSubBlockFactors(WeightFormat f, const uint8_t* sb, int s, float* mul, float* sub) {
   for (int j = 0; j < kPackNR; ++j) {
     const float d = HalfToFloat(LoadU16(sb + 2 * j));
-    if (f == WeightFormat::kQ6_K) {
+    if (HasKInt8Scales(f)) {
       mul[j] = d * static_cast<float>(static_cast<int8_t>(sb[kK6ScalesOffset + s * kPackNR + j]));
       continue;
     }
@@ -470,8 +523,8 @@ void DequantizeKQuantRows(WeightFormat f, const uint8_t* panel, int64_t k0, int6
     float* dst = out + r * kPackNR;
     for (int j = 0; j < kPackNR; ++j) {
       const int q = KQuantAt(f, sb, kk, j);
-      if (f == WeightFormat::kQ6_K) {
-        dst[j] = mul[j] * static_cast<float>(q - 32);
+      if (HasKInt8Scales(f)) {
+        dst[j] = mul[j] * static_cast<float>(q - KQuantOffset(f));
       } else {
         const float product = mul[j] * static_cast<float>(q);  // exact
         dst[j] = product - sub[j];
@@ -510,39 +563,12 @@ void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
         QuantizeBlockNibbles(f, x + g * kQuantGroup, out + g * block);
       return;
     }
+    case WeightFormat::kQ3_K:
     case WeightFormat::kQ4_K:
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
       assert(false && "K-quant quantizers are not implemented");
       return;
-  }
-}
-
-void GgmlQ3KRowAsQ6K(const uint8_t* q3k, int64_t K, uint8_t* q6k) {
-  assert(K % kSuperBlock == 0);
-  const int64_t q6_bytes = SuperBlockBytes(WeightFormat::kQ6_K) / kPackNR;  // 210
-  for (int64_t b = 0; b < K / kSuperBlock; ++b) {
-    const uint8_t* in = q3k + b * kGgmlQ3KBlockBytes;
-    const uint8_t* hmask = in;
-    const uint8_t* qs = in + 32;
-    uint8_t* out = q6k + b * q6_bytes;
-    std::memset(out, 0, static_cast<size_t>(q6_bytes));
-    uint8_t* ql = out;
-    uint8_t* qh = out + 128;
-    for (int s = 0; s < 16; ++s) out[192 + s] = static_cast<uint8_t>(Q3KScale(in + 96, s) - 32);
-    std::memcpy(out + 208, in + 108, 2);  // d
-    for (int i = 0; i < kSuperBlock; ++i) {
-      // Q3_K: half n = i / 128, shift j = (i % 128) / 32, 16-value run r =
-      // (i % 32) / 16, l = i % 16: low bits (qs[32 n + 16 r + l] >> 2 j) & 3,
-      // high bit j + 4 n of hmask[16 r + l].
-      const int n = i / 128, j = (i % 128) / 32, l = i % 32;
-      const int low = (qs[32 * n + l] >> (2 * j)) & 3;
-      const int high = (hmask[l] >> (4 * n + j)) & 1;
-      const int q6 = low + 4 * high + 28;
-      // Q6_K (ParseGgmlKBlock): half h = n, quarter t = j, l.
-      ql[64 * n + l + 32 * (j & 1)] |= static_cast<uint8_t>((q6 & 15) << (j >= 2 ? 4 : 0));
-      qh[32 * n + l] |= static_cast<uint8_t>((q6 >> 4) << (2 * j));
-    }
   }
 }
 
@@ -571,7 +597,7 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
     uint8_t* panel = dst + n / kPackNR * panel_bytes;
     const int j = static_cast<int>(n % kPackNR);
     if (IsKQuantFormat(f)) {
-      const int64_t sb_bytes = SuperBlockBytes(f), block_bytes = sb_bytes / kPackNR;
+      const int64_t sb_bytes = SuperBlockBytes(f), block_bytes = GgmlRowBytes(f, kSuperBlock);
       KQuantColumn column;
       for (int64_t b = 0; b < K / kSuperBlock; ++b) {
         ParseGgmlKBlock(f, src + b * block_bytes, &column);

@@ -72,6 +72,15 @@
 //   q6_k (6720 bytes): d uint16_t[32] @0, scales int8_t[16][32] @64,
 //       qh: 32 bytes per quad @576 (bits 4-5 of each quant as a 2-bit field:
 //       K6HighByte / K6HighShift), ql @2624 (low 4 bits, as q4_k's qs).
+//   q3_k (3648 bytes; format 1.16): d uint16_t[32] @0, scales int8_t[16][32]
+//       @64 (ggml's 6-bit scale - 32), high: 16 bytes per quad @576 (bit 2
+//       of each quant at q5_k's K5HighByte / K5HighBit), crumbs @1600: 32
+//       quad pairs of 64 bytes, the low 2 bits of each quant (CrumbByte /
+//       CrumbShift). Pair P (k-rows 8P..8P+7) keeps quad q = 2P + e's bits
+//       at the bytes of a q4 quad (4 (j % 16) + kk % 4), column j < 16 at
+//       bits 2e, j >= 16 at bits 4 + 2e: (pair >> 2e) & 0x33 is quad q as
+//       q4 nibble bytes holding 0..3, and bit 2 of each nibble from the
+//       high bytes makes them the quants 0..7.
 //   The high bits follow the quads (format 1.11; 1.5-1.10 stored a k-row's
 //   nibbles together and the high bits around them). A 32-byte half h of a
 //   quad holds, per 16-byte lane L, byte 4c + t = columns 8h + 4L + c (low
@@ -85,11 +94,12 @@
 //   6-bit min m per column: sc = (lo & 15) | (hi & 3) << 4,
 //   m = (lo >> 4) | ((hi >> 2) & 3) << 4 with lo = scale_lo[s][j],
 //   hi = scale_hi[s / 2][j] >> (4 * (s % 2)).
-//   q6_k: sub-block s (k-rows 16s..16s+15) has the scale scales[s][j].
+//   q6_k, q3_k: sub-block s (k-rows 16s..16s+15) has the scale scales[s][j].
 // Values: q4_k, q5_k: (d * sc) * q - dmin * m with d * sc and dmin * m each
 // an f32 product (exact), q in 0..15 / 0..31 (the product with q is exact,
-// so only the subtraction rounds); q6_k: (d * sc) * (q - 32), q in 0..63
-// (d * sc exact, the product with q rounds once). These are ggml's
+// so only the subtraction rounds); q6_k: (d * sc) * (q - 32), q in 0..63,
+// q3_k: (d * sc) * (q - 4), q in 0..7 (d * sc exact, the product with q
+// rounds once). These are ggml's
 // (dequantize_row_q4_K etc.) and gguf-py's values bit for bit.
 //
 // Formats that need K % 32 == 0 (the q formats): BlockSize(format) == 32;
@@ -121,10 +131,11 @@ enum class WeightFormat : uint8_t {
   kBF16PairsAmx = 20,
   kQ5_0 = 21,
   kQ5_1 = 22,
+  kQ3_K = 23,
 };
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
-// "q5_k", "q6_k", "bf16_pairs", "bf16_pairs_amx".
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q3_k",
+// "q4_k", "q5_k", "q6_k", "bf16_pairs", "bf16_pairs_amx".
 const char* WeightFormatName(WeightFormat f);
 // The inverse; false if `name` is not a format.
 bool WeightFormatFromName(std::string_view name, WeightFormat* out);
@@ -164,7 +175,8 @@ void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void*
 // q5_1 {f16 d, f16 m, uint32 qh, uint8 qs[16]} (value i's bit 4 is bit i of qh); the K-quants are K
 // / 256 blocks of ggml's block_q4_K {f16 d, dmin; uint8 scales[12]; uint8 qs[128]}, block_q5_K {f16
 // d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}, block_q6_K {uint8 ql[128]; uint8 qh[64];
-// int8 scales[16]; f16 d}; for f16/bf16 plain 16-bit rows) into `out`, losslessly: the packed
+// int8 scales[16]; f16 d}, block_q3_K {uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d};
+// for f16/bf16 plain 16-bit rows) into `out`, losslessly: the packed
 // weight dequantizes to exactly the values ggml's dequantization of `blocks` gives. `row_bytes` is
 // the byte size of one source row.
 void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int64_t K,
@@ -173,15 +185,6 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
 // Bytes of one ggml block_q3_K {uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d}
 // (256 values, 3.4375 bits each).
 inline constexpr int64_t kGgmlQ3KBlockBytes = 110;
-
-// Re-encodes one row of K (a multiple of 256) values from ggml's Q3_K blocks
-// into ggml's Q6_K blocks (GgmlRowBytes(kQ6_K, K) bytes at `q6k`), losslessly:
-// Q3_K's value (d * (sc - 32)) * (q - 4), with q = its 2 low bits + 4 * its
-// hmask bit, 16 sub-blocks of 16 with 6-bit scales sc, is Q6_K's (d * sc6) *
-// (q6 - 32) with sc6 = sc - 32 and q6 = q + 28, the same f32 operations. There
-// is no q3_k kernel: xcc stores a GGUF's Q3_K tensors so, as q6_k (1.9x their
-// bytes, a fifth of f32's).
-void GgmlQ3KRowAsQ6K(const uint8_t* q3k, int64_t K, uint8_t* q6k);
 
 // ---- Added for the kernels and the packers (helpers of the above) ----
 
@@ -219,15 +222,29 @@ constexpr bool Is16BitFormat(WeightFormat f) {
 // k-values per super-block of the K-quants.
 constexpr int kSuperBlock = 256;
 
-// True for q4_k, q5_k, q6_k.
+// True for q3_k, q4_k, q5_k, q6_k.
 constexpr bool IsKQuantFormat(WeightFormat f) {
-  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K;
+  return f == WeightFormat::kQ3_K || f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K ||
+         f == WeightFormat::kQ6_K;
+}
+
+// True for q3_k and q6_k: 16 sub-blocks of 16 with an int8 scale each and no
+// min; a value is (d * sc) * (q - KQuantOffset).
+constexpr bool HasKInt8Scales(WeightFormat f) {
+  return f == WeightFormat::kQ3_K || f == WeightFormat::kQ6_K;
+}
+
+// What q3_k (4) and q6_k (32) subtract from their unsigned quant; 0 for the
+// others.
+constexpr int KQuantOffset(WeightFormat f) {
+  return f == WeightFormat::kQ6_K ? 32 : f == WeightFormat::kQ3_K ? 4 : 0;
 }
 
 // Bytes of one super-block (kSuperBlock k-rows of a panel) of a K-quant:
-// 4608, 5632, 6720; 0 for the others.
+// 3648, 4608, 5632, 6720; 0 for the others.
 constexpr int64_t SuperBlockBytes(WeightFormat f) {
-  return f == WeightFormat::kQ4_K   ? 4608
+  return f == WeightFormat::kQ3_K   ? 3648
+         : f == WeightFormat::kQ4_K ? 4608
          : f == WeightFormat::kQ5_K ? 5632
          : f == WeightFormat::kQ6_K ? 6720
                                     : 0;
@@ -238,14 +255,19 @@ inline constexpr int64_t kKDminOffset = 64;      // q4_k, q5_k: dmin
 inline constexpr int64_t kKScaleLoOffset = 128;  // q4_k, q5_k: scale_lo
 inline constexpr int64_t kKScaleHiOffset = 384;  // q4_k, q5_k: scale_hi
 inline constexpr int64_t kK5HighOffset = 512;    // q5_k: qh
-inline constexpr int64_t kK6ScalesOffset = 64;   // q6_k: scales
+inline constexpr int64_t kK6ScalesOffset = 64;   // q6_k, q3_k: scales
 inline constexpr int64_t kK6HighOffset = 576;    // q6_k: qh
-// Where the low 4 bits of the quants start: q4_k 512, q5_k 1536, q6_k 2624.
+inline constexpr int64_t kK3HighOffset = 576;    // q3_k: bit 2 of each quant
+// Where the low bits of the quants start: q4_k 512, q5_k 1536, q6_k 2624
+// (nibble quads), q3_k 1600 (crumb quad pairs).
 constexpr int64_t KLowQuantsOffset(WeightFormat f) {
-  return f == WeightFormat::kQ6_K ? 2624 : f == WeightFormat::kQ5_K ? 1536 : 512;
+  return f == WeightFormat::kQ6_K   ? 2624
+         : f == WeightFormat::kQ5_K ? 1536
+         : f == WeightFormat::kQ3_K ? 1600
+                                    : 512;
 }
-// k-rows per sub-block: 16 for q6_k, 32 for q4_k / q5_k.
-constexpr int KSubBlockRows(WeightFormat f) { return f == WeightFormat::kQ6_K ? 16 : 32; }
+// k-rows per sub-block: 16 for q3_k / q6_k, 32 for q4_k / q5_k.
+constexpr int KSubBlockRows(WeightFormat f) { return HasKInt8Scales(f) ? 16 : 32; }
 
 // Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
 // 576, 640, 704, 768; 0 for the others.
@@ -268,10 +290,12 @@ constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
 }
 
 // True for the formats whose quants are 4-bit nibbles stored as quads (q4_0,
-// q4_1, q5_0, q5_1 and the K-quants' low 4 bits).
+// q4_1, q5_0, q5_1 and q4_k / q5_k / q6_k's low 4 bits; not q3_k, whose low
+// 2 bits are crumbs).
 constexpr bool HasQuadNibbles(WeightFormat f) {
   return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_0 ||
-         f == WeightFormat::kQ5_1 || IsKQuantFormat(f);
+         f == WeightFormat::kQ5_1 || f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K ||
+         f == WeightFormat::kQ6_K;
 }
 
 // True for q5_0, q5_1 and q5_k: bit 4 of each quant is stored apart from the
@@ -286,9 +310,10 @@ constexpr int64_t FifthBitsOffset(WeightFormat f) {
   return f == WeightFormat::kQ5_0 ? 64 : f == WeightFormat::kQ5_1 ? 128 : kK5HighOffset;
 }
 
-// The largest quant of a format with quad nibbles (15, 31 or 63).
+// The largest quant of a format with quad nibbles or crumbs (7, 15, 31 or
+// 63).
 constexpr int MaxQuant(WeightFormat f) {
-  return f == WeightFormat::kQ6_K ? 63 : HasFifthBits(f) ? 31 : 15;
+  return f == WeightFormat::kQ6_K ? 63 : HasFifthBits(f) ? 31 : f == WeightFormat::kQ3_K ? 7 : 15;
 }
 
 // True if a bf16_pairs(_amx) panel keeps k-row k in the low half of its
@@ -331,6 +356,38 @@ inline int GroupNibbleQuantAt(WeightFormat f, const uint8_t* group, int kk, int 
   return q;
 }
 
+// q3_k: the byte (from KLowQuantsOffset) and the shift of the low 2 bits of
+// column j's quant at k-row kk (0..255): the byte of a q4 quad in quad pair
+// kk / 8, at bits 2 ((kk / 4) % 2) + 4 (j / 16) (the layout above). Its bit 2
+// is bit K5HighBit(j) of byte K5HighByte(kk, j) from kK3HighOffset.
+constexpr int CrumbByte(int kk, int j) { return 64 * (kk / 8) + 4 * (j % 16) + kk % 4; }
+constexpr int CrumbShift(int kk, int j) { return 2 * (kk / 4 % 2) + 4 * (j / 16); }
+
+// ---- The unsigned quants of the quad formats, as the SIMD paths read them.
+// Quad kq (k-rows 4kq .. 4kq+3) of a group or super-block's low bits is the
+// 64 bytes at LowQuadOffset(f, kq) from its low quants (QuantGroupQuantsOffset
+// / KLowQuantsOffset), shifted right by LowQuadShift(f, kq): a q4 quad
+// (QuadNibbleByte) whose nibbles, masked to LowQuantBits(f) bits, are the low
+// bits of columns j < 16 (low nibble) and j + 16 (high nibble). q3_k's crumbs
+// keep two quads in one 64-byte pair (CrumbByte / CrumbShift); the other
+// formats store nibbles.
+constexpr bool HasCrumbs(WeightFormat f) { return f == WeightFormat::kQ3_K; }
+// The formats read as such quads: those with quad nibbles, and q3_k.
+constexpr bool HasQuads(WeightFormat f) { return HasQuadNibbles(f) || HasCrumbs(f); }
+constexpr int LowQuantBits(WeightFormat f) { return HasCrumbs(f) ? 2 : 4; }
+constexpr int64_t LowQuadOffset(WeightFormat f, int kq) {
+  return HasCrumbs(f) ? 64 * (kq / 2) : 64 * kq;
+}
+constexpr int LowQuadShift(WeightFormat f, int kq) { return HasCrumbs(f) ? 2 * (kq % 2) : 0; }
+
+// The formats with one high bit per quant in q5_k's layout (16 bytes per
+// quad, K5HighByte / K5HighBit), the bit just above the low bits: q5_0, q5_1,
+// q5_k (bit 4, at FifthBitsOffset) and q3_k (bit 2, at kK3HighOffset).
+constexpr bool HasK5HighBits(WeightFormat f) { return HasFifthBits(f) || HasCrumbs(f); }
+constexpr int64_t K5HighBitsOffset(WeightFormat f) {
+  return HasCrumbs(f) ? kK3HighOffset : FifthBitsOffset(f);
+}
+
 // q6_k: the byte (from kK6HighOffset) and the shift of the 2-bit field that
 // hold bits 4-5 of column j's quant at k-row kk (0..255).
 constexpr int K6HighByte(int kk, int j) { return 32 * (kk / 4) + 4 * (j % 8) + kk % 4; }
@@ -344,8 +401,8 @@ void KScaleMin(const uint8_t* sb, int s, int j, int* sc, int* m);
 
 // Bytes of one row of K values in ggml's encoding (the `row_bytes` of a dense
 // GGUF tensor for PackWeightsFromBlocks): f32 4K, f16/bf16 2K, q8_0 34K/32,
-// q4_0 18K/32, q4_1 20K/32, q5_0 22K/32, q5_1 24K/32, q4_k 144K/256, q5_k
-// 176K/256, q6_k 210K/256.
+// q4_0 18K/32, q4_1 20K/32, q5_0 22K/32, q5_1 24K/32, q3_k 110K/256, q4_k
+// 144K/256, q5_k 176K/256, q6_k 210K/256.
 // Precondition: K % WeightFormatBlockSize(f) == 0.
 int64_t GgmlRowBytes(WeightFormat f, int64_t K);
 

@@ -18,10 +18,10 @@ namespace xrt {
 namespace {
 
 constexpr WeightFormat kAllFormats[] = {
-    WeightFormat::kF32,         WeightFormat::kF16,  WeightFormat::kBF16, WeightFormat::kQ8_0,
-    WeightFormat::kQ4_0,        WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ5_1,
-    WeightFormat::kQ4_K,        WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
-    WeightFormat::kBF16PairsAmx};
+    WeightFormat::kF32,          WeightFormat::kF16,  WeightFormat::kBF16, WeightFormat::kQ8_0,
+    WeightFormat::kQ4_0,         WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ5_1,
+    WeightFormat::kQ4_K,         WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
+    WeightFormat::kBF16PairsAmx, WeightFormat::kQ3_K};
 // The formats with a quantizer (QuantizeRowGgml).
 constexpr WeightFormat kGroupFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0,
                                           WeightFormat::kQ4_1, WeightFormat::kQ5_0,
@@ -61,7 +61,38 @@ void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
   }
 }
 
+// Q3_K {hmask[32], qs[64], scales[12], d} as dequantize_row_q3_K: the
+// scales as ggml unpacks them (testing::GgmlQ3KScales), then 2 halves of 128
+// values, each 4 shifts of 2 bits over 32 qs bytes (two runs of 16 with their
+// own scale), minus 4 where the hmask bit (bit 4 half + shift) is clear.
+void DecodeGgmlQ3KBlock(const uint8_t* blk, float* y) {
+  const uint8_t* hm = blk;
+  const uint8_t* q = blk + 32;
+  int scales[16];
+  testing::GgmlQ3KScales(blk + 96, scales);
+  const float d_all = DecodeHalf(U16(blk + 108));
+  int is = 0;
+  uint8_t m = 1;
+  for (int n = 0; n < 256; n += 128) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int run = 0; run < 2; ++run) {
+        const float dl = d_all * static_cast<float>(scales[is++]);
+        for (int l = 16 * run; l < 16 * run + 16; ++l) {
+          const int v = ((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
+          *y++ = dl * static_cast<float>(v);
+        }
+      }
+      m = static_cast<uint8_t>(m << 1);
+    }
+    q += 32;
+  }
+}
+
 void DecodeGgmlKBlock(WeightFormat f, const uint8_t* blk, float* y) {
+  if (f == WeightFormat::kQ3_K) {
+    DecodeGgmlQ3KBlock(blk, y);
+    return;
+  }
   if (f == WeightFormat::kQ6_K) {
     const uint8_t* ql = blk;
     const uint8_t* qh = blk + 128;
@@ -114,8 +145,11 @@ void DecodeGgmlKBlock(WeightFormat f, const uint8_t* blk, float* y) {
 
 std::vector<float> DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
   std::vector<float> out(k);
-  if (f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || f == WeightFormat::kQ6_K) {
-    const int64_t bytes = f == WeightFormat::kQ4_K ? 144 : f == WeightFormat::kQ5_K ? 176 : 210;
+  if (IsKQuantFormat(f)) {
+    const int64_t bytes = f == WeightFormat::kQ3_K   ? 110
+                          : f == WeightFormat::kQ4_K ? 144
+                          : f == WeightFormat::kQ5_K ? 176
+                                                     : 210;
     for (int64_t b = 0; b < k / 256; ++b) DecodeGgmlKBlock(f, row + b * bytes, &out[b * 256]);
     return out;
   }
@@ -281,6 +315,14 @@ TEST(WeightFormatTest, Sizes) {
   EXPECT_EQ(PackedPanelBytes(WeightFormat::kQ4_K, 256), 4608);
   EXPECT_EQ(PackedPanelBytes(WeightFormat::kQ5_K, 256), 5632);
   EXPECT_EQ(PackedWeightBytes(WeightFormat::kQ6_K, 33, 256), 2 * 6720);
+  // q3_k: 114 bytes per 256 values of a column (ggml's 110 with its 6-bit
+  // scales as int8): 3.5625 bits per weight.
+  EXPECT_EQ(GgmlRowBytes(WeightFormat::kQ3_K, 512), 2 * 110);
+  EXPECT_EQ(PackedPanelBytes(WeightFormat::kQ3_K, 512), 2 * 3648);
+  EXPECT_EQ(PackedPanelBytes(WeightFormat::kQ3_K, 256), kPackNR * 114);
+  EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kQ3_K), 256);
+  EXPECT_TRUE(IsKQuantFormat(WeightFormat::kQ3_K));
+  EXPECT_FALSE(HasQuadNibbles(WeightFormat::kQ3_K));
   EXPECT_TRUE(IsKQuantFormat(WeightFormat::kQ5_K));
   EXPECT_FALSE(IsKQuantFormat(WeightFormat::kQ4_1));
   EXPECT_FALSE(IsQuantizedFormat(WeightFormat::kQ4_K));
@@ -525,6 +567,8 @@ TEST(WeightFormatTest, BlocksRoundTrip) {
           for (int64_t b = 0; b < k / 256; ++b) {
             if (f == WeightFormat::kQ6_K) {
               row[b * bb + 209] &= 0xbf;  // d finite (any sign)
+            } else if (f == WeightFormat::kQ3_K) {
+              row[b * bb + 109] &= 0xbf;
             } else {
               row[b * bb + 1] &= 0xbf;  // d, dmin finite
               row[b * bb + 3] &= 0xbf;
@@ -640,6 +684,49 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   EXPECT_EQ(row[100], 2.0f * -5 * (0x2a - 32));
   EXPECT_EQ(row[200], 2.0f * 7 * (0x11 - 32));
   EXPECT_EQ(row[0], 0.0f);
+
+  // q3_k: d = 0x4000 (2). Scale i's low nibble is nibble i / 8 of byte i % 8
+  // of the 12, its high 2 bits bits 2 (i / 4) of byte 8 + i % 4: scale 9 =
+  // 0x25 (5 after - 32: byte 1's high nibble 5, byte 9 bits 4-5 = 2), scale
+  // 0 = 0x22 (2: byte 0's low nibble, byte 8 bits 0-1), scale 1 = 0 (-32).
+  // Value 147 (half 1, shift 0, l = 19) = 6: low bits 2 in qs[32 + 19], bit
+  // 2 from hmask[19] bit 4. Value 5 (half 0, l = 5) = 1, its hmask clear.
+  std::vector<uint8_t> q3(110, 0);
+  q3[108 + 1] = 0x40;
+  q3[96 + 1] = 0x50;
+  q3[96 + 9] = 0x02 << 4;
+  q3[96 + 8] = 0x02;
+  q3[96 + 0] = 0x02;
+  q3[32 + 32 + 19] = 0x02;
+  q3[19] = 1 << 4;
+  q3[32 + 5] = 0x01;
+  std::vector<uint8_t> rows3(21 * 110, 0);
+  std::memcpy(rows3.data() + 20 * 110, q3.data(), 110);  // row 20: column 20
+  std::vector<uint8_t> p3(PackedWeightBytes(WeightFormat::kQ3_K, 21, 256), 0xEE);
+  PackWeightsFromBlocks(WeightFormat::kQ3_K, rows3.data(), 21, 256, 110, p3.data());
+  EXPECT_EQ(p3[2 * 20 + 1], 0x40);
+  EXPECT_EQ(static_cast<int8_t>(p3[64 + 9 * 32 + 20]), 5);
+  EXPECT_EQ(static_cast<int8_t>(p3[64 + 0 * 32 + 20]), 2);
+  EXPECT_EQ(static_cast<int8_t>(p3[64 + 1 * 32 + 20]), -32);
+  // Crumbs: k-row 147 is quad pair 18 (quad 36, e = 0), t = 3; column 20 is
+  // byte 4 (20 % 16) + 3 = 19 of the pair, bits 4 + 2e = 4-5. k-row 5: pair
+  // 0, quad 1 (e = 1), t = 1, byte 17, bits 6-7.
+  for (int i = 0; i < 2048; ++i) {
+    const int want = i == 18 * 64 + 19 ? 2 << 4 : i == 17 ? 1 << 6 : 0;
+    EXPECT_EQ(p3[1600 + i], want) << "q3_k crumb byte " << i;
+  }
+  // Bit 2: column 20 is lane 1 (20 % 8 / 4), half 0, n = 1: bit 4 + 1 = 5 of
+  // byte 4 (20 % 4) + t = 3 of quad 36's 16.
+  for (int i = 0; i < 1024; ++i) {
+    EXPECT_EQ(p3[576 + i], i == 36 * 16 + 3 ? 1 << 5 : 0) << "q3_k high-bit byte " << i;
+  }
+  EXPECT_EQ(KQuantAt(WeightFormat::kQ3_K, p3.data(), 147, 20), 6);
+  EXPECT_EQ(KQuantAt(WeightFormat::kQ3_K, p3.data(), 5, 20), 1);
+  DequantizePackedRow(WeightFormat::kQ3_K, p3.data(), 21, 256, 20, row);
+  EXPECT_EQ(row[147], 2.0f * 5 * (6 - 4));
+  EXPECT_EQ(row[5], 2.0f * 2 * (1 - 4));
+  EXPECT_EQ(row[6], 2.0f * 2 * -4);     // quant 0
+  EXPECT_EQ(row[16], 2.0f * -32 * -4);  // scale 1, quant 0
 }
 
 // The K-quants dequantize as gguf-py does (committed fixture blocks), both
@@ -654,6 +741,7 @@ TEST(WeightFormatTest, KQuantDequantizationMatchesGguf) {
       {WeightFormat::kQ4_K, quant_fixture::kQ4_K, quant_fixture::kQ4_KValues},
       {WeightFormat::kQ5_K, quant_fixture::kQ5_K, quant_fixture::kQ5_KValues},
       {WeightFormat::kQ6_K, quant_fixture::kQ6_K, quant_fixture::kQ6_KValues},
+      {WeightFormat::kQ3_K, quant_fixture::kQ3_K, quant_fixture::kQ3_KValues},
   };
   for (const auto& c : cases) {
     const int64_t row_bytes = GgmlRowBytes(c.f, k);
@@ -668,32 +756,6 @@ TEST(WeightFormatTest, KQuantDequantizationMatchesGguf) {
             << WeightFormatName(c.f) << " " << r << " " << i;
         ASSERT_EQ(Bits(independent[i]), c.values[r * k + i]) << WeightFormatName(c.f);
       }
-    }
-  }
-}
-
-// Q3_K blocks re-encoded as Q6_K (GgmlQ3KRowAsQ6K) and packed as q6_k hold
-// gguf-py's dequantization of the Q3_K blocks bit for bit; the Q6_K blocks
-// decode to it too (the test's own ggml-loop decoder).
-TEST(WeightFormatTest, Q3KAsQ6KMatchesGguf) {
-  const int64_t n = quant_fixture::kKqN, k = quant_fixture::kKqK;
-  const int64_t q3_row = k / kSuperBlock * kGgmlQ3KBlockBytes;
-  const int64_t q6_row = GgmlRowBytes(WeightFormat::kQ6_K, k);
-  std::vector<uint8_t> q6(n * q6_row + 1, 0xAB);
-  for (int64_t r = 0; r < n; ++r)
-    GgmlQ3KRowAsQ6K(quant_fixture::kQ3_K + r * q3_row, k, q6.data() + r * q6_row);
-  EXPECT_EQ(q6.back(), 0xAB) << "wrote past the rows";
-  std::vector<uint8_t> packed(PackedWeightBytes(WeightFormat::kQ6_K, n, k));
-  PackWeightsFromBlocks(WeightFormat::kQ6_K, q6.data(), n, k, static_cast<size_t>(q6_row),
-                        packed.data());
-  std::vector<float> got(k);
-  for (int64_t r = 0; r < n; ++r) {
-    DequantizePackedRow(WeightFormat::kQ6_K, packed.data(), n, k, r, got.data());
-    const std::vector<float> q6_values =
-        DecodeGgmlRow(WeightFormat::kQ6_K, q6.data() + r * q6_row, k);
-    for (int64_t i = 0; i < k; ++i) {
-      ASSERT_EQ(Bits(got[i]), quant_fixture::kQ3_KValues[r * k + i]) << r << " " << i;
-      ASSERT_EQ(Bits(q6_values[i]), quant_fixture::kQ3_KValues[r * k + i]) << r << " " << i;
     }
   }
 }

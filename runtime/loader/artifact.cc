@@ -704,6 +704,7 @@ uint64_t DTypeSize(xpk::DType dtype) {
     case xpk::DType::q4_1:
     case xpk::DType::q5_0:
     case xpk::DType::q5_1:
+    case xpk::DType::q3_k:
     case xpk::DType::q4_k:
     case xpk::DType::q5_k:
     case xpk::DType::q5_k_bit_planes:
@@ -752,6 +753,9 @@ bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
       return true;
     case xpk::DType::q5_1:
       *out = WeightFormat::kQ5_1;
+      return true;
+    case xpk::DType::q3_k:
+      *out = WeightFormat::kQ3_K;
       return true;
     case xpk::DType::q4_k:
       *out = WeightFormat::kQ4_K;

@@ -855,12 +855,12 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
   EXPECT_EQ(LoadError(bad),
             "model.xpk: weight 1 'lm_head.weight': q8_0 weight has K = 16, not a multiple of its "
             "block size 32");
-  // K-quants (format 1.5), bf16 pairs (1.14), q5_0 / q5_1 (1.15): packed only; the
-  // K-quants need K to be a multiple of 256, q5 of 32, every non-f32 format the kernels'
-  // panel width.
+  // K-quants (format 1.5; q3_k 1.16), bf16 pairs (1.14), q5_0 / q5_1 (1.15): packed
+  // only; the K-quants need K to be a multiple of 256, q5 of 32, every non-f32 format the
+  // kernels' panel width.
   for (xpk::DType packed :
        {xpk::DType::q4_k, xpk::DType::q5_k, xpk::DType::q6_k, xpk::DType::bf16_pairs,
-        xpk::DType::bf16_pairs_amx, xpk::DType::q5_0, xpk::DType::q5_1}) {
+        xpk::DType::bf16_pairs_amx, xpk::DType::q5_0, xpk::DType::q5_1, xpk::DType::q3_k}) {
     const std::string name = xpk::EnumNameDType(packed);
     bad = bytes;
     w = ManifestOf(bad)->weights()->Get(0);

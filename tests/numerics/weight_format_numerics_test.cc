@@ -121,16 +121,18 @@ PromptRuns RunPrompts(const std::string& artifact, const json& prompts) {
 // weights are rounded to bf16 operands by the kernels, which are their values.
 using FormatAndCompute = std::pair<const char*, const char*>;
 
-// The fixture's reference prompts give bit-identical prompt logits and greedy
-// continuations on the two artifacts.
-void ExpectTheSameRuns(const std::string& artifact_a, const std::string& artifact_b) {
-  const json prompts = xcc::testing::ReadJson(kFixture / "reference.json")["prompts"];
+// `prompts` ({"ids": [...]} each; the fixture's reference prompts by
+// default) give bit-identical prompt logits and greedy continuations on the
+// two artifacts.
+void ExpectTheSameRuns(const std::string& artifact_a, const std::string& artifact_b,
+                       const json& prompts = xcc::testing::ReadJson(kFixture /
+                                                                    "reference.json")["prompts"]) {
   PromptRuns a = RunPrompts(artifact_a, prompts);
   PromptRuns b = RunPrompts(artifact_b, prompts);
   ASSERT_EQ(a.logits.size(), prompts.size());
   ASSERT_EQ(b.logits.size(), prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    SCOPED_TRACE(prompts[i]["name"].get<std::string>());
+    SCOPED_TRACE(prompts[i].value("name", "prompt " + std::to_string(i)));
     ASSERT_EQ(a.logits[i].size(), b.logits[i].size());
     EXPECT_EQ(std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * 4), 0)
         << "prompt logits differ";
@@ -262,11 +264,25 @@ TEST(DynamicRows, RowWiseCommandsOfTheBucketedExecutablesAreMarked) {
 
 namespace {
 
+// Options for a small artifact of `model` (--weight-dtype auto, f32 compute).
+xcc::CompileOptions SmallCompileOptions(const std::string& model, const fs::path& out) {
+  xcc::CompileOptions o;
+  o.model_path = model;
+  o.output_path = out.string();
+  o.quiet = true;
+  o.limits.max_num_seqs = 2;
+  o.limits.max_model_len = 64;
+  o.limits.max_num_batched_tokens = 16;
+  o.token_buckets = {16};
+  return o;
+}
+
 // A GGUF's quantized tensors are kept as they are (--weight-dtype auto): every
-// linear weight and the tied table (also the lm_head) in its own format, once,
-// with exactly the GGUF's bytes per weight (the lossless repack keeps ggml's
-// bits per weight). `kept` maps the GGUF's types to the artifact's dtypes;
-// `table` is the tied table's. Their numerics against HF are
+// linear weight and the table (if tied, also the lm_head) in its own format,
+// once, with exactly the GGUF's bytes per weight (the lossless repack keeps
+// ggml's bits per weight; q3_k 114 bytes per ggml's 110, its 6-bit scales as
+// int8). `kept` maps the GGUF's types to the artifact's dtypes; `table` is
+// the table's. Their numerics against HF are
 // decoder_numerics_test's. Returns the options it compiled with.
 xcc::CompileOptions ExpectGgufTensorsKept(const std::string& fixture,
                                           const std::map<xcc::SourceDType, xpk::DType>& kept,
@@ -274,14 +290,7 @@ xcc::CompileOptions ExpectGgufTensorsKept(const std::string& fixture,
   const fs::path gguf = fs::path(XCC_SOURCE_DIR) / "tests/fixtures/gguf" / fixture / "model.gguf";
   const fs::path dir = fs::temp_directory_path() / ("xcc_weight_format_" + fixture);
   fs::create_directories(dir);
-  xcc::CompileOptions o;
-  o.model_path = gguf.string();
-  o.output_path = (dir / "auto.xpk").string();
-  o.quiet = true;
-  o.limits.max_num_seqs = 2;
-  o.limits.max_model_len = 64;
-  o.limits.max_num_batched_tokens = 16;
-  o.token_buckets = {16};
+  xcc::CompileOptions o = SmallCompileOptions(gguf.string(), dir / "auto.xpk");
   auto summary = xcc::Compile(o);
   EXPECT_TRUE(summary.ok()) << summary.status().ToString();
   if (!summary.ok()) return o;
@@ -318,10 +327,14 @@ xcc::CompileOptions ExpectGgufTensorsKept(const std::string& fixture,
       EXPECT_EQ(w->dtype(), table);
     }
   }
-  EXPECT_EQ(tables, 1) << "the tied table is stored once";
+  EXPECT_EQ(tables, 1) << "the table is stored once";
   for (const auto& [dtype, bytes] : gguf_bytes) {
     EXPECT_GT(by_dtype[dtype], 0) << xpk::EnumNameDType(dtype);
-    EXPECT_EQ(kept_bytes[dtype], bytes) << xpk::EnumNameDType(dtype);
+    const auto f = static_cast<xrt::WeightFormat>(dtype);
+    const int64_t block = xrt::WeightFormatBlockSize(f);
+    const uint64_t blocks = bytes / xrt::GgmlRowBytes(f, block);
+    EXPECT_EQ(kept_bytes[dtype], blocks * xrt::PackedPanelBytes(f, block) / xrt::kPackNR)
+        << xpk::EnumNameDType(dtype);
   }
   EXPECT_EQ(summary->weight_formats[xpk::EnumNameDType(table)].weights, by_dtype[table]);
   return o;
@@ -357,8 +370,8 @@ namespace {
 struct KQuantModel {
   xrt::WeightFormat table, output;  // output: kF32 = tied
   xrt::WeightFormat attn, mlp;
-  // Tensors (names after "blk.0.") written as ggml Q3_K instead, which xcc
-  // stores as q6_k (GgmlQ3KRowAsQ6K; their f32 copy holds those values).
+  // Tensors (names after "blk.0.") written as ggml Q3_K instead (stored as
+  // q3_k, format 1.16).
   std::set<std::string> q3k = {};
 };
 
@@ -368,6 +381,8 @@ uint32_t GgmlType(xrt::WeightFormat f) {
       return xcc::testing::kTQ4_K;
     case xrt::WeightFormat::kQ5_K:
       return xcc::testing::kTQ5_K;
+    case xrt::WeightFormat::kQ3_K:
+      return xcc::testing::kTQ3_K;
     default:
       return xcc::testing::kTQ6_K;
   }
@@ -406,26 +421,10 @@ void WriteKQuantGgufs(const KQuantModel& m, const fs::path& quantized, const fs:
     const std::string layer = "blk.0.";
     const bool q3k = name.rfind(layer, 0) == 0 &&
                      m.q3k.count(name.substr(layer.size(), name.rfind('.') - layer.size()));
-    if (q3k) f = xrt::WeightFormat::kQ6_K;
+    if (q3k) f = xrt::WeightFormat::kQ3_K;
     std::vector<uint8_t> rows = xrt::testing::RandomKQuantRows(f, n, k, seed++);
-    if (q3k) {  // random Q3_K blocks (f16 d at byte 108), and as Q6_K for the f32 copy
-      std::mt19937 rng(seed++);
-      const int64_t blocks = n * k / xrt::kSuperBlock;
-      std::vector<uint8_t> q3(blocks * xrt::kGgmlQ3KBlockBytes);
-      for (auto& b : q3) b = static_cast<uint8_t>(rng());
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint16_t d = xrt::FloatToHalf(0.0003f * static_cast<float>(rng() % 64 + 1));
-        std::memcpy(q3.data() + b * xrt::kGgmlQ3KBlockBytes + 108, &d, 2);
-      }
-      wq.Tensor(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, xcc::testing::kTQ3_K,
-                std::string(q3.begin(), q3.end()));
-      const int64_t q3_row = k / xrt::kSuperBlock * xrt::kGgmlQ3KBlockBytes;
-      for (int64_t r = 0; r < n; ++r)
-        xrt::GgmlQ3KRowAsQ6K(q3.data() + r * q3_row, k, rows.data() + r * xrt::GgmlRowBytes(f, k));
-    } else {
-      wq.Tensor(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, GgmlType(f),
-                std::string(rows.begin(), rows.end()));
-    }
+    wq.Tensor(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, GgmlType(f),
+              std::string(rows.begin(), rows.end()));
     std::vector<uint8_t> packed(xrt::PackedWeightBytes(f, n, k));
     xrt::PackWeightsFromBlocks(f, rows.data(), n, k, xrt::GgmlRowBytes(f, k), packed.data());
     std::vector<float> values(n * k);
@@ -461,8 +460,8 @@ TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
       {F::kQ4_K, F::kQ5_K, F::kQ6_K, F::kQ4_K},  // untied
       {F::kQ5_K, F::kQ6_K, F::kQ4_K, F::kQ5_K},  // untied
       {F::kQ4_K, F::kF32, F::kQ5_K, F::kQ6_K},   // tied Q4_K table
-      // Q3_K, stored as q6_k: q/k/v fused from three Q3_K parts, gate (Q3_K)
-      // with up (Q6_K), down alone.
+      // Q3_K: q/k/v fused from three Q3_K parts, gate (Q3_K) beside up (Q6_K),
+      // down alone.
       {F::kQ5_K,
        F::kF32,
        F::kQ6_K,
@@ -490,21 +489,27 @@ TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
       if (w->name()->str().find("embed_tokens") != std::string::npos) {
         EXPECT_EQ(w->dtype(), static_cast<xpk::DType>(m.table)) << "the table stays a K-quant";
       }
-      if (w->shape()->size() == 2) {  // every matrix a K-quant (Q3_K as q6_k), none f32
+      if (w->shape()->size() == 2) {  // every matrix a K-quant, none f32
         EXPECT_NE(w->dtype(), xpk::DType::f32) << w->name()->str();
       }
+      if (!m.q3k.empty() && w->name()->str().find("down_proj") != std::string::npos) {
+        EXPECT_EQ(w->dtype(), xpk::DType::q3_k) << "Q3_K stays q3_k";
+      }
     }
-    PromptRuns q = RunPrompts(quantized, prompts);
-    PromptRuns r = RunPrompts(f32, prompts);
-    ASSERT_EQ(q.logits.size(), prompts.size());
-    ASSERT_EQ(r.logits.size(), prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      ASSERT_EQ(q.logits[i].size(), r.logits[i].size());
-      EXPECT_EQ(std::memcmp(q.logits[i].data(), r.logits[i].data(), q.logits[i].size() * 4), 0)
-          << "prompt " << i << " logits differ";
-      EXPECT_EQ(q.tokens[i], r.tokens[i]) << "prompt " << i;
-    }
+    ExpectTheSameRuns(quantized, f32, prompts);
   }
+}
+
+// Q3_K (most of a Q3_K_M file) is kept as q3_k (format 1.16; q6_k before),
+// beside Q4_K / Q5_K / Q6_K: the untied Q3_K table and the Q6_K lm_head too.
+TEST(Q3K, AutoKeepsGgufQ3KTensors) {
+  using xcc::SourceDType;
+  ExpectGgufTensorsKept("q3_k",
+                        {{SourceDType::kQ3_K, xpk::DType::q3_k},
+                         {SourceDType::kQ4_K, xpk::DType::q4_k},
+                         {SourceDType::kQ5_K, xpk::DType::q5_k},
+                         {SourceDType::kQ6_K, xpk::DType::q6_k}},
+                        xpk::DType::q3_k);
 }
 
 // Q5_0 / Q5_1 (what llama.cpp's Q4_K_M and Q5_K_M write where K is not a
