@@ -2,10 +2,10 @@
 """Writes tests/fixtures/quant/ggml_blocks.h: a small fixed f32 matrix and its
 ggml encodings made by the `gguf` PyPI package (gguf.quants.quantize, whose
 Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 quantizers reproduce ggml's quantize_row_*_ref bit for bit),
-and random Q4_K / Q5_K / Q6_K / Q3_K blocks (gguf-py has no K-quant quantizer: random
-bytes with finite f16 scales, which is every block ggml can read) with
+and random Q4_K / Q5_K / Q6_K / Q3_K / IQ4_NL / IQ4_XS blocks (gguf-py has no quantizer
+for them: random bytes with finite f16 scales, which is every block ggml can read) with
 gguf-py's dequantization of them (gguf.quants.dequantize), for
-runtime/kernels/weight_format_test.cc.
+runtime/kernels/weight_format_test.cc and compiler/frontend/convert_f32_test.cc.
 
     pip install gguf==0.19.0 numpy==2.4.6
     python3 tests/gen_quant_fixtures.py --out tests/fixtures/quant/ggml_blocks.h
@@ -40,8 +40,11 @@ def kquant_blocks(qtype) -> np.ndarray:
     """KQ_N rows of random `qtype` blocks [KQ_N][row bytes] with chosen f16 scales:
     ordinary, negative, subnormal, zero and large d / dmin."""
     rng = np.random.default_rng(20261124 + int(qtype))
-    block_bytes = {T.Q3_K: 110, T.Q4_K: 144, T.Q5_K: 176, T.Q6_K: 210}[qtype]
-    blocks = rng.integers(0, 256, size=(KQ_N * KQ_K // 256, block_bytes), dtype=np.uint8)
+    block_bytes = {T.Q3_K: 110, T.Q4_K: 144, T.Q5_K: 176, T.Q6_K: 210, T.IQ4_NL: 18,
+                   T.IQ4_XS: 136}[qtype]
+    block_values = 32 if qtype == T.IQ4_NL else 256
+    blocks = rng.integers(0, 256, size=(KQ_N * KQ_K // block_values, block_bytes),
+                          dtype=np.uint8)
     d = np.array([0.0123, -0.0371, 3e-6, 250.0], dtype=np.float16)
     dmin = np.array([0.0041, 0.0, -0.02, 6e-7], dtype=np.float16)
     for i, blk in enumerate(blocks):
@@ -49,6 +52,8 @@ def kquant_blocks(qtype) -> np.ndarray:
             blk[208:210] = d[i % 4 : i % 4 + 1].view(np.uint8)
         elif qtype == T.Q3_K:
             blk[108:110] = d[i % 4 : i % 4 + 1].view(np.uint8)
+        elif qtype in (T.IQ4_NL, T.IQ4_XS):
+            blk[0:2] = d[i % 4 : i % 4 + 1].view(np.uint8)
         else:
             blk[0:2] = d[i % 4 : i % 4 + 1].view(np.uint8)
             blk[2:4] = dmin[i % 4 : i % 4 + 1].view(np.uint8)
@@ -87,11 +92,12 @@ def main() -> None:
         blocks = np.ascontiguousarray(quantize(w, qtype)).view(np.uint8).tobytes()
         out.append(f"// {qtype.name}: kN rows in ggml's row-major encoding.")
         out.append(c_bytes(name, blocks))
-    out.append("// K-quants: random blocks of kKqN rows x kKqK values and gguf-py's")
+    out.append("// K-quants and IQ4_NL / IQ4_XS: random blocks of kKqN rows x kKqK values and gguf-py's")
     out.append("// dequantization of them (f32 bits).")
     out.append(f"inline constexpr int kKqN = {KQ_N};")
     out.append(f"inline constexpr int kKqK = {KQ_K};")
-    for name, qtype in [("Q4_K", T.Q4_K), ("Q5_K", T.Q5_K), ("Q6_K", T.Q6_K), ("Q3_K", T.Q3_K)]:
+    for name, qtype in [("Q4_K", T.Q4_K), ("Q5_K", T.Q5_K), ("Q6_K", T.Q6_K), ("Q3_K", T.Q3_K),
+                        ("IQ4_NL", T.IQ4_NL), ("IQ4_XS", T.IQ4_XS)]:
         blocks = kquant_blocks(qtype)
         values = dequantize(blocks, qtype).astype(np.float32).reshape(KQ_N, KQ_K)
         assert np.isfinite(values).all()

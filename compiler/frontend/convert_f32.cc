@@ -10,11 +10,17 @@
 // In the 32-value types, byte j holds value j in its low nibble and value j+16
 // in its high nibble; bit j of qh is the fifth bit of value j.
 //   Q2_K..Q8_K: 256-value super-blocks, see the per-type functions below.
+//   IQ4_NL {d, qs[16]}                x = kIQ4NLValues[nibble] * d (nibbles as Q4_0)
+//   IQ4_XS: 256-value super-blocks, see BlockIQ4_XS.
 #include <cstring>
 
 #include "compiler/frontend/source_dtype.h"
 
 namespace xcc {
+
+const int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                 1,    13,   25,  38,  53,  69,  89,  113};
+
 namespace {
 
 constexpr int kQK = 32;    // values per block, 32-value types
@@ -219,6 +225,33 @@ void BlockQ6_K(const uint8_t* b, float* y) {
   }
 }
 
+// IQ4_NL: a Q4_0 block whose nibbles index kIQ4NLValues.
+void BlockIQ4_NL(const uint8_t* b, float* y) {
+  const float d = LoadF16(b);
+  for (int j = 0; j < kQK / 2; ++j) {
+    y[j] = d * static_cast<float>(kIQ4NLValues[b[2 + j] & 15]);
+    y[j + kQK / 2] = d * static_cast<float>(kIQ4NLValues[b[2 + j] >> 4]);
+  }
+}
+
+// IQ4_XS {d, scales_h u16, scales_l[4], qs[128]}: 8 sub-blocks of 32, each an
+// IQ4_NL block's 16 bytes with the f32 scale d * (ls - 32), ls 6 bits: its
+// low nibble is nibble (i % 2) of scales_l[i / 2], its high 2 bits bits 2i of
+// scales_h.
+void BlockIQ4_XS(const uint8_t* b, float* y) {
+  const float d = LoadF16(b);
+  const uint16_t high = LoadU16(b + 2);
+  const uint8_t* qs = b + 8;
+  for (int i = 0; i < kQKK / kQK; ++i, qs += kQK / 2, y += kQK) {
+    const int ls = ((b[4 + i / 2] >> (4 * (i % 2))) & 15) | (((high >> (2 * i)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = dl * static_cast<float>(kIQ4NLValues[qs[j] & 15]);
+      y[j + kQK / 2] = dl * static_cast<float>(kIQ4NLValues[qs[j] >> 4]);
+    }
+  }
+}
+
 // Q8_K {d f32, qs[256] int8, bsums[16] int16}: x = q * d.
 void BlockQ8_K(const uint8_t* b, float* y) {
   float d = LoadF32(b);
@@ -311,6 +344,12 @@ Status ConvertToF32(SourceDType t, const uint8_t* src, size_t nbytes, int64_t n,
       break;
     case SourceDType::kQ8_K:
       block_fn = BlockQ8_K;
+      break;
+    case SourceDType::kIQ4_NL:
+      block_fn = BlockIQ4_NL;
+      break;
+    case SourceDType::kIQ4_XS:
+      block_fn = BlockIQ4_XS;
       break;
   }
   if (block_fn == nullptr) {

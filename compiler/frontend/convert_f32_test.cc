@@ -7,6 +7,7 @@
 #include "compiler/frontend/model_source.h"
 #include "compiler/frontend/source_dtype.h"
 #include "compiler/frontend/test_util.h"
+#include "tests/fixtures/quant/ggml_blocks.h"
 
 namespace xcc {
 namespace {
@@ -250,6 +251,60 @@ TEST(ConvertToF32Test, LayoutSizes) {
   EXPECT_EQ(GetDTypeLayout(SourceDType::kQ5_K).block_bytes, 176u);
   EXPECT_EQ(GetDTypeLayout(SourceDType::kQ6_K).block_bytes, 210u);
   EXPECT_EQ(GetDTypeLayout(SourceDType::kQ8_K).block_bytes, 292u);
+  EXPECT_EQ(GetDTypeLayout(SourceDType::kIQ4_NL).block_bytes, 18u);
+  EXPECT_EQ(GetDTypeLayout(SourceDType::kIQ4_NL).block_elems, 32);
+  EXPECT_EQ(GetDTypeLayout(SourceDType::kIQ4_XS).block_bytes, 136u);
+  EXPECT_EQ(GetDTypeLayout(SourceDType::kIQ4_XS).block_elems, 256);
+}
+
+TEST(ConvertToF32Test, IQ4_NL) {
+  std::string b;
+  Append<uint16_t>(&b, 0x4000);                                         // d = 2
+  for (int j = 0; j < 16; ++j) Append<uint8_t>(&b, j | (15 - j) << 4);  // value j, then 15 - j
+  std::vector<float> y = Convert(SourceDType::kIQ4_NL, b, 32);
+  EXPECT_EQ(y[0], -254.0f);  // index 0: -127
+  EXPECT_EQ(y[8], 2.0f);     // index 8: 1
+  EXPECT_EQ(y[15], 226.0f);  // index 15: 113
+  EXPECT_EQ(y[16], 226.0f);  // high nibble of byte 0: index 15
+  EXPECT_EQ(y[31], -254.0f);
+}
+
+TEST(ConvertToF32Test, IQ4_XS) {
+  std::string b;
+  Append<uint16_t>(&b, 0x3800);  // d = 0.5
+  // ls of sub-block i: the low nibble from scales_l, the high 2 bits from bits 2i of
+  // scales_h. Sub-block 0: low 1, high 2: 33 (dl = 0.5); sub-block 3: low 15, high 1:
+  // 31 (dl = -0.5); sub-block 7: low 0, high 3: 48 (dl = 8).
+  Append<uint16_t>(&b, static_cast<uint16_t>(2 << 0 | 1 << 6 | 3 << 14));
+  Append<uint8_t>(&b, 0x01);  // scales_l[0]: sub-block 0 low 1, sub-block 1 low 0
+  Append<uint8_t>(&b, 0xf0);  // sub-block 3 low nibble f
+  Append<uint8_t>(&b, 0x00);
+  Append<uint8_t>(&b, 0x00);                                // sub-block 7 low nibble 0
+  for (int i = 0; i < 128; ++i) Append<uint8_t>(&b, 0x9f);  // low index 15 (113), high 9 (13)
+  std::vector<float> y = Convert(SourceDType::kIQ4_XS, b, 256);
+  EXPECT_EQ(y[0], 0.5f * 113);
+  EXPECT_EQ(y[16], 0.5f * 13);
+  EXPECT_EQ(y[96], -0.5f * 113);  // sub-block 3: ls 31
+  EXPECT_EQ(y[224], 8.0f * 113);  // sub-block 7: ls 48
+  EXPECT_EQ(y[255], 8.0f * 13);
+}
+
+// ConvertToF32 gives gguf-py's dequantization of random IQ4_NL / IQ4_XS blocks
+// bit for bit (tests/gen_quant_fixtures.py).
+TEST(ConvertToF32Test, IQ4MatchesGguf) {
+  const int64_t n = quant_fixture::kKqN * quant_fixture::kKqK;
+  for (auto [t, blocks, values] :
+       {std::tuple{SourceDType::kIQ4_NL, quant_fixture::kIQ4_NL, quant_fixture::kIQ4_NLValues},
+        std::tuple{SourceDType::kIQ4_XS, quant_fixture::kIQ4_XS, quant_fixture::kIQ4_XSValues}}) {
+    const size_t bytes = *DTypeNBytes(t, n);
+    std::vector<float> y(static_cast<size_t>(n));
+    ASSERT_TRUE(ConvertToF32(t, blocks, bytes, n, y.data()).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &y[i], 4);
+      ASSERT_EQ(bits, values[i]) << SourceDTypeName(t) << " value " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -229,6 +229,10 @@ Expected<SourceDType> GgufTypeToSourceDType(uint32_t t) {
       return SourceDType::kQ6_K;
     case 15:
       return SourceDType::kQ8_K;
+    case 20:
+      return SourceDType::kIQ4_NL;
+    case 23:
+      return SourceDType::kIQ4_XS;
     case 24:
       return SourceDType::kI8;
     case 25:
@@ -244,7 +248,7 @@ Expected<SourceDType> GgufTypeToSourceDType(uint32_t t) {
     default:
       return xrt::UnimplementedError(
           "unsupported ggml type {} (supported: F32, F16, BF16, F64, I8-I64, Q4_0, Q4_1, Q5_0, "
-          "Q5_1, Q8_0, Q8_1, Q2_K-Q8_K)",
+          "Q5_1, Q8_0, Q8_1, Q2_K-Q8_K, IQ4_NL, IQ4_XS)",
           t);
   }
 }

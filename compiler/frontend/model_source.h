@@ -53,6 +53,8 @@ enum class SourceDType {
   kQ5_K,
   kQ6_K,
   kQ8_K,
+  kIQ4_NL,
+  kIQ4_XS,
 };
 const char* SourceDTypeName(SourceDType t);
 
@@ -200,5 +202,8 @@ class IndexedModelSource : public ModelSource {
 // Dequantizes/converts `n` elements of `src` (of type `t`) to f32. For block
 // types `n` must be a multiple of the block size. Exposed for tests.
 Status ConvertToF32(SourceDType t, const uint8_t* src, size_t nbytes, int64_t n, float* out);
+
+// The 16 values of ggml's IQ4_NL / IQ4_XS 4-bit indices (kvalues_iq4nl).
+extern const int8_t kIQ4NLValues[16];
 
 }  // namespace xcc

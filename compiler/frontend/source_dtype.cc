@@ -50,6 +50,10 @@ const char* SourceDTypeName(SourceDType t) {
       return "Q6_K";
     case SourceDType::kQ8_K:
       return "Q8_K";
+    case SourceDType::kIQ4_NL:
+      return "IQ4_NL";
+    case SourceDType::kIQ4_XS:
+      return "IQ4_XS";
   }
   return "?";
 }
@@ -102,6 +106,12 @@ DTypeLayout GetDTypeLayout(SourceDType t) {
       return {256, 128 + 64 + 16 + 2};
     case SourceDType::kQ8_K:
       return {256, 4 + 256 + 2 * 16};
+    // Non-linear 4-bit quants: IQ4_NL a Q4_0-shaped block, IQ4_XS a super-block
+    // {d, scales_h, scales_l[4], qs[128]}.
+    case SourceDType::kIQ4_NL:
+      return {32, 2 + 16};
+    case SourceDType::kIQ4_XS:
+      return {256, 2 + 2 + 4 + 128};
   }
   return {1, 0};
 }

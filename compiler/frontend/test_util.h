@@ -184,6 +184,8 @@ enum : uint32_t {
   kTQ5_K = 13,
   kTQ6_K = 14,
   kTQ8_K = 15,
+  kTIQ4_NL = 20,
+  kTIQ4_XS = 23,
   kTBF16 = 30,
 };
 

@@ -25,6 +25,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/frontend/model_source.h"
+#include "compiler/frontend/source_dtype.h"
 #include "compiler/frontend/test_util.h"
 #include "runtime/executor/model_runner.h"
 #include "runtime/kernels/test_util.h"
@@ -373,6 +374,10 @@ struct KQuantModel {
   // Tensors (names after "blk.0.") written as ggml Q3_K instead (stored as
   // q3_k, format 1.16).
   std::set<std::string> q3k = {};
+  // Tensors (full names without ".weight") written as random blocks of
+  // another ggml type (IQ4_NL, IQ4_XS: f16 d first); their f32 copy is the
+  // frontend's dequantization (convert_f32_test checks it against gguf-py).
+  std::map<std::string, xcc::SourceDType> other = {};
 };
 
 uint32_t GgmlType(xrt::WeightFormat f) {
@@ -418,6 +423,27 @@ void WriteKQuantGgufs(const KQuantModel& m, const fs::path& quantized, const fs:
   }
   uint32_t seed = 1;
   auto add = [&](const std::string& name, int64_t n, int64_t k, xrt::WeightFormat f) {
+    if (auto o = m.other.find(name.substr(0, name.rfind('.'))); o != m.other.end()) {
+      const xcc::DTypeLayout layout = xcc::GetDTypeLayout(o->second);
+      const int64_t blocks = n * k / layout.block_elems;
+      std::mt19937 rng(seed++);
+      std::string bytes(static_cast<size_t>(blocks) * layout.block_bytes, '\0');
+      for (auto& b : bytes) b = static_cast<char>(rng());
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint16_t d = xrt::FloatToHalf(0.0002f * static_cast<float>(rng() % 64 + 1));
+        std::memcpy(&bytes[b * layout.block_bytes], &d, 2);
+      }
+      std::vector<float> values(n * k);
+      EXPECT_TRUE(xcc::ConvertToF32(o->second, reinterpret_cast<const uint8_t*>(bytes.data()),
+                                    bytes.size(), n * k, values.data())
+                      .ok());
+      wq.Tensor(
+          name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)},
+          o->second == xcc::SourceDType::kIQ4_NL ? xcc::testing::kTIQ4_NL : xcc::testing::kTIQ4_XS,
+          bytes);
+      wf.TensorF32(name, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, values);
+      return;
+    }
     const std::string layer = "blk.0.";
     const bool q3k = name.rfind(layer, 0) == 0 &&
                      m.q3k.count(name.substr(layer.size(), name.rfind('.') - layer.size()));
@@ -498,6 +524,61 @@ TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
     }
     ExpectTheSameRuns(quantized, f32, prompts);
   }
+}
+
+// IQ4_NL tensors are stored as q8_0 (re-encoded: the same values): the table,
+// q and v (beside a Q4_K k), and gate with up, fused from two IQ4_NL parts;
+// an IQ4_XS down is dequantized to f32. Bit-identical to the f32 copy of the
+// same values.
+TEST(IQ4, NlStoredAsQ8_0XsAsF32) {
+  using F = xrt::WeightFormat;
+  using D = xcc::SourceDType;
+  const KQuantModel m{F::kQ4_K,
+                      F::kQ6_K,
+                      F::kQ4_K,
+                      F::kQ5_K,
+                      {},
+                      {{"token_embd", D::kIQ4_NL},
+                       {"blk.0.attn_q", D::kIQ4_NL},
+                       {"blk.0.attn_v", D::kIQ4_NL},
+                       {"blk.0.ffn_gate", D::kIQ4_NL},
+                       {"blk.0.ffn_up", D::kIQ4_NL},
+                       {"blk.0.ffn_down", D::kIQ4_XS}}};
+  const fs::path dir = fs::temp_directory_path() / "xcc_iq4";
+  fs::create_directories(dir);
+  WriteKQuantGgufs(m, dir / "quantized.gguf", dir / "f32.gguf");
+  const xcc::CompileOptions o =
+      SmallCompileOptions((dir / "quantized.gguf").string(), dir / "quantized.xpk");
+  auto summary = xcc::Compile(o);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  std::string notes;
+  for (const std::string& n : summary->weight_notes) notes += n + "\n";
+  EXPECT_NE(notes.find("IQ4_NL tensors are stored as q8_0"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("IQ4_XS tensors are dequantized to f32"), std::string::npos) << notes;
+  auto a = xrt::Artifact::Open(o.output_path);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::map<std::string, xpk::DType> dtypes;
+  for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
+    const xpk::Weight* w = *(*a)->weight(i);
+    dtypes[w->name()->str()] = w->dtype();
+  }
+  int q8 = 0, f32 = 0;
+  for (const auto& [name, dtype] : dtypes) {
+    if (name.find("embed_tokens") != std::string::npos) {
+      EXPECT_EQ(dtype, xpk::DType::q8_0);
+    }
+    if (name.find("down_proj") != std::string::npos) {
+      EXPECT_EQ(dtype, xpk::DType::f32);
+    }
+    q8 += dtype == xpk::DType::q8_0;
+    f32 += dtype == xpk::DType::f32 && name.find("down_proj") != std::string::npos;
+  }
+  EXPECT_GE(q8, 3) << "the table, q, v and gate/up";
+  EXPECT_EQ(f32, 1);
+  const std::string f32_artifact =
+      CompileWith((dir / "f32.gguf").string(), "auto", dir / "f32.xpk");
+  const json prompts = json::array({json{{"ids", {4, 0, 1, 2, 0, 0, 1}}}, json{{"ids", {1}}}});
+  ExpectTheSameRuns(o.output_path, f32_artifact, prompts);
 }
 
 // Q3_K (most of a Q3_K_M file) is kept as q3_k (format 1.16; q6_k before),
