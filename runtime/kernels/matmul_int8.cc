@@ -1273,8 +1273,13 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // on avx2 one row block (M = 4) loses 1.6-2x decoded, M = 128 wins 1.2-1.3x;
 // on AVX512_VNNI one group (M = 4) loses 1.3-1.5x, 22 groups (M = 128) win
 // 0-10% (q5_0 2048 x 2048: 812-830 -> 750-754 us, q5_1 even).
-// q3_k (crumbs shifted and masked, its bit 2 merged as q5_k's bit 4) takes
-// q6_k's thresholds on both tiers: not measured.
+// q3_k (crumbs shifted and masked, its bit 2 merged as q5_k's bit 4),
+// measured on a Zen 5 (2 threads, 2048 x 2048, two interleaved rounds,
+// decoding forced on and off): on AVX512_VNNI 4 groups (M = 16) lose 1.25x,
+// 5 (M = 18, 20) win 1.1-1.2x, 6 (M = 24) 1.35x, M = 128 1.35x: q6_k's 5;
+// on avx2 (with and without AVX-VNNI) 2 row blocks lose 1.25-1.45x, 3
+// 1.15-1.2x, 4 are even, 5 (M = 18, 20) win 1.05-1.4x, M = 128 1.35-1.4x:
+// from 5, where q6_k's 2 would lose.
 int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
   if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
     switch (f) {
@@ -1291,6 +1296,7 @@ int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
     }
   }
   if (isa != CpuIsa::kAvx2) return std::numeric_limits<int64_t>::max();
+  if (f == WeightFormat::kQ3_K) return 5;
   return HasSeparateHighBits(f) ? 2 : 16;
 }
 
