@@ -145,7 +145,7 @@ GGML = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32,
         "Q2_K": (10, 256, 84), "Q3_K": (11, 256, 110), "Q4_K": (12, 256, 144),
         "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "Q8_K": (15, 256, 292),
         "I8": (24, 1, 1), "I16": (25, 1, 2), "I32": (26, 1, 4), "I64": (27, 1, 8),
-        "F64": (28, 1, 8), "BF16": (30, 1, 2)}
+        "F64": (28, 1, 8), "BF16": (30, 1, 2), "IQ4_NL": (20, 32, 18), "IQ4_XS": (23, 256, 136)}
 
 
 def gguf_str(s):
@@ -181,6 +181,8 @@ def tensor_bytes(rng, ggml, numel):
                 blk[2:4] = struct.pack("<H", 0x2c00 | rng.randrange(0x100))
         elif ggml == "Q8_K":  # f32 d first
             blk[0:4] = struct.pack("<f", 0.01)
+        elif ggml == "IQ4_XS":  # f16 d first
+            blk[0:2] = struct.pack("<H", 0x2c00)
         else:  # K-quants other than Q8_K end with f16 d (and dmin)
             blk[-2:] = struct.pack("<H", 0x2c00)
             if ggml in ("Q2_K", "Q4_K", "Q5_K"):
