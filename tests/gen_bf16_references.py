@@ -4,6 +4,9 @@ what `xcc compile --compute bf16` must compute, by an independent implementation
 
   python3 tests/gen_bf16_references.py                  # every fixture under tests/fixtures
   python3 tests/gen_bf16_references.py --smollm2-gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf
+  python3 tests/gen_bf16_references.py --fixtures --smollm2-gguf OTHER.gguf --smollm2-dir DIR/smollm2
+                                        # another GGUF of the model (smollm2_test's
+                                        # XCC_SMOLLM2_REFERENCE_DIR), no fixtures
 
 The model is HF transformers' (float32, eager attention), loaded exactly as
 tests/gen_model_fixtures.py loads it for reference.json (and checked to give its
@@ -317,10 +320,10 @@ def make_fixture(d):
           attention_module, prompts)
 
 
-def make_smollm2(gguf_path):
+def make_smollm2(gguf_path, d=os.path.join(FIXTURES, "smollm2")):
+    """Writes d/reference_bf16.json for the GGUF whose reference.json is in d."""
     import torch
     from transformers import AutoModelForCausalLM
-    d = os.path.join(FIXTURES, "smollm2")
     print(f"== smollm2 ({gguf_path})")
     with open(os.path.join(d, "reference.json"), encoding="utf-8") as fh:
         ref = json.load(fh)
@@ -434,6 +437,10 @@ def main():
                          "models/*, gguf/* and llava/* with a reference.json)")
     ap.add_argument("--smollm2-gguf", default=None,
                     help="also write smollm2/reference_bf16.json from this GGUF")
+    ap.add_argument("--smollm2-dir", default=os.path.join(FIXTURES, "smollm2"),
+                    help="where that GGUF's reference.json is and reference_bf16.json goes "
+                         "(default tests/fixtures/smollm2; another GGUF's: the smollm2/ "
+                         "directory gen_model_fixtures.py --only smollm2 --out DIR wrote)")
     args = ap.parse_args()
     import torch
     torch.set_num_threads(1)
@@ -449,7 +456,7 @@ def main():
         else:
             make_fixture(os.path.join(FIXTURES, rel))
     if args.smollm2_gguf:
-        make_smollm2(args.smollm2_gguf)
+        make_smollm2(args.smollm2_gguf, args.smollm2_dir)
 
 
 if __name__ == "__main__":
