@@ -23,6 +23,7 @@
 #include "compiler/artifact/tokenizer_spec_writer.h"
 #include "compiler/codegen/llvm_codegen.h"
 #include "compiler/frontend/model_source.h"
+#include "compiler/frontend/source_dtype.h"
 #include "compiler/model_builder.h"
 #include "compiler/pipeline.h"
 #include "dialects/XG/IR/XGOps.h"
@@ -709,7 +710,9 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
 // blocks {f16 d, int8 qs[32]} with qs = the table entries the nibbles index:
 // the same values (d * entry is exact in f32 either way).
 void IQ4NLBlocksAsQ8_0(const uint8_t* in, int64_t blocks, uint8_t* out) {
-  for (int64_t b = 0; b < blocks; ++b, in += 18, out += 34) {
+  const size_t inBytes = GetDTypeLayout(SourceDType::kIQ4_NL).block_bytes;                 // 18
+  const int64_t outBytes = xrt::GgmlRowBytes(xrt::WeightFormat::kQ8_0, xrt::kQuantGroup);  // 34
+  for (int64_t b = 0; b < blocks; ++b, in += inBytes, out += outBytes) {
     std::memcpy(out, in, 2);
     for (int j = 0; j < 16; ++j) {
       out[2 + j] = static_cast<uint8_t>(kIQ4NLValues[in[2 + j] & 15]);
@@ -764,10 +767,11 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
                                   t->name, k);
       if (iq4nl(t)) {
         const int64_t blocks = elements / xrt::kQuantGroup;
+        const int64_t q8Bytes = xrt::GgmlRowBytes(xrt::WeightFormat::kQ8_0, elements);
         const size_t at = rows.size();
-        rows.resize(at + static_cast<size_t>(blocks * 34));
+        rows.resize(at + static_cast<size_t>(q8Bytes));
         IQ4NLBlocksAsQ8_0(t->data, blocks, rows.data() + at);
-        rowBytes += static_cast<uint64_t>(blocks * 34);
+        rowBytes += static_cast<uint64_t>(q8Bytes);
       } else {
         if (!rowData) rows.insert(rows.end(), t->data, t->data + t->nbytes);
         rowBytes += t->nbytes;

@@ -225,14 +225,17 @@ void BlockQ6_K(const uint8_t* b, float* y) {
   }
 }
 
-// IQ4_NL: a Q4_0 block whose nibbles index kIQ4NLValues.
-void BlockIQ4_NL(const uint8_t* b, float* y) {
-  const float d = LoadF16(b);
+// 32 values scale * kIQ4NLValues[nibble] from the 16 bytes at qs (byte j:
+// value j in its low nibble, j + 16 in its high one, as Q4_0).
+void IQ4Nibbles(const uint8_t* qs, float scale, float* y) {
   for (int j = 0; j < kQK / 2; ++j) {
-    y[j] = d * static_cast<float>(kIQ4NLValues[b[2 + j] & 15]);
-    y[j + kQK / 2] = d * static_cast<float>(kIQ4NLValues[b[2 + j] >> 4]);
+    y[j] = scale * static_cast<float>(kIQ4NLValues[qs[j] & 15]);
+    y[j + kQK / 2] = scale * static_cast<float>(kIQ4NLValues[qs[j] >> 4]);
   }
 }
+
+// IQ4_NL: a Q4_0 block whose nibbles index kIQ4NLValues.
+void BlockIQ4_NL(const uint8_t* b, float* y) { IQ4Nibbles(b + 2, LoadF16(b), y); }
 
 // IQ4_XS {d, scales_h u16, scales_l[4], qs[128]}: 8 sub-blocks of 32, each an
 // IQ4_NL block's 16 bytes with the f32 scale d * (ls - 32), ls 6 bits: its
@@ -244,11 +247,7 @@ void BlockIQ4_XS(const uint8_t* b, float* y) {
   const uint8_t* qs = b + 8;
   for (int i = 0; i < kQKK / kQK; ++i, qs += kQK / 2, y += kQK) {
     const int ls = ((b[4 + i / 2] >> (4 * (i % 2))) & 15) | (((high >> (2 * i)) & 3) << 4);
-    const float dl = d * static_cast<float>(ls - 32);
-    for (int j = 0; j < kQK / 2; ++j) {
-      y[j] = dl * static_cast<float>(kIQ4NLValues[qs[j] & 15]);
-      y[j + kQK / 2] = dl * static_cast<float>(kIQ4NLValues[qs[j] >> 4]);
-    }
+    IQ4Nibbles(qs, d * static_cast<float>(ls - 32), y);
   }
 }
 

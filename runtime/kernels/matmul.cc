@@ -397,20 +397,18 @@ XRT_TARGET_AVX2 inline __m256i QuadRowSpreadAvx2(int kk) {
 }
 
 // Half h (bytes 32h .. 32h+31) of the quad of k-row kk at q as q4 nibble
-// bytes (QuadNibbleByte): the nibble formats' as stored; q3_k's from its
-// quad pair kk / 8 (CrumbByte), shifted down to the quad's crumbs
-// (CrumbShift) and masked to 0x33, each nibble then holding a crumb.
+// bytes (QuadNibbleByte; weight_format.h's LowQuadOffset / LowQuadShift):
+// the nibble formats' as stored; q3_k's shifted down to the quad's crumbs and
+// masked to 0x33, each nibble then holding a crumb.
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline __m256i QuadHalfAvx2(const uint8_t* q, int kk, int h) {
-  if constexpr (HasQuadNibbles(F)) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * (kk / 4) + 32 * h));
-  } else {
-    static_assert(F == WeightFormat::kQ3_K);
-    const __m256i pair =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * (kk / 8) + 32 * h));
-    return _mm256_and_si256(_mm256_srl_epi16(pair, _mm_cvtsi32_si128(CrumbShift(kk, 0))),
-                            _mm256_set1_epi8(0x33));
+  __m256i x =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + LowQuadOffset(F, kk / 4) + 32 * h));
+  if constexpr (HasCrumbs(F)) {
+    x = _mm256_and_si256(_mm256_srl_epi16(x, _mm_cvtsi32_si128(LowQuadShift(F, kk / 4))),
+                         _mm256_set1_epi8(0x33));
   }
+  return x;
 }
 
 // Columns 8c .. 8c+7 of k-row kk of the quads at q, as dwords.
@@ -1110,14 +1108,12 @@ XRT_TARGET_AVX512 inline __m512i QuadRowSpread(int kk) {
 // The quad of k-row kk at q as q4 nibble bytes (QuadHalfAvx2's two halves).
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline __m512i QuadBytes(const uint8_t* q, int kk) {
-  if constexpr (HasQuadNibbles(F)) {
-    return _mm512_loadu_si512(q + 64 * (kk / 4));
-  } else {
-    static_assert(F == WeightFormat::kQ3_K);
-    const __m512i pair = _mm512_loadu_si512(q + 64 * (kk / 8));
-    return _mm512_and_si512(_mm512_srl_epi16(pair, _mm_cvtsi32_si128(CrumbShift(kk, 0))),
-                            _mm512_set1_epi8(0x33));
+  __m512i x = _mm512_loadu_si512(q + LowQuadOffset(F, kk / 4));
+  if constexpr (HasCrumbs(F)) {
+    x = _mm512_and_si512(_mm512_srl_epi16(x, _mm_cvtsi32_si128(LowQuadShift(F, kk / 4))),
+                         _mm512_set1_epi8(0x33));
   }
+  return x;
 }
 
 // k-row kk of the quads at q (QuadNibbleByte), columns 0-15 in *lo and 16-31

@@ -1217,8 +1217,10 @@ PanelFn PanelFnFor(int rows) {
 }
 
 // fn(std::integral_constant<WeightFormat, F>{}) for f, a format with integer
-// quants (Int8ComputeApplies; any other is taken as q6_k): the one switch
-// from a run-time format to the kernels and decoders instantiated per format.
+// quants (Int8ComputeApplies): the one switch from a run-time format to the
+// kernels and decoders instantiated per format. Every format is listed, so
+// that a new one is a -Wswitch warning here rather than another format's
+// kernels; the float formats (never passed) are taken as q6_k.
 template <class Fn>
 auto WithInt8Format(WeightFormat f, Fn&& fn) {
   assert(Int8ComputeApplies(f));
@@ -1240,9 +1242,15 @@ auto WithInt8Format(WeightFormat f, Fn&& fn) {
       return fn(std::integral_constant<F, F::kQ5_K>{});
     case F::kQ3_K:
       return fn(std::integral_constant<F, F::kQ3_K>{});
-    default:
-      return fn(std::integral_constant<F, F::kQ6_K>{});
+    case F::kQ6_K:
+    case F::kF32:
+    case F::kF16:
+    case F::kBF16:
+    case F::kBF16Pairs:
+    case F::kBF16PairsAmx:
+      break;
   }
+  return fn(std::integral_constant<F, F::kQ6_K>{});
 }
 
 template <class Panels>

@@ -92,10 +92,8 @@ inline std::vector<uint8_t> RandomKQuantRows(WeightFormat format, int64_t n, int
   for (int64_t b = 0; b < n * row_bytes / block_bytes; ++b) {
     uint8_t* block = rows.data() + b * block_bytes;
     const uint16_t d = FloatToHalf(scale(rng)), dmin = FloatToHalf(scale(rng));
-    if (format == WeightFormat::kQ6_K) {
-      std::memcpy(block + 208, &d, 2);  // block_q6_K {ql, qh, scales, d}
-    } else if (format == WeightFormat::kQ3_K) {
-      std::memcpy(block + 108, &d, 2);  // block_q3_K {hmask, qs, scales, d}
+    if (HasKInt8Scales(format)) {  // block_q6_K / block_q3_K end with d
+      std::memcpy(block + block_bytes - 2, &d, 2);
     } else {
       std::memcpy(block, &d, 2);  // block_q4_K / block_q5_K {d, dmin, ...}
       std::memcpy(block + 2, &dmin, 2);

@@ -153,8 +153,8 @@ namespace {
 // column j's quant at k-row kk sit in a super-block: the byte's offset and
 // the shift of the lowest bit (the layout in weight_format.h).
 void KHighBitsAt(WeightFormat f, int kk, int j, int64_t* offset, int* shift) {
-  if (f == WeightFormat::kQ5_K || f == WeightFormat::kQ3_K) {
-    *offset = (f == WeightFormat::kQ5_K ? kK5HighOffset : kK3HighOffset) + K5HighByte(kk, j);
+  if (HasK5HighBits(f)) {
+    *offset = K5HighBitsOffset(f) + K5HighByte(kk, j);
     *shift = K5HighBit(j);
   } else {
     *offset = kK6HighOffset + K6HighByte(kk, j);
