@@ -91,8 +91,8 @@ Weights MakeWeights(int64_t n, int64_t k, int64_t cold_bytes, bool pack,
   std::vector<float> raw(n * k);
   FillRandom(raw.data(), n * k, 7);
   float* first = w.data.get();
-  if (pack && IsKQuantFormat(format)) {
-    testing::PackRandomKQuant(format, n, k, 7, first);  // no K-quant quantizer
+  if (pack && (IsKQuantFormat(format) || HasIQ4Table(format))) {
+    testing::PackRandomKQuant(format, n, k, 7, first);  // no K-quant / iq4 quantizer
   } else if (pack) {
     PackWeightsFrom(format, raw.data(), n, k, first);
   } else {
@@ -226,13 +226,14 @@ void MatmulFormatShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_XrtMatmulFormat)->Apply(MatmulFormatShapes);
 
-// The K-quants next to q8_0 / q4_1 at Llama-3.2-1B's shapes (q/o 2048x2048,
-// MLP gate/up 8192x2048 and down 2048x8192; SmolLM2's K = 576 is not a
-// multiple of 256), random ggml blocks.
+// The K-quants and iq4 next to q8_0 / q4_1 at Llama-3.2-1B's shapes (q/o
+// 2048x2048, MLP gate/up 8192x2048 and down 2048x8192; SmolLM2's K = 576 is
+// not a multiple of 256), random ggml blocks.
 void MatmulKQuantShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"format", "compute", "M", "N", "K", "threads"});
-  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_1, WeightFormat::kQ3_K,
-                         WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
+  for (WeightFormat f :
+       {WeightFormat::kQ8_0, WeightFormat::kQ4_1, WeightFormat::kQ3_K, WeightFormat::kQ4_K,
+        WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kIQ4_NL, WeightFormat::kIQ4_XS})
     for (ComputeType c : ComputeTypesFor(f))
       for (int threads : {1, 2})
         for (int64_t m : {1, 128})
@@ -266,9 +267,10 @@ void BM_XrtMatmulInt8Isa(benchmark::State& state) {
 
 void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"format", "isa", "M", "N", "K", "threads", "avx_vnni"});
-  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-                         WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ3_K,
-                         WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K})
+  for (WeightFormat f :
+       {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0,
+        WeightFormat::kQ5_1, WeightFormat::kQ3_K, WeightFormat::kQ4_K, WeightFormat::kQ5_K,
+        WeightFormat::kQ6_K, WeightFormat::kIQ4_NL, WeightFormat::kIQ4_XS})
     for (int64_t m : {1, 4, 128})
       for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 576}, {2048, 2048}, {8192, 2048}})
         for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAmx}) {

@@ -374,11 +374,13 @@ XRT_TARGET_AVX2 void TileAvx2(const TileArgs& t) {
 // Decoding packed panel rows to f32 (DequantizePanelRows, same values: see
 // the AVX-512 decoder below for why each fma rounds as the portable one):
 // a k-row's 32 columns as four vectors of 8, c = 0..3 holding columns
-// 8c .. 8c+7. The nibble formats (q4_0, q4_1, q5_0, q5_1, the K-quants' low
-// bits) hold them in quads (QuadNibbleByte): c = 0, 1 are the low nibbles of
-// the quad's halves 0 / 1 and c = 2, 3 their high ones, a k-row's bytes at
-// 4m + t (the high bits in q5_k's layout likewise: K5HighBitsAvx2). q3_k's
-// crumb quad pairs are read as such quads of nibbles 0..3 (QuadHalfAvx2).
+// 8c .. 8c+7. The nibble formats (q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs,
+// the K-quants' low bits) hold them in quads (QuadNibbleByte): c = 0, 1 are
+// the low nibbles of the quad's halves 0 / 1 and c = 2, 3 their high ones, a
+// k-row's bytes at 4m + t (the high bits in q5_k's layout likewise:
+// K5HighBitsAvx2). q3_k's crumb quad pairs are read as such quads of nibbles
+// 0..3 (QuadHalfAvx2). iq4_nl's and iq4_xs's nibbles then index kIQ4Values
+// (IQ4ValuesAvx2) and take q4_0's / q6_k's scale paths with an offset of 0.
 
 // Per 16-byte lane of a quad (QuadNibbleByte), [t]: the vpshufb control
 // that zero-extends the four bytes of k-row t (bytes 4m + t) to dwords m,
@@ -416,6 +418,16 @@ template <WeightFormat F>
 XRT_TARGET_AVX2 inline __m256i QuadNibbles8(const uint8_t* q, int kk, int c) {
   const __m256i x = _mm256_shuffle_epi8(QuadHalfAvx2<F>(q, kk, c % 2), QuadRowSpreadAvx2(kk));
   return c < 2 ? _mm256_and_si256(x, _mm256_set1_epi32(15)) : _mm256_srli_epi32(x, 4);
+}
+
+// HasIQ4Table: dwords q (0..15) as their signed values kIQ4Values[q].
+// vpshufb looks every byte up in the table (in both lanes): a dword's byte 0
+// gives kIQ4Values[q], its zero bytes kIQ4Values[0]; the shifts keep byte 0,
+// sign-extended.
+XRT_TARGET_AVX2 inline __m256i IQ4ValuesAvx2(__m256i q) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values)));
+  return _mm256_srai_epi32(_mm256_slli_epi32(_mm256_shuffle_epi8(table, q), 24), 24);
 }
 
 // w = fma(mul, q, add) of one sub-block s: see KFactors.
@@ -464,7 +476,8 @@ XRT_TARGET_AVX2 inline __m256i AddK5HighBitAvx2(__m256i q, __m256i bits, int c) 
 }
 
 // A group's scales and added terms: q4_1, q5_1: the mins; q4_0, q5_0: -8 or
-// -16 times the scale (exact); q8_0: unused.
+// -16 times the scale (exact); iq4_nl: a zero (-0 times the scale); q8_0:
+// unused.
 template <WeightFormat F>
 XRT_TARGET_AVX2 inline void LoadGroupScalesAvx2(const uint8_t* group, __m256* scale, __m256* min) {
   for (int c = 0; c < 4; ++c) {
@@ -493,6 +506,7 @@ XRT_TARGET_AVX2 inline void DecodeQuantRowAvx2(const uint8_t* group, int kk, con
     } else {
       __m256i v = QuadNibbles8<F>(q, kk, c);
       if constexpr (HasK5HighBits(F)) v = AddK5HighBitAvx2<F>(v, bits, c);
+      if constexpr (HasIQ4Table(F)) v = IQ4ValuesAvx2(v);
       w[c] = _mm256_fmadd_ps(scale[c], _mm256_cvtepi32_ps(v), min[c]);
     }
   }
@@ -522,6 +536,7 @@ XRT_TARGET_AVX2 inline void DecodeKRowAvx2(const uint8_t* sb, int kk, const __m2
           f < 2 ? _mm256_slli_epi32(fields, 4 - 2 * f) : _mm256_srli_epi32(fields, 2 * f - 4);
       q = _mm256_add_epi32(q, _mm256_and_si256(at4, _mm256_set1_epi32(48)));
     }
+    if constexpr (HasIQ4Table(F)) q = IQ4ValuesAvx2(q);
     w[c] = _mm256_fmadd_ps(mul[c], _mm256_cvtepi32_ps(q), add[c]);
   }
 }
@@ -1077,8 +1092,8 @@ XRT_TARGET_AMX void TileAmxBf16(const TileArgs& t) {
 // equal to DequantizePanelRows' values (see matmul.h on zeros' signs).
 
 // Per group of a q format: scale (and the added term: min for q4_1 and q5_1,
-// -8 or -16 times the scale for q4_0 and q5_0, exact) of columns 0-15 and
-// 16-31.
+// -8 or -16 times the scale for q4_0 and q5_0, exact; a zero for iq4_nl, whose
+// quants are looked up: IQ4Values16) of columns 0-15 and 16-31.
 struct GroupScales {
   __m512 s0, s1, m0, m1;
 };
@@ -1125,6 +1140,15 @@ XRT_TARGET_AVX512 inline void QuadNibbles16(const uint8_t* q, int kk, __m512i* l
   *hi = _mm512_srli_epi32(x, 4);
 }
 
+// HasIQ4Table: dwords q (0..15) as their signed values kIQ4Values[q]: one
+// vpermd from the table widened to dwords (one instruction per vector, where
+// vpshufb's bytes need sign-extending).
+XRT_TARGET_AVX512 inline __m512i IQ4Values16(__m512i q) {
+  const __m512i table =
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values)));
+  return _mm512_permutexvar_epi32(q, table);
+}
+
 // HasK5HighBits: QuadNibbles16's *lo, *hi of k-row kk with the high bit
 // added at bit LowQuantBits(F) from the 16 bytes per quad at
 // K5HighBitsOffset of `block` (K5HighByte / K5HighBit). Dword m of lane l
@@ -1161,6 +1185,10 @@ XRT_TARGET_AVX512 inline void DecodeQuantRow(const uint8_t* group, int kk, const
     __m512i lo, hi;
     QuadNibbles16<F>(q, kk, &lo, &hi);
     if constexpr (HasK5HighBits(F)) AddK5HighBits16<F>(group, kk, &lo, &hi);
+    if constexpr (HasIQ4Table(F)) {
+      lo = IQ4Values16(lo);
+      hi = IQ4Values16(hi);
+    }
     *w0 = _mm512_fmadd_ps(g.s0, _mm512_cvtepi32_ps(lo), g.m0);
     *w1 = _mm512_fmadd_ps(g.s1, _mm512_cvtepi32_ps(hi), g.m1);
   }
@@ -1197,10 +1225,11 @@ XRT_TARGET_AVX512 inline void Decode16BitRow(const uint8_t* panel, int64_t k, __
 // K-quants: the factors of one sub-block for columns 0-15 / 16-31, w =
 // fma(mul, q, add). q4_k, q5_k: mul = d * sc and add = -(dmin * m), both
 // exact products (and d * sc * q exact), so the one rounding is the sum's, as
-// in the portable decoder's product - sub. q3_k, q6_k: mul = d * sc (exact)
-// and add = -KQuantOffset * mul (4 or 32: exact), so the fma rounds
-// mul * (q - KQuantOffset) once, as the portable decoder's product does (a
-// zero weight's sign may differ; see matmul.h).
+// in the portable decoder's product - sub. q3_k, q6_k, iq4_xs: mul = d * sc
+// (exact) and add = -KQuantOffset * mul (4, 32 or 0: exact), so the fma
+// rounds mul * (q - KQuantOffset) once, as the portable decoder's product does
+// (a zero weight's sign may differ; see matmul.h); iq4_xs's q is its looked-up
+// kIQ4Values[q] (IQ4Values16), the product exact.
 struct KFactors {
   __m512 mul0, mul1, add0, add1;
 };
@@ -1264,6 +1293,9 @@ XRT_TARGET_AVX512 inline void DecodeKRow(const uint8_t* sb, int kk, const KFacto
     const __m512i high = _mm512_set1_epi32(48);
     q0 = _mm512_add_epi32(q0, _mm512_and_si512(_mm512_slli_epi32(fields, 4), high));
     q1 = _mm512_add_epi32(q1, _mm512_and_si512(_mm512_slli_epi32(fields, 2), high));
+  } else if constexpr (HasIQ4Table(F)) {
+    q0 = IQ4Values16(q0);
+    q1 = IQ4Values16(q1);
   }
   *w0 = _mm512_fmadd_ps(k.mul0, _mm512_cvtepi32_ps(q0), k.add0);
   *w1 = _mm512_fmadd_ps(k.mul1, _mm512_cvtepi32_ps(q1), k.add1);
@@ -1385,6 +1417,10 @@ DecodePairsFn DecodePairsFor(WeightFormat f) {
       return &DecodePairsAvx512<WeightFormat::kQ5_K, kOddLow>;
     case WeightFormat::kQ6_K:
       return &DecodePairsAvx512<WeightFormat::kQ6_K, kOddLow>;
+    case WeightFormat::kIQ4_NL:
+      return &DecodePairsAvx512<WeightFormat::kIQ4_NL, kOddLow>;
+    case WeightFormat::kIQ4_XS:
+      return &DecodePairsAvx512<WeightFormat::kIQ4_XS, kOddLow>;
     case WeightFormat::kF32:
       return kOddLow ? &DecodeFloatPairsAmx<WeightFormat::kF32> : nullptr;
     case WeightFormat::kF16:
@@ -1750,6 +1786,10 @@ GemvFn GemvBf16Kernel(WeightFormat f, int rows, int panels) {
       return GemvBf16For<WeightFormat::kQ5_K>(rows, panels);
     case WeightFormat::kQ6_K:
       return GemvBf16For<WeightFormat::kQ6_K>(rows, panels);
+    case WeightFormat::kIQ4_NL:
+      return GemvBf16For<WeightFormat::kIQ4_NL>(rows, panels);
+    case WeightFormat::kIQ4_XS:
+      return GemvBf16For<WeightFormat::kIQ4_XS>(rows, panels);
     case WeightFormat::kF32:
       break;
   }
@@ -1784,6 +1824,10 @@ GemvFn GemvKernel(WeightFormat f, int rows, int panels, ComputeType c) {
       return GemvFor<WeightFormat::kQ5_K>(rows, panels, c);
     case WeightFormat::kQ6_K:
       return GemvFor<WeightFormat::kQ6_K>(rows, panels, c);
+    case WeightFormat::kIQ4_NL:
+      return GemvFor<WeightFormat::kIQ4_NL>(rows, panels, c);
+    case WeightFormat::kIQ4_XS:
+      return GemvFor<WeightFormat::kIQ4_XS>(rows, panels, c);
     case WeightFormat::kF32:
       break;
   }
@@ -1996,6 +2040,12 @@ void GemvFusedAvx2(const MatmulArgs& args, ThreadPool* pool) {
     case WeightFormat::kQ6_K:
       GemvAvx2Kernels<WeightFormat::kQ6_K>(kernel_for_count);
       break;
+    case WeightFormat::kIQ4_NL:
+      GemvAvx2Kernels<WeightFormat::kIQ4_NL>(kernel_for_count);
+      break;
+    case WeightFormat::kIQ4_XS:
+      GemvAvx2Kernels<WeightFormat::kIQ4_XS>(kernel_for_count);
+      break;
     case WeightFormat::kF32:
       return;
   }
@@ -2157,6 +2207,10 @@ DequantFn DequantFor(CpuIsa isa, WeightFormat f) {
       return DequantForFormat<WeightFormat::kQ5_K>(isa);
     case WeightFormat::kQ6_K:
       return DequantForFormat<WeightFormat::kQ6_K>(isa);
+    case WeightFormat::kIQ4_NL:
+      return DequantForFormat<WeightFormat::kIQ4_NL>(isa);
+    case WeightFormat::kIQ4_XS:
+      return DequantForFormat<WeightFormat::kIQ4_XS>(isa);
     case WeightFormat::kF32:
       return &CopyRowsF32;
   }

@@ -14,12 +14,13 @@
 //   AVX-512, AVX2 and scalar paths.
 //
 // Other weight formats (weight_format.h: f16, bf16, bf16_pairs(_amx), q8_0,
-// q4_0, q4_1, the K-quants) use the same panels with each value stored in that
-// format (bf16_pairs(_amx): two k-rows per dword); MatmulArgs::w_format
-// says which. The kernels compute with the exact f32 value of each weight
-// (DequantizePackedRow), so everything below holds for every format with
-// w[j][k] meaning that value: the result on a packed q4_1 weight is
-// bit-identical to the f32 Matmul on its dequantized (f32-packed) weight.
+// q4_0, q4_1, q5_0, q5_1, iq4_nl, the K-quants, iq4_xs) use the same panels
+// with each value stored in that format (bf16_pairs(_amx): two k-rows per
+// dword); MatmulArgs::w_format says which. The kernels compute with the exact
+// f32 value of each weight (DequantizePackedRow), so everything below holds
+// for every format with w[j][k] meaning that value: the result on a packed
+// q4_1 weight is bit-identical to the f32 Matmul on its dequantized
+// (f32-packed) weight.
 //
 // Numerics (batch invariance, a hard guarantee): every output element is
 //   c[i][j] = (accumulate ? c_old[i][j] : 0) + (dot + bias[j])
@@ -63,11 +64,12 @@
 // AMX machine has run them yet.
 // On CPUs without bf16 units kBF16 is slower than kF32 (the operands are
 // rounded in registers): there it exists for its numerics contract.
-// kInt8 is llama.cpp's arithmetic on the formats with integer quants (q8_0, q4_0,
-// q4_1, q5_0, q5_1, the K-quants): rows of A quantized to int8 per block, exact
-// integer dot products with the weights' quants, scales applied in f32 in a
-// fixed order; its contract (matmul_int8.h) is batch invariant too, and the
-// other formats run it as kF32.
+// kInt8 is llama.cpp's arithmetic on the formats with integer quants
+// (Int8ComputeApplies: q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, the K-quants,
+// iq4_xs): rows of A quantized to int8 per block, exact integer dot products
+// with the weights' quants, scales applied in f32 in a fixed order; its
+// contract (matmul_int8.h) is batch invariant too, and the other formats run
+// it as kF32.
 //
 // (The sign of a zero weight may differ between the paths' decoders: q4_0's
 // 0 * negative scale is -0 in DequantizePackedRow, +0 from the AVX-512

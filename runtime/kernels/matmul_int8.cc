@@ -49,6 +49,41 @@ constexpr bool HasSeparateHighBits(WeightFormat f) {
   return HasK5HighBits(f) || f == WeightFormat::kQ6_K;
 }
 
+// The formats whose weights are signed bytes where the kernels multiply them:
+// q8_0's stored int8 and iq4_nl / iq4_xs's kIQ4Values (-127..113). vpmaddubsw
+// takes them by sign transfer (|w| against the activations with w's sign:
+// w + 128 up to 241 would overflow its int16 pair sums), vpdpbusd as w + 128
+// (its unsigned operand: q8_0's byte ^ 0x80, iq4's table of kIQ4Values + 128)
+// with 128 times the activations' quant sum taken back out
+// (kSignedWeightBias).
+constexpr bool HasSignedWeights(WeightFormat f) {
+  return f == WeightFormat::kQ8_0 || HasIQ4Table(f);
+}
+constexpr int kSignedWeightBias = 128;
+
+// The K-quants whose sub-block quant sums the vpmaddubsw kernels need
+// (AddSubBlockMins): q4_k / q5_k for their mins, q3_k / q6_k for their quant
+// offset; not iq4_xs, whose signed weights need neither.
+constexpr bool HasSubBlockSums(WeightFormat f) {
+  return IsKQuantFormat(f) && (!HasKInt8Scales(f) || KQuantOffset(f) != 0);
+}
+
+// iq4_nl / iq4_xs: kIQ4Values as the bytes the kernels multiply (vpshufb's
+// table, indexed by the nibbles): signed, or with kBiased + 128 (1..241,
+// vpdpbusd's unsigned operand).
+template <bool kBiased>
+struct IQ4Bytes {
+  alignas(16) uint8_t table[16];
+  constexpr IQ4Bytes() : table() {
+    for (int q = 0; q < 16; ++q)
+      table[q] = static_cast<uint8_t>(kIQ4Values[q] + (kBiased ? kSignedWeightBias : 0));
+  }
+};
+template <bool kBiased>
+inline constexpr IQ4Bytes<kBiased> kIQ4Bytes{};
+static_assert(kIQ4Bytes<false>.table[0] == 0x81 && kIQ4Bytes<true>.table[0] == 1 &&
+              kIQ4Bytes<true>.table[15] == 241);
+
 // log2 of a K-quant's quant offset (KQuantOffset: 4 or 32), the shift that
 // multiplies a quant sum by it.
 template <WeightFormat F>
@@ -125,10 +160,11 @@ float HalfAt(const uint8_t* p) {
 }
 
 // The integer quant of column j at k-row kk of a q-format group starting at
-// `grp` (q8_0 signed; q4_0 / q4_1 / q5_0 / q5_1 unsigned, before any offset).
+// `grp`, as step 2 multiplies it: q8_0's signed byte, q4_0 / q5_0's with their
+// offset off, iq4_nl's kIQ4Values entry, q4_1 / q5_1's unsigned one.
 int GroupQuantAt(WeightFormat f, const uint8_t* grp, int kk, int j) {
   if (f == WeightFormat::kQ8_0) return static_cast<int8_t>(grp[64 + kk * kPackNR + j]);
-  return GroupNibbleQuantAt(f, grp, kk, j);
+  return SignedQuant(f, GroupNibbleQuantAt(f, grp, kk, j));
 }
 
 // One output's sum over K (step 2) for column j of `panel`, row (q, d).
@@ -145,7 +181,7 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
         int32_t dot = 0, sum = 0;
         for (int t = 0; t < sub; ++t) {
           const int kk = s * sub + t;
-          const int qw = KQuantAt(f, sb, kk, j) - KQuantOffset(f);
+          const int qw = SignedQuant(f, KQuantAt(f, sb, kk, j));
           dot += qw * qa[kk];
           sum += qa[kk];
         }
@@ -173,7 +209,7 @@ float DotPortable(WeightFormat f, const uint8_t* panel, int j, int64_t k, const 
     const int8_t* qa = q + b * kQuantGroup;
     int32_t dot = 0, sum = 0;
     for (int kk = 0; kk < kQuantGroup; ++kk) {
-      const int qw = GroupQuantAt(f, grp, kk, j) - QuantGroupQuantOffset(f);
+      const int qw = GroupQuantAt(f, grp, kk, j);
       dot += qw * qa[kk];
       sum += qa[kk];
     }
@@ -341,11 +377,17 @@ XRT_TARGET_AVX512 inline void ByteQuads(const uint8_t* rows, __m512i* lo, __m512
 }
 
 // The weight quads of k-rows 4*kq .. 4*kq+3 of a group / super-block:
-// columns 0-15 in *lo, 16-31 in *hi.
-template <WeightFormat F>
+// columns 0-15 in *lo, 16-31 in *hi. The unsigned quants, or the signed
+// weights (HasSignedWeights), with kBiased as w + 128 (vpdpbusd's operand).
+template <WeightFormat F, bool kBiased = false>
 XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* lo, __m512i* hi) {
   if constexpr (F == WeightFormat::kQ8_0) {
     ByteQuads(blk + 64 + kq * 4 * kPackNR, lo, hi);
+    if constexpr (kBiased) {  // w ^ 0x80 = w + 128 as a byte
+      const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+      *lo = _mm512_xor_si512(*lo, bias);
+      *hi = _mm512_xor_si512(*hi, bias);
+    }
     return;
   }
   constexpr int64_t kLow = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
@@ -382,13 +424,18 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
                           _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
     *lo = _mm512_add_epi8(*lo, _mm512_and_si512(fields_lo, high));
     *hi = _mm512_add_epi8(*hi, _mm512_and_si512(fields_hi, high));
+  } else if constexpr (HasIQ4Table(F)) {  // the nibbles index the table in every lane
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(kIQ4Bytes<kBiased>.table)));
+    *lo = _mm512_shuffle_epi8(table, *lo);
+    *hi = _mm512_shuffle_epi8(table, *hi);
   }
 }
 
 // Per-column pair sums of unsigned weight quads `w` times the four
 // activation quants broadcast in `a`: int16 lanes 2c, 2c + 1 of a dword hold
 // column c's products of k-rows 0-1 and 2-3. Exact while |w| * 127 * 2 fits
-// (always: |w| <= 128).
+// (always: |w| <= 128; the signed weights' |w|, never their w + 128).
 XRT_TARGET_AVX512 inline __m512i PairProducts(__m512i w, __m512i a) {
   return _mm512_maddubs_epi16(w, a);
 }
@@ -397,7 +444,7 @@ XRT_TARGET_AVX512 inline __m512i PairProducts(__m512i w, __m512i a) {
 // is at most 2 * wmax * 127, and the sum must stay within 32767.
 template <WeightFormat F>
 constexpr int PairSumsPerInt16() {
-  constexpr int wmax = F == WeightFormat::kQ8_0 ? 128 : MaxQuant(F);
+  constexpr int wmax = HasSignedWeights(F) ? 128 : MaxQuant(F);
   return 32767 / (2 * wmax * 127);
 }
 static_assert(PairSumsPerInt16<WeightFormat::kQ4_0>() == 8);
@@ -408,6 +455,8 @@ static_assert(PairSumsPerInt16<WeightFormat::kQ5_K>() == 4);
 static_assert(PairSumsPerInt16<WeightFormat::kQ6_K>() == 2);
 static_assert(PairSumsPerInt16<WeightFormat::kQ3_K>() == 18);  // a whole sub-block (4 quads)
 static_assert(PairSumsPerInt16<WeightFormat::kQ8_0>() == 1);
+static_assert(PairSumsPerInt16<WeightFormat::kIQ4_NL>() == 1);
+static_assert(PairSumsPerInt16<WeightFormat::kIQ4_XS>() == 1);
 
 // Each dword's value v (in int16 range) as the int16 pair (v, v): vpmaddwd
 // of pair sums against it gives v times the column's 4-term dot product.
@@ -456,7 +505,7 @@ XRT_TARGET_AVX512 inline void AddPairSums(const uint8_t* blk, int kq0, const int
     __m512i lo, hi;
     WeightQuads<F>(blk, kq, &lo, &hi);
     __mmask64 neg_lo = 0, neg_hi = 0;
-    if constexpr (F == WeightFormat::kQ8_0) {
+    if constexpr (HasSignedWeights(F)) {
       // Signed x signed: |w| against the activations with w's sign.
       neg_lo = _mm512_movepi8_mask(lo);
       neg_hi = _mm512_movepi8_mask(hi);
@@ -466,7 +515,7 @@ XRT_TARGET_AVX512 inline void AddPairSums(const uint8_t* blk, int kq0, const int
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       __m512i a_lo = BroadcastQuad(qrow[i] + kq * 4), a_hi = a_lo;
-      if constexpr (F == WeightFormat::kQ8_0) {
+      if constexpr (HasSignedWeights(F)) {
         const __m512i zero = _mm512_setzero_si512();
         a_lo = _mm512_mask_sub_epi8(a_lo, neg_lo, zero, a_lo);
         a_hi = _mm512_mask_sub_epi8(a_hi, neg_hi, zero, a_hi);
@@ -480,7 +529,8 @@ XRT_TARGET_AVX512 inline void AddPairSums(const uint8_t* blk, int kq0, const int
 // Sub-block s of a K-quant super-block, per column of each half: the scale
 // (int32 lanes) and the multiplier of the sub-block's activation sum as
 // (x, 0) int16 pairs: the min for q4_k / q5_k, the scale for q3_k / q6_k
-// (whose quants are stored offset by KQuantOffset).
+// (whose quants are stored offset by KQuantOffset) and iq4_xs (unused:
+// HasSubBlockSums).
 template <WeightFormat F>
 XRT_TARGET_AVX512 inline void SubBlockScales(const uint8_t* sb, int s, __m512i (&scale)[2],
                                              __m512i (&by_qsum)[2]) {
@@ -512,7 +562,8 @@ XRT_TARGET_AVX512 inline void AddSubBlockMins(const QuantRows<R>& rows, int64_t 
 }
 
 // Step 2's scale step for super-block b (at sb) of every row, from its
-// integer sums: isum (sum of scale * dot) and imin (AddSubBlockMins).
+// integer sums: isum (sum of scale * dot) and imin (AddSubBlockMins; iq4_xs:
+// unused, its dots are of the signed weights).
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512 inline void AddSuperBlock(const uint8_t* sb, const QuantRows<R>& rows, int64_t b,
                                             const __m512i (&isum)[R][2],
@@ -524,7 +575,7 @@ XRT_TARGET_AVX512 inline void AddSuperBlock(const uint8_t* sb, const QuantRows<R
     for (int i = 0; i < R; ++i) {
       const __m512 da = _mm512_set1_ps(rows.d[i][b]);
       __m512i sum = isum[i][h];
-      if constexpr (HasKInt8Scales(F)) {  // imin: sum of sc * qsum, times the offset
+      if constexpr (KQuantOffset(F) != 0) {  // imin: sum of sc * qsum, times the offset
         sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(imin[i][h], KQuantOffsetShift<F>()));
       }
       acc[i][h] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(sum), acc[i][h]);
@@ -617,7 +668,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
             for (int h = 0; h < 2; ++h)
               isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_madd_epi16(sum16[i][h], scale[h]));
         }
-        AddSubBlockMins<F, R>(rows, b, s, by_qsum, imin);
+        if constexpr (HasSubBlockSums(F)) AddSubBlockMins<F, R>(rows, b, s, by_qsum, imin);
       }
       AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);
     }
@@ -658,30 +709,31 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // eight independent vpdpbusd chains are in flight whatever R (one row alone
 // would have two, each waiting on its last vpdpbusd's result).
 //
-// q8_0's weights are signed, so they are offset by 128 (w ^ 0x80 = w + 128 as a
-// byte) into vpdpbusd's unsigned operand, the activations staying the signed
+// The signed weights (HasSignedWeights) are offset by 128 into vpdpbusd's
+// unsigned operand (WeightQuads<F, true>: q8_0's w ^ 0x80 = w + 128 as a
+// byte, iq4's table of kIQ4Values + 128), the activations staying the signed
 // one: sum (w + 128) * q = sum w * q + 128 * sum q, and the caller takes the
-// excess back out with the rows' quant sums (sum16, made with the quants): two
-// vpxord per quad for all rows, and one subtraction per row and half per group.
-// (Until the commit after 41623b6 the activations were offset instead, a
-// vpxord per row and quad, and the weights' sums took two more vpdpbusd per
-// quad.) That replaces AddPairSums' sign transfer (two vpabsb and two mask
-// moves per quad, two masked subtractions per row and quad).
+// excess back out with the rows' quant sums (sum16, made with the quants):
+// two vpxord per quad for all rows (iq4: none, the table lookup it needs
+// anyway), and one subtraction per row and half per group (iq4_xs: per
+// sub-block, before its scale). (Until the commit after 41623b6 q8_0's
+// activations were offset instead, a vpxord per row and quad, and the
+// weights' sums took two more vpdpbusd per quad.) That replaces
+// AddPairSums' sign transfer (two vpabsb and two mask moves per quad, two
+// masked subtractions per row and quad).
 //
 // kDecoded: `blk` is the group's or super-block's quads in the thread's
-// decoded panel (DecodeQuadPanelAvx512Vnni; q8_0's already offset), two
-// loads per quad.
+// decoded panel (DecodeQuadPanelAvx512Vnni; the signed weights already
+// offset), two loads per quad.
 template <WeightFormat F, int R, int Q, bool kDecoded = false>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
-  constexpr bool kSignedWeights = F == WeightFormat::kQ8_0 && !kDecoded;
   constexpr int kChains = R >= 3 ? 1 : 4 / R;
   static_assert(Q % kChains == 0);
   __m512i part[kChains][R][2];
   for (int c = 0; c < kChains; ++c)
     for (int i = 0; i < R; ++i)
       for (int h = 0; h < 2; ++h) part[c][i][h] = c == 0 ? dot[i][h] : _mm512_setzero_si512();
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
 #pragma GCC unroll 8
   for (int kq = kq0; kq < kq0 + Q; kq += kChains) {
 #pragma GCC unroll 4
@@ -691,11 +743,7 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
         lo = _mm512_load_si512(blk + (kq + c) * kDecodedQuadBytes);
         hi = _mm512_load_si512(blk + (kq + c) * kDecodedQuadBytes + 64);
       } else {
-        WeightQuads<F>(blk, kq + c, &lo, &hi);
-      }
-      if constexpr (kSignedWeights) {
-        lo = _mm512_xor_si512(lo, offset);
-        hi = _mm512_xor_si512(hi, offset);
+        WeightQuads<F, true>(blk, kq + c, &lo, &hi);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
@@ -713,15 +761,16 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
   }
 }
 
-// q8_0's weights offset by 128 (AddQuadDots, DecodeQuadPanelAvx512Vnni): 128
-// times each row's quant sum over group b off its dot products.
+// The signed weights of q8_0 / iq4_nl offset by 128 (AddQuadDots,
+// DecodeQuadPanelAvx512Vnni): 128 times each row's quant sum over group b off
+// its dot products.
 template <int R>
-XRT_TARGET_AVX512 inline void SubtractQ8Offset(const QuantRows<R>& rows, int64_t b,
-                                               __m512i (&dot)[R][2]) {
+XRT_TARGET_AVX512 inline void SubtractSignedWeightBias(const QuantRows<R>& rows, int64_t b,
+                                                       __m512i (&dot)[R][2]) {
   static_assert(kQuantGroup == 2 * kSumRows);
   for (int i = 0; i < R; ++i) {
     const int32_t* s16 = rows.sum16[i] + b * (kQuantGroup / kSumRows);
-    const __m512i excess = _mm512_set1_epi32(128 * (s16[0] + s16[1]));
+    const __m512i excess = _mm512_set1_epi32(kSignedWeightBias * (s16[0] + s16[1]));
     for (int h = 0; h < 2; ++h) dot[i][h] = _mm512_sub_epi32(dot[i][h], excess);
   }
 }
@@ -729,26 +778,21 @@ XRT_TARGET_AVX512 inline void SubtractQ8Offset(const QuantRows<R>& rows, int64_t
 // A panel's quads formed once for all its row groups (DecodeFnFor), quad q at
 // dst + 128 q (columns 0-15, then 16-31): WeightQuads' unsigned bytes (the
 // K-quants' 0-63 with their high bits merged, the q4 groups' nibbles), and
-// q8_0's signed ones offset by 128 as AddQuadDots wants them. It takes the
-// decoding out of every row group's loop: for q8_0 two cross-lane permutes,
-// two byte shuffles and two vpxord per quad (M = 128, 2048 x 2048, 2 threads:
-// 1.16-1.23 -> 1.36-1.41 TOP/s), for q5_0, q5_1, q5_k and q6_k the 4-8
-// operations that merge the high bits; AMX's tiles (PanelRowsAmx) read whole
-// bytes.
+// the signed weights (q8_0's, iq4's table values) offset by 128 as
+// AddQuadDots wants them. It takes the decoding out of every row group's
+// loop: for q8_0 two cross-lane permutes, two byte shuffles and two vpxord per
+// quad (M = 128, 2048 x 2048, 2 threads: 1.16-1.23 -> 1.36-1.41 TOP/s), for
+// q5_0, q5_1, q5_k and q6_k the 4-8 operations that merge the high bits;
+// AMX's tiles (PanelRowsAmx) read whole bytes.
 template <WeightFormat F>
 XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int64_t k,
                                                       uint8_t* dst) {
   constexpr int64_t kBlock = IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
   constexpr int64_t kBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < k / kBlock; ++b) {
     for (int kq = 0; kq < kBlock / 4; ++kq) {
       __m512i lo, hi;
-      WeightQuads<F>(panel + b * kBytes, kq, &lo, &hi);
-      if constexpr (F == WeightFormat::kQ8_0) {
-        lo = _mm512_xor_si512(lo, offset);
-        hi = _mm512_xor_si512(hi, offset);
-      }
+      WeightQuads<F, true>(panel + b * kBytes, kq, &lo, &hi);
       uint8_t* out = dst + (b * (kBlock / 4) + kq) * kDecodedQuadBytes;
       _mm512_store_si512(out, lo);
       _mm512_store_si512(out + 64, hi);
@@ -757,11 +801,11 @@ XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int6
 }
 
 // PanelRowsAvx512 with the products summed by vpdpbusd straight into int32:
-// a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude)
-// are then multiplied by its scale (vpmulld). The integer sums are the same
-// exact values, so the results are PanelRowsAvx512's bits. kDecoded (q8_0,
-// q5_0, q5_1, q5_k, q3_k, q6_k): the quads come from the thread's decoded
-// panel (p.decoded).
+// a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude,
+// iq4_xs's biased ones 16 * 241 * 127) are then multiplied by its scale
+// (vpmulld). The integer sums are the same exact values, so the results are
+// PanelRowsAvx512's bits. kDecoded (q8_0, q5_0, q5_1, q5_k, q3_k, q6_k): the
+// quads come from the thread's decoded panel (p.decoded).
 template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const uint8_t* panel,
                                                   int64_t col0, int64_t i0) {
@@ -797,14 +841,15 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
           AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
         }
         if constexpr (HasKInt8Scales(F)) {
-          // The quants' offset (KQuantOffset: q6_k 32, q3_k 4) comes off each
-          // sub-block's dot products before the scale (sum (q - o) a = dot -
-          // o qsum, exact), so no imin sums hold registers: isum is
-          // AddSuperBlock's whole sum.
+          // The quants' offset (KQuantOffset: q6_k 32, q3_k 4; iq4_xs: its
+          // weights' bias, kSignedWeightBias) comes off each sub-block's dot
+          // products before the scale (sum (q - o) a = dot - o qsum, exact),
+          // so no imin sums hold registers: isum is AddSuperBlock's whole sum.
           static_assert(KSubBlockRows(F) == kSumRows);
+          constexpr int kOffset = HasSignedWeights(F) ? kSignedWeightBias : KQuantOffset(F);
           for (int i = 0; i < R; ++i) {
             const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kSumRows) / kSumRows;
-            const __m512i offset = _mm512_set1_epi32(KQuantOffset(F) * s16[0]);
+            const __m512i offset = _mm512_set1_epi32(kOffset * s16[0]);
             for (int h = 0; h < 2; ++h) {
               const __m512i centered = _mm512_sub_epi32(dot[i][h], offset);
               isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(centered, scale[h]));
@@ -832,7 +877,7 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
           }
         }
       }
-      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);  // q3_k, q6_k: imin stays 0
+      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);  // q3_k, q6_k, iq4_xs: imin stays 0
     }
   } else {
     const int64_t group_bytes = QuantGroupBytes(F);
@@ -849,7 +894,7 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
       } else {
         AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
       }
-      if constexpr (F == WeightFormat::kQ8_0) SubtractQ8Offset<R>(rows, b, dot);
+      if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
       AddGroup<F, R>(grp, rows, b, dot, acc);
     }
   }
@@ -958,8 +1003,10 @@ constexpr int QuadVectorBlock(int h, int j) {
 // The weights of quad kq as unsigned bytes, the vectors of pass h (of every
 // half with one pass): w[2e + n] is half (one pass ? e : h), nibble n, plus
 // the high bits of q5_0 / q5_1 / a K-quant from `sb` (the group or
-// super-block). Low bits (nibbles, q3_k's crumbs) at `low_quants`.
-template <WeightFormat F, int kV>
+// super-block). Low bits (nibbles, q3_k's crumbs) at `low_quants`. iq4_nl /
+// iq4_xs: the nibbles looked up, as signed bytes (kIQ4Values) or with kBiased
+// as those + 128 (vpdpbusd's operand).
+template <WeightFormat F, int kV, bool kBiased = false>
 XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* low_quants, const uint8_t* sb, int kq,
                                             int h, __m256i (&w)[kV]) {
   constexpr int kLowBits = LowQuantBits(F);
@@ -985,6 +1032,12 @@ XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* low_quants, const uin
     if constexpr (HasCrumbs(F)) x = _mm256_srl_epi16(x, _mm_cvtsi32_si128(LowQuadShift(F, kq)));
     w[2 * e] = _mm256_and_si256(x, low);
     w[2 * e + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+    if constexpr (HasIQ4Table(F)) {
+      const __m256i table = _mm256_broadcastsi128_si256(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(kIQ4Bytes<kBiased>.table)));
+      w[2 * e] = _mm256_shuffle_epi8(table, w[2 * e]);
+      w[2 * e + 1] = _mm256_shuffle_epi8(table, w[2 * e + 1]);
+    }
 #pragma GCC unroll 2
     for (int n = 0; n < 2; ++n) {
       const int f = 2 * half + n;
@@ -1004,9 +1057,11 @@ XRT_TARGET_AVX2 inline void QuadWeightsAvx2(const uint8_t* low_quants, const uin
 }
 
 // A panel's quads decoded once for all its row blocks: quad q's weights as
-// bytes at dst + 128 q, vector (half, nibble n) at 32 (2 half + n). The rows
-// then load each vector instead of decoding it again (3 to 8 vector ALU
-// operations per quad and pass fewer in the loop that bounds prefill).
+// bytes at dst + 128 q, vector (half, nibble n) at 32 (2 half + n) (iq4's
+// signed, as vpmaddubsw's sign transfer takes them; its vpdpbusd kernels add
+// the bias after the load). The rows then load each vector instead of
+// decoding it again (3 to 8 vector ALU operations per quad and pass fewer in
+// the loop that bounds prefill).
 
 template <WeightFormat F>
 XRT_TARGET_AVX2 void DecodeQuadPanelAvx2(const uint8_t* panel, int64_t k, uint8_t* dst) {
@@ -1242,6 +1297,10 @@ auto WithInt8Format(WeightFormat f, Fn&& fn) {
       return fn(std::integral_constant<F, F::kQ5_K>{});
     case F::kQ3_K:
       return fn(std::integral_constant<F, F::kQ3_K>{});
+    case F::kIQ4_NL:
+      return fn(std::integral_constant<F, F::kIQ4_NL>{});
+    case F::kIQ4_XS:
+      return fn(std::integral_constant<F, F::kIQ4_XS>{});
     case F::kQ6_K:
     case F::kF32:
     case F::kF16:
@@ -1288,6 +1347,8 @@ using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 // on avx2 (with and without AVX-VNNI) 2 row blocks lose 1.25-1.45x, 3
 // 1.15-1.2x, 4 are even, 5 (M = 18, 20) win 1.05-1.4x, M = 128 1.35-1.4x:
 // from 5, where q6_k's 2 would lose.
+// iq4_nl / iq4_xs take q4_0's and q4_k's thresholds (not measured): their
+// nibbles are read as those formats', plus one vpshufb per vector.
 int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
   if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) {
     switch (f) {
@@ -1333,10 +1394,11 @@ DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
 // formats with 32-value groups (AmxInt8Applies). Per 16-row group and panel,
 // per group b of K: TDPBSUD sums the rows' signed activation quants (one tile
 // of 16 rows x 32 bytes, straight from the quantized rows) against the
-// panel's unsigned quads (the thread's decoded panel: q8_0 offset by 128 as
-// for vpdpbusd, the q4 / q5 quants as bytes) into two 16 x 16 tiles of exact
-// int32 sums; AddGroup then scales them into the f32 sums as every path
-// does, so the results are the same bits.
+// panel's unsigned quads (the thread's decoded panel: q8_0's weights and
+// iq4_nl's table values offset by 128 as for vpdpbusd, the q4 / q5 quants as
+// bytes) into two 16 x 16 tiles of exact int32 sums; AddGroup then scales
+// them into the f32 sums as every path does, so the results are the same
+// bits.
 
 bool AmxInt8Applies(WeightFormat f) { return IsQuantizedFormat(f); }
 
@@ -1366,7 +1428,7 @@ XRT_TARGET_AVX512 void AmxInt8Rows(const Int8Problem& p, const uint8_t* grp, int
   __m512i dot[R][2];
   for (int i = 0; i < R; ++i)
     for (int h = 0; h < 2; ++h) dot[i][h] = _mm512_load_si512(dots + (r0 + i) * kPackNR + 16 * h);
-  if constexpr (F == WeightFormat::kQ8_0) SubtractQ8Offset<R>(rows, b, dot);
+  if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
   AddGroup<F, R>(grp, rows, b, dot, sums);
   for (int i = 0; i < R; ++i)
     for (int h = 0; h < 2; ++h) _mm512_store_ps(acc + (r0 + i) * kPackNR + 16 * h, sums[i][h]);

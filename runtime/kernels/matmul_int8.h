@@ -4,12 +4,12 @@
 // contract that keeps batch invariance and has one exact answer per input.
 //
 // It applies to the formats with integer quants (Int8ComputeApplies: q8_0,
-// q4_0, q4_1, q5_0, q5_1, q3_k, q4_k, q5_k, q6_k); Matmul runs kInt8 on
-// f32/f16/bf16/bf16_pairs weights as kF32.
+// q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, q4_k, q5_k, q6_k, iq4_xs); Matmul runs
+// kInt8 on f32/f16/bf16/bf16_pairs weights as kF32.
 //
 // 1. Activations. Row i of A is cut into blocks of Int8ActivationBlock(format)
-//    k-values (32 for q8_0/q4_0/q4_1/q5_0/q5_1, 256 for the K-quants). Per block, with
-//    amax = max |a| over the block:
+//    k-values (32 for q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl, 256 for the K-quants
+//    and iq4_xs). Per block, with amax = max |a| over the block:
 //      - amax not finite (an inf or NaN in the block): d = NaN, every q = 0
 //        (the outputs that read the block are NaN);
 //      - id = 127 / amax (f32) not finite (amax is 0 or tiny): d = 0, q = 0;
@@ -23,12 +23,14 @@
 //      q4_1:  acc = fma(d_w * d, sum q_w * q, acc); acc = fma(m_w, d * s, acc)
 //      q5_0:  as q4_0 with q_w - 16 (q_w in 0..31)
 //      q5_1:  as q4_1 (q_w in 0..31)
+//      iq4_nl: as q8_0 with kIQ4Values[q_w] (q_w in 0..15, weight_format.h)
 //      q4_k, q5_k (per 256): isum = sum over the 8 sub-blocks of
 //             sc * (sum q_w * q), imin = sum of m * s_sub;
 //             acc = fma(d_w * d, isum, acc); acc = fma(-(dmin_w * d), imin, acc)
 //      q6_k (per 256): isum = sum over the 16 sub-blocks of sc * (sum (q_w - 32) * q);
 //             acc = fma(d_w * d, isum, acc)
 //      q3_k:  as q6_k with q_w - 4 (q_w in 0..7)
+//      iq4_xs: as q6_k with kIQ4Values[q_w] (q_w in 0..15)
 //    where d_w, m_w, dmin_w are the f16 scales as f32, sc and m the
 //    sub-block scales (weight_format.h), each product of two scales (and
 //    d * s, where s is exact in f32) is one f32 rounding and each int32 ->
@@ -39,7 +41,7 @@
 // bit-identical whatever M, the row's position, the thread count and the ISA
 // path (the portable, AVX2 (with or without AVX-VNNI), AVX-512, AVX512_VNNI
 // and AMX code compute the same values; AMX-INT8 runs prefills of 16 rows or more on q8_0 / q4_0 /
-// q4_1 / q5_0 / q5_1, by Intel's definition of TDPBSUD: emulated in CI, not yet run on an
+// q4_1 / q5_0 / q5_1 / iq4_nl, by Intel's definition of TDPBSUD: emulated in CI, not yet run on an
 // AMX machine).
 //
 // Memory: the calling thread keeps A's quantized rows (about M * K bytes plus

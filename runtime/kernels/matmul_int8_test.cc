@@ -26,9 +26,16 @@ using testing::SupportedIsas;
 
 using testing::Bits;
 
-constexpr WeightFormat kFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-                                     WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ3_K,
-                                     WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+constexpr WeightFormat kFormats[] = {
+    WeightFormat::kQ8_0, WeightFormat::kQ4_0,   WeightFormat::kQ4_1,  WeightFormat::kQ5_0,
+    WeightFormat::kQ5_1, WeightFormat::kQ3_K,   WeightFormat::kQ4_K,  WeightFormat::kQ5_K,
+    WeightFormat::kQ6_K, WeightFormat::kIQ4_NL, WeightFormat::kIQ4_XS};
+
+// ggml's kvalues_iq4nl (ggml-common.h), written out here rather than taken
+// from weight_format.h so that the reference does not share the kernels'
+// table.
+constexpr int kGgmlIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                    1,    13,   25,  38,  53,  69,  89,  113};
 
 // Bytes of a ggml group block before its quants qs (q8_0's int8, the
 // others' nibbles): f16 d; f16 m (HasGroupMin: q4_1, q5_1); uint32 qh, bit i
@@ -46,7 +53,9 @@ float Half(const uint8_t* p) {
 // n rows of random ggml blocks of `format`: random quants (q8_0's include
 // -128), f16 scales (and q4_1 / q5_1 mins, K-quant dmins) in [-0.02, 0.02].
 std::vector<uint8_t> RandomGgmlRows(WeightFormat format, int64_t n, int64_t k, uint32_t seed) {
-  if (IsKQuantFormat(format)) return testing::RandomKQuantRows(format, n, k, seed);
+  if (IsKQuantFormat(format) || HasIQ4Table(format)) {
+    return testing::RandomKQuantRows(format, n, k, seed);
+  }
   std::mt19937 rng(seed);
   const int64_t row_bytes = GgmlRowBytes(format, k), block_bytes = row_bytes / (k / 32);
   std::vector<uint8_t> rows(n * row_bytes);
@@ -62,8 +71,9 @@ std::vector<uint8_t> RandomGgmlRows(WeightFormat format, int64_t n, int64_t k, u
 
 // One weight row decoded from ggml blocks into what the contract multiplies:
 // per k the integer quant (offsets applied: q4_0 - 8, q5_0 - 16, q3_k - 4,
-// q6_k - 32), per sub-block (32 k; q3_k, q6_k 16) the integer scale and min,
-// per block (32 k or a 256 super-block) the f32 scale and min / dmin.
+// q6_k - 32; iq4_nl, iq4_xs: kvalues_iq4nl's value), per sub-block (32 k;
+// q3_k, q6_k, iq4_xs 16) the integer scale and min, per block (32 k or a 256
+// super-block) the f32 scale and min / dmin.
 struct IntRow {
   std::vector<int> q, sc, mn;
   std::vector<float> d, m;
@@ -85,6 +95,8 @@ IntRow DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
         int q;
         if (f == WeightFormat::kQ8_0) {
           q = static_cast<int8_t>(qs[e]);
+        } else if (f == WeightFormat::kIQ4_NL) {  // dequantize_row_iq4_nl
+          q = kGgmlIQ4Values[e < 16 ? qs[e] & 15 : qs[e - 16] >> 4];
         } else {
           q = e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
           q |= static_cast<int>((qh >> e) & 1) << 4;
@@ -116,6 +128,27 @@ IntRow DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
           for (int l = 0; l < 32; ++l) {
             q[at++] = ((qs[32 * half + l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
           }
+        }
+      }
+      continue;
+    }
+    if (f == WeightFormat::kIQ4_XS) {
+      // ggml's dequantize_row_iq4_xs: block_iq4_xs {d, scales_h, scales_l[4],
+      // qs[128]}; 32-value sub-block ib's scale ls - 32 (pushed for both of
+      // its 16-value halves, the contract's sub-blocks).
+      r.d.push_back(Half(blk));
+      uint16_t scales_h;
+      std::memcpy(&scales_h, blk + 2, 2);
+      const uint8_t* scales_l = blk + 4;
+      const uint8_t* qs = blk + 8;
+      for (int ib = 0; ib < 8; ++ib) {
+        const int ls =
+            ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
+        r.sc.push_back(ls - 32);
+        r.sc.push_back(ls - 32);
+        for (int j = 0; j < 16; ++j) {
+          q[32 * ib + j] = kGgmlIQ4Values[qs[16 * ib + j] & 0xf];
+          q[32 * ib + j + 16] = kGgmlIQ4Values[qs[16 * ib + j] >> 4];
         }
       }
       continue;
@@ -216,7 +249,9 @@ float ReferenceDot(WeightFormat f, const IntRow& w, const std::vector<int>& q,
     }
     return acc;
   }
-  const bool int8_scales = f == WeightFormat::kQ3_K || f == WeightFormat::kQ6_K;  // no mins
+  // No mins, a scale per 16 values.
+  const bool int8_scales =
+      f == WeightFormat::kQ3_K || f == WeightFormat::kQ6_K || f == WeightFormat::kIQ4_XS;
   const int sub = int8_scales ? 16 : 32;
   for (int64_t b = 0; b < k / 256; ++b) {
     int32_t isum = 0, imin = 0;
@@ -345,14 +380,14 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
         std::vector<float> bias(n);
         for (int64_t j = 0; j < n; ++j) bias[j] = 0.01f * static_cast<float>(j % 7) - 0.03f;
         // 67: 17 row blocks, where the AVX2 path decodes every nibble
-        // format's panels once (DecodedPanelMinRowBlocks); 5 to 29: only
-        // the formats with high bits (q5_0, q5_1, q3_k, q5_k, q6_k). On
-        // AVX512_VNNI, q8_0's are decoded at 29 and 67 (5 and 12 groups of 6
-        // rows), q5_0's and q5_1's at 67 (12 groups of 6), q3_k's, q5_k's
-        // and q6_k's at 29 and 67 (8 and 17 groups of 4), none at 13. On
-        // AMX, 29 and 67 run the group formats (q8_0, q4_0, q4_1, q5_0,
-        // q5_1) in 16-row tiles, the last one short (the K-quants run the
-        // AVX512_VNNI kernels there).
+        // format's panels once (DecodedPanelMinRowBlocks; iq4_nl / iq4_xs
+        // too); 5 to 29: only the formats with high bits (q5_0, q5_1, q3_k,
+        // q5_k, q6_k). On AVX512_VNNI, q8_0's are decoded at 29 and 67 (5 and
+        // 12 groups of 6 rows), q5_0's and q5_1's at 67 (12 groups of 6),
+        // q3_k's, q5_k's and q6_k's at 29 and 67 (8 and 17 groups of 4), none
+        // at 13. On AMX, 29 and 67 run the group formats (q8_0, q4_0, q4_1,
+        // q5_0, q5_1, iq4_nl) in 16-row tiles, the last one short (the
+        // K-quants and iq4_xs run the AVX512_VNNI kernels there).
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29, 67}) {
           const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
           for (Int8Path isa : Int8Paths()) {
@@ -375,8 +410,8 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
 
 // Where a ggml block of `f` keeps its quants, [begin, end) bytes, and its
 // sub-block scales (K-quants), with the scale byte that gives the largest
-// magnitudes: q3_k's 6-bit scales all 0 (sc = -32), q4_k / q5_k's all 63
-// (scales and mins), q6_k's int8 -128.
+// magnitudes: q3_k's and iq4_xs's 6-bit scales all 0 (sc = -32), q4_k /
+// q5_k's all 63 (scales and mins), q6_k's int8 -128.
 struct ExtremeBlock {
   int64_t quants_begin, quants_end;
   int64_t scales_begin = 0, scales_end = 0;
@@ -393,17 +428,20 @@ ExtremeBlock ExtremeBlockOf(WeightFormat f) {
       return {16, 176, 4, 16, 0xff};
     case WeightFormat::kQ6_K:  // {ql[128], qh[64], scales[16], d}
       return {0, 192, 192, 208, 0x80};
+    case WeightFormat::kIQ4_XS:  // {d, scales_h, scales_l[4], qs[128]}: ls = 0, sc = -32
+      return {8, 136, 2, 8, 0x00};
     default:  // {d, (m,) (qh,) qs}: everything after d and m
       return {HasGroupMin(f) ? 4 : 2, GgmlRowBytes(f, kQuantGroup)};
   }
 }
 
 // Every quant at an extreme (q8_0 all -128 or all 127, the other formats
-// all 0 or all at MaxQuant: q3_k 0 / 7, q4 0 / 15, q5 0 / 31, q6_k 0 / 63),
-// the K-quants' scales at their largest magnitude, against activations all
-// at +-127: the largest sums each path's integer arithmetic must carry
-// exactly (vpmaddubsw's int16 pairs, vpdpbusd with q8_0's weights offset by
-// 128, the K-quants' offsets taken off with the activation sums), on row
+// all 0 or all at MaxQuant: q3_k 0 / 7, q4 0 / 15, q5 0 / 31, q6_k 0 / 63,
+// iq4_nl / iq4_xs 0 / 15, the values -127 / 113), the K-quants' scales at
+// their largest magnitude, against activations all at +-127: the largest
+// sums each path's integer arithmetic must carry exactly (vpmaddubsw's int16
+// pairs, vpdpbusd with q8_0's and iq4's weights offset by 128 (iq4: up to
+// 241), the K-quants' offsets taken off with the activation sums), on row
 // groups of every height the paths use.
 TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
   ThreadPool pool(2);
@@ -429,8 +467,10 @@ TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
     const int64_t a_block = Int8ActivationBlock(f);
     // 3 rows: one row group on every path; 7: two (decoded on avx2 for the
     // formats with high bits); 21: AMX's 16-row groups, and 6 K-quant
-    // groups of 4 (decoded on AVX512_VNNI for q3_k, q5_k, q6_k).
-    for (int64_t m : {3, 7, 21}) {
+    // groups of 4 (decoded on AVX512_VNNI for q3_k, q5_k, q6_k); 65: 17
+    // row blocks, decoded on avx2 for every format (iq4's table values
+    // stored signed, biased after the load for vpdpbusd).
+    for (int64_t m : {3, 7, 21, 65}) {
       std::vector<float> a(m * (k + 5), 1e30f);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t kk = 0; kk < k; ++kk)

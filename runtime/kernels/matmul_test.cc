@@ -252,13 +252,18 @@ TEST(MatmulTest, BatchInvariance) {
 // path, for every M (so batch invariance carries over).
 
 constexpr WeightFormat kPackedFormats[] = {
-    WeightFormat::kF16,         WeightFormat::kBF16, WeightFormat::kQ8_0, WeightFormat::kQ4_0,
-    WeightFormat::kQ4_1,        WeightFormat::kQ5_0, WeightFormat::kQ5_1, WeightFormat::kQ3_K,
-    WeightFormat::kQ4_K,        WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
-    WeightFormat::kBF16PairsAmx};
+    WeightFormat::kF16,    WeightFormat::kBF16,      WeightFormat::kQ8_0,
+    WeightFormat::kQ4_0,   WeightFormat::kQ4_1,      WeightFormat::kQ5_0,
+    WeightFormat::kQ5_1,   WeightFormat::kIQ4_NL,    WeightFormat::kQ3_K,
+    WeightFormat::kQ4_K,   WeightFormat::kQ5_K,      WeightFormat::kQ6_K,
+    WeightFormat::kIQ4_XS, WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx};
+
+// The formats without a quantizer (PackWeightsFrom): the K-quants and iq4_nl
+// (a group format).
+bool HasNoQuantizer(WeightFormat f) { return IsKQuantFormat(f) || HasIQ4Table(f); }
 
 // A weight W [n][k] packed in `format` (quantized from random values; the
-// K-quants from random ggml blocks) and
+// formats without a quantizer from random ggml blocks) and
 // the same weight dequantized and packed as f32.
 struct FormatWeights {
   std::vector<uint8_t> packed;
@@ -268,7 +273,7 @@ struct FormatWeights {
 FormatWeights MakeFormatWeights(WeightFormat format, int64_t n, int64_t k, uint32_t seed) {
   FormatWeights fw;
   fw.packed.assign(PackedWeightBytes(format, n, k) + 64, 0);
-  if (IsKQuantFormat(format)) {
+  if (HasNoQuantizer(format)) {
     testing::PackRandomKQuant(format, n, k, seed, fw.packed.data());
   } else {
     const std::vector<float> w = RandomVector(std::max<int64_t>(n * k, 1), seed);
@@ -507,11 +512,12 @@ TEST(MatmulBf16Test, PrefillShapesMatchTheBf16Chain) {
     WeightFormat format;
   };
   const Shape shapes[] = {
-      {16, 40, 512, WeightFormat::kF32},  {33, 33, 544, WeightFormat::kBF16},
-      {48, 65, 64, WeightFormat::kQ4_0},  {300, 40, 4001, WeightFormat::kF32},
-      {64, 32, 512, WeightFormat::kQ4_K}, {17, 70, 33, WeightFormat::kF16},
-      {33, 40, 96, WeightFormat::kQ5_0},  {20, 33, 288, WeightFormat::kQ5_1},
-      {17, 45, 768, WeightFormat::kQ3_K},
+      {16, 40, 512, WeightFormat::kF32},    {33, 33, 544, WeightFormat::kBF16},
+      {48, 65, 64, WeightFormat::kQ4_0},    {300, 40, 4001, WeightFormat::kF32},
+      {64, 32, 512, WeightFormat::kQ4_K},   {17, 70, 33, WeightFormat::kF16},
+      {33, 40, 96, WeightFormat::kQ5_0},    {20, 33, 288, WeightFormat::kQ5_1},
+      {17, 45, 768, WeightFormat::kQ3_K},   {40, 33, 160, WeightFormat::kIQ4_NL},
+      {20, 65, 512, WeightFormat::kIQ4_XS},
   };
   for (const Shape& s : shapes) {
     std::vector<uint8_t> packed;

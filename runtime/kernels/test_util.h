@@ -78,21 +78,24 @@ inline void GgmlQ3KScales(const uint8_t* packed, int out[16]) {
   for (int s = 0; s < 16; ++s) out[s] = scales[s] - 32;
 }
 
-// n rows of random ggml blocks of the K-quant `format` (GgmlRowBytes(format,
-// k) bytes each; k % kSuperBlock == 0): random quants and 6-bit / int8
+// n rows of random ggml blocks of the K-quant or iq4 `format` (GgmlRowBytes(format,
+// k) bytes each; k % WeightFormatBlockSize(format) == 0): random quants and 6-bit / int8
 // scales, d and dmin random f16 values of either sign in [-0.02, 0.02], so
 // every block is finite. Deterministic for a seed.
 inline std::vector<uint8_t> RandomKQuantRows(WeightFormat format, int64_t n, int64_t k,
                                              uint32_t seed) {
   std::mt19937 rng(seed);
-  const int64_t row_bytes = GgmlRowBytes(format, k), block_bytes = row_bytes / (k / kSuperBlock);
+  const int64_t row_bytes = GgmlRowBytes(format, k),
+                block_bytes = row_bytes / (k / WeightFormatBlockSize(format));
   std::vector<uint8_t> rows(std::max<int64_t>(n * row_bytes, 1));
   for (auto& b : rows) b = static_cast<uint8_t>(rng());
   std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
   for (int64_t b = 0; b < n * row_bytes / block_bytes; ++b) {
     uint8_t* block = rows.data() + b * block_bytes;
     const uint16_t d = FloatToHalf(scale(rng)), dmin = FloatToHalf(scale(rng));
-    if (HasKInt8Scales(format)) {  // block_q6_K / block_q3_K end with d
+    if (HasIQ4Table(format)) {  // block_iq4_nl / block_iq4_xs start with d
+      std::memcpy(block, &d, 2);
+    } else if (HasKInt8Scales(format)) {  // block_q6_K / block_q3_K end with d
       std::memcpy(block + block_bytes - 2, &d, 2);
     } else {
       std::memcpy(block, &d, 2);  // block_q4_K / block_q5_K {d, dmin, ...}

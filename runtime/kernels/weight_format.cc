@@ -129,6 +129,10 @@ const char* WeightFormatName(WeightFormat f) {
       return "bf16_pairs";
     case WeightFormat::kBF16PairsAmx:
       return "bf16_pairs_amx";
+    case WeightFormat::kIQ4_NL:
+      return "iq4_nl";
+    case WeightFormat::kIQ4_XS:
+      return "iq4_xs";
   }
   return "?";
 }
@@ -138,7 +142,8 @@ bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
        {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8_0,
         WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ5_1,
         WeightFormat::kQ3_K, WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K,
-        WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx}) {
+        WeightFormat::kBF16Pairs, WeightFormat::kBF16PairsAmx, WeightFormat::kIQ4_NL,
+        WeightFormat::kIQ4_XS}) {
     if (name == WeightFormatName(f)) {
       *out = f;
       return true;
@@ -148,6 +153,10 @@ bool WeightFormatFromName(std::string_view name, WeightFormat* out) {
 }
 
 namespace {
+
+// True for the K-quants with high bits stored apart from the low ones (q3_k,
+// q5_k, q6_k).
+constexpr bool HasKHighBits(WeightFormat f) { return HasK5HighBits(f) || f == WeightFormat::kQ6_K; }
 
 // Where the high bits (bit 2 of q3_k, bit 4 of q5_k, bits 4-5 of q6_k) of
 // column j's quant at k-row kk sit in a super-block: the byte's offset and
@@ -168,7 +177,7 @@ int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j) {
   const bool q3 = f == WeightFormat::kQ3_K;
   int q = q3 ? (sb[KLowQuantsOffset(f) + CrumbByte(kk, j)] >> CrumbShift(kk, j)) & 3
              : QuadNibbleAt(sb + KLowQuantsOffset(f), kk, j);
-  if (f != WeightFormat::kQ4_K) {
+  if (HasKHighBits(f)) {
     int64_t at;
     int shift;
     KHighBitsAt(f, kk, j, &at, &shift);
@@ -219,6 +228,7 @@ int64_t PackedPanelBytes(WeightFormat f, int64_t K) {
     case WeightFormat::kQ4_K:
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
+    case WeightFormat::kIQ4_XS:
       return K / kSuperBlock * SuperBlockBytes(f);
     default:
       return K / kQuantGroup * QuantGroupBytes(f);
@@ -241,6 +251,7 @@ int64_t GgmlRowBytes(WeightFormat f, int64_t K) {
     case WeightFormat::kQ8_0:
       return K / kQuantGroup * (2 + 32);
     case WeightFormat::kQ4_0:
+    case WeightFormat::kIQ4_NL:
       return K / kQuantGroup * (2 + 16);
     case WeightFormat::kQ4_1:
       return K / kQuantGroup * (4 + 16);
@@ -254,6 +265,8 @@ int64_t GgmlRowBytes(WeightFormat f, int64_t K) {
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
       return K / kSuperBlock * (SuperBlockBytes(f) / kPackNR);
+    case WeightFormat::kIQ4_XS:
+      return K / kSuperBlock * kGgmlIQ4XSBlockBytes;
   }
   return 0;
 }
@@ -373,6 +386,15 @@ static_assert(KLowQuantsOffset(WeightFormat::kQ3_K) == kK3HighOffset + kSuperBlo
 static_assert(SuperBlockBytes(WeightFormat::kQ3_K) ==
               KLowQuantsOffset(WeightFormat::kQ3_K) + kSuperBlock / 8 * 64);
 
+// iq4_xs: d and scales as q6_k's, then q4_k's nibble quads; iq4_nl is q4_0's
+// group.
+static_assert(KLowQuantsOffset(WeightFormat::kIQ4_XS) == kK6ScalesOffset + 16 * kPackNR);
+static_assert(SuperBlockBytes(WeightFormat::kIQ4_XS) ==
+              KLowQuantsOffset(WeightFormat::kIQ4_XS) + kSuperBlock / 4 * 64);
+static_assert(QuantGroupBytes(WeightFormat::kIQ4_NL) == QuantGroupBytes(WeightFormat::kQ4_0));
+static_assert(SignedQuant(WeightFormat::kIQ4_NL, 0) == -127 &&
+              SignedQuant(WeightFormat::kIQ4_XS, 15) == 113);
+
 static_assert(Bf16PairsByte(WeightFormat::kBF16Pairs, 3, 1) == (kPackNR + 1) * 4 + 2,
               "a pair-row is kPackNR dwords");
 
@@ -381,10 +403,10 @@ int64_t ElementBytes(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : 2; }
 
 // ---- K-quants: one column's super-block, unpacked. ----
 struct KQuantColumn {
-  uint16_t d = 0, dmin = 0;     // f16 bits (dmin: q4_k / q5_k only)
-  int scale[16] = {};           // 6-bit scales (8 sub-blocks) or int8 scales (q3_k, q6_k: 16)
-  int min[8] = {};              // 6-bit mins (q4_k / q5_k)
-  uint8_t q[kSuperBlock] = {};  // quants: 0..7, 0..15, 0..31, 0..63
+  uint16_t d = 0, dmin = 0;  // f16 bits (dmin: q4_k / q5_k only)
+  int scale[16] = {};        // 6-bit scales (8 sub-blocks) or int8 scales (q3_k, q6_k, iq4_xs: 16)
+  int min[8] = {};           // 6-bit mins (q4_k / q5_k)
+  uint8_t q[kSuperBlock] = {};  // quants: 0..7, 0..15, 0..31, 0..63 (iq4_xs: 0..15)
 };
 
 // The 16 6-bit scales of a Q3_K block (its 12 bytes at `s`): scale i's low 4
@@ -396,9 +418,26 @@ int Q3KScale(const uint8_t* s, int i) {
   return low | high << 4;
 }
 
-// Decodes one ggml block (block_q3_K / block_q4_K / block_q5_K / block_q6_K)
-// of one row.
+// Decodes one ggml block (block_q3_K / block_q4_K / block_q5_K / block_q6_K /
+// block_iq4_xs) of one row.
 void ParseGgmlKBlock(WeightFormat f, const uint8_t* b, KQuantColumn* c) {
+  if (f == WeightFormat::kIQ4_XS) {
+    c->d = LoadU16(b);
+    const int high = LoadU16(b + 2);
+    const uint8_t* qs = b + 8;
+    // Sub-block i (values 32i..32i+31): its 6-bit ls for both 16-row halves;
+    // value 32i + l is the low nibble of qs[16i + l] (l < 16), else the high
+    // nibble of qs[16i + l - 16].
+    for (int i = 0; i < kSuperBlock / 32; ++i) {
+      const int ls = ((b[4 + i / 2] >> (4 * (i % 2))) & 15) | ((high >> (2 * i)) & 3) << 4;
+      c->scale[2 * i] = c->scale[2 * i + 1] = ls - 32;
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t byte = qs[16 * i + l % 16];
+        c->q[32 * i + l] = static_cast<uint8_t>(l < 16 ? byte & 15 : byte >> 4);
+      }
+    }
+    return;
+  }
   if (f == WeightFormat::kQ3_K) {
     const uint8_t* hmask = b;
     const uint8_t* qs = b + 32;
@@ -483,7 +522,7 @@ void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
     } else {
       sb[quants + QuadNibbleByte(kk, j)] |= static_cast<uint8_t>(low << shift);
     }
-    if (f != WeightFormat::kQ4_K) {
+    if (HasKHighBits(f)) {
       int64_t at;
       int high_shift;
       KHighBitsAt(f, kk, j, &at, &high_shift);
@@ -494,7 +533,7 @@ void StoreKColumn(WeightFormat f, const KQuantColumn& c, int j, uint8_t* sb) {
 
 // Per-column f32 factors of sub-block `s` of a panel's super-block: w =
 // mul[j] * q - sub[j] (q4_k / q5_k, sub = dmin * m) or mul[j] * (q -
-// KQuantOffset) (q3_k / q6_k, sub unused).
+// KQuantOffset) (q3_k / q6_k, sub unused), mul[j] * kIQ4Values[q] (iq4_xs).
 void KSubBlockFactors(WeightFormat f, const uint8_t* sb, int s, float* mul, float* sub) {
   for (int j = 0; j < kPackNR; ++j) {
     const float d = HalfToFloat(LoadU16(sb + 2 * j));
@@ -524,7 +563,7 @@ void DequantizeKQuantRows(WeightFormat f, const uint8_t* panel, int64_t k0, int6
     for (int j = 0; j < kPackNR; ++j) {
       const int q = KQuantAt(f, sb, kk, j);
       if (HasKInt8Scales(f)) {
-        dst[j] = mul[j] * static_cast<float>(q - KQuantOffset(f));
+        dst[j] = mul[j] * static_cast<float>(SignedQuant(f, q));
       } else {
         const float product = mul[j] * static_cast<float>(q);  // exact
         dst[j] = product - sub[j];
@@ -567,13 +606,15 @@ void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out) {
     case WeightFormat::kQ4_K:
     case WeightFormat::kQ5_K:
     case WeightFormat::kQ6_K:
-      assert(false && "K-quant quantizers are not implemented");
+    case WeightFormat::kIQ4_NL:
+    case WeightFormat::kIQ4_XS:
+      assert(false && "K-quant and iq4 quantizers are not implemented");
       return;
   }
 }
 
 void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out) {
-  assert(!IsKQuantFormat(f));
+  assert(!IsKQuantFormat(f) && f != WeightFormat::kIQ4_NL);
   if (f == WeightFormat::kF32) {
     PackWeights(w, N, K, static_cast<float*>(out));
     return;
@@ -629,8 +670,8 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
         for (int kk = 0; kk < kQuantGroup; ++kk) quants[kk * kPackNR + j] = b[2 + kk];
         continue;
       }
-      // q4 / q5: ggml's byte i of qs holds value i (low nibble) and value
-      // i + 16 (high); q5's qh (before qs) bit i value i's bit 4.
+      // q4 / q5 / iq4_nl: ggml's byte i of qs holds value i (low nibble) and
+      // value i + 16 (high); q5's qh (before qs) bit i value i's bit 4.
       const int scalars = HasGroupMin(f) ? 4 : 2;
       const bool five = HasFifthBits(f);
       const uint8_t* b = src + g * (scalars + (five ? 4 : 0) + 16);
@@ -695,11 +736,10 @@ void DequantizePanelRows(WeightFormat f, const void* panel_bytes, int64_t k0, in
       for (int j = 0; j < kPackNR; ++j) dst[j] = scale[j] * static_cast<int8_t>(q[j]);
       continue;
     }
-    const int offset = QuantGroupQuantOffset(f);
     for (int j = 0; j < kPackNR; ++j) {
       const int q = GroupNibbleQuantAt(f, group, kk, j);
       dst[j] = HasGroupMin(f) ? std::fma(scale[j], static_cast<float>(q), min[j])
-                              : scale[j] * static_cast<float>(q - offset);
+                              : scale[j] * static_cast<float>(SignedQuant(f, q));
     }
   }
 }

@@ -102,6 +102,19 @@
 // rounds once). These are ggml's
 // (dequantize_row_q4_K etc.) and gguf-py's values bit for bit.
 //
+// The non-linear 4-bit formats (ggml's IQ4_NL and IQ4_XS, format 1.17): a
+// quant q (0..15) indexes kIQ4Values, ggml's kvalues_iq4nl (int8, -127..113):
+//   iq4_nl: the q4_0 group (576 bytes: scale f16[32], quads @64), value
+//       scale * kIQ4Values[q]: ggml's 18 bytes per 32 values.
+//   iq4_xs (4672 bytes per super-block of 256): d uint16_t[32] @0, scales
+//       int8_t[16][32] @64 (ggml's 6-bit ls - 32 of 32-row sub-block s / 2,
+//       stored for each 16-row sub-block s as q6_k's, so that iq4_xs reads
+//       its scales as q3_k / q6_k do), quads @576 (as q4_k's qs); value
+//       (d * sc) * kIQ4Values[q]. 146 bytes per 256 values of a column:
+//       ggml's 136 with the scales widened and stored twice.
+//   Both products are exact in f32 (11 + 6 + 7 significant bits at most), as
+//   ggml's and gguf-py's dequantization (dequantize_row_iq4_nl / _xs).
+//
 // Formats that need K % 32 == 0 (the q formats): BlockSize(format) == 32;
 // the K-quants need K % 256 == 0 (BlockSize 256). GGUF guarantees it for
 // tensors stored in those types. The 16/32-bit formats have BlockSize 1.
@@ -132,10 +145,12 @@ enum class WeightFormat : uint8_t {
   kQ5_0 = 21,
   kQ5_1 = 22,
   kQ3_K = 23,
+  kIQ4_NL = 24,
+  kIQ4_XS = 25,
 };
 
 // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q3_k",
-// "q4_k", "q5_k", "q6_k", "bf16_pairs", "bf16_pairs_amx".
+// "q4_k", "q5_k", "q6_k", "bf16_pairs", "bf16_pairs_amx", "iq4_nl", "iq4_xs".
 const char* WeightFormatName(WeightFormat f);
 // The inverse; false if `name` is not a format.
 bool WeightFormatFromName(std::string_view name, WeightFormat* out);
@@ -165,8 +180,8 @@ int64_t PackedWeightBytes(WeightFormat f, int64_t N, int64_t K);
 // bf16_pairs(_amx) store the operand kBF16 compute makes of each value
 // (RoundToBf16Operand, matmul.h: nearest even, subnormals to signed zeros), so
 // a kBF16 matmul on them gives the bits it gives on `w` in f32. Deterministic; single-threaded.
-// Precondition: `f` is not a K-quant (their quantizers are not implemented; K-quant weights come
-// from GGUF blocks).
+// Precondition: `f` is not a K-quant or iq4_nl (their quantizers are not implemented; their weights
+// come from GGUF blocks).
 void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void* out);
 
 // Packs W [N][K] given in ggml's row-major block encoding of the same format
@@ -176,6 +191,8 @@ void PackWeightsFrom(WeightFormat f, const float* w, int64_t N, int64_t K, void*
 // / 256 blocks of ggml's block_q4_K {f16 d, dmin; uint8 scales[12]; uint8 qs[128]}, block_q5_K {f16
 // d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}, block_q6_K {uint8 ql[128]; uint8 qh[64];
 // int8 scales[16]; f16 d}, block_q3_K {uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d};
+// iq4_nl {f16 d, uint8 qs[16]} (q4_0's), iq4_xs {f16 d; uint16 scales_h; uint8 scales_l[4]; uint8
+// qs[128]} (sub-block i's ls: nibble i % 2 of scales_l[i / 2] | bits 2i..2i+1 of scales_h << 4);
 // for f16/bf16 plain 16-bit rows) into `out`, losslessly: the packed
 // weight dequantizes to exactly the values ggml's dequantization of `blocks` gives. `row_bytes` is
 // the byte size of one source row.
@@ -185,16 +202,29 @@ void PackWeightsFromBlocks(WeightFormat f, const uint8_t* blocks, int64_t N, int
 // Bytes of one ggml block_q3_K {uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d}
 // (256 values, 3.4375 bits each).
 inline constexpr int64_t kGgmlQ3KBlockBytes = 110;
+// Bytes of one ggml block_iq4_xs {f16 d; uint16 scales_h; uint8 scales_l[4]; uint8 qs[128]} (256
+// values, 4.25 bits each).
+inline constexpr int64_t kGgmlIQ4XSBlockBytes = 136;
 
 // ---- Added for the kernels and the packers (helpers of the above) ----
 
 // k-values per quantization group of the q formats.
 constexpr int kQuantGroup = 32;
 
-// True for q8_0, q4_0, q4_1, q5_0, q5_1 (the formats of 32-row groups).
+// True for q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (the formats of 32-row
+// groups).
 constexpr bool IsQuantizedFormat(WeightFormat f) {
   return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 ||
-         f == WeightFormat::kQ5_0 || f == WeightFormat::kQ5_1;
+         f == WeightFormat::kQ5_0 || f == WeightFormat::kQ5_1 || f == WeightFormat::kIQ4_NL;
+}
+
+// ggml's kvalues_iq4nl: the value of an iq4_nl / iq4_xs quant.
+inline constexpr int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+
+// True for iq4_nl and iq4_xs: a quant indexes kIQ4Values.
+constexpr bool HasIQ4Table(WeightFormat f) {
+  return f == WeightFormat::kIQ4_NL || f == WeightFormat::kIQ4_XS;
 }
 
 // True for q4_1 and q5_1: a group has an f16 min per column after its
@@ -222,32 +252,34 @@ constexpr bool Is16BitFormat(WeightFormat f) {
 // k-values per super-block of the K-quants.
 constexpr int kSuperBlock = 256;
 
-// True for q3_k, q4_k, q5_k, q6_k.
+// True for q3_k, q4_k, q5_k, q6_k, iq4_xs (the formats of super-blocks).
 constexpr bool IsKQuantFormat(WeightFormat f) {
   return f == WeightFormat::kQ3_K || f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K ||
-         f == WeightFormat::kQ6_K;
+         f == WeightFormat::kQ6_K || f == WeightFormat::kIQ4_XS;
 }
 
-// True for q3_k and q6_k: 16 sub-blocks of 16 with an int8 scale each and no
-// min; a value is (d * sc) * (q - KQuantOffset).
+// True for q3_k, q6_k and iq4_xs: 16 sub-blocks of 16 with an int8 scale
+// each and no min; a value is (d * sc) * (q - KQuantOffset), iq4_xs's (d *
+// sc) * kIQ4Values[q].
 constexpr bool HasKInt8Scales(WeightFormat f) {
-  return f == WeightFormat::kQ3_K || f == WeightFormat::kQ6_K;
+  return f == WeightFormat::kQ3_K || f == WeightFormat::kQ6_K || f == WeightFormat::kIQ4_XS;
 }
 
 // What q3_k (4) and q6_k (32) subtract from their unsigned quant; 0 for the
-// others.
+// others (iq4_xs looks its quants up).
 constexpr int KQuantOffset(WeightFormat f) {
   return f == WeightFormat::kQ6_K ? 32 : f == WeightFormat::kQ3_K ? 4 : 0;
 }
 
 // Bytes of one super-block (kSuperBlock k-rows of a panel) of a K-quant:
-// 3648, 4608, 5632, 6720; 0 for the others.
+// 3648, 4608, 5632, 6720, iq4_xs 4672; 0 for the others.
 constexpr int64_t SuperBlockBytes(WeightFormat f) {
-  return f == WeightFormat::kQ3_K   ? 3648
-         : f == WeightFormat::kQ4_K ? 4608
-         : f == WeightFormat::kQ5_K ? 5632
-         : f == WeightFormat::kQ6_K ? 6720
-                                    : 0;
+  return f == WeightFormat::kQ3_K     ? 3648
+         : f == WeightFormat::kQ4_K   ? 4608
+         : f == WeightFormat::kQ5_K   ? 5632
+         : f == WeightFormat::kQ6_K   ? 6720
+         : f == WeightFormat::kIQ4_XS ? 4672
+                                      : 0;
 }
 
 // Byte offsets within a K-quant super-block of a panel (the layout above).
@@ -255,33 +287,34 @@ inline constexpr int64_t kKDminOffset = 64;      // q4_k, q5_k: dmin
 inline constexpr int64_t kKScaleLoOffset = 128;  // q4_k, q5_k: scale_lo
 inline constexpr int64_t kKScaleHiOffset = 384;  // q4_k, q5_k: scale_hi
 inline constexpr int64_t kK5HighOffset = 512;    // q5_k: qh
-inline constexpr int64_t kK6ScalesOffset = 64;   // q6_k, q3_k: scales
+inline constexpr int64_t kK6ScalesOffset = 64;   // q6_k, q3_k, iq4_xs: scales
 inline constexpr int64_t kK6HighOffset = 576;    // q6_k: qh
 inline constexpr int64_t kK3HighOffset = 576;    // q3_k: bit 2 of each quant
-// Where the low bits of the quants start: q4_k 512, q5_k 1536, q6_k 2624
-// (nibble quads), q3_k 1600 (crumb quad pairs).
+// Where the low bits of the quants start: q4_k 512, q5_k 1536, q6_k 2624,
+// iq4_xs 576 (nibble quads), q3_k 1600 (crumb quad pairs).
 constexpr int64_t KLowQuantsOffset(WeightFormat f) {
-  return f == WeightFormat::kQ6_K   ? 2624
-         : f == WeightFormat::kQ5_K ? 1536
-         : f == WeightFormat::kQ3_K ? 1600
-                                    : 512;
+  return f == WeightFormat::kQ6_K     ? 2624
+         : f == WeightFormat::kQ5_K   ? 1536
+         : f == WeightFormat::kQ3_K   ? 1600
+         : f == WeightFormat::kIQ4_XS ? 576
+                                      : 512;
 }
-// k-rows per sub-block: 16 for q3_k / q6_k, 32 for q4_k / q5_k.
+// k-rows per sub-block: 16 for q3_k / q6_k / iq4_xs, 32 for q4_k / q5_k.
 constexpr int KSubBlockRows(WeightFormat f) { return HasKInt8Scales(f) ? 16 : 32; }
 
 // Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
-// 576, 640, 704, 768; 0 for the others.
+// 576 (q4_0, iq4_nl), 640, 704, 768; 0 for the others.
 constexpr int64_t QuantGroupBytes(WeightFormat f) {
-  return f == WeightFormat::kQ8_0   ? 1088
-         : f == WeightFormat::kQ4_0 ? 576
-         : f == WeightFormat::kQ4_1 ? 640
-         : f == WeightFormat::kQ5_0 ? 704
-         : f == WeightFormat::kQ5_1 ? 768
-                                    : 0;
+  return f == WeightFormat::kQ8_0                                 ? 1088
+         : f == WeightFormat::kQ4_0 || f == WeightFormat::kIQ4_NL ? 576
+         : f == WeightFormat::kQ4_1                               ? 640
+         : f == WeightFormat::kQ5_0                               ? 704
+         : f == WeightFormat::kQ5_1                               ? 768
+                                                                  : 0;
 }
 
-// Where the quants start in a group of q8_0 / q4_0 (64), q4_1 (128), q5_0
-// (192) or q5_1 (256).
+// Where the quants start in a group of q8_0 / q4_0 / iq4_nl (64), q4_1
+// (128), q5_0 (192) or q5_1 (256).
 constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
   return f == WeightFormat::kQ5_1   ? 256
          : f == WeightFormat::kQ5_0 ? 192
@@ -290,12 +323,12 @@ constexpr int64_t QuantGroupQuantsOffset(WeightFormat f) {
 }
 
 // True for the formats whose quants are 4-bit nibbles stored as quads (q4_0,
-// q4_1, q5_0, q5_1 and q4_k / q5_k / q6_k's low 4 bits; not q3_k, whose low
-// 2 bits are crumbs).
+// q4_1, q5_0, q5_1, iq4_nl, iq4_xs and q4_k / q5_k / q6_k's low 4 bits; not
+// q3_k, whose low 2 bits are crumbs).
 constexpr bool HasQuadNibbles(WeightFormat f) {
   return f == WeightFormat::kQ4_0 || f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_0 ||
          f == WeightFormat::kQ5_1 || f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K ||
-         f == WeightFormat::kQ6_K;
+         f == WeightFormat::kQ6_K || HasIQ4Table(f);
 }
 
 // True for q5_0, q5_1 and q5_k: bit 4 of each quant is stored apart from the
@@ -311,7 +344,7 @@ constexpr int64_t FifthBitsOffset(WeightFormat f) {
 }
 
 // The largest quant of a format with quad nibbles or crumbs (7, 15, 31 or
-// 63).
+// 63; iq4_nl / iq4_xs: 15, an index into kIQ4Values).
 constexpr int MaxQuant(WeightFormat f) {
   return f == WeightFormat::kQ6_K ? 63 : HasFifthBits(f) ? 31 : f == WeightFormat::kQ3_K ? 7 : 15;
 }
@@ -348,7 +381,8 @@ constexpr int K5HighByte(int kk, int j) { return 16 * (kk / 4) + 4 * (j % 4) + k
 constexpr int K5HighBit(int j) { return 4 * (j % 8 / 4) + 2 * (j % 16 / 8) + j / 16; }
 
 // The unsigned quant of column j at k-row kk (0..31) of a q4_0 / q4_1 /
-// q5_0 / q5_1 group starting at `group` (the offset and scale not applied).
+// q5_0 / q5_1 / iq4_nl group starting at `group` (the offset, table and
+// scale not applied).
 inline int GroupNibbleQuantAt(WeightFormat f, const uint8_t* group, int kk, int j) {
   int q = QuadNibbleAt(group + QuantGroupQuantsOffset(f), kk, j);
   if (HasFifthBits(f))
@@ -393,8 +427,18 @@ constexpr int64_t K5HighBitsOffset(WeightFormat f) {
 constexpr int K6HighByte(int kk, int j) { return 32 * (kk / 4) + 4 * (j % 8) + kk % 4; }
 constexpr int K6HighShift(int j) { return 2 * (2 * (j % 16 / 8) + j / 16); }
 
+// The signed integer an unsigned quant q of a q format without a min, or of
+// a K-quant with int8 scales, stands for before its scale: kIQ4Values[q],
+// else q - QuantGroupQuantOffset (q4_0, q5_0) or q - KQuantOffset (q3_k,
+// q6_k). q8_0's stored byte is already signed: not for it.
+constexpr int SignedQuant(WeightFormat f, int q) {
+  return HasIQ4Table(f)      ? kIQ4Values[q]
+         : IsKQuantFormat(f) ? q - KQuantOffset(f)
+                             : q - QuantGroupQuantOffset(f);
+}
+
 // K-quants, portable reads of a panel's super-block `sb` (the layout above):
-// the quant of column j at k-row kk (0..255; 0..15 / 0..31 / 0..63), and the
+// the quant of column j at k-row kk (0..255; 0..7 / 0..15 / 0..31 / 0..63), and the
 // 6-bit scale and min of column j in sub-block s (q4_k, q5_k).
 int KQuantAt(WeightFormat f, const uint8_t* sb, int kk, int j);
 void KScaleMin(const uint8_t* sb, int s, int j, int* sc, int* m);
@@ -402,13 +446,13 @@ void KScaleMin(const uint8_t* sb, int s, int j, int* sc, int* m);
 // Bytes of one row of K values in ggml's encoding (the `row_bytes` of a dense
 // GGUF tensor for PackWeightsFromBlocks): f32 4K, f16/bf16 2K, q8_0 34K/32,
 // q4_0 18K/32, q4_1 20K/32, q5_0 22K/32, q5_1 24K/32, q3_k 110K/256, q4_k
-// 144K/256, q5_k 176K/256, q6_k 210K/256.
+// 144K/256, q5_k 176K/256, q6_k 210K/256, iq4_nl 18K/32, iq4_xs 136K/256.
 // Precondition: K % WeightFormatBlockSize(f) == 0.
 int64_t GgmlRowBytes(WeightFormat f, int64_t K);
 
 // Encodes one row x[K] in ggml's encoding of `f` (GgmlRowBytes(f, K) bytes)
 // with the rounding described at PackWeightsFrom. Precondition: not a
-// K-quant.
+// K-quant or iq4_nl (no quantizer).
 void QuantizeRowGgml(WeightFormat f, const float* x, int64_t K, uint8_t* out);
 
 // Dequantizes k-rows [k0, k0 + rows) of one panel (starting at `panel`) into

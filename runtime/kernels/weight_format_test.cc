@@ -18,10 +18,12 @@ namespace xrt {
 namespace {
 
 constexpr WeightFormat kAllFormats[] = {
-    WeightFormat::kF32,          WeightFormat::kF16,  WeightFormat::kBF16, WeightFormat::kQ8_0,
-    WeightFormat::kQ4_0,         WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ5_1,
-    WeightFormat::kQ4_K,         WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
-    WeightFormat::kBF16PairsAmx, WeightFormat::kQ3_K};
+    WeightFormat::kF32,          WeightFormat::kF16,  WeightFormat::kBF16,
+    WeightFormat::kQ8_0,         WeightFormat::kQ4_0, WeightFormat::kQ4_1,
+    WeightFormat::kQ5_0,         WeightFormat::kQ5_1, WeightFormat::kQ4_K,
+    WeightFormat::kQ5_K,         WeightFormat::kQ6_K, WeightFormat::kBF16Pairs,
+    WeightFormat::kBF16PairsAmx, WeightFormat::kQ3_K, WeightFormat::kIQ4_NL,
+    WeightFormat::kIQ4_XS};
 // The formats with a quantizer (QuantizeRowGgml).
 constexpr WeightFormat kGroupFormats[] = {WeightFormat::kQ8_0, WeightFormat::kQ4_0,
                                           WeightFormat::kQ4_1, WeightFormat::kQ5_0,
@@ -88,7 +90,34 @@ void DecodeGgmlQ3KBlock(const uint8_t* blk, float* y) {
   }
 }
 
+// ggml's kvalues_iq4nl, spelled out again for the independent decoders.
+constexpr int kIQ4Table[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                               1,    13,   25,  38,  53,  69,  89,  113};
+
+// IQ4_XS {d; scales_h; scales_l[4]; qs[128]} as dequantize_row_iq4_xs: 8
+// runs of 32, dl = d * (ls - 32), then 16 bytes: low nibbles are values
+// 0..15 of the run, high nibbles 16..31.
+void DecodeGgmlIQ4XSBlock(const uint8_t* blk, float* y) {
+  const float d = DecodeHalf(U16(blk));
+  const int scales_h = U16(blk + 2);
+  const uint8_t* qs = blk + 8;
+  for (int ib = 0; ib < 8; ++ib) {
+    const int ls = ((blk[4 + ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * static_cast<float>(kIQ4Table[qs[j] & 0xf]);
+      y[j + 16] = dl * static_cast<float>(kIQ4Table[qs[j] >> 4]);
+    }
+    y += 32;
+    qs += 16;
+  }
+}
+
 void DecodeGgmlKBlock(WeightFormat f, const uint8_t* blk, float* y) {
+  if (f == WeightFormat::kIQ4_XS) {
+    DecodeGgmlIQ4XSBlock(blk, y);
+    return;
+  }
   if (f == WeightFormat::kQ3_K) {
     DecodeGgmlQ3KBlock(blk, y);
     return;
@@ -146,10 +175,11 @@ void DecodeGgmlKBlock(WeightFormat f, const uint8_t* blk, float* y) {
 std::vector<float> DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) {
   std::vector<float> out(k);
   if (IsKQuantFormat(f)) {
-    const int64_t bytes = f == WeightFormat::kQ3_K   ? 110
-                          : f == WeightFormat::kQ4_K ? 144
-                          : f == WeightFormat::kQ5_K ? 176
-                                                     : 210;
+    const int64_t bytes = f == WeightFormat::kQ3_K     ? 110
+                          : f == WeightFormat::kQ4_K   ? 144
+                          : f == WeightFormat::kQ5_K   ? 176
+                          : f == WeightFormat::kIQ4_XS ? 136
+                                                       : 210;
     for (int64_t b = 0; b < k / 256; ++b) DecodeGgmlKBlock(f, row + b * bytes, &out[b * 256]);
     return out;
   }
@@ -176,6 +206,12 @@ std::vector<float> DecodeGgmlRow(WeightFormat f, const uint8_t* row, int64_t k) 
         const uint8_t* blk = row + b * 18;
         const int q = j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4;
         out[i] = static_cast<float>(q - 8) * DecodeHalf(U16(blk));
+        break;
+      }
+      case WeightFormat::kIQ4_NL: {
+        const uint8_t* blk = row + b * 18;
+        const int q = j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4;
+        out[i] = DecodeHalf(U16(blk)) * static_cast<float>(kIQ4Table[q]);
         break;
       }
       case WeightFormat::kQ4_1: {
@@ -323,6 +359,20 @@ TEST(WeightFormatTest, Sizes) {
   EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kQ3_K), 256);
   EXPECT_TRUE(IsKQuantFormat(WeightFormat::kQ3_K));
   EXPECT_FALSE(HasQuadNibbles(WeightFormat::kQ3_K));
+  // iq4_nl: ggml's 4.5 bits per weight (q4_0's group); iq4_xs: 146 bytes
+  // per 256 values of a column (ggml's 136 with the 6-bit scales as int8,
+  // one per 16 rows): 4.5625 bits per weight.
+  EXPECT_EQ(GgmlRowBytes(WeightFormat::kIQ4_NL, 64), 36);
+  EXPECT_EQ(PackedPanelBytes(WeightFormat::kIQ4_NL, 96),
+            kPackNR * GgmlRowBytes(WeightFormat::kIQ4_NL, 96));
+  EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kIQ4_NL), 32);
+  EXPECT_TRUE(IsQuantizedFormat(WeightFormat::kIQ4_NL));
+  EXPECT_EQ(GgmlRowBytes(WeightFormat::kIQ4_XS, 512), 2 * 136);
+  EXPECT_EQ(PackedPanelBytes(WeightFormat::kIQ4_XS, 256), kPackNR * 146);
+  EXPECT_EQ(WeightFormatBlockSize(WeightFormat::kIQ4_XS), 256);
+  EXPECT_TRUE(IsKQuantFormat(WeightFormat::kIQ4_XS));
+  EXPECT_TRUE(HasKInt8Scales(WeightFormat::kIQ4_XS));
+  EXPECT_EQ(SuperBlockBytes(WeightFormat::kIQ4_XS) % 64, 0);
   EXPECT_TRUE(IsKQuantFormat(WeightFormat::kQ5_K));
   EXPECT_FALSE(IsKQuantFormat(WeightFormat::kQ4_1));
   EXPECT_FALSE(IsQuantizedFormat(WeightFormat::kQ4_K));
@@ -569,6 +619,8 @@ TEST(WeightFormatTest, BlocksRoundTrip) {
               row[b * bb + 209] &= 0xbf;  // d finite (any sign)
             } else if (f == WeightFormat::kQ3_K) {
               row[b * bb + 109] &= 0xbf;
+            } else if (f == WeightFormat::kIQ4_XS) {
+              row[b * bb + 1] &= 0xbf;
             } else {
               row[b * bb + 1] &= 0xbf;  // d, dmin finite
               row[b * bb + 3] &= 0xbf;
@@ -727,6 +779,37 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   EXPECT_EQ(row[5], 2.0f * 2 * (1 - 4));
   EXPECT_EQ(row[6], 2.0f * 2 * -4);     // quant 0
   EXPECT_EQ(row[16], 2.0f * -32 * -4);  // scale 1, quant 0
+
+  // iq4_xs: d = 0x4000 (2); sub-block 5's ls = 0x2b (scales_l[2] high
+  // nibble 0xb, scales_h bits 10-11 = 2): 43 - 32 = 11 for 16-row
+  // sub-blocks 10 and 11; the others ls 0: -32. Value 165 (sub-block 5,
+  // l = 5): low nibble of qs[16 * 5 + 5] = 14; value 181 (l = 21): high
+  // nibble of qs[85] = 3.
+  std::vector<uint8_t> x4(136, 0);
+  x4[1] = 0x40;
+  x4[2 + 1] = 2 << 2;
+  x4[4 + 2] = 0xb0;
+  x4[8 + 85] = 0x3e;
+  std::vector<uint8_t> rowsx(21 * 136, 0);
+  std::memcpy(rowsx.data() + 20 * 136, x4.data(), 136);  // row 20: column 20
+  std::vector<uint8_t> px(PackedWeightBytes(WeightFormat::kIQ4_XS, 21, 256), 0xEE);
+  PackWeightsFromBlocks(WeightFormat::kIQ4_XS, rowsx.data(), 21, 256, 136, px.data());
+  EXPECT_EQ(px[2 * 20 + 1], 0x40);
+  for (int s = 0; s < 16; ++s) {
+    EXPECT_EQ(static_cast<int8_t>(px[64 + s * 32 + 20]), s / 2 == 5 ? 11 : -32) << s;
+  }
+  // k-row 165: quad 41, t = 1; column 20: byte 4 (20 % 16) + 1 = 17 of the
+  // quad, high nibble. k-row 181: quad 45, t = 1, byte 17, high nibble.
+  for (int i = 0; i < 4096; ++i) {
+    const int want = i == 41 * 64 + 17 ? 14 << 4 : i == 45 * 64 + 17 ? 3 << 4 : 0;
+    EXPECT_EQ(px[576 + i], want) << "iq4_xs quad byte " << i;
+  }
+  EXPECT_EQ(KQuantAt(WeightFormat::kIQ4_XS, px.data(), 165, 20), 14);
+  DequantizePackedRow(WeightFormat::kIQ4_XS, px.data(), 21, 256, 20, row);
+  EXPECT_EQ(row[165], 2.0f * 11 * 89);
+  EXPECT_EQ(row[181], 2.0f * 11 * -65);
+  EXPECT_EQ(row[180], 2.0f * 11 * -127);
+  EXPECT_EQ(row[0], 2.0f * -32 * -127);  // ls 0, quant 0
 }
 
 // The K-quants dequantize as gguf-py does (committed fixture blocks), both
@@ -742,6 +825,8 @@ TEST(WeightFormatTest, KQuantDequantizationMatchesGguf) {
       {WeightFormat::kQ5_K, quant_fixture::kQ5_K, quant_fixture::kQ5_KValues},
       {WeightFormat::kQ6_K, quant_fixture::kQ6_K, quant_fixture::kQ6_KValues},
       {WeightFormat::kQ3_K, quant_fixture::kQ3_K, quant_fixture::kQ3_KValues},
+      {WeightFormat::kIQ4_NL, quant_fixture::kIQ4_NL, quant_fixture::kIQ4_NLValues},
+      {WeightFormat::kIQ4_XS, quant_fixture::kIQ4_XS, quant_fixture::kIQ4_XSValues},
   };
   for (const auto& c : cases) {
     const int64_t row_bytes = GgmlRowBytes(c.f, k);
