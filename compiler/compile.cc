@@ -559,6 +559,8 @@ static_assert(static_cast<int>(xrt::WeightFormat::kQ4_1) == static_cast<int>(xpk
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_0) == static_cast<int>(xpk::DType::q5_0));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_1) == static_cast<int>(xpk::DType::q5_1));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ3_K) == static_cast<int>(xpk::DType::q3_k));
+static_assert(static_cast<int>(xrt::WeightFormat::kIQ4_NL) == static_cast<int>(xpk::DType::iq4_nl));
+static_assert(static_cast<int>(xrt::WeightFormat::kIQ4_XS) == static_cast<int>(xpk::DType::iq4_xs));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ4_K) == static_cast<int>(xpk::DType::q4_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ5_K) == static_cast<int>(xpk::DType::q5_k));
 static_assert(static_cast<int>(xrt::WeightFormat::kQ6_K) == static_cast<int>(xpk::DType::q6_k));
@@ -574,12 +576,13 @@ static_assert(static_cast<int>(xrt::ComputeType::kInt8) ==
               static_cast<int>(xpk::ComputeType::int8));
 
 // The packed format that holds a source tensor's values exactly and has a
-// kernel, if any: its own, or q8_0 for IQ4_NL (whose values are f16 d times an
-// int8 table entry: q8_0's, re-encoded by IQ4NLBlocksAsQ8_0).
+// kernel, if any: its own.
 std::optional<xrt::WeightFormat> LosslessFormat(SourceDType t) {
   switch (t) {
     case SourceDType::kIQ4_NL:
-      return xrt::WeightFormat::kQ8_0;
+      return xrt::WeightFormat::kIQ4_NL;
+    case SourceDType::kIQ4_XS:
+      return xrt::WeightFormat::kIQ4_XS;
     case SourceDType::kF32:
       return xrt::WeightFormat::kF32;
     case SourceDType::kF16:
@@ -631,10 +634,11 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
           xrt::WeightFormatFromName(policy, &f)
               ? " (bf16 pairs are bf16 weights as --compute bf16 stores them: ask for bf16)"
               : "");
-    if (xrt::IsKQuantFormat(f))
+    if (xrt::IsKQuantFormat(f) || xrt::HasIQ4Table(f))
       return xrt::InvalidArgumentError(
-          "--weight-dtype: quantizing to {} is not supported (no K-quant quantizer); "
-          "--weight-dtype auto keeps a GGUF's Q3_K / Q4_K / Q5_K / Q6_K tensors as they are",
+          "--weight-dtype: quantizing to {} is not supported (no K-quant or IQ4 quantizer); "
+          "--weight-dtype auto keeps a GGUF's Q3_K / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS "
+          "tensors as they are",
           policy);
     forced = f;
   }
@@ -665,10 +669,6 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
       }
       const SourceDType dtype = (*t)->dtype;
       std::optional<xrt::WeightFormat> f = forced ? forced : LosslessFormat(dtype);
-      if (!forced && dtype == SourceDType::kIQ4_NL)
-        note(
-            "IQ4_NL tensors are stored as q8_0 (the same values, 1.9x their bytes; no iq4_nl "
-            "kernel yet)");
       if (!f) {
         f = xrt::WeightFormat::kF32;
         note(fmt::format("{} tensors are dequantized to f32 (no kernel for {} yet)",
@@ -706,24 +706,9 @@ Status AssignWeightFormats(ModuleOp module, const ModelSource& source, const std
   return status;
 }
 
-// Re-encodes `blocks` IQ4_NL blocks {f16 d, 16 bytes of nibbles} as Q8_0
-// blocks {f16 d, int8 qs[32]} with qs = the table entries the nibbles index:
-// the same values (d * entry is exact in f32 either way).
-void IQ4NLBlocksAsQ8_0(const uint8_t* in, int64_t blocks, uint8_t* out) {
-  const size_t inBytes = GetDTypeLayout(SourceDType::kIQ4_NL).block_bytes;                 // 18
-  const int64_t outBytes = xrt::GgmlRowBytes(xrt::WeightFormat::kQ8_0, xrt::kQuantGroup);  // 34
-  for (int64_t b = 0; b < blocks; ++b, in += inBytes, out += outBytes) {
-    std::memcpy(out, in, 2);
-    for (int j = 0; j < 16; ++j) {
-      out[2 + j] = static_cast<uint8_t>(kIQ4NLValues[in[2 + j] & 15]);
-      out[2 + 16 + j] = static_cast<uint8_t>(kIQ4NLValues[in[2 + j] >> 4]);
-    }
-  }
-}
-
 // A weight's bytes as the artifact stores them: row-major f32, or packed in
 // its format (repacked losslessly from the source's own blocks when they are
-// of that format or re-encode to it, else converted from f32).
+// of that format, else converted from f32).
 Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, const WeightDesc& d) {
   int64_t numel = 1;
   for (int64_t s : d.shape) numel *= s;
@@ -752,10 +737,9 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
   if (sameFormat) {
     const int64_t n = d.shape[0], k = d.shape[1];
     // One part is packed straight from the (mapped) source; several are
-    // concatenated, and IQ4_NL parts re-encoded as Q8_0.
-    const auto iq4nl = [](const SourceTensor* t) { return t->dtype == SourceDType::kIQ4_NL; };
+    // concatenated.
     std::vector<uint8_t> rows;
-    const uint8_t* rowData = parts.size() == 1 && !iq4nl(parts[0]) ? parts[0]->data : nullptr;
+    const uint8_t* rowData = parts.size() == 1 ? parts[0]->data : nullptr;
     uint64_t rowBytes = 0;
     int64_t rowCount = 0;
     for (const SourceTensor* t : parts) {
@@ -765,17 +749,8 @@ Expected<std::vector<uint8_t>> MaterializeWeight(const ModelSource& source, cons
       if (elements % k != 0)
         return xrt::InternalError("weight '{}': part '{}' does not hold rows of {}", d.name,
                                   t->name, k);
-      if (iq4nl(t)) {
-        const int64_t blocks = elements / xrt::kQuantGroup;
-        const int64_t q8Bytes = xrt::GgmlRowBytes(xrt::WeightFormat::kQ8_0, elements);
-        const size_t at = rows.size();
-        rows.resize(at + static_cast<size_t>(q8Bytes));
-        IQ4NLBlocksAsQ8_0(t->data, blocks, rows.data() + at);
-        rowBytes += static_cast<uint64_t>(q8Bytes);
-      } else {
-        if (!rowData) rows.insert(rows.end(), t->data, t->data + t->nbytes);
-        rowBytes += t->nbytes;
-      }
+      if (!rowData) rows.insert(rows.end(), t->data, t->data + t->nbytes);
+      rowBytes += t->nbytes;
       rowCount += elements / k;
     }
     if (!rowData) rowData = rows.data();

@@ -97,10 +97,11 @@ int main(int argc, char** argv) {
       ->add_option(
           "--weight-dtype", co.weight_dtype,
           "How linear weights and embedding tables are stored: auto (each tensor's "
-          "own format: GGUF q8_0/q4_0/q4_1/q5_0/q5_1/q3_k/q4_k/q5_k/q6_k blocks, f16/bf16 stay "
+          "own format: GGUF q8_0/q4_0/q4_1/q5_0/q5_1/q3_k/q4_k/q5_k/q6_k/iq4_nl/iq4_xs blocks, "
+          "f16/bf16 stay "
           "16-bit; with --compute bf16, f32/f16/bf16 linear weights become bf16 pairs), "
           "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (converted or quantized at "
-          "compile time; there is no quantizer to q3_k/q4_k/q5_k/q6_k)")
+          "compile time; there is no quantizer to q3_k/q4_k/q5_k/q6_k/iq4_nl/iq4_xs)")
       ->capture_default_str();
   compile
       ->add_option("--compute", co.compute,

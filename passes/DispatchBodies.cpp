@@ -237,11 +237,41 @@ Value fifthBit(Emitter &e, Value bytes, Value fifthBits, Value row,
   return b.create<arith::ShLIOp>(loc, bit, i8c(toBit));
 }
 
-// Row `lane` of a K-quant table (q3_k, q4_k, q5_k, q6_k; the panel at byte
-// `panelBase`) into out[r, 0 .. cols): super-blocks of 256 k-rows, each value
-// computed as the kernels do (weight_format.h): q4_k / q5_k (d * sc) * q -
-// dmin * m, q6_k (d * sc) * (q - 32), q3_k (d * sc) * (q - 4), the products
-// d * sc, dmin * m and q4_k / q5_k's product with q exact in f32.
+// The f32 value of xrt::kIQ4Values[nibble] (`nibble` an i8 in 0..15): the
+// table as two i64 constants of eight entries each, little-endian, one picked
+// by bit 3 and shifted down by 8 (nibble % 8) bits.
+Value iq4Value(Emitter &e, Value nibble) {
+  OpBuilder &b = e.builder();
+  Location loc = e.loc();
+  auto i64c = [&](uint64_t v) {
+    return b
+        .create<arith::ConstantOp>(loc,
+                                   b.getI64IntegerAttr(static_cast<int64_t>(v)))
+        .getResult();
+  };
+  uint64_t words[2] = {0, 0};
+  for (int i = 0; i < 16; ++i)
+    words[i / 8] |=
+        static_cast<uint64_t>(static_cast<uint8_t>(xrt::kIQ4Values[i]))
+        << (8 * (i % 8));
+  Value n = b.create<arith::ExtUIOp>(loc, b.getI64Type(), nibble);
+  Value upper =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, n, i64c(8));
+  Value word =
+      b.create<arith::SelectOp>(loc, upper, i64c(words[1]), i64c(words[0]));
+  Value shift = b.create<arith::MulIOp>(
+      loc, b.create<arith::AndIOp>(loc, n, i64c(7)), i64c(8));
+  Value entry = b.create<arith::TruncIOp>(
+      loc, b.getI8Type(), b.create<arith::ShRUIOp>(loc, word, shift));
+  return b.create<arith::SIToFPOp>(loc, b.getF32Type(), entry);
+}
+
+// Row `lane` of a K-quant table (q3_k, q4_k, q5_k, q6_k, iq4_xs; the panel at
+// byte `panelBase`) into out[r, 0 .. cols): super-blocks of 256 k-rows, each
+// value computed as the kernels do (weight_format.h): q4_k / q5_k (d * sc) * q
+// - dmin * m, q6_k (d * sc) * (q - 32), q3_k (d * sc) * (q - 4), iq4_xs (d *
+// sc) * xrt::kIQ4Values[q], the products d * sc, dmin * m and q4_k / q5_k's
+// product with q exact in f32.
 void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
                      Value i16s, Value panelBase, Value lane, int64_t cols,
                      Value out, Value r) {
@@ -271,7 +301,9 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
   const bool six = format == xrt::WeightFormat::kQ6_K;
   const bool five = format == xrt::WeightFormat::kQ5_K;
   const bool three = format == xrt::WeightFormat::kQ3_K;
-  const bool int8Scales = xrt::HasKInt8Scales(format); // q3_k, q6_k: no min
+  const bool int8Scales =
+      xrt::HasKInt8Scales(format);             // q3_k, q6_k, iq4_xs: no min
+  const bool table = xrt::HasIQ4Table(format); // iq4_xs
   const int64_t sbBytes = xrt::SuperBlockBytes(format);
   const int subRows = xrt::KSubBlockRows(format);
   const int64_t lowAt = xrt::KLowQuantsOffset(format);
@@ -357,6 +389,8 @@ void gatherKQuantRow(Emitter &e, xrt::WeightFormat format, Value bytes,
                               3),
                          4));
           x = e.mul(mul, e.sub(toF32(q), e.f32(32.0f)));
+        } else if (table) {
+          x = e.mul(mul, iq4Value(e, q));
         } else {
           if (five)
             q = bor(q, fifthBit(e, bytes,
@@ -426,6 +460,7 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
           case xrt::WeightFormat::kQ4_K:
           case xrt::WeightFormat::kQ5_K:
           case xrt::WeightFormat::kQ6_K:
+          case xrt::WeightFormat::kIQ4_XS:
             gatherKQuantRow(e, format, bytes, i16s,
                             idxMul(e, panel, panelBytes), lane, cols, out, r);
             return;
@@ -434,6 +469,7 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
           case xrt::WeightFormat::kQ4_1:
           case xrt::WeightFormat::kQ5_0:
           case xrt::WeightFormat::kQ5_1:
+          case xrt::WeightFormat::kIQ4_NL:
             break;
           case xrt::WeightFormat::kBF16Pairs:
           case xrt::WeightFormat::kBF16PairsAmx:
@@ -441,7 +477,7 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
           }
           // Groups of 32 k-values: f16 scales [32], (q4_1, q5_1) f16 mins
           // [32], (q5) the fifth bits, 16 bytes per quad, then the quants:
-          // q8_0 32 k-rows of 32 bytes, q4 / q5 8 quads of 64.
+          // q8_0 32 k-rows of 32 bytes, q4 / q5 / iq4_nl 8 quads of 64.
           const bool q8 = format == xrt::WeightFormat::kQ8_0;
           const bool five = xrt::HasFifthBits(format);
           const int64_t header = xrt::QuantGroupQuantsOffset(format);
@@ -472,7 +508,7 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
               offset = halfToF32(
                   e, e.load(i16s,
                             {idxAdd(e, idxAdd(e, half, e.index(32)), lane)}));
-            else if (!q8)
+            else if (!q8 && !xrt::HasIQ4Table(format))
               offset = e.mul(scale, e.f32(-static_cast<float>(
                                         xrt::QuantGroupQuantOffset(format))));
             Value quants =
@@ -498,9 +534,13 @@ LogicalResult buildGatherPacked(Emitter &e, xg::WeightOp table,
                                idxAdd(e, groupBase,
                                       e.index(xrt::FifthBitsOffset(format))),
                                kk, fifth));
-                Value q =
-                    b.create<arith::UIToFPOp>(loc, b.getF32Type(), nibble);
-                x = b.create<math::FmaOp>(loc, scale, q, offset);
+                if (xrt::HasIQ4Table(format)) {
+                  x = e.mul(scale, iq4Value(e, nibble));
+                } else {
+                  Value q =
+                      b.create<arith::UIToFPOp>(loc, b.getF32Type(), nibble);
+                  x = b.create<math::FmaOp>(loc, scale, q, offset);
+                }
               }
               e.store(x, out, {r, idxAdd(e, col0, kk)});
             });

@@ -694,6 +694,17 @@ GGUF_MODELS = {
                    attn_q=["Q3_K", "Q3_K"], attn_k=["Q3_K", "Q3_K"], attn_v=["Q5_K", "Q4_K"],
                    attn_output=["Q4_K", "Q4_K"], ffn_gate=["Q3_K", "Q3_K"],
                    ffn_up=["Q3_K", "Q3_K"], ffn_down=["Q5_K", "Q3_K"])),
+    # IQ4_NL / IQ4_XS (what llama.cpp's IQ4_XS writes: IQ4_XS where K is a multiple of 256,
+    # IQ4_NL elsewhere): an untied IQ4_XS table with an IQ4_NL lm_head, every linear IQ4_NL
+    # or IQ4_XS, gate/up in one format per layer (they fuse), a Q6_K v beside them.
+    "iq4": dict(
+        seed=3311, tied=False,
+        config=dict(hidden_size=256, intermediate_size=256, head_dim=64),
+        types=dict(token_embd="IQ4_XS", output="IQ4_NL",
+                   attn_q=["IQ4_NL", "IQ4_XS"], attn_k=["IQ4_XS", "IQ4_NL"],
+                   attn_v=["Q6_K", "IQ4_NL"], attn_output=["IQ4_XS", "IQ4_NL"],
+                   ffn_gate=["IQ4_NL", "IQ4_XS"], ffn_up=["IQ4_NL", "IQ4_XS"],
+                   ffn_down=["IQ4_XS", "IQ4_NL"])),
 }
 GGUF_FILE = "model.gguf"
 GGUF_CONFIG = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
@@ -812,6 +823,49 @@ def quantize_k(arr, qtype_name):
     return np.concatenate(parts, axis=1).reshape(rows, -1)
 
 
+# ggml's kvalues_iq4nl: the values an IQ4_NL / IQ4_XS 4-bit index stands for.
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
+                       1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
+
+
+def quantize_iq4(arr, qtype_name):
+    """float32 [rows, K] -> uint8 IQ4_NL (K % 32 == 0) or IQ4_XS (K % 256 == 0) blocks. As
+    quantize_k, not ggml's search: per 32 values a scale that maps the peak to -127 (IQ4_XS:
+    the f16 d times a 6-bit ls - 32 per 32 values), each value the nearest table entry."""
+    rows, k = arr.shape
+    sub = arr.reshape(-1, 32).astype(np.float32)
+    amax_i = np.abs(sub).argmax(axis=-1)
+    scale = np.take_along_axis(sub, amax_i[:, None], axis=-1)[:, 0] / -127.0
+    if qtype_name == "IQ4_NL":
+        d = _f16(scale)
+        step = d.astype(np.float32)
+    else:
+        nb = sub.shape[0] // 8
+        d = _f16(np.abs(scale.reshape(nb, 8)).max(axis=-1) / 32.0)
+        df = np.repeat(d.astype(np.float32), 8)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ls = np.where(df > 0, np.round(scale / df), 0)
+        ls = np.clip(ls, -32, 31).astype(np.int16)
+        step = df * ls.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(step[:, None] != 0, sub / step[:, None], 0)
+    q = np.abs(y[..., None] - IQ4_VALUES).argmin(axis=-1).astype(np.uint8)
+    qs = (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)  # value j low, j + 16 high
+    if qtype_name == "IQ4_NL":  # block_iq4_nl {d, qs[16]}
+        return np.concatenate([d.reshape(-1, 1).view(np.uint8), qs], axis=1).reshape(rows, -1)
+    # block_iq4_xs {d, scales_h, scales_l[4], qs[128]}: sub-block i's ls + 32 has its low
+    # nibble at nibble i % 2 of scales_l[i / 2], its high 2 bits at bits 2i of scales_h.
+    u = (ls + 32).astype(np.uint16).reshape(nb, 8)
+    scales_h = np.zeros(nb, np.uint16)
+    scales_l = np.zeros((nb, 4), np.uint8)
+    for i in range(8):
+        scales_h |= (u[:, i] >> 4) << (2 * i)
+        scales_l[:, i // 2] |= ((u[:, i] & 15) << (4 * (i % 2))).astype(np.uint8)
+    blocks = np.concatenate([d.reshape(nb, 1).view(np.uint8), scales_h.reshape(nb, 1).view(np.uint8),
+                             scales_l, qs.reshape(nb, 128)], axis=1)
+    return blocks.reshape(rows, -1)
+
+
 def rotary_rows_to_gguf(w, n_head):
     """llama.cpp's llama conversion reorders the q/k rows of each head from HF's
     [first halves | second halves] of the rotary pairs to interleaved pairs: GGUF row
@@ -919,6 +973,8 @@ def write_gguf(path, model, spec, raw_tok, ids, chat_template):
         q = gguf.GGMLQuantizationType[qtype]
         if qtype.endswith("_K"):
             data = quantize_k(arr, qtype)
+        elif qtype.startswith("IQ4"):
+            data = quantize_iq4(arr, qtype)
         else:
             data = gguf.quants.quantize(arr, q)
         w.add_tensor(gname, data, raw_dtype=q)

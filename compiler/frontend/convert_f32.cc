@@ -10,16 +10,13 @@
 // In the 32-value types, byte j holds value j in its low nibble and value j+16
 // in its high nibble; bit j of qh is the fifth bit of value j.
 //   Q2_K..Q8_K: 256-value super-blocks, see the per-type functions below.
-//   IQ4_NL {d, qs[16]}                x = kIQ4NLValues[nibble] * d (nibbles as Q4_0)
+//   IQ4_NL {d, qs[16]}                x = xrt::kIQ4Values[nibble] * d (nibbles as Q4_0)
 //   IQ4_XS: 256-value super-blocks, see BlockIQ4_XS.
 #include <cstring>
 
 #include "compiler/frontend/source_dtype.h"
 
 namespace xcc {
-
-const int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                 1,    13,   25,  38,  53,  69,  89,  113};
 
 namespace {
 
@@ -225,16 +222,16 @@ void BlockQ6_K(const uint8_t* b, float* y) {
   }
 }
 
-// 32 values scale * kIQ4NLValues[nibble] from the 16 bytes at qs (byte j:
+// 32 values scale * xrt::kIQ4Values[nibble] from the 16 bytes at qs (byte j:
 // value j in its low nibble, j + 16 in its high one, as Q4_0).
 void IQ4Nibbles(const uint8_t* qs, float scale, float* y) {
   for (int j = 0; j < kQK / 2; ++j) {
-    y[j] = scale * static_cast<float>(kIQ4NLValues[qs[j] & 15]);
-    y[j + kQK / 2] = scale * static_cast<float>(kIQ4NLValues[qs[j] >> 4]);
+    y[j] = scale * static_cast<float>(xrt::kIQ4Values[qs[j] & 15]);
+    y[j + kQK / 2] = scale * static_cast<float>(xrt::kIQ4Values[qs[j] >> 4]);
   }
 }
 
-// IQ4_NL: a Q4_0 block whose nibbles index kIQ4NLValues.
+// IQ4_NL: a Q4_0 block whose nibbles index xrt::kIQ4Values.
 void BlockIQ4_NL(const uint8_t* b, float* y) { IQ4Nibbles(b + 2, LoadF16(b), y); }
 
 // IQ4_XS {d, scales_h u16, scales_l[4], qs[128]}: 8 sub-blocks of 32, each an

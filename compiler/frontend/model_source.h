@@ -203,7 +203,4 @@ class IndexedModelSource : public ModelSource {
 // types `n` must be a multiple of the block size. Exposed for tests.
 Status ConvertToF32(SourceDType t, const uint8_t* src, size_t nbytes, int64_t n, float* out);
 
-// The 16 values of ggml's IQ4_NL / IQ4_XS 4-bit indices (kvalues_iq4nl).
-extern const int8_t kIQ4NLValues[16];
-
 }  // namespace xcc

@@ -705,6 +705,8 @@ uint64_t DTypeSize(xpk::DType dtype) {
     case xpk::DType::q5_0:
     case xpk::DType::q5_1:
     case xpk::DType::q3_k:
+    case xpk::DType::iq4_nl:
+    case xpk::DType::iq4_xs:
     case xpk::DType::q4_k:
     case xpk::DType::q5_k:
     case xpk::DType::q5_k_bit_planes:
@@ -756,6 +758,12 @@ bool WeightFormatOf(xpk::DType dtype, WeightFormat* out) {
       return true;
     case xpk::DType::q3_k:
       *out = WeightFormat::kQ3_K;
+      return true;
+    case xpk::DType::iq4_nl:
+      *out = WeightFormat::kIQ4_NL;
+      return true;
+    case xpk::DType::iq4_xs:
+      *out = WeightFormat::kIQ4_XS;
       return true;
     case xpk::DType::q4_k:
       *out = WeightFormat::kQ4_K;

@@ -855,12 +855,13 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
   EXPECT_EQ(LoadError(bad),
             "model.xpk: weight 1 'lm_head.weight': q8_0 weight has K = 16, not a multiple of its "
             "block size 32");
-  // K-quants (format 1.5; q3_k 1.16), bf16 pairs (1.14), q5_0 / q5_1 (1.15): packed
-  // only; the K-quants need K to be a multiple of 256, q5 of 32, every non-f32 format the
-  // kernels' panel width.
+  // K-quants (format 1.5; q3_k 1.16), bf16 pairs (1.14), q5_0 / q5_1 (1.15), iq4_nl /
+  // iq4_xs (1.17): packed only; the K-quants and iq4_xs need K to be a multiple of 256, q5
+  // and iq4_nl of 32, every non-f32 format the kernels' panel width.
   for (xpk::DType packed :
        {xpk::DType::q4_k, xpk::DType::q5_k, xpk::DType::q6_k, xpk::DType::bf16_pairs,
-        xpk::DType::bf16_pairs_amx, xpk::DType::q5_0, xpk::DType::q5_1, xpk::DType::q3_k}) {
+        xpk::DType::bf16_pairs_amx, xpk::DType::q5_0, xpk::DType::q5_1, xpk::DType::q3_k,
+        xpk::DType::iq4_nl, xpk::DType::iq4_xs}) {
     const std::string name = xpk::EnumNameDType(packed);
     bad = bytes;
     w = ManifestOf(bad)->weights()->Get(0);
@@ -871,12 +872,13 @@ TEST(ArtifactCorrupt, WeightOutsideSegment) {
     w = ManifestOf(bad)->weights()->Get(1);
     Poke<uint8_t>(FieldAddr(w, xpk::Weight::VT_DTYPE), static_cast<uint8_t>(packed));
     const bool pairs = packed == xpk::DType::bf16_pairs || packed == xpk::DType::bf16_pairs_amx;
-    const bool q5 = packed == xpk::DType::q5_0 || packed == xpk::DType::q5_1;
+    const bool group =
+        packed == xpk::DType::q5_0 || packed == xpk::DType::q5_1 || packed == xpk::DType::iq4_nl;
     EXPECT_EQ(LoadError(bad), "model.xpk: weight 1 'lm_head.weight': " + name +
                                   (pairs ? " weight has pack_nr 16 (must be 32)"
                                          : std::string(" weight has K = 16, not a multiple of its "
                                                        "block size ") +
-                                               (q5 ? "32" : "256")));
+                                               (group ? "32" : "256")));
   }
   // q5_k / q6_k in the bit-plane layouts of formats 1.5-1.8 / 1.5-1.7 and
   // q4_0 / q4_1 by k-row (1.4-1.9): named, with what to do, whichever weight

@@ -22,7 +22,7 @@ namespace xrt {
 
 inline constexpr char kXpkMagic[8] = {'X', 'P', 'K', '\0', 'A', 'R', 'T', '\0'};
 inline constexpr uint32_t kXpkFormatMajor = 1;
-inline constexpr uint32_t kXpkFormatMinor = 16;
+inline constexpr uint32_t kXpkFormatMinor = 17;
 // From this minor on every segment carries a checksum (schemas/artifact.fbs, Segment).
 inline constexpr uint32_t kXpkFirstMinorWithChecksums = 1;
 inline constexpr uint32_t kXpkHeaderSize = 64;

@@ -29,8 +29,9 @@ inline std::vector<float> ReadF32(const std::filesystem::path& p) {
 // The decoder fixtures: "gguf/<name>" is tests/fixtures/gguf/<name>/ (model.gguf),
 // any other name tests/fixtures/models/<name>/ (an HF directory).
 inline const std::vector<std::string> kDecoderFixtures = {
-    "llama_gqa",      "llama_tied",       "llama_attn_bias", "qwen2_bias", "mistral",  "gguf/mixed",
-    "gguf/tied_q4_1", "gguf/llama3_rope", "gguf/kquants",    "gguf/q5",    "gguf/q3_k"};
+    "llama_gqa",    "llama_tied", "llama_attn_bias", "qwen2_bias",
+    "mistral",      "gguf/mixed", "gguf/tied_q4_1",  "gguf/llama3_rope",
+    "gguf/kquants", "gguf/q5",    "gguf/q3_k",       "gguf/iq4"};
 
 inline bool IsGgufFixture(const std::string& name) { return name.rfind("gguf/", 0) == 0; }
 

@@ -282,9 +282,10 @@ xcc::CompileOptions SmallCompileOptions(const std::string& model, const fs::path
 // linear weight and the table (if tied, also the lm_head) in its own format,
 // once, with exactly the GGUF's bytes per weight (the lossless repack keeps
 // ggml's bits per weight; q3_k 114 bytes per ggml's 110, its 6-bit scales as
-// int8). `kept` maps the GGUF's types to the artifact's dtypes; `table` is
-// the table's. Their numerics against HF are
-// decoder_numerics_test's. Returns the options it compiled with.
+// int8; iq4_xs 146 per 136, its 6-bit scales as int8 per 16 rows). `kept`
+// maps the GGUF's types to the artifact's dtypes; `table` is the table's.
+// Their numerics against HF are decoder_numerics_test's. Returns the options
+// it compiled with.
 xcc::CompileOptions ExpectGgufTensorsKept(const std::string& fixture,
                                           const std::map<xcc::SourceDType, xpk::DType>& kept,
                                           xpk::DType table) {
@@ -526,59 +527,83 @@ TEST(KQuants, TablesAndLinearsBitIdenticalToTheirF32Values) {
   }
 }
 
-// IQ4_NL tensors are stored as q8_0 (re-encoded: the same values): the table,
-// q and v (beside a Q4_K k), and gate with up, fused from two IQ4_NL parts;
-// an IQ4_XS down is dequantized to f32. Bit-identical to the f32 copy of the
-// same values.
-TEST(IQ4, NlStoredAsQ8_0XsAsF32) {
+// IQ4_NL / IQ4_XS tensors are kept as iq4_nl / iq4_xs (format 1.17; q8_0 and
+// f32 before), wherever they are: an IQ4_NL table, q and v (beside a Q4_K k),
+// gate with up fused from two IQ4_NL parts and an IQ4_XS down; then an
+// untied IQ4_XS table (the compiled lookup's table path) with IQ4_XS k and
+// o. Bit-identical to the f32 copy of the same values.
+TEST(IQ4, KeptAsIq4NlAndIq4Xs) {
   using F = xrt::WeightFormat;
   using D = xcc::SourceDType;
-  const KQuantModel m{F::kQ4_K,
-                      F::kQ6_K,
-                      F::kQ4_K,
-                      F::kQ5_K,
-                      {},
-                      {{"token_embd", D::kIQ4_NL},
-                       {"blk.0.attn_q", D::kIQ4_NL},
-                       {"blk.0.attn_v", D::kIQ4_NL},
-                       {"blk.0.ffn_gate", D::kIQ4_NL},
-                       {"blk.0.ffn_up", D::kIQ4_NL},
-                       {"blk.0.ffn_down", D::kIQ4_XS}}};
-  const fs::path dir = fs::temp_directory_path() / "xcc_iq4";
-  fs::create_directories(dir);
-  WriteKQuantGgufs(m, dir / "quantized.gguf", dir / "f32.gguf");
-  const xcc::CompileOptions o =
-      SmallCompileOptions((dir / "quantized.gguf").string(), dir / "quantized.xpk");
-  auto summary = xcc::Compile(o);
-  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
-  std::string notes;
-  for (const std::string& n : summary->weight_notes) notes += n + "\n";
-  EXPECT_NE(notes.find("IQ4_NL tensors are stored as q8_0"), std::string::npos) << notes;
-  EXPECT_NE(notes.find("IQ4_XS tensors are dequantized to f32"), std::string::npos) << notes;
-  auto a = xrt::Artifact::Open(o.output_path);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  std::map<std::string, xpk::DType> dtypes;
-  for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
-    const xpk::Weight* w = *(*a)->weight(i);
-    dtypes[w->name()->str()] = w->dtype();
-  }
-  int q8 = 0, f32 = 0;
-  for (const auto& [name, dtype] : dtypes) {
-    if (name.find("embed_tokens") != std::string::npos) {
-      EXPECT_EQ(dtype, xpk::DType::q8_0);
+  const KQuantModel models[] = {{F::kQ4_K,
+                                 F::kQ6_K,
+                                 F::kQ4_K,
+                                 F::kQ5_K,
+                                 {},
+                                 {{"token_embd", D::kIQ4_NL},
+                                  {"blk.0.attn_q", D::kIQ4_NL},
+                                  {"blk.0.attn_v", D::kIQ4_NL},
+                                  {"blk.0.ffn_gate", D::kIQ4_NL},
+                                  {"blk.0.ffn_up", D::kIQ4_NL},
+                                  {"blk.0.ffn_down", D::kIQ4_XS}}},
+                                {F::kQ4_K,
+                                 F::kQ6_K,
+                                 F::kQ4_K,
+                                 F::kQ5_K,
+                                 {},
+                                 {{"token_embd", D::kIQ4_XS},
+                                  {"blk.0.attn_k", D::kIQ4_XS},
+                                  {"blk.0.attn_output", D::kIQ4_XS}}}};
+  for (const KQuantModel& m : models) {
+    const bool nl_table = m.other.at("token_embd") == D::kIQ4_NL;
+    SCOPED_TRACE(nl_table ? "IQ4_NL table" : "IQ4_XS table");
+    const fs::path dir = fs::temp_directory_path() / (nl_table ? "xcc_iq4_nl" : "xcc_iq4_xs");
+    fs::create_directories(dir);
+    WriteKQuantGgufs(m, dir / "quantized.gguf", dir / "f32.gguf");
+    const xcc::CompileOptions o =
+        SmallCompileOptions((dir / "quantized.gguf").string(), dir / "quantized.xpk");
+    auto summary = xcc::Compile(o);
+    ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+    for (const std::string& n : summary->weight_notes) {
+      EXPECT_EQ(n.find("IQ4"), std::string::npos) << n;
     }
-    if (name.find("down_proj") != std::string::npos) {
-      EXPECT_EQ(dtype, xpk::DType::f32);
+    auto a = xrt::Artifact::Open(o.output_path);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    int nl = 0, xs = 0;
+    for (uint32_t i = 0; i < (*a)->num_weights(); ++i) {
+      const xpk::Weight* w = *(*a)->weight(i);
+      const std::string name = w->name()->str();
+      if (name.find("embed_tokens") != std::string::npos) {
+        EXPECT_EQ(w->dtype(), nl_table ? xpk::DType::iq4_nl : xpk::DType::iq4_xs);
+      }
+      if (nl_table && name.find("down_proj") != std::string::npos) {
+        EXPECT_EQ(w->dtype(), xpk::DType::iq4_xs);
+      }
+      nl += w->dtype() == xpk::DType::iq4_nl;
+      xs += w->dtype() == xpk::DType::iq4_xs;
     }
-    q8 += dtype == xpk::DType::q8_0;
-    f32 += dtype == xpk::DType::f32 && name.find("down_proj") != std::string::npos;
+    EXPECT_EQ(nl, nl_table ? 3 : 0) << "the table, q with v, and gate/up";
+    EXPECT_EQ(xs, nl_table ? 1 : 3);
+    const std::string f32_artifact =
+        CompileWith((dir / "f32.gguf").string(), "auto", dir / "f32.xpk");
+    const json prompts = json::array({json{{"ids", {4, 0, 1, 2, 0, 0, 1}}}, json{{"ids", {1}}}});
+    ExpectTheSameRuns(o.output_path, f32_artifact, prompts);
   }
-  EXPECT_GE(q8, 3) << "the table, q, v and gate/up";
-  EXPECT_EQ(f32, 1);
-  const std::string f32_artifact =
-      CompileWith((dir / "f32.gguf").string(), "auto", dir / "f32.xpk");
-  const json prompts = json::array({json{{"ids", {4, 0, 1, 2, 0, 0, 1}}}, json{{"ids", {1}}}});
-  ExpectTheSameRuns(o.output_path, f32_artifact, prompts);
+}
+
+// --weight-dtype cannot ask for an IQ4 format: there is no quantizer.
+TEST(IQ4, NoQuantizer) {
+  for (const char* f : {"iq4_nl", "iq4_xs"}) {
+    xcc::CompileOptions o =
+        SmallCompileOptions(kFixture.string(), fs::temp_directory_path() / "xcc_iq4_forced.xpk");
+    o.weight_dtype = f;
+    auto summary = xcc::Compile(o);
+    ASSERT_FALSE(summary.ok()) << f;
+    EXPECT_NE(
+        summary.status().message().find(std::string("quantizing to ") + f + " is not supported"),
+        std::string::npos)
+        << summary.status().ToString();
+  }
 }
 
 // Q3_K (most of a Q3_K_M file) is kept as q3_k (format 1.16; q6_k before),
@@ -591,6 +616,18 @@ TEST(Q3K, AutoKeepsGgufQ3KTensors) {
                          {SourceDType::kQ5_K, xpk::DType::q5_k},
                          {SourceDType::kQ6_K, xpk::DType::q6_k}},
                         xpk::DType::q3_k);
+}
+
+// IQ4_NL / IQ4_XS (what llama.cpp's IQ4_XS writes) are kept as iq4_nl /
+// iq4_xs (format 1.17), beside a Q6_K: the untied IQ4_XS table and the
+// IQ4_NL lm_head too.
+TEST(IQ4, AutoKeepsGgufIQ4Tensors) {
+  using xcc::SourceDType;
+  ExpectGgufTensorsKept("iq4",
+                        {{SourceDType::kIQ4_NL, xpk::DType::iq4_nl},
+                         {SourceDType::kIQ4_XS, xpk::DType::iq4_xs},
+                         {SourceDType::kQ6_K, xpk::DType::q6_k}},
+                        xpk::DType::iq4_xs);
 }
 
 // Q5_0 / Q5_1 (what llama.cpp's Q4_K_M and Q5_K_M write where K is not a
