@@ -427,10 +427,11 @@ constexpr int64_t K5HighBitsOffset(WeightFormat f) {
 constexpr int K6HighByte(int kk, int j) { return 32 * (kk / 4) + 4 * (j % 8) + kk % 4; }
 constexpr int K6HighShift(int j) { return 2 * (2 * (j % 16 / 8) + j / 16); }
 
-// The signed integer an unsigned quant q of a q format without a min, or of
-// a K-quant with int8 scales, stands for before its scale: kIQ4Values[q],
-// else q - QuantGroupQuantOffset (q4_0, q5_0) or q - KQuantOffset (q3_k,
-// q6_k). q8_0's stored byte is already signed: not for it.
+// The integer an unsigned quant q stands for before its scale (and any
+// min): kIQ4Values[q] for iq4_nl / iq4_xs, else q minus the format's offset
+// (QuantGroupQuantOffset: q4_0 8, q5_0 16; KQuantOffset: q3_k 4, q6_k 32; 0
+// for the formats with a min). q8_0's stored byte is already signed: not for
+// it.
 constexpr int SignedQuant(WeightFormat f, int q) {
   return HasIQ4Table(f)      ? kIQ4Values[q]
          : IsKQuantFormat(f) ? q - KQuantOffset(f)
