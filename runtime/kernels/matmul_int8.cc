@@ -815,8 +815,13 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   if constexpr (IsKQuantFormat(F)) {
-    constexpr int kSubs = kSuperBlock / KSubBlockRows(F);
-    constexpr int kSubQuads = KSubBlockRows(F) / 4;
+    // k-rows per scale step: iq4_xs's 16-row scales come in equal pairs
+    // (ggml's 32-row sub-blocks, weight_format.h), so it runs 32-row steps
+    // with one multiply by the pair's first scale where 16-row steps took two
+    // (M = 128, 2 threads: bench/README.md's iq4 section).
+    constexpr int kStepRows = F == WeightFormat::kIQ4_XS ? 32 : KSubBlockRows(F);
+    constexpr int kSubs = kSuperBlock / kStepRows;
+    constexpr int kSubQuads = kStepRows / 4;
     constexpr int64_t kBytes = SuperBlockBytes(F);
     for (int64_t b = 0; b < k / kSuperBlock; ++b) {
       const uint8_t* sb = panel + b * kBytes;
@@ -831,7 +836,7 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
       for (int s = 0; s < kSubs; ++s) {
         if (prefetch) PrefetchPart(sb, kBytes, s, kSubs);
         __m512i scale[2], by_qsum[2];
-        SubBlockScales<F>(sb, s, scale, by_qsum);
+        SubBlockScales<F>(sb, s * (kStepRows / KSubBlockRows(F)), scale, by_qsum);
         __m512i dot[R][2];
         for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
         if constexpr (kDecoded) {
@@ -845,11 +850,13 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
           // weights' bias, kSignedWeightBias) comes off each sub-block's dot
           // products before the scale (sum (q - o) a = dot - o qsum, exact),
           // so no imin sums hold registers: isum is AddSuperBlock's whole sum.
-          static_assert(KSubBlockRows(F) == kSumRows);
+          static_assert(kStepRows % kSumRows == 0);
           constexpr int kOffset = HasSignedWeights(F) ? kSignedWeightBias : KQuantOffset(F);
           for (int i = 0; i < R; ++i) {
-            const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kSumRows) / kSumRows;
-            const __m512i offset = _mm512_set1_epi32(kOffset * s16[0]);
+            const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kStepRows) / kSumRows;
+            int32_t qsum = 0;
+            for (int e = 0; e < kStepRows / kSumRows; ++e) qsum += s16[e];
+            const __m512i offset = _mm512_set1_epi32(kOffset * qsum);
             for (int h = 0; h < 2; ++h) {
               const __m512i centered = _mm512_sub_epi32(dot[i][h], offset);
               isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(centered, scale[h]));

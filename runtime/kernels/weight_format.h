@@ -109,7 +109,9 @@
 //   iq4_xs (4672 bytes per super-block of 256): d uint16_t[32] @0, scales
 //       int8_t[16][32] @64 (ggml's 6-bit ls - 32 of 32-row sub-block s / 2,
 //       stored for each 16-row sub-block s as q6_k's, so that iq4_xs reads
-//       its scales as q3_k / q6_k do), quads @576 (as q4_k's qs); value
+//       its scales as q3_k / q6_k do; rows 2t and 2t + 1 are equal, and the
+//       AVX512_VNNI int8 kernel reads row 2t alone), quads @576 (as q4_k's
+//       qs); value
 //       (d * sc) * kIQ4Values[q]. 146 bytes per 256 values of a column:
 //       ggml's 136 with the scales widened and stored twice.
 //   Both products are exact in f32 (11 + 6 + 7 significant bits at most), as
