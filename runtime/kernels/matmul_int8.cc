@@ -815,11 +815,10 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   if constexpr (IsKQuantFormat(F)) {
-    // k-rows per scale step: iq4_xs's 16-row scales come in equal pairs
-    // (ggml's 32-row sub-blocks, weight_format.h), so it runs 32-row steps
-    // with one multiply by the pair's first scale where 16-row steps took two
-    // (M = 128, 2 threads: bench/README.md's iq4 section).
-    constexpr int kStepRows = F == WeightFormat::kIQ4_XS ? 32 : KSubBlockRows(F);
+    // k-rows per step: one scale each (KScaleRows; iq4_xs's equal pairs of
+    // 16-row scales take one multiply by the pair's first where 16-row steps
+    // took two: M = 128, 2 threads, bench/README.md's iq4 section).
+    constexpr int kStepRows = KScaleRows(F);
     constexpr int kSubs = kSuperBlock / kStepRows;
     constexpr int kSubQuads = kStepRows / 4;
     constexpr int64_t kBytes = SuperBlockBytes(F);

@@ -303,6 +303,11 @@ constexpr int64_t KLowQuantsOffset(WeightFormat f) {
 }
 // k-rows per sub-block: 16 for q3_k / q6_k / iq4_xs, 32 for q4_k / q5_k.
 constexpr int KSubBlockRows(WeightFormat f) { return HasKInt8Scales(f) ? 16 : 32; }
+// k-rows that share one scale: KSubBlockRows, but 32 for iq4_xs, whose
+// 16-row scales come in equal pairs (ggml's 32-row sub-blocks).
+constexpr int KScaleRows(WeightFormat f) {
+  return f == WeightFormat::kIQ4_XS ? 32 : KSubBlockRows(f);
+}
 
 // Bytes of one group (kQuantGroup k-rows of a panel) of a q format: 1088,
 // 576 (q4_0, iq4_nl), 640, 704, 768; 0 for the others.

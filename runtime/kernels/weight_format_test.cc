@@ -660,6 +660,18 @@ TEST(WeightFormatTest, BlocksRoundTrip) {
   }
 }
 
+// A one-super-block ggml row `block` (256 values of K-quant `f`) as row /
+// column `column` of a W [column + 1][256] whose other rows are zero, packed.
+std::vector<uint8_t> PackAsColumn(WeightFormat f, const std::vector<uint8_t>& block, int column) {
+  const int64_t n = column + 1, bytes = GgmlRowBytes(f, 256);
+  EXPECT_EQ(static_cast<int64_t>(block.size()), bytes);
+  std::vector<uint8_t> rows(n * bytes, 0);
+  std::memcpy(rows.data() + column * bytes, block.data(), bytes);
+  std::vector<uint8_t> packed(PackedWeightBytes(f, n, 256), 0xEE);
+  PackWeightsFromBlocks(f, rows.data(), n, 256, static_cast<size_t>(bytes), packed.data());
+  return packed;
+}
+
 // Hand-checked bytes of the K-quant layouts: one row (column 0) and a padded
 // panel.
 TEST(WeightFormatTest, KQuantLayoutBytes) {
@@ -716,10 +728,7 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   q6[128 + 4] = 0x80;
   q6[64 + 8] = 0x10;
   q6[128 + 32 + 8] = 0x10;
-  std::vector<uint8_t> p6(PackedWeightBytes(WeightFormat::kQ6_K, 17, 256), 0xEE);
-  std::vector<uint8_t> rows6(17 * 210, 0);
-  std::memcpy(rows6.data() + 16 * 210, q6.data(), 210);  // row 16: column 16
-  PackWeightsFromBlocks(WeightFormat::kQ6_K, rows6.data(), 17, 256, 210, p6.data());
+  const std::vector<uint8_t> p6 = PackAsColumn(WeightFormat::kQ6_K, q6, 16);
   EXPECT_EQ(p6[2 * 16 + 1], 0x40);
   EXPECT_EQ(static_cast<int8_t>(p6[64 + 6 * 32 + 16]), -5);
   EXPECT_EQ(p6[64 + 12 * 32 + 16], 7);
@@ -752,10 +761,7 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   q3[32 + 32 + 19] = 0x02;
   q3[19] = 1 << 4;
   q3[32 + 5] = 0x01;
-  std::vector<uint8_t> rows3(21 * 110, 0);
-  std::memcpy(rows3.data() + 20 * 110, q3.data(), 110);  // row 20: column 20
-  std::vector<uint8_t> p3(PackedWeightBytes(WeightFormat::kQ3_K, 21, 256), 0xEE);
-  PackWeightsFromBlocks(WeightFormat::kQ3_K, rows3.data(), 21, 256, 110, p3.data());
+  const std::vector<uint8_t> p3 = PackAsColumn(WeightFormat::kQ3_K, q3, 20);
   EXPECT_EQ(p3[2 * 20 + 1], 0x40);
   EXPECT_EQ(static_cast<int8_t>(p3[64 + 9 * 32 + 20]), 5);
   EXPECT_EQ(static_cast<int8_t>(p3[64 + 0 * 32 + 20]), 2);
@@ -790,10 +796,7 @@ TEST(WeightFormatTest, KQuantLayoutBytes) {
   x4[2 + 1] = 2 << 2;
   x4[4 + 2] = 0xb0;
   x4[8 + 85] = 0x3e;
-  std::vector<uint8_t> rowsx(21 * 136, 0);
-  std::memcpy(rowsx.data() + 20 * 136, x4.data(), 136);  // row 20: column 20
-  std::vector<uint8_t> px(PackedWeightBytes(WeightFormat::kIQ4_XS, 21, 256), 0xEE);
-  PackWeightsFromBlocks(WeightFormat::kIQ4_XS, rowsx.data(), 21, 256, 136, px.data());
+  const std::vector<uint8_t> px = PackAsColumn(WeightFormat::kIQ4_XS, x4, 20);
   EXPECT_EQ(px[2 * 20 + 1], 0x40);
   for (int s = 0; s < 16; ++s) {
     EXPECT_EQ(static_cast<int8_t>(px[64 + s * 32 + 20]), s / 2 == 5 ? 11 : -32) << s;
