@@ -1113,7 +1113,9 @@ ChunkKernels KernelsAndConversionsFor(CpuIsa isa, int64_t dim) {
   ChunkKernels k = KernelsFor(isa, dim);
   k.isa = isa;
 #if defined(__x86_64__)
-  if (IsaAtLeast(isa, CpuIsa::kAvx512Bf16)) {
+  // vdpbf16ps's direct products for a few rows; not on the amx tier, whose
+  // kBF16 sums are TDPBF16PS's at every row count (matmul.h).
+  if (IsaAtLeast(isa, CpuIsa::kAvx512Bf16) && !IsaAtLeast(isa, CpuIsa::kAmx)) {
     k.scores_bf16 = &ScoresBf16Avx512;
     k.values_bf16 = &ValuesBf16Avx512;
   }
@@ -1297,8 +1299,9 @@ struct TileScratch {
   std::vector<float> k32, v32;  // a kF16 cache's chunk as floats
   std::vector<const float*> q;
   // kBF16: the rows' queries [rows][dim], the partition's keys and transposed
-  // values as matmul weights, its K / V rows (converted to floats in `row`).
-  std::vector<float> qa, weights, row;
+  // values as matmul weights, its K / V rows (converted to floats in `row`;
+  // on the amx tier, `zeros` past its last key).
+  std::vector<float> qa, weights, row, zeros;
   std::vector<const float*> rows;
 };
 
@@ -1398,11 +1401,23 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
     PrefetchRows(rows, dim * elem, 0, 2);
   };
   for (int64_t j = 0; j < std::min(kAhead, keys); ++j) prefetch(start + j);
+  // The keys of the products: on the amx tier every partition is a whole
+  // kPartition, zero rows past its last key. TDPBF16PS's sums are not the
+  // chain's (matmul.h), so the values product must run the same k-steps for
+  // a row whatever the tile's last key is: over 256 keys, a row's sums are
+  // the same instructions on the same operands alone or in any tile.
+  const bool whole = IsaAtLeast(kernels.isa, CpuIsa::kAmx);
+  const int64_t padded = whole ? kPartition : keys;
   // The rows as floats (a kF32 cache's in place, the others converted).
   scratch.row.resize(2 * keys * dim);  // (not touched for a kF32 cache)
-  scratch.rows.resize(2 * keys);
+  scratch.rows.resize(2 * padded);
   const float** k_rows = scratch.rows.data();
-  const float** v_rows = k_rows + keys;
+  const float** v_rows = k_rows + padded;
+  if (whole) {
+    scratch.zeros.assign(dim, 0.0f);
+    std::fill(k_rows + keys, k_rows + padded, scratch.zeros.data());
+    std::fill(v_rows + keys, v_rows + padded, scratch.zeros.data());
+  }
   for (int64_t j = 0; j < keys; ++j) {
     const int64_t row = row_at(start + j);
     if (j + kAhead < keys) prefetch(start + j + kAhead);
@@ -1415,7 +1430,7 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   // bits either way.
   const bool direct = kernels.scores_bf16 && rows <= kBf16DirectRows && dim <= kBf16MaxDim;
   HeadWeights w{};
-  if (!direct) w = PackHeadWeightsBf16(k_rows, v_rows, keys, dim, kernels.isa, &scratch.weights);
+  if (!direct) w = PackHeadWeightsBf16(k_rows, v_rows, padded, dim, kernels.isa, &scratch.weights);
 
   // The rows' queries, consecutive (token i's group of heads is already).
   scratch.qa.resize(rows * dim);
@@ -1424,7 +1439,7 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
     std::memcpy(scratch.qa.data() + (i - i0) * group * dim,
                 a.q + (tile.t0 + i) * a.q_stride + h0 * dim, group * dim * sizeof(float));
   }
-  const int64_t ld = (keys + 15) / 16 * 16;
+  const int64_t ld = (padded + 15) / 16 * 16;
   scratch.s.resize(rows * ld);
   float* s = scratch.s.data();
   RowStates st(state, t.rows, dim);
@@ -1461,7 +1476,7 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
     const float mx = kernels.scale_max(x, n, a.scale);
     st.m[r0 + r] = mx;
     st.l[r0 + r] = kernels.exp_sum(x, n, mx);
-    std::fill(x + n, x + keys, 0.0f);
+    std::fill(x + n, x + padded, 0.0f);
   }
   if (direct) {
     for (int64_t r = 0; r < rows; r += kBf16RowsMax) {
@@ -1478,7 +1493,7 @@ void AttendPartitionBf16(const PagedAttentionArgs& a, const ChunkKernels& kernel
   m.c = out_at(0);
   m.ldc = dim;
   m.n = dim;
-  m.k = keys;
+  m.k = padded;
   MatmulWithIsa(m, nullptr, kernels.isa);
 }
 

@@ -72,9 +72,13 @@
 //   acc_p[d] = dot_bf16(p, v[.][d]) (pairs over the keys j = P, P + 1, ...).
 // The partitions' (acc_p, m_p, l_p) are then folded and divided as in kF32.
 // A prompt's tile packs a partition's keys and transposed values as matmul
-// weights and runs both products through Matmul; where the ISA has
-// vdpbf16ps, a few rows (a decode's heads) run the same chains on it
-// straight from the cache rows (no packing): the same bits.
+// weights and runs both products through Matmul; on the avx512_bf16 tier
+// a few rows (a decode's heads) run the same chains on vdpbf16ps straight
+// from the cache rows (no packing): the same bits. On the amx tier every row
+// count goes through Matmul (whose kBF16 there is TDPBF16PS's own sums,
+// matmul.h), and the values product always runs over the whole 256 keys of
+// a partition, zeros past its last: a row's steps do not depend on how far
+// the tile's other rows see.
 // The max is exact per partition (no 64-key chunks), so a score's numerator is
 // rounded to bf16 once, from that partition's max. Batch invariance and
 // decode = prefill hold as for kF32, except that an output that is exactly

@@ -12,6 +12,7 @@
 namespace xrt {
 namespace {
 
+using testing::Bf16IsTheChain;
 using testing::SupportedIsas;
 
 // One request of the batch: `context` positions already in the cache, then
@@ -548,6 +549,10 @@ TEST(PagedAttentionTest, Fp8CacheWritesRoundLikeFloatToFp8E4M3) {
 // ulps (measured: 1.2e-7; the exp and the sum's order are the ISA's); and it
 // is not kF32 (measured: 1.8e-4 to 3e-3 away from it).
 constexpr float kBf16Tol = 2e-6f;
+// Where kBF16 is not the chain (test_util.h's Bf16IsTheChain: TDPBF16PS's
+// own sums on AMX hardware): measured 5.4e-5, mostly a numerator one bf16
+// step away where its score moved by an ulp.
+constexpr float kBf16HardwareTol = 5e-4f;
 template <int D, class B = BatchT<D>>
 void CheckBf16MatchesReference(const std::vector<Request>& requests) {
   ThreadPool pool(2);
@@ -571,7 +576,8 @@ void CheckBf16MatchesReference(const std::vector<Request>& requests) {
           }
         }
       }
-      EXPECT_LE(worst, kBf16Tol) << CpuIsaName(isa) << " dim " << D;
+      EXPECT_LE(worst, Bf16IsTheChain(isa) ? kBf16Tol : kBf16HardwareTol)
+          << CpuIsaName(isa) << " dim " << D;
       EXPECT_GT(from_f32, 50 * kBf16Tol) << CpuIsaName(isa) << " dim " << D;
       for (int t = b.qsl_[B::kMaxReqs]; t < b.num_tokens_; ++t) {
         for (int j = 0; j < B::kQWidth; ++j) ASSERT_EQ(b.out_[t * B::kQWidth + j], 0.0f);

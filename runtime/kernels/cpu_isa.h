@@ -32,12 +32,13 @@ enum class CpuIsa {
   kAvx512Bf16 = 4,
   // AVX512_BF16 tier + AMX-TILE, AMX-BF16 and AMX-INT8 (Sapphire Rapids and
   // later), with the OS's permission for the tile state (Linux: arch_prctl
-  // ARCH_REQ_XCOMP_PERM, asked once per process). The matmul's prefills of 16
-  // rows or more have code of their own for it: kBF16 on TDPBF16PS, with the
-  // pairs' elements stored swapped so that its even-element-first order is
-  // matmul.h's kBF16 chain, and kInt8 on q8_0 / q4_0 / q4_1 weights on
-  // TDPBSUD (exact integer sums). Both give the other paths' bits by Intel's
-  // definitions of the instructions: emulated in CI, not yet run on hardware.
+  // ARCH_REQ_XCOMP_PERM, asked once per process). The matmul has code of its
+  // own for it: kBF16 on TDPBF16PS at every row count, and kInt8's prefills
+  // of 16 rows or more on the group formats on TDPBSUD (exact integer sums,
+  // the other paths' bits). kBF16 on AMX hardware sums with fewer roundings
+  // than the other tiers' chain: its own bits, batch invariant (matmul.h).
+  // Emulated in CI (Intel's definitions) and run on a Sapphire Rapids-class
+  // CPU.
   kAmx = 5,
 };
 

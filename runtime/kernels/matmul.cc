@@ -239,9 +239,8 @@ struct TileArgs {
 using TileFn = void (*)(const TileArgs&);
 
 // The AMX tile kernel's shape (TileAmxBf16).
-constexpr int kAmxMR = 32;       // rows of C per call: two 16-row A tiles
-constexpr int kAmxMinRows = 16;  // fewer rows run the avx512_bf16 tiles
-constexpr int kAmxPairs = 16;    // k-pairs per TDPBF16PS (a 64-byte row of A)
+constexpr int kAmxMR = 32;     // rows of C per call: two 16-row A tiles
+constexpr int kAmxPairs = 16;  // k-pairs per TDPBF16PS (a 64-byte row of A)
 // Padded height of a row tile of `rows` (<= kAmxMR) rows: whole A tiles.
 constexpr int AmxTileRows(int rows) { return rows > 16 ? 32 : 16; }
 // A's k-pairs per row, padded to whole chunks.
@@ -1045,9 +1044,17 @@ XRT_TARGET_AMX void TileAmxBf16(const TileArgs& t) {
       _tile_loadd(3, upper + 16, kRowBytes);
     }
   }
+  // This tile's share of the next k-block (TileArgs; a bf16_pairs_amx panel
+  // read in place), into L2 over the chunks: a decode's weights stream from
+  // DRAM.
+  const char* pf = t.pf;
+  const int64_t pf_lines = t.pf ? (t.pf_end - t.pf) / 64 : 0;
+  const int64_t pf_per_chunk = chunks > 0 ? (pf_lines + chunks - 1) / chunks : 0;
   for (int64_t c = 0; c < chunks; ++c) {
     const uint32_t* ac = a + c * kChunkDwords;
     const uint32_t* bc = b + c * kAmxPairs * kPackNR;
+    for (int64_t line = 0; line < pf_per_chunk && pf < t.pf_end; ++line, pf += 64)
+      _mm_prefetch(pf, _MM_HINT_T1);
     _tile_loadd(4, ac, 64);
     _tile_loadd(6, bc, kRowBytes);
     _tile_loadd(7, bc + 16, kRowBytes);
@@ -2351,8 +2358,9 @@ std::vector<float>& PartialBuffer() {
   return buffer;
 }
 
-// MatmulWithIsa, with kBF16's prefill tiles on AMX where `amx_bf16` allows.
-void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf16) {
+}  // namespace
+
+void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   assert(CpuIsaSupported(isa));
   assert(args.m >= 0 && args.n >= 0 && args.k >= 0);
   assert(args.lda >= args.k || args.m <= 1);
@@ -2364,8 +2372,11 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
     return;
   }
 #if defined(__x86_64__)
+  // kBF16 on AMX runs every row count on the tiles (matmul.h), so the
+  // fused GEMVs below serve the other cases.
+  const bool amx = args.compute == ComputeType::kBF16 && IsaAtLeast(isa, CpuIsa::kAmx);
   if (IsaAtLeast(isa, CpuIsa::kAvx512) && args.w_format != WeightFormat::kF32 &&
-      args.m <= kGemvMaxRows && args.k > 0) {
+      args.m <= kGemvMaxRows && args.k > 0 && !amx) {
     GemvFusedAvx512(args, pool, isa);
     return;
   }
@@ -2378,10 +2389,10 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
 
   const WeightFormat format = args.w_format;
   const bool bf16 = args.compute == ComputeType::kBF16;
-  // kBF16 on vdpbf16ps: A and the decoded blocks as bf16 pairs; on AMX for
-  // kAmxMinRows rows or more (TileAmxBf16: A in tiles, every format decoded).
+  // kBF16 on vdpbf16ps: A and the decoded blocks as bf16 pairs; on AMX
+  // (TileAmxBf16: A in tiles, bf16_pairs_amx in place, the other formats
+  // decoded).
   const bool pairs = bf16 && IsaAtLeast(isa, CpuIsa::kAvx512Bf16);
-  const bool amx = pairs && amx_bf16 && IsaAtLeast(isa, CpuIsa::kAmx) && args.m >= kAmxMinRows;
   const IsaKernels& kern = KernelsFor(isa, pairs);
   // The weights through the decoded block: packed formats, and f32 rounded.
   const DequantFn dequant =
@@ -2524,6 +2535,7 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
           next = reinterpret_cast<const char*>(panel_bytes_p + (k0 + t.k) * direct_row_bytes);
         } else if (amx_in_place) {
           t.panel = reinterpret_cast<const float*>(panel_bytes_p + k0 * direct_row_bytes);
+          next = reinterpret_cast<const char*>(panel_bytes_p + (k0 + t.k) * direct_row_bytes);
         } else if (dequant) {
           // Decoded once per panel block for all row tiles; the packed bytes
           // stream sequentially (hardware prefetch), so no L2 plan.
@@ -2562,7 +2574,7 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
           t.c = args.c + (r0 + start) * args.ldc + col0;
           if (!next) {
             t.pf = t.pf_end = nullptr;
-          } else if (direct_tiles) {
+          } else if (direct_tiles || amx_in_place) {
             t.pf = next + j * direct_share * 64;
             t.pf_end = t.pf + direct_share * 64;
           } else if (tiling.count == 1) {
@@ -2586,8 +2598,6 @@ void MatmulOn(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa, bool amx_bf1
 
   ParallelForUnits(pool, units, run_units);
 }
-
-}  // namespace
 
 HeadWeights PackHeadWeightsBf16(const float* const* k_rows, const float* const* v_rows, int64_t n,
                                 int64_t dim, CpuIsa isa, std::vector<float>* buf) {
@@ -2639,19 +2649,12 @@ bool AmxBf16MatchesTheChain() {
     args.k = k;
     args.compute = ComputeType::kBF16;
     args.c = want.data();
-    MatmulOn(args, nullptr, CpuIsa::kScalar, false);
+    MatmulWithIsa(args, nullptr, CpuIsa::kScalar);
     args.c = got.data();
-    MatmulOn(args, nullptr, CpuIsa::kAmx, true);
+    MatmulWithIsa(args, nullptr, CpuIsa::kAmx);
     return std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
   }();
   return matches;
-}
-
-void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
-  // The probe runs only where AMX would: kBF16 prefills on the amx tier.
-  const bool amx_bf16 = args.compute == ComputeType::kBF16 && IsaAtLeast(isa, CpuIsa::kAmx) &&
-                        args.m >= kAmxMinRows && AmxBf16MatchesTheChain();
-  MatmulOn(args, pool, isa, amx_bf16);
 }
 
 void Matmul(const MatmulArgs& args, ThreadPool* pool) { MatmulWithIsa(args, pool, BestCpuIsa()); }

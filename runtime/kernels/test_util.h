@@ -28,6 +28,15 @@ inline std::vector<CpuIsa> SupportedIsas() {
   return isas;
 }
 
+// kBF16 on `isa` gives matmul.h's chain bit for bit: every tier below amx,
+// and the amx tier where TDPBF16PS sums as Intel's definition says (the
+// emulated tiles). Where it does not (AmxBf16MatchesTheChain false: AMX
+// hardware), the amx tier's kBF16 sums are the hardware's; tests compare
+// them with the chain within a tolerance and check their batch invariance.
+inline bool Bf16IsTheChain(CpuIsa isa) {
+  return !IsaAtLeast(isa, CpuIsa::kAmx) || AmxBf16MatchesTheChain();
+}
+
 inline uint32_t Bits(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
