@@ -2510,7 +2510,11 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const uint8_t* panel_bytes_p = static_cast<const uint8_t*>(args.packed_w) + p * panel_bytes;
       const float* panel = reinterpret_cast<const float*>(panel_bytes_p);  // f32 only
       const RowTiling tiling(r1 - r0, mr);
-      const int64_t k_blocks = std::max<int64_t>(1, (steps + kKBlock - 1) / kKBlock);
+      // One row tile on bf16_pairs_amx panels (nothing decoded): the whole K
+      // in one call, the sums in the tiles throughout.
+      const int64_t k_block =
+          amx_in_place && tiling.count == 1 ? std::max(kKBlock, steps) : kKBlock;
+      const int64_t k_blocks = std::max<int64_t>(1, (steps + k_block - 1) / k_block);
       float* partial = nullptr;
       if (k_blocks > 1 || amx) {
         const int64_t size = amx ? tiling.count * kAmxMR * kPackNR : (r1 - r0) * kPackNR;
@@ -2524,8 +2528,8 @@ void MatmulWithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       const int64_t next_lines = kKBlock * kPackNR * 4 / 64;
       const int64_t share = (next_lines + tiling.count - 1) / tiling.count;
       for (int64_t kb = 0; kb < k_blocks; ++kb) {
-        const int64_t k0 = kb * kKBlock;
-        t.k = std::min(kKBlock, steps - k0);
+        const int64_t k0 = kb * k_block;
+        t.k = std::min(k_block, steps - k0);
         t.first = kb == 0;
         t.last = kb == k_blocks - 1;
         t.odd_tail = t.last && k % 2 == 1;
