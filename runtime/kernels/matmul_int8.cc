@@ -41,6 +41,7 @@ constexpr int kSumRows = 16;  // k-values per entry of sum16
 constexpr int64_t kGroupRows = 4;
 constexpr int64_t kVnniGroupRows = 6;
 constexpr int kAmxInt8Rows = 16;  // rows per work unit on AMX (PanelRowsAmx)
+constexpr int kAmxInt8Pass = 8;   // groups of K whose sums PanelRowsAmx scales at once
 
 // The formats whose quants have high bits stored apart, merged into the low
 // ones on every read (q5_0, q5_1, q5_k, q3_k, q6_k): the most decoding work
@@ -275,9 +276,13 @@ struct QuantRows {
   const int32_t* sub_sum_pairs[R];  // q4_k, q5_k: SubBlockSumPairs
 };
 
-// Rows i0 .. i0 + R - 1 of the problem's quantized A.
+// Rows i0 .. i0 + R - 1 of the problem's quantized A. Always inlined into
+// the SIMD kernels: compiled for baseline x86-64, a call from AVX-512 code
+// with live zmm values runs its SSE moves on a dirty upper state, which cost
+// the AMX-INT8 kernel (a call per group) 7x its time on a Sapphire
+// Rapids-class CPU.
 template <int R>
-QuantRows<R> QuantRowsAt(const Int8Problem& p, int64_t i0) {
+__attribute__((always_inline)) inline QuantRows<R> QuantRowsAt(const Int8Problem& p, int64_t i0) {
   const int64_t k = p.args->k;
   QuantRows<R> rows;
   for (int i = 0; i < R; ++i) {
@@ -1416,79 +1421,93 @@ const AmxTileConfig& AmxInt8Config() {
   return config;
 }
 
-// Rows r0 .. r0 + R - 1 of a 16-row group (at i0): with `grp`, group b's
-// int32 sums (dots, [16][kPackNR]) scaled into the f32 sums (acc, the same
-// shape); without, the f32 sums stored into C.
+// Rows r0 .. r0 + R - 1 of a 16-row group (at i0): with `count` groups of K
+// from b0 (their int32 sums dots[g], [16][kPackNR] each), those scaled into
+// the f32 sums (acc, [16][kPackNR]) in order; with none, the f32 sums stored
+// into C.
 template <WeightFormat F, int R>
-XRT_TARGET_AVX512 void AmxInt8Rows(const Int8Problem& p, const uint8_t* grp, int64_t b,
-                                   int64_t col0, int64_t i0, int r0, const int32_t* dots,
+XRT_TARGET_AVX512 void AmxInt8Rows(const Int8Problem& p, const uint8_t* panel, int64_t b0,
+                                   int count, int64_t col0, int64_t i0, int r0, const int32_t* dots,
                                    float* acc) {
   __m512 sums[R][2];
   for (int i = 0; i < R; ++i)
     for (int h = 0; h < 2; ++h) sums[i][h] = _mm512_load_ps(acc + (r0 + i) * kPackNR + 16 * h);
-  if (!grp) {
+  if (count == 0) {
     StoreRowsAvx512<R>(p, col0, i0 + r0, sums);
     return;
   }
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0 + r0);
-  __m512i dot[R][2];
-  for (int i = 0; i < R; ++i)
-    for (int h = 0; h < 2; ++h) dot[i][h] = _mm512_load_si512(dots + (r0 + i) * kPackNR + 16 * h);
-  if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
-  AddGroup<F, R>(grp, rows, b, dot, sums);
+  for (int g = 0; g < count; ++g) {
+    const int32_t* group_dots = dots + g * kAmxInt8Rows * kPackNR;
+    __m512i dot[R][2];
+    for (int i = 0; i < R; ++i)
+      for (int h = 0; h < 2; ++h)
+        dot[i][h] = _mm512_load_si512(group_dots + (r0 + i) * kPackNR + 16 * h);
+    if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b0 + g, dot);
+    AddGroup<F, R>(panel + (b0 + g) * QuantGroupBytes(F), rows, b0 + g, dot, sums);
+  }
   for (int i = 0; i < R; ++i)
     for (int h = 0; h < 2; ++h) _mm512_store_ps(acc + (r0 + i) * kPackNR + 16 * h, sums[i][h]);
 }
 
 // AmxInt8Rows over the group's `rows` rows, four at a time.
 template <WeightFormat F>
-XRT_TARGET_AVX512 void AmxInt8AllRows(const Int8Problem& p, const uint8_t* grp, int64_t b,
-                                      int64_t col0, int64_t i0, int rows, const int32_t* dots,
-                                      float* acc) {
+XRT_TARGET_AVX512 void AmxInt8AllRows(const Int8Problem& p, const uint8_t* panel, int64_t b0,
+                                      int count, int64_t col0, int64_t i0, int rows,
+                                      const int32_t* dots, float* acc) {
   for (int r = 0; r < rows; r += 4) {
     switch (std::min(4, rows - r)) {
       case 1:
-        AmxInt8Rows<F, 1>(p, grp, b, col0, i0, r, dots, acc);
+        AmxInt8Rows<F, 1>(p, panel, b0, count, col0, i0, r, dots, acc);
         break;
       case 2:
-        AmxInt8Rows<F, 2>(p, grp, b, col0, i0, r, dots, acc);
+        AmxInt8Rows<F, 2>(p, panel, b0, count, col0, i0, r, dots, acc);
         break;
       case 3:
-        AmxInt8Rows<F, 3>(p, grp, b, col0, i0, r, dots, acc);
+        AmxInt8Rows<F, 3>(p, panel, b0, count, col0, i0, r, dots, acc);
         break;
       default:
-        AmxInt8Rows<F, 4>(p, grp, b, col0, i0, r, dots, acc);
+        AmxInt8Rows<F, 4>(p, panel, b0, count, col0, i0, r, dots, acc);
     }
   }
 }
 
 // Rows i0 .. min(m, i0 + 16) - 1 of one panel over the whole of K. p.q holds
 // zero rows up to a multiple of 16 past m (the last group's tile loads them).
+// In passes of kAmxInt8Pass groups: their sums first, then the scaling with
+// each row's f32 sums in registers over the pass.
 template <WeightFormat F>
 XRT_TARGET_AMX void PanelRowsAmx(const Int8Problem& p, const uint8_t* panel, int64_t col0,
                                  int64_t i0) {
-  // The tile instructions are asm statements that do not name the memory
-  // they read: the quantized rows and the decoded panel must be in memory.
-  __asm__ volatile("" ::: "memory");
-  const int64_t k = p.args->k;
+  const int64_t k = p.args->k, groups = k / kQuantGroup;
   const int rows = static_cast<int>(std::min<int64_t>(kAmxInt8Rows, p.args->m - i0));
-  alignas(64) int32_t dots[kAmxInt8Rows * kPackNR];
+  alignas(64) int32_t dots[kAmxInt8Pass * kAmxInt8Rows * kPackNR];
   alignas(64) float acc[kAmxInt8Rows * kPackNR] = {};
   constexpr long kRowBytes = kPackNR * 4;
-  for (int64_t b = 0; b < k / kQuantGroup; ++b) {
-    const uint8_t* quads = p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_loadd(4, p.q + i0 * k + b * kQuantGroup, k);
-    _tile_loadd(6, quads, kDecodedQuadBytes);
-    _tile_loadd(7, quads + 64, kDecodedQuadBytes);
-    _tile_dpbsud(0, 4, 6);
-    _tile_dpbsud(1, 4, 7);
-    _tile_stored(0, dots, kRowBytes);
-    _tile_stored(1, dots + 16, kRowBytes);
-    AmxInt8AllRows<F>(p, panel + b * QuantGroupBytes(F), b, col0, i0, rows, dots, acc);
+  for (int64_t b0 = 0; b0 < groups; b0 += kAmxInt8Pass) {
+    const int count = static_cast<int>(std::min<int64_t>(kAmxInt8Pass, groups - b0));
+    // The tile instructions are asm statements that do not name the memory
+    // they touch: the quantized rows and the decoded panel must be in memory
+    // before them, their sums after.
+    __asm__ volatile("" ::: "memory");
+    for (int g = 0; g < count; ++g) {
+      const int64_t b = b0 + g;
+      const uint8_t* quads = p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes;
+      int32_t* group_dots = dots + g * kAmxInt8Rows * kPackNR;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_loadd(4, p.q + i0 * k + b * kQuantGroup, k);
+      _tile_loadd(6, quads, kDecodedQuadBytes);
+      _tile_loadd(7, quads + 64, kDecodedQuadBytes);
+      _tile_dpbsud(0, 4, 6);
+      _tile_dpbsud(1, 4, 7);
+      _tile_stored(0, group_dots, kRowBytes);
+      _tile_stored(1, group_dots + 16, kRowBytes);
+    }
+    __asm__ volatile("" ::: "memory");
+    AmxInt8AllRows<F>(p, panel, b0, count, col0, i0, rows, dots, acc);
   }
-  AmxInt8AllRows<F>(p, nullptr, 0, col0, i0, rows, dots, acc);
+  AmxInt8AllRows<F>(p, panel, 0, 0, col0, i0, rows, dots, acc);
 }
 
 // The panel kernel of an AmxInt8Applies format.
