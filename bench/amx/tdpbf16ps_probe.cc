@@ -62,9 +62,9 @@ std::pair<float, float> Sum(float c, std::initializer_list<std::pair<int, float>
 
 }  // namespace
 
-#define PROBE(c, ...)                                                                       \
-  do {                                                                                      \
-    const auto [amx, vdp] = Sum(c, {__VA_ARGS__});                                          \
+#define PROBE(c, ...)                                                                        \
+  do {                                                                                       \
+    const auto [amx, vdp] = Sum(c, {__VA_ARGS__});                                           \
     std::printf("%-58s TDPBF16PS %-14.9g vdpbf16ps %.9g\n", #c ": " #__VA_ARGS__, amx, vdp); \
   } while (0)
 
@@ -74,13 +74,13 @@ int main() {
     return 1;
   }
   const float e = std::ldexp(1.0f, -24);  // half an ulp of 1
-  PROBE(1.0f, {0, e}, {1, e});                    // one pair: definition 1, exact 1 + 2^-23
-  PROBE(1.0f, {0, e}, {2, e});                    // two pairs' even elements
-  PROBE(1.0f, {0, e / 2}, {2, e / 2}, {4, e / 2}, {6, e / 2}, {8, e / 2}, {10, e / 2},
-        {12, e / 2}, {14, e / 2});                // eight products of 2^-25: definition 1
-  PROBE(0.0f, {0, 1.0f}, {1, -1.0f}, {2, e});     // exact 2^-24
-  PROBE(0.0f, {0, 1.0f}, {1, -1.0f}, {3, e});     // the same, e an odd element
-  PROBE(0.0f, {0, 1.0f}, {2, -1.0f}, {4, e});     // all even elements
+  PROBE(1.0f, {0, e}, {1, e});            // one pair: definition 1, exact 1 + 2^-23
+  PROBE(1.0f, {0, e}, {2, e});            // two pairs' even elements
+  PROBE(1.0f, {0, e / 2}, {2, e / 2}, {4, e / 2}, {6, e / 2}, {8, e / 2}, {10, e / 2}, {12, e / 2},
+        {14, e / 2});                          // eight products of 2^-25: definition 1
+  PROBE(0.0f, {0, 1.0f}, {1, -1.0f}, {2, e});  // exact 2^-24
+  PROBE(0.0f, {0, 1.0f}, {1, -1.0f}, {3, e});  // the same, e an odd element
+  PROBE(0.0f, {0, 1.0f}, {2, -1.0f}, {4, e});  // all even elements
   PROBE(0.0f, {0, 1.0f}, {2, std::ldexp(1.0f, -22)}, {4, -1.0f});
   PROBE(0.0f, {0, 1.0f}, {2, std::ldexp(1.0f, -26)}, {4, -1.0f});
   PROBE(0.0f, {0, 1048576.0f}, {1, std::ldexp(1.0f, -22)}, {2, -1048576.0f});
