@@ -62,15 +62,17 @@
 // product, the even element first) those are the chain's bits, and so they
 // are on the emulated tiles of the *_emulated tests. The hardware does not
 // sum that way: the Sapphire Rapids-class CPU this first ran on adds a
-// step's products with fewer roundings (exact pairs where the definition
-// rounds twice; measured in bench/README.md), so there the amx tier's kBF16
-// is not the other tiers' bits (AmxBf16MatchesTheChain tells): it is 2.5x
-// as accurate on random data (4e-8 of the products' magnitudes against the
-// chain's 1e-7), and since every row count runs the same instructions on a
-// row, it is still batch invariant within the tier, as the rest of the
-// contract says. (A matmul's K is fixed by its weight; the one product whose
-// K depends on the batch, paged attention's values, is padded to a whole
-// partition there: attention.h.)
+// step's products with fewer roundings (the even elements' products summed
+// together and the odd ones' together, each aligned to its largest term,
+// then both added to C with one rounding; probed in bench/README.md), so
+// there the amx tier's kBF16 is not the other tiers' bits
+// (AmxBf16MatchesTheChain tells): it is 2.5x as accurate on random data
+// (4e-8 of the products' magnitudes against the chain's 1e-7), and since
+// every row count runs the same instructions on a row, it is still batch
+// invariant within the tier, as the rest of the contract says. (A
+// matmul's K is fixed by its weight; the one product whose K depends on
+// the batch, paged attention's values, is padded to a whole partition
+// there: attention.h.)
 // On CPUs without bf16 units kBF16 is slower than kF32 (the operands are
 // rounded in registers): there it exists for its numerics contract.
 // kInt8 is llama.cpp's arithmetic on the formats with integer quants

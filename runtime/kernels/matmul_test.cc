@@ -777,15 +777,14 @@ TEST(MatmulBf16Test, LeavesEveryThreadsMxcsrAsItWas) {
 }
 #endif
 
-// The once-per-process probe that lets kBF16 run on AMX. On the emulated
-// tiles, which follow Intel's definition of TDPBF16PS (a rounding per
-// product), it holds (a TDPBF16PS that took a pair's odd element first would
-// break it); without AMX it is false. On AMX hardware it answers for the
-// hardware: the Sapphire Rapids-class CPU it first ran on sums the products
-// of a step with fewer roundings than the definition (bench/README.md), so
-// there it is false and kBF16 stays on vdpbf16ps. Either way the amx tier's
-// kBF16 is the chain's bits: PrefillShapesMatchTheBf16Chain and the tests
-// above run it at 16 rows and more.
+// The once-per-process probe that says whether the amx tier's kBF16 is the
+// chain's bits (Bf16IsTheChain). On the emulated tiles, which follow Intel's
+// definition of TDPBF16PS (a rounding per product), it holds (a TDPBF16PS
+// that took a pair's odd element first would break it); without AMX it is
+// false. On AMX hardware it answers for the hardware: the Sapphire
+// Rapids-class CPU it first ran on sums a step's products with fewer
+// roundings than the definition (bench/README.md), so there it is false and
+// the tests above compare that tier with the chain within a bound.
 TEST(MatmulBf16Test, AmxProbeHoldsOnTheEmulatedTilesAndNeverWithoutAmx) {
 #if defined(XRT_SIMD_EMULATE)
   EXPECT_TRUE(AmxBf16MatchesTheChain());
