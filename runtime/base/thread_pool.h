@@ -71,17 +71,20 @@ class ThreadPool {
 };
 
 // Runs fn(begin, end) over work units [0, units) on `pool` in a few contiguous
-// chunks per thread (units / (4 * threads) each), so a thread that gets
-// descheduled (the machine is shared) does not hold up the region; on the
-// caller, in one call, when there is no pool, one thread or at most one unit.
+// chunks per thread (units / (4 * threads) each, rounded up to a multiple of
+// `multiple`: a kernel that takes units that many at a time), so a thread
+// that gets descheduled (the machine is shared) does not hold up the region;
+// on the caller, in one call, when there is no pool, one thread or at most
+// one unit.
 template <typename Fn>
-void ParallelForUnits(ThreadPool* pool, int64_t units, const Fn& fn) {
+void ParallelForUnits(ThreadPool* pool, int64_t units, const Fn& fn, int64_t multiple = 1) {
   const int threads = pool ? pool->num_threads() : 1;
   if (threads <= 1 || units <= 1) {
     fn(int64_t{0}, units);
     return;
   }
-  pool->ParallelForGrain(units, std::max<int64_t>(1, units / (4 * threads)), fn);
+  const int64_t grain = std::max<int64_t>(1, units / (4 * threads));
+  pool->ParallelForGrain(units, (grain + multiple - 1) / multiple * multiple, fn);
 }
 
 }  // namespace xrt

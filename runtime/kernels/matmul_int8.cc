@@ -483,19 +483,21 @@ XRT_TARGET_AVX512 inline __m512i BroadcastQuad(const int8_t* q) {
 constexpr int64_t kPrefetchBytes = 8192;
 
 // Prefetches part `part` of `parts` of a block's cache lines (the block
-// `bytes` long at `blk`), kPrefetchBytes ahead, into L2. A K-quant
-// super-block (4.5-6.6 KiB a panel) is prefetched a sub-block's share at a
-// time: its 72-105 prefetches issued at once at the super-block's start
-// stalled the quad loop behind them (q4_k at M = 1 from L2: ~1.5x slower),
-// and spread out they keep the line fill requests flowing through the whole
-// super-block (from DRAM, two threads, 8192x2048: q4_k M = 1 16-18 -> 18-20
-// GB/s, M = 4 11-13 -> 16-19; q6_k M = 1 15.5 -> 18.5). The AVX-512 kernels
-// do the same (Zen 5, avx512_vnni, M = 1 from DRAM, 2 threads, interleaved:
-// q4_k 37-38 -> 40-42 GB/s, q6_k 34-38 -> 48).
+// `bytes` long at `blk`), kAhead bytes ahead, into L2 (kLocality 2:
+// prefetcht1) or L1 (3: prefetcht0). A K-quant super-block (4.5-6.6 KiB a panel) is
+// prefetched a sub-block's share at a time: its 72-105 prefetches issued at
+// once at the super-block's start stalled the quad loop behind them (q4_k
+// at M = 1 from L2: ~1.5x slower), and spread out they keep the line fill
+// requests flowing through the whole super-block (from DRAM, two threads,
+// 8192x2048: q4_k M = 1 16-18 -> 18-20 GB/s, M = 4 11-13 -> 16-19; q6_k
+// M = 1 15.5 -> 18.5). The AVX-512 kernels do the same (Zen 5, avx512_vnni,
+// M = 1 from DRAM, 2 threads, interleaved: q4_k 37-38 -> 40-42 GB/s, q6_k
+// 34-38 -> 48).
+template <int64_t kAhead = kPrefetchBytes, int kLocality = 2>
 inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts) {
   const int64_t lines = (bytes + 63) / 64;
   for (int64_t line = part * lines / parts; line < (part + 1) * lines / parts; ++line) {
-    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64 * line, _MM_HINT_T1);
+    __builtin_prefetch(blk + kAhead + 64 * line, 0, kLocality);
   }
 }
 
@@ -805,6 +807,134 @@ XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int6
   }
 }
 
+// A K-quant super-block's integer sums while its sub-blocks are added:
+// isum, imin as AddSuperBlock takes them, and (q4_k, q5_k) the last even
+// sub-block's mins.
+template <int R>
+struct SuperBlockSums {
+  __m512i isum[R][2], imin[R][2];
+  __m512i even_mins[2];
+};
+
+template <int R>
+XRT_TARGET_AVX512 inline void ZeroSums(SuperBlockSums<R>& sums) {
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < 2; ++h) sums.isum[i][h] = sums.imin[i][h] = _mm512_setzero_si512();
+}
+
+// k-rows per step of a K-quant super-block: one scale each (KScaleRows;
+// iq4_xs's equal pairs of 16-row scales take one multiply by the pair's
+// first where 16-row steps took two: M = 128, 2 threads, bench/README.md's
+// iq4 section).
+template <WeightFormat F>
+constexpr int KSteps() {
+  return kSuperBlock / KScaleRows(F);
+}
+
+// Step s of super-block b (at sb) of a panel added to the rows' sums.
+template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes, int kLocality = 2>
+XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, const uint8_t* sb,
+                                                      const QuantRows<R>& rows, bool prefetch,
+                                                      int64_t b, int s, SuperBlockSums<R>& sums) {
+  constexpr int kStepRows = KScaleRows(F);
+  constexpr int kSubs = KSteps<F>();
+  constexpr int kSubQuads = kStepRows / 4;
+  static_assert(kSubs % 2 == 0);
+  if (prefetch) PrefetchPart<kAhead, kLocality>(sb, SuperBlockBytes(F), s, kSubs);
+  const int8_t* qsb[R];
+  for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
+  __m512i scale[2], by_qsum[2];
+  SubBlockScales<F>(sb, s * (kStepRows / KSubBlockRows(F)), scale, by_qsum);
+  __m512i dot[R][2];
+  for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
+  if constexpr (kDecoded) {
+    AddQuadDots<F, R, kSubQuads, true>(p.decoded + b * (kSuperBlock / 4) * kDecodedQuadBytes,
+                                       s * kSubQuads, qsb, dot);
+  } else {
+    AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
+  }
+  if constexpr (HasKInt8Scales(F)) {
+    // The quants' offset (KQuantOffset: q6_k 32, q3_k 4; iq4_xs: its
+    // weights' bias, kSignedWeightBias) comes off each sub-block's dot
+    // products before the scale (sum (q - o) a = dot - o qsum, exact),
+    // so no imin sums hold registers: isum is AddSuperBlock's whole sum.
+    static_assert(kStepRows % kSumRows == 0);
+    constexpr int kOffset = HasSignedWeights(F) ? kSignedWeightBias : KQuantOffset(F);
+    for (int i = 0; i < R; ++i) {
+      const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kStepRows) / kSumRows;
+      int32_t qsum = 0;
+      for (int e = 0; e < kStepRows / kSumRows; ++e) qsum += s16[e];
+      const __m512i offset = _mm512_set1_epi32(kOffset * qsum);
+      for (int h = 0; h < 2; ++h) {
+        const __m512i centered = _mm512_sub_epi32(dot[i][h], offset);
+        sums.isum[i][h] = _mm512_add_epi32(sums.isum[i][h], _mm512_mullo_epi32(centered, scale[h]));
+      }
+    }
+  } else {
+    for (int i = 0; i < R; ++i)
+      for (int h = 0; h < 2; ++h)
+        sums.isum[i][h] =
+            _mm512_add_epi32(sums.isum[i][h], _mm512_mullo_epi32(dot[i][h], scale[h]));
+    // The mins of sub-blocks 2p and 2p + 1 as int16 pairs, against the
+    // rows' quant sums of the two as pairs (SubBlockSumPairs): one
+    // vpdpwssd per row and half adds both min terms to imin.
+    if (s % 2 == 0) {
+      for (int h = 0; h < 2; ++h) sums.even_mins[h] = by_qsum[h];
+    } else {
+      for (int h = 0; h < 2; ++h) {
+        const __m512i min_pairs =
+            _mm512_or_si512(sums.even_mins[h], _mm512_slli_epi32(by_qsum[h], 16));
+        for (int i = 0; i < R; ++i) {
+          const __m512i pair_sums =
+              _mm512_set1_epi32(rows.sub_sum_pairs[i][b * (kSubs / 2) + s / 2]);
+          sums.imin[i][h] = _mm512_dpwssd_epi32(sums.imin[i][h], min_pairs, pair_sums);
+        }
+      }
+    }
+  }
+}
+
+// Block b (a group, or a K-quant super-block) of a panel added to the rows'
+// f32 sums.
+template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes, int kLocality = 2>
+XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
+                                                      const QuantRows<R>& rows, bool prefetch,
+                                                      int64_t b, __m512 (&acc)[R][2]) {
+  if constexpr (IsKQuantFormat(F)) {
+    const uint8_t* sb = panel + b * SuperBlockBytes(F);
+    SuperBlockSums<R> sums;
+    ZeroSums(sums);
+    constexpr int kSteps = KSteps<F>();
+#pragma GCC unroll 1
+    for (int s = 0; s < kSteps; ++s) {
+      AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality>(p, sb, rows, prefetch, b, s, sums);
+    }
+    AddSuperBlock<F, R>(sb, rows, b, sums.isum, sums.imin, acc);  // q3_k, q6_k, iq4_xs: imin 0
+  } else {
+    const int64_t group_bytes = QuantGroupBytes(F);
+    const uint8_t* grp = panel + b * group_bytes;
+    if (prefetch) PrefetchPart<kAhead, kLocality>(grp, group_bytes, 0, 1);
+    const int8_t* qg[R];
+    for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
+    __m512i dot[R][2];
+    for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
+    if constexpr (kDecoded) {
+      AddQuadDots<F, R, kQuantGroup / 4, true>(
+          p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes, 0, qg, dot);
+    } else {
+      AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
+    }
+    if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
+    AddGroup<F, R>(grp, rows, b, dot, acc);
+  }
+}
+
+// K's blocks: groups, or the K-quants' super-blocks.
+template <WeightFormat F>
+constexpr int64_t KBlock() {
+  return IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
+}
+
 // PanelRowsAvx512 with the products summed by vpdpbusd straight into int32:
 // a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude,
 // iq4_xs's biased ones 16 * 241 * 127) are then multiplied by its scale
@@ -814,102 +944,68 @@ XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int6
 template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const uint8_t* panel,
                                                   int64_t col0, int64_t i0) {
-  const int64_t k = p.args->k;
   const bool prefetch = i0 == 0;  // later row groups find the panel in cache
   __m512 acc[R][2];
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
-  if constexpr (IsKQuantFormat(F)) {
-    // k-rows per step: one scale each (KScaleRows; iq4_xs's equal pairs of
-    // 16-row scales take one multiply by the pair's first where 16-row steps
-    // took two: M = 128, 2 threads, bench/README.md's iq4 section).
-    constexpr int kStepRows = KScaleRows(F);
-    constexpr int kSubs = kSuperBlock / kStepRows;
-    constexpr int kSubQuads = kStepRows / 4;
-    constexpr int64_t kBytes = SuperBlockBytes(F);
-    for (int64_t b = 0; b < k / kSuperBlock; ++b) {
-      const uint8_t* sb = panel + b * kBytes;
-      const int8_t* qsb[R];
-      for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
-      __m512i isum[R][2], imin[R][2];
-      for (int i = 0; i < R; ++i)
-        for (int h = 0; h < 2; ++h) isum[i][h] = imin[i][h] = _mm512_setzero_si512();
-      __m512i even_mins[2];  // q4_k, q5_k: the last even sub-block's mins
-      static_assert(kSubs % 2 == 0);
-#pragma GCC unroll 1
-      for (int s = 0; s < kSubs; ++s) {
-        if (prefetch) PrefetchPart(sb, kBytes, s, kSubs);
-        __m512i scale[2], by_qsum[2];
-        SubBlockScales<F>(sb, s * (kStepRows / KSubBlockRows(F)), scale, by_qsum);
-        __m512i dot[R][2];
-        for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-        if constexpr (kDecoded) {
-          AddQuadDots<F, R, kSubQuads, true>(p.decoded + b * (kSuperBlock / 4) * kDecodedQuadBytes,
-                                             s * kSubQuads, qsb, dot);
-        } else {
-          AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
-        }
-        if constexpr (HasKInt8Scales(F)) {
-          // The quants' offset (KQuantOffset: q6_k 32, q3_k 4; iq4_xs: its
-          // weights' bias, kSignedWeightBias) comes off each sub-block's dot
-          // products before the scale (sum (q - o) a = dot - o qsum, exact),
-          // so no imin sums hold registers: isum is AddSuperBlock's whole sum.
-          static_assert(kStepRows % kSumRows == 0);
-          constexpr int kOffset = HasSignedWeights(F) ? kSignedWeightBias : KQuantOffset(F);
-          for (int i = 0; i < R; ++i) {
-            const int32_t* s16 = rows.sum16[i] + (b * kSuperBlock + s * kStepRows) / kSumRows;
-            int32_t qsum = 0;
-            for (int e = 0; e < kStepRows / kSumRows; ++e) qsum += s16[e];
-            const __m512i offset = _mm512_set1_epi32(kOffset * qsum);
-            for (int h = 0; h < 2; ++h) {
-              const __m512i centered = _mm512_sub_epi32(dot[i][h], offset);
-              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(centered, scale[h]));
-            }
-          }
-        } else {
-          for (int i = 0; i < R; ++i)
-            for (int h = 0; h < 2; ++h)
-              isum[i][h] = _mm512_add_epi32(isum[i][h], _mm512_mullo_epi32(dot[i][h], scale[h]));
-          // The mins of sub-blocks 2p and 2p + 1 as int16 pairs, against the
-          // rows' quant sums of the two as pairs (SubBlockSumPairs): one
-          // vpdpwssd per row and half adds both min terms to imin.
-          if (s % 2 == 0) {
-            for (int h = 0; h < 2; ++h) even_mins[h] = by_qsum[h];
-          } else {
-            for (int h = 0; h < 2; ++h) {
-              const __m512i min_pairs =
-                  _mm512_or_si512(even_mins[h], _mm512_slli_epi32(by_qsum[h], 16));
-              for (int i = 0; i < R; ++i) {
-                const __m512i sums =
-                    _mm512_set1_epi32(rows.sub_sum_pairs[i][b * (kSubs / 2) + s / 2]);
-                imin[i][h] = _mm512_dpwssd_epi32(imin[i][h], min_pairs, sums);
-              }
-            }
-          }
-        }
-      }
-      AddSuperBlock<F, R>(sb, rows, b, isum, imin, acc);  // q3_k, q6_k, iq4_xs: imin stays 0
-    }
-  } else {
-    const int64_t group_bytes = QuantGroupBytes(F);
-    for (int64_t b = 0; b < k / kQuantGroup; ++b) {
-      const uint8_t* grp = panel + b * group_bytes;
-      if (prefetch) PrefetchPart(grp, group_bytes, 0, 1);
-      const int8_t* qg[R];
-      for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
-      __m512i dot[R][2];
-      for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-      if constexpr (kDecoded) {
-        AddQuadDots<F, R, kQuantGroup / 4, true>(
-            p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes, 0, qg, dot);
-      } else {
-        AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
-      }
-      if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
-      AddGroup<F, R>(grp, rows, b, dot, acc);
-    }
+  for (int64_t b = 0; b < p.args->k / KBlock<F>(); ++b) {
+    AddBlockAvx512Vnni<F, R, kDecoded>(p, panel, rows, prefetch, b, acc);
   }
   StoreRowsAvx512<R>(p, col0, i0, acc);
+}
+
+// A decode step's row (M = 1) reads each panel once, from DRAM when the
+// weights outgrow the caches. One panel after another is one stream of
+// reads per thread, and on a Sapphire Rapids-class CPU one core's stream
+// reads 14 GB/s where four read 16.7 (`shared/measure/readbw`, one thread;
+// two threads 27.7 against 32.3): the line fill requests one stream keeps
+// in flight do not cover the memory's latency. So PanelsRowAvx512Vnni reads
+// kDecodeStreams panels side by side, a block (group or K-quant sub-block
+// step) of each in turn, each prefetched kStreamPrefetchBytes ahead into L1
+// (16 KiB in flight in all, where the one stream had 8 KiB into L2). From
+// DRAM, two threads, 8192 x 2048, geometric mean of q8_0, q4_0, q5_0, q4_k,
+// q6_k, iq4_xs and q3_k, interleaved runs: one stream 21.5-22.5 GB/s, two
+// 23.5, four 25.1-25.9 (2 KiB or 8 KiB ahead, or into L2: 24.0-25.6), with
+// readbw at 30.1-30.5 in the same runs.
+constexpr int kDecodeStreams = 4;
+constexpr int64_t kStreamPrefetchBytes = 4096;
+
+// One row (row 0: a decode step's) against kStreams consecutive panels
+// (from `panel`, columns from col0), a block of each in turn. Each
+// column's sums are added in PanelRowsAvx512VnniOn's order: the same bits.
+template <WeightFormat F, int kStreams>
+XRT_TARGET_AVX512_VNNI void PanelsRowAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
+                                                int64_t col0) {
+  __m512 acc[kStreams][1][2];
+  for (int s = 0; s < kStreams; ++s) acc[s][0][0] = acc[s][0][1] = _mm512_setzero_ps();
+  const QuantRows<1> rows = QuantRowsAt<1>(p, 0);
+  for (int64_t b = 0; b < p.args->k / KBlock<F>(); ++b) {
+    if constexpr (IsKQuantFormat(F)) {
+      // A step of each panel's super-block in turn.
+      SuperBlockSums<1> sums[kStreams];
+      for (int j = 0; j < kStreams; ++j) ZeroSums(sums[j]);
+      const uint8_t* sb = panel + b * SuperBlockBytes(F);
+      constexpr int kSteps = KSteps<F>();
+#pragma GCC unroll 1
+      for (int s = 0; s < kSteps; ++s) {
+#pragma GCC unroll 4
+        for (int j = 0; j < kStreams; ++j) {
+          AddKStepAvx512Vnni<F, 1, false, kStreamPrefetchBytes, 3>(p, sb + j * p.panel_bytes, rows,
+                                                                   true, b, s, sums[j]);
+        }
+      }
+      for (int j = 0; j < kStreams; ++j) {
+        AddSuperBlock<F, 1>(sb + j * p.panel_bytes, rows, b, sums[j].isum, sums[j].imin, acc[j]);
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int j = 0; j < kStreams; ++j) {
+        AddBlockAvx512Vnni<F, 1, false, kStreamPrefetchBytes, 3>(p, panel + j * p.panel_bytes, rows,
+                                                                 true, b, acc[j]);
+      }
+    }
+  }
+  for (int s = 0; s < kStreams; ++s) StoreRowsAvx512<1>(p, col0 + s * kPackNR, 0, acc[s]);
 }
 
 template <WeightFormat F, int R>
@@ -1328,6 +1424,14 @@ PanelFn PanelFnFor(WeightFormat f, int rows) {
   return WithInt8Format(f, [rows](auto format) { return PanelFnFor<Panels, format()>(rows); });
 }
 
+// PanelsRowAvx512Vnni: one row against kDecodeStreams panels from `panel`.
+using PanelsFn = void (*)(const Int8Problem&, const uint8_t* panel, int64_t col0);
+
+PanelsFn DecodeStreamsFn(WeightFormat f) {
+  return WithInt8Format(
+      f, [](auto format) -> PanelsFn { return &PanelsRowAvx512Vnni<format(), kDecodeStreams>; });
+}
+
 using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
 
 // Row blocks from which decoding a panel once pays (measured, one thread,
@@ -1630,11 +1734,26 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
                               ? DecodeFnFor(isa, args.w_format)
                               : nullptr;
 #endif
+#if defined(__x86_64__)
+  // One row on AVX512_VNNI (the amx tier's too): kDecodeStreams panels at a
+  // time while a thread has that many left.
+  const PanelsFn streams_fn = m == 1 && !amx && !decode && IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
+                                  ? DecodeStreamsFn(args.w_format)
+                                  : nullptr;
+#endif
   auto run_units = [&](int64_t u0, int64_t u1) {
 #if defined(__x86_64__)
     Int8Problem pt = p;
     int64_t decoded_panel = -1;
     const AmxTileScope tiles(amx ? &AmxInt8Config() : nullptr);
+#endif
+#if defined(__x86_64__)
+    if (streams_fn) {
+      for (; u0 + kDecodeStreams <= u1; u0 += kDecodeStreams) {
+        streams_fn(p, static_cast<const uint8_t*>(args.packed_w) + u0 * p.panel_bytes,
+                   u0 * kPackNR);
+      }
+    }
 #endif
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t panel = u / groups, r0 = u % groups * group_rows;
@@ -1665,6 +1784,12 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       PanelRowsPortable(p, panel, r0, r1);
     }
   };
+#if defined(__x86_64__)
+  if (streams_fn) {
+    ParallelForUnits(pool, panels, run_units, kDecodeStreams);
+    return;
+  }
+#endif
   ParallelForUnits(pool, panels * groups, run_units);
 }
 
