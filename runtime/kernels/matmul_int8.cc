@@ -894,38 +894,50 @@ XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, cons
   }
 }
 
-// Block b (a group, or a K-quant super-block) of a panel added to the rows'
-// f32 sums.
-template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes, int kLocality = 2>
+// Block b (a group, or a K-quant super-block) of P consecutive panels (from
+// `panel`) added to the rows' f32 sums, a group or K-quant step of each panel
+// in turn (P > 1: PanelsRowAvx512Vnni's streams).
+template <WeightFormat F, int R, int P, bool kDecoded, int64_t kAhead = kPrefetchBytes,
+          int kLocality = 2>
 XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
                                                       const QuantRows<R>& rows, bool prefetch,
-                                                      int64_t b, __m512 (&acc)[R][2]) {
+                                                      int64_t b, __m512 (&acc)[P][R][2]) {
+  static_assert(!kDecoded || P == 1, "a thread decodes one panel at a time");
   if constexpr (IsKQuantFormat(F)) {
     const uint8_t* sb = panel + b * SuperBlockBytes(F);
-    SuperBlockSums<R> sums;
-    ZeroSums(sums);
+    SuperBlockSums<R> sums[P];
+    for (int j = 0; j < P; ++j) ZeroSums(sums[j]);
     constexpr int kSteps = KSteps<F>();
 #pragma GCC unroll 1
     for (int s = 0; s < kSteps; ++s) {
-      AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality>(p, sb, rows, prefetch, b, s, sums);
+#pragma GCC unroll 4
+      for (int j = 0; j < P; ++j) {
+        AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality>(p, sb + j * p.panel_bytes, rows,
+                                                              prefetch, b, s, sums[j]);
+      }
     }
-    AddSuperBlock<F, R>(sb, rows, b, sums.isum, sums.imin, acc);  // q3_k, q6_k, iq4_xs: imin 0
+    for (int j = 0; j < P; ++j) {  // q3_k, q6_k, iq4_xs: imin 0
+      AddSuperBlock<F, R>(sb + j * p.panel_bytes, rows, b, sums[j].isum, sums[j].imin, acc[j]);
+    }
   } else {
     const int64_t group_bytes = QuantGroupBytes(F);
-    const uint8_t* grp = panel + b * group_bytes;
-    if (prefetch) PrefetchPart<kAhead, kLocality>(grp, group_bytes, 0, 1);
     const int8_t* qg[R];
     for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
-    __m512i dot[R][2];
-    for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-    if constexpr (kDecoded) {
-      AddQuadDots<F, R, kQuantGroup / 4, true>(
-          p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes, 0, qg, dot);
-    } else {
-      AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
+#pragma GCC unroll 4
+    for (int j = 0; j < P; ++j) {
+      const uint8_t* grp = panel + j * p.panel_bytes + b * group_bytes;
+      if (prefetch) PrefetchPart<kAhead, kLocality>(grp, group_bytes, 0, 1);
+      __m512i dot[R][2];
+      for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
+      if constexpr (kDecoded) {
+        AddQuadDots<F, R, kQuantGroup / 4, true>(
+            p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes, 0, qg, dot);
+      } else {
+        AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
+      }
+      if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
+      AddGroup<F, R>(grp, rows, b, dot, acc[j]);
     }
-    if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
-    AddGroup<F, R>(grp, rows, b, dot, acc);
   }
 }
 
@@ -945,13 +957,13 @@ template <WeightFormat F, int R, bool kDecoded>
 XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const uint8_t* panel,
                                                   int64_t col0, int64_t i0) {
   const bool prefetch = i0 == 0;  // later row groups find the panel in cache
-  __m512 acc[R][2];
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  __m512 acc[1][R][2];
+  for (int i = 0; i < R; ++i) acc[0][i][0] = acc[0][i][1] = _mm512_setzero_ps();
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
   for (int64_t b = 0; b < p.args->k / KBlock<F>(); ++b) {
-    AddBlockAvx512Vnni<F, R, kDecoded>(p, panel, rows, prefetch, b, acc);
+    AddBlockAvx512Vnni<F, R, 1, kDecoded>(p, panel, rows, prefetch, b, acc);
   }
-  StoreRowsAvx512<R>(p, col0, i0, acc);
+  StoreRowsAvx512<R>(p, col0, i0, acc[0]);
 }
 
 // A decode step's row (M = 1) reads each panel once, from DRAM when the
@@ -977,35 +989,13 @@ template <WeightFormat F, int kStreams>
 XRT_TARGET_AVX512_VNNI void PanelsRowAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
                                                 int64_t col0) {
   __m512 acc[kStreams][1][2];
-  for (int s = 0; s < kStreams; ++s) acc[s][0][0] = acc[s][0][1] = _mm512_setzero_ps();
+  for (int j = 0; j < kStreams; ++j) acc[j][0][0] = acc[j][0][1] = _mm512_setzero_ps();
   const QuantRows<1> rows = QuantRowsAt<1>(p, 0);
   for (int64_t b = 0; b < p.args->k / KBlock<F>(); ++b) {
-    if constexpr (IsKQuantFormat(F)) {
-      // A step of each panel's super-block in turn.
-      SuperBlockSums<1> sums[kStreams];
-      for (int j = 0; j < kStreams; ++j) ZeroSums(sums[j]);
-      const uint8_t* sb = panel + b * SuperBlockBytes(F);
-      constexpr int kSteps = KSteps<F>();
-#pragma GCC unroll 1
-      for (int s = 0; s < kSteps; ++s) {
-#pragma GCC unroll 4
-        for (int j = 0; j < kStreams; ++j) {
-          AddKStepAvx512Vnni<F, 1, false, kStreamPrefetchBytes, 3>(p, sb + j * p.panel_bytes, rows,
-                                                                   true, b, s, sums[j]);
-        }
-      }
-      for (int j = 0; j < kStreams; ++j) {
-        AddSuperBlock<F, 1>(sb + j * p.panel_bytes, rows, b, sums[j].isum, sums[j].imin, acc[j]);
-      }
-    } else {
-#pragma GCC unroll 4
-      for (int j = 0; j < kStreams; ++j) {
-        AddBlockAvx512Vnni<F, 1, false, kStreamPrefetchBytes, 3>(p, panel + j * p.panel_bytes, rows,
-                                                                 true, b, acc[j]);
-      }
-    }
+    AddBlockAvx512Vnni<F, 1, kStreams, false, kStreamPrefetchBytes, 3>(p, panel, rows, true, b,
+                                                                       acc);
   }
-  for (int s = 0; s < kStreams; ++s) StoreRowsAvx512<1>(p, col0 + s * kPackNR, 0, acc[s]);
+  for (int j = 0; j < kStreams; ++j) StoreRowsAvx512<1>(p, col0 + j * kPackNR, 0, acc[j]);
 }
 
 template <WeightFormat F, int R>
@@ -1733,8 +1723,6 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
                           : groups >= DecodedPanelMinRowBlocks(isa, args.w_format)
                               ? DecodeFnFor(isa, args.w_format)
                               : nullptr;
-#endif
-#if defined(__x86_64__)
   // One row on AVX512_VNNI (the amx tier's too): kDecodeStreams panels at a
   // time while a thread has that many left.
   const PanelsFn streams_fn = m == 1 && !amx && !decode && IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
@@ -1746,8 +1734,6 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
     Int8Problem pt = p;
     int64_t decoded_panel = -1;
     const AmxTileScope tiles(amx ? &AmxInt8Config() : nullptr);
-#endif
-#if defined(__x86_64__)
     if (streams_fn) {
       for (; u0 + kDecodeStreams <= u1; u0 += kDecodeStreams) {
         streams_fn(p, static_cast<const uint8_t*>(args.packed_w) + u0 * p.panel_bytes,
@@ -1784,13 +1770,11 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
       PanelRowsPortable(p, panel, r0, r1);
     }
   };
+  int64_t chunk_multiple = 1;  // whole sets of streams_fn's panels
 #if defined(__x86_64__)
-  if (streams_fn) {
-    ParallelForUnits(pool, panels, run_units, kDecodeStreams);
-    return;
-  }
+  if (streams_fn) chunk_multiple = kDecodeStreams;
 #endif
-  ParallelForUnits(pool, panels * groups, run_units);
+  ParallelForUnits(pool, panels * groups, run_units, chunk_multiple);
 }
 
 }  // namespace xrt
