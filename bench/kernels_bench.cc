@@ -318,7 +318,7 @@ void MatmulBf16IsaShapes(benchmark::internal::Benchmark* b) {
                                                  {ComputeType::kBF16, CpuIsa::kAvx512Bf16},
                                                  {ComputeType::kBF16, CpuIsa::kAmx}};
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kBF16Pairs,
-                         WeightFormat::kBF16PairsAmx, WeightFormat::kQ4_K})
+                         WeightFormat::kBF16PairsAmx, WeightFormat::kQ4_K, WeightFormat::kQ6_K})
     for (int64_t m : kBf16Rows)
       for (auto [n, k] : kBf16Shapes)
         for (auto [c, isa] : runs) {

@@ -1345,35 +1345,178 @@ XRT_TARGET_AVX512 void DequantRowsAvx512(const uint8_t* panel, int64_t k0, int64
   }
 }
 
+// ------------------------------------------------ a quad at a time --
+// DecodePairsAvx512 on the formats read as quads (HasQuads): one load of a
+// quad (QuadNibbleByte) is a zmm whose dword m holds column m's quants at
+// the quad's four k-rows t in its byte t (low nibble) and column m + 16's
+// (high nibble). So k-row t's quants of columns 16n .. 16n + 15 are the low
+// bits of that vector shifted down by 8t + 4n: no shuffle per k-row, where
+// QuadNibbles16 spreads each k-row's bytes with a vpshufb. The high bits
+// (q5_0, q5_1, q5_k, q3_k, q6_k) are shifted per 128-bit lane once per quad
+// so that every (t, n) finds its own at a fixed bit of the same dword, and
+// merged in with one vpternlogd. The quant's f32 value is then looked up
+// from its low bits (vpermps reads 4 bits of each index, vpermt2ps 5) in
+// place of a mask and a convert: the q4 formats' 0..15, iq4's kIQ4Values,
+// q3_k's 0..7 (bit 3 ignored: the table twice over), q5's 0..31; q6_k's
+// 0..63 is masked and converted. Same values, then the same fma as
+// DecodeKRow / DecodeQuantRow, so the same pairs.
+
+// A quad's bits: the low ones (q3_k: its crumb pair shifted down to the
+// quad's crumbs) and the high ones shifted per lane (HasK5HighBits: the bit
+// of (t, n) at bit 8t + n; q6_k: the 2-bit field of (t, n) at 8t + 2n).
+struct QuadBits {
+  __m512i low, high;
+};
+
+// Quad `quad` of the group or super-block at `block`.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline QuadBits LoadQuadBits(const uint8_t* block, int quad) {
+  QuadBits b;
+  const uint8_t* quants =
+      block + (IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F));
+  b.low = _mm512_loadu_si512(quants + LowQuadOffset(F, quad));
+  if constexpr (HasCrumbs(F)) {
+    b.low = _mm512_srl_epi32(b.low, _mm_cvtsi32_si128(LowQuadShift(F, quad)));
+  }
+  if constexpr (HasK5HighBits(F)) {
+    // Byte 4c + t of the 16 holds the bit of (t, n) for column 8h + 4L + c
+    // (+ 16n) at bit 4L + 2h + n (AddK5HighBits16); lane 2h + L of the
+    // broadcast shifts it down by 4L + 2h.
+    const __m512i bytes = _mm512_broadcast_i32x4(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + K5HighBitsOffset(F) + 16 * quad)));
+    b.high =
+        _mm512_srlv_epi32(bytes, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 2, 2, 2, 2, 6, 6, 6, 6));
+  } else if constexpr (F == WeightFormat::kQ6_K) {
+    // Byte 16L + 4c + t of the 32 holds the field of (h, n) at bits
+    // 2 (2h + n) (DecodeKRow): lanes 2 and 3 (h = 1) shifted down by 4.
+    const __m512i bytes = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + kK6HighOffset + 32 * quad)));
+    b.high =
+        _mm512_srlv_epi32(bytes, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4));
+  } else {
+    b.high = _mm512_setzero_si512();
+  }
+  return b;
+}
+
+// x shifted down by kBits (up by -kBits when negative).
+template <int kBits>
+XRT_TARGET_AVX512 inline __m512i ShiftDown(__m512i x) {
+  if constexpr (kBits > 0) return _mm512_srli_epi32(x, kBits);
+  if constexpr (kBits < 0) return _mm512_slli_epi32(x, -kBits);
+  return x;
+}
+
+// The f32 values a format's quants look up (QuadQuantFloats).
+struct QuantTable {
+  __m512 lo, hi;  // entries 0-15, 16-31 (vpermt2ps; q5 only)
+};
+
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline QuantTable LoadQuantTable() {
+  const __m512 count = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  QuantTable t{count, _mm512_add_ps(count, _mm512_set1_ps(16))};
+  if constexpr (HasIQ4Table(F)) {
+    alignas(64) static constexpr float kValues[16] = {
+        kIQ4Values[0],  kIQ4Values[1],  kIQ4Values[2],  kIQ4Values[3],
+        kIQ4Values[4],  kIQ4Values[5],  kIQ4Values[6],  kIQ4Values[7],
+        kIQ4Values[8],  kIQ4Values[9],  kIQ4Values[10], kIQ4Values[11],
+        kIQ4Values[12], kIQ4Values[13], kIQ4Values[14], kIQ4Values[15]};
+    t.lo = _mm512_load_ps(kValues);
+  } else if constexpr (HasCrumbs(F)) {
+    t.lo = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  }
+  return t;
+}
+
+// The f32 quants of k-row kT (0..3) of a quad, columns 16n .. 16n + 15.
+template <WeightFormat F, int kT, int kN>
+XRT_TARGET_AVX512 inline __m512 QuadQuantFloats(const QuadBits& b, const QuantTable& table) {
+  const __m512i low = ShiftDown<8 * kT + 4 * kN>(b.low);
+  if constexpr (HasK5HighBits(F)) {
+    // Bits below LowQuantBits from the low quants, the rest from the high
+    // bits moved to LowQuantBits (above it: ignored by the lookup).
+    constexpr int kAt = LowQuantBits(F);
+    const __m512i q = _mm512_ternarylogic_epi32(low, ShiftDown<8 * kT + kN - kAt>(b.high),
+                                                _mm512_set1_epi32((1 << kAt) - 1), 0xe4);
+    if constexpr (HasCrumbs(F)) return _mm512_permutexvar_ps(q, table.lo);
+    return _mm512_permutex2var_ps(table.lo, q, table.hi);
+  } else if constexpr (F == WeightFormat::kQ6_K) {
+    const __m512i q = _mm512_ternarylogic_epi32(low, ShiftDown<8 * kT + 2 * kN - 4>(b.high),
+                                                _mm512_set1_epi32(15), 0xe4);
+    return _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(63)));
+  } else {
+    return _mm512_permutexvar_ps(low, table.lo);
+  }
+}
+
+// The quad's two pair-rows (k-rows 0, 1 and 2, 3) at out, [2][kPackNR] dwords:
+// w = fma(mul, q, add) per column half as DecodeKRow / DecodeQuantRow.
+template <WeightFormat F, bool kOddLow, int kPair>
+XRT_TARGET_AVX512_BF16 inline void StoreQuadPairRow(const QuadBits& b, const QuantTable& table,
+                                                    const __m512 mul[2], const __m512 add[2],
+                                                    float* out) {
+  const __m512 e0 = _mm512_fmadd_ps(mul[0], QuadQuantFloats<F, 2 * kPair, 0>(b, table), add[0]);
+  const __m512 o0 = _mm512_fmadd_ps(mul[0], QuadQuantFloats<F, 2 * kPair + 1, 0>(b, table), add[0]);
+  const __m512 e1 = _mm512_fmadd_ps(mul[1], QuadQuantFloats<F, 2 * kPair, 1>(b, table), add[1]);
+  const __m512 o1 = _mm512_fmadd_ps(mul[1], QuadQuantFloats<F, 2 * kPair + 1, 1>(b, table), add[1]);
+  _mm512_storeu_si512(out + kPair * kPackNR, Bf16PairsFor<kOddLow>(e0, o0));
+  _mm512_storeu_si512(out + kPair * kPackNR + 16, Bf16PairsFor<kOddLow>(e1, o1));
+}
+
+// How far ahead of its reads DecodePairsAvx512 prefetches the panel (into
+// L1, a block's share per mul / add): the decode of a row's k-blocks runs
+// from DRAM at M = 1 (AMX, 8192 x 2048 from DRAM, 2 threads: q4_k 6.8-7.2 ->
+// 9.3-9.9 GB/s, q6_k 6.6-6.9 -> 9.0-9.4; 2 KiB ahead about the same, 8 KiB
+// or into L2 a little less).
+constexpr int64_t kDecodePairsPrefetchBytes = 4096;
+
 // DequantRowsAvx512 and Bf16PairsAvx512 in one pass, for the formats with
-// integer quants: k-rows [k0, k0 + rows) (whole groups, so an even count)
-// decoded two at a time and stored as bf16 pairs ([rows / 2][32] dwords).
+// integer quants: k-rows [k0, k0 + rows) (whole groups or super-blocks, so
+// whole quads) decoded and stored as bf16 pairs ([rows / 2][32] dwords): a
+// quad at a time (above), q8_0 two k-rows at a time.
 template <WeightFormat F, bool kOddLow>
 XRT_TARGET_AVX512_BF16 void DecodePairsAvx512(const uint8_t* panel, int64_t k0, int64_t rows,
                                               float* out) {
-  __m512 e0, e1, o0, o1;
-  if constexpr (IsKQuantFormat(F)) {
-    KFactors fac{};
-    for (int64_t r = 0; r < rows; r += 2) {
-      const int64_t k = k0 + r;
-      const uint8_t* sb = panel + k / kSuperBlock * SuperBlockBytes(F);
-      const int kk = static_cast<int>(k % kSuperBlock);  // even: a pair shares its sub-block
-      if (r == 0 || kk % KSubBlockRows(F) == 0) fac = LoadKFactors<F>(sb, kk / KSubBlockRows(F));
-      DecodeKRow<F>(sb, kk, fac, &e0, &e1);
-      DecodeKRow<F>(sb, kk + 1, fac, &o0, &o1);
-      _mm512_storeu_si512(out + r / 2 * kPackNR, Bf16PairsFor<kOddLow>(e0, o0));
-      _mm512_storeu_si512(out + r / 2 * kPackNR + 16, Bf16PairsFor<kOddLow>(e1, o1));
-    }
-  } else {
-    constexpr int64_t kGroupBytes = QuantGroupBytes(F);
+  if constexpr (F == WeightFormat::kQ8_0) {
+    __m512 e0, e1, o0, o1;
     for (int64_t r = 0; r < rows; r += kQuantGroup) {
-      const uint8_t* group = panel + (k0 + r) / kQuantGroup * kGroupBytes;
+      const uint8_t* group = panel + (k0 + r) / kQuantGroup * QuantGroupBytes(F);
+      packed_simd::PrefetchPart<kDecodePairsPrefetchBytes, 3>(group, QuantGroupBytes(F), 0, 1);
       const GroupScales g = LoadGroupScales<F>(group);
       for (int kk = 0; kk < kQuantGroup; kk += 2) {
         DecodeQuantRow<F>(group, kk, g, &e0, &e1);
         DecodeQuantRow<F>(group, kk + 1, g, &o0, &o1);
         _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR, Bf16PairsFor<kOddLow>(e0, o0));
         _mm512_storeu_si512(out + (r + kk) / 2 * kPackNR + 16, Bf16PairsFor<kOddLow>(e1, o1));
+      }
+    }
+  } else {
+    static_assert(HasQuads(F));
+    const QuantTable table = LoadQuantTable<F>();
+    // Rows that share one mul / add, the block holding them and its quads.
+    constexpr int kRows = IsKQuantFormat(F) ? KSubBlockRows(F) : kQuantGroup;
+    constexpr int64_t kBlockRows = IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
+    constexpr int64_t kBlockBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
+    for (int64_t r = 0; r < rows; r += kRows) {
+      const int64_t k = k0 + r;
+      const uint8_t* block = panel + k / kBlockRows * kBlockBytes;
+      const int kk = static_cast<int>(k % kBlockRows);
+      packed_simd::PrefetchPart<kDecodePairsPrefetchBytes, 3>(block, kBlockBytes, kk / kRows,
+                                                              kBlockRows / kRows);
+      __m512 mul[2], add[2];
+      if constexpr (IsKQuantFormat(F)) {
+        const KFactors fac = LoadKFactors<F>(block, kk / kRows);
+        mul[0] = fac.mul0, mul[1] = fac.mul1, add[0] = fac.add0, add[1] = fac.add1;
+      } else {
+        const GroupScales g = LoadGroupScales<F>(block);
+        mul[0] = g.s0, mul[1] = g.s1, add[0] = g.m0, add[1] = g.m1;
+      }
+      float* o = out + r / 2 * kPackNR;
+      for (int q = 0; q < kRows / 4; ++q, o += 2 * kPackNR) {
+        const QuadBits b = LoadQuadBits<F>(block, kk / 4 + q);
+        StoreQuadPairRow<F, kOddLow, 0>(b, table, mul, add, o);
+        StoreQuadPairRow<F, kOddLow, 1>(b, table, mul, add, o);
       }
     }
   }

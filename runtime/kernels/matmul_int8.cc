@@ -480,26 +480,8 @@ XRT_TARGET_AVX512 inline __m512i BroadcastQuad(const int8_t* q) {
   return _mm512_set1_epi32(v);
 }
 
-constexpr int64_t kPrefetchBytes = 8192;
-
-// Prefetches part `part` of `parts` of a block's cache lines (the block
-// `bytes` long at `blk`), kAhead bytes ahead, into L2 (kLocality 2:
-// prefetcht1) or L1 (3: prefetcht0). A K-quant super-block (4.5-6.6 KiB a panel) is
-// prefetched a sub-block's share at a time: its 72-105 prefetches issued at
-// once at the super-block's start stalled the quad loop behind them (q4_k
-// at M = 1 from L2: ~1.5x slower), and spread out they keep the line fill
-// requests flowing through the whole super-block (from DRAM, two threads,
-// 8192x2048: q4_k M = 1 16-18 -> 18-20 GB/s, M = 4 11-13 -> 16-19; q6_k
-// M = 1 15.5 -> 18.5). The AVX-512 kernels do the same (Zen 5, avx512_vnni,
-// M = 1 from DRAM, 2 threads, interleaved: q4_k 37-38 -> 40-42 GB/s, q6_k
-// 34-38 -> 48).
-template <int64_t kAhead = kPrefetchBytes, int kLocality = 2>
-inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts) {
-  const int64_t lines = (bytes + 63) / 64;
-  for (int64_t line = part * lines / parts; line < (part + 1) * lines / parts; ++line) {
-    __builtin_prefetch(blk + kAhead + 64 * line, 0, kLocality);
-  }
-}
+using packed_simd::PrefetchPart;
+constexpr int64_t kPrefetchBytes = 8192;  // PrefetchPart's distance ahead
 
 // Adds the pair products of weight quads kq0 .. kq0 + Q - 1 of `blk` with
 // each row's activation quads (at qrow[i] + kq0 * 4) to the int16 sums.
@@ -662,7 +644,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
         for (int h = 0; h < 2; ++h) isum[i][h] = imin[i][h] = _mm512_setzero_si512();
 #pragma GCC unroll 1
       for (int s = 0; s < kSubs; ++s) {
-        if (prefetch) PrefetchPart(sb, kBytes, s, kSubs);
+        if (prefetch) PrefetchPart<kPrefetchBytes>(sb, kBytes, s, kSubs);
         __m512i scale[2], by_qsum[2];
         SubBlockScales<F>(sb, s, scale, by_qsum);
         for (int h = 0; h < 2; ++h) scale[h] = PairOf(scale[h]);  // as (sc, sc) pairs
@@ -686,7 +668,7 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
     const __m512i ones = _mm512_set1_epi16(1);
     for (int64_t b = 0; b < k / kQuantGroup; ++b) {
       const uint8_t* grp = panel + b * group_bytes;
-      if (prefetch) PrefetchPart(grp, group_bytes, 0, 1);
+      if (prefetch) PrefetchPart<kPrefetchBytes>(grp, group_bytes, 0, 1);
       const int8_t* qg[R];
       for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
       __m512i dot[R][2];

@@ -3,7 +3,8 @@
 // layouts of weight_format.h: reading the f16 scales and the 6-bit K-quant
 // scales / mins, storing one row of a panel's 32 outputs with the bias
 // and accumulate semantics of MatmulArgs (c = [c +] (acc [+ bias])), and the
-// 16 x 16 transpose that packs rows into panels (matmul.cc, attention.cc).
+// 16 x 16 transpose that packs rows into panels (matmul.cc, attention.cc),
+// and the software prefetch of a panel's blocks.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +18,26 @@
 
 namespace xrt {
 namespace packed_simd {
+
+// Prefetches part `part` of `parts` of a block's cache lines (the block
+// `bytes` long at `blk`), kAhead bytes ahead (past the block's end: the next
+// block's lines; a prefetch never faults), into L2 (kLocality 2: prefetcht1)
+// or L1 (3: prefetcht0). A K-quant super-block (4.5-6.6 KiB a panel) is
+// prefetched a sub-block's share at a time: its 72-105 prefetches issued at
+// once at the super-block's start stalled the quad loop behind them (q4_k
+// at M = 1 from L2: ~1.5x slower), and spread out they keep the line fill
+// requests flowing through the whole super-block (from DRAM, two threads,
+// 8192x2048: q4_k M = 1 16-18 -> 18-20 GB/s, M = 4 11-13 -> 16-19; q6_k
+// M = 1 15.5 -> 18.5). The AVX-512 kernels do the same (Zen 5, avx512_vnni,
+// M = 1 from DRAM, 2 threads, interleaved: q4_k 37-38 -> 40-42 GB/s, q6_k
+// 34-38 -> 48), and the decode into bf16 pairs (matmul.cc).
+template <int64_t kAhead, int kLocality = 2>
+inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts) {
+  const int64_t lines = (bytes + 63) / 64;
+  for (int64_t line = part * lines / parts; line < (part + 1) * lines / parts; ++line) {
+    __builtin_prefetch(blk + kAhead + 64 * line, 0, kLocality);
+  }
+}
 
 // ------------------------------------------------------------------ AVX2 --
 
