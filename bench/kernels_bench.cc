@@ -247,8 +247,9 @@ BENCHMARK(BM_XrtMatmulFormat)->Name("BM_XrtMatmulKQuant")->Apply(MatmulKQuantSha
 // int8 compute on each x86 tier this CPU has, side by side: vpmaddubsw +
 // vpmaddwd on ymm (avx2, avx_vnni 0) and zmm (avx512) against vpdpbusd on ymm
 // (avx2 with AVX-VNNI, avx_vnni 1; skipped on CPUs without it) and zmm
-// (avx512_vnni) and, for q8_0 / q4_0 / q4_1 at M = 128, AMX's TDPBSUD (amx;
-// skipped on CPUs without it), same bits. Args: format, isa (CpuIsa value),
+// (avx512_vnni) and, at M >= 4, the amx tier (AMX's TDPBSUD at 16 rows or
+// more on the group formats and q4_k / q5_k / iq4_xs; skipped on CPUs
+// without it), same bits. Args: format, isa (CpuIsa value),
 // M, N, K, threads, avx_vnni (the avx2 tier's variant; 1 on the others).
 void BM_XrtMatmulInt8Isa(benchmark::State& state) {
   const auto isa = static_cast<CpuIsa>(state.range(1));
@@ -275,7 +276,7 @@ void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
       for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 576}, {2048, 2048}, {8192, 2048}})
         for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAmx}) {
           if (IsKQuantFormat(f) && k % kSuperBlock != 0) continue;
-          if (isa == CpuIsa::kAmx && (IsKQuantFormat(f) || m == 1)) continue;
+          if (isa == CpuIsa::kAmx && m == 1) continue;
           for (int64_t avx_vnni : {0, 1}) {
             if (avx_vnni == 0 && isa != CpuIsa::kAvx2) continue;
             b->Args({static_cast<int64_t>(f), static_cast<int64_t>(isa), m, n, k, 2, avx_vnni});

@@ -813,28 +813,18 @@ constexpr int KSteps() {
   return kSuperBlock / KScaleRows(F);
 }
 
-// Step s of super-block b (at sb) of a panel added to the rows' sums.
-template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes, int kLocality = 2>
-XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, const uint8_t* sb,
-                                                      const QuantRows<R>& rows, bool prefetch,
-                                                      int64_t b, int s, SuperBlockSums<R>& sums) {
+// Step s of super-block b (at sb) added to the rows' sums, from the step's
+// integer dot products of the rows' quants with the weight's quants (as
+// AddQuadDots makes them: the signed weights offset by 128).
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512_VNNI inline void AddKStepDots(const uint8_t* sb, const QuantRows<R>& rows,
+                                                int64_t b, int s, const __m512i (&dot)[R][2],
+                                                SuperBlockSums<R>& sums) {
   constexpr int kStepRows = KScaleRows(F);
   constexpr int kSubs = KSteps<F>();
-  constexpr int kSubQuads = kStepRows / 4;
   static_assert(kSubs % 2 == 0);
-  if (prefetch) PrefetchPart<kAhead, kLocality>(sb, SuperBlockBytes(F), s, kSubs);
-  const int8_t* qsb[R];
-  for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
   __m512i scale[2], by_qsum[2];
   SubBlockScales<F>(sb, s * (kStepRows / KSubBlockRows(F)), scale, by_qsum);
-  __m512i dot[R][2];
-  for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-  if constexpr (kDecoded) {
-    AddQuadDots<F, R, kSubQuads, true>(p.decoded + b * (kSuperBlock / 4) * kDecodedQuadBytes,
-                                       s * kSubQuads, qsb, dot);
-  } else {
-    AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
-  }
   if constexpr (HasKInt8Scales(F)) {
     // The quants' offset (KQuantOffset: q6_k 32, q3_k 4; iq4_xs: its
     // weights' bias, kSignedWeightBias) comes off each sub-block's dot
@@ -874,6 +864,26 @@ XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, cons
       }
     }
   }
+}
+
+// Step s of super-block b (at sb) of a panel added to the rows' sums.
+template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes, int kLocality = 2>
+XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, const uint8_t* sb,
+                                                      const QuantRows<R>& rows, bool prefetch,
+                                                      int64_t b, int s, SuperBlockSums<R>& sums) {
+  constexpr int kSubQuads = KScaleRows(F) / 4;
+  if (prefetch) PrefetchPart<kAhead, kLocality>(sb, SuperBlockBytes(F), s, KSteps<F>());
+  const int8_t* qsb[R];
+  for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
+  __m512i dot[R][2];
+  for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
+  if constexpr (kDecoded) {
+    AddQuadDots<F, R, kSubQuads, true>(p.decoded + b * (kSuperBlock / 4) * kDecodedQuadBytes,
+                                       s * kSubQuads, qsb, dot);
+  } else {
+    AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
+  }
+  AddKStepDots<F, R>(sb, rows, b, s, dot, sums);
 }
 
 // Block b (a group, or a K-quant super-block) of P consecutive panels (from
@@ -1487,31 +1497,71 @@ DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
 // them into the f32 sums as every path does, so the results are the same
 // bits.
 
-bool AmxInt8Applies(WeightFormat f) { return IsQuantizedFormat(f); }
+// The K-quants whose scales cover 32 k-rows (q4_k, q5_k, iq4_xs: KScaleRows)
+// too: a step per TDPBSUD, as a group. q6_k's and q3_k's 16-row steps would
+// halve each TDPBSUD's work and double the sums stored and scaled per k-row:
+// on AMX they ran 13-22% slower than VNNI (M = 128, 8192 x 2048, 2 threads),
+// where the 32-row ones ran 16-31% faster.
+bool AmxInt8Applies(WeightFormat f) {
+  return IsQuantizedFormat(f) || (IsKQuantFormat(f) && KScaleRows(f) == kQuantGroup);
+}
+
+// Rows from which AMX-INT8 runs: a 16-row tile, but two for the K-quants,
+// whose panel AMX must decode first where the VNNI kernel reads q4_k's and
+// iq4_xs's quads in place (the 1B-shaped Q4_K_M's 16-token prefill: 174 ->
+// 161-167 tokens/s with AMX from 16 rows; 32 tokens 205 -> 220).
+constexpr int64_t AmxInt8MinRows(WeightFormat f) {
+  return IsKQuantFormat(f) ? 2 * kAmxInt8Rows : kAmxInt8Rows;
+}
 
 // Tiles 0, 1: the int32 sums of columns 0-15, 16-31; 4: the rows' quants of
-// a group; 6, 7: the group's 8 quads of columns 0-15, 16-31.
+// a group (or K-quant step); 6, 7: its 8 quads of columns 0-15, 16-31.
 const AmxTileConfig& AmxInt8Config() {
   static const AmxTileConfig config =
       AmxTileConfig().Tile(0, 16, 64).Tile(1, 16, 64).Tile(4, 16, 32).Tile(6, 8, 64).Tile(7, 8, 64);
   return config;
 }
 
-// Rows r0 .. r0 + R - 1 of a 16-row group (at i0): with `count` groups of K
-// from b0 (their int32 sums dots[g], [16][kPackNR] each), those scaled into
-// the f32 sums (acc, [16][kPackNR]) in order; with none, the f32 sums stored
-// into C.
-template <WeightFormat F, int R>
-XRT_TARGET_AVX512 void AmxInt8Rows(const Int8Problem& p, const uint8_t* panel, int64_t b0,
-                                   int count, int64_t col0, int64_t i0, int r0, const int32_t* dots,
-                                   float* acc) {
+// Rows r0 .. r0 + R - 1 of a 16-row group's f32 sums (acc, [16][kPackNR])
+// stored into C (the group at i0, the panel at col0).
+template <int R>
+XRT_TARGET_AVX512 void StoreAmxRows(const Int8Problem& p, const float* acc, int64_t col0,
+                                    int64_t i0, int r0) {
   __m512 sums[R][2];
   for (int i = 0; i < R; ++i)
     for (int h = 0; h < 2; ++h) sums[i][h] = _mm512_load_ps(acc + (r0 + i) * kPackNR + 16 * h);
-  if (count == 0) {
-    StoreRowsAvx512<R>(p, col0, i0 + r0, sums);
-    return;
+  StoreRowsAvx512<R>(p, col0, i0 + r0, sums);
+}
+
+// StoreAmxRows over the group's `rows` rows, four at a time.
+XRT_TARGET_AVX512 void StoreAmxGroup(const Int8Problem& p, const float* acc, int64_t col0,
+                                     int64_t i0, int rows) {
+  for (int r = 0; r < rows; r += 4) {
+    switch (std::min(4, rows - r)) {
+      case 1:
+        StoreAmxRows<1>(p, acc, col0, i0, r);
+        break;
+      case 2:
+        StoreAmxRows<2>(p, acc, col0, i0, r);
+        break;
+      case 3:
+        StoreAmxRows<3>(p, acc, col0, i0, r);
+        break;
+      default:
+        StoreAmxRows<4>(p, acc, col0, i0, r);
+    }
   }
+}
+
+// Rows r0 .. r0 + R - 1 of a 16-row group (at i0): `count` groups of K from
+// b0 (their int32 sums dots[g], [16][kPackNR] each) scaled into the f32 sums
+// (acc, [16][kPackNR]) in order.
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512 void AmxInt8Rows(const Int8Problem& p, const uint8_t* panel, int64_t b0,
+                                   int count, int64_t i0, int r0, const int32_t* dots, float* acc) {
+  __m512 sums[R][2];
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < 2; ++h) sums[i][h] = _mm512_load_ps(acc + (r0 + i) * kPackNR + 16 * h);
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0 + r0);
   for (int g = 0; g < count; ++g) {
     const int32_t* group_dots = dots + g * kAmxInt8Rows * kPackNR;
@@ -1529,23 +1579,42 @@ XRT_TARGET_AVX512 void AmxInt8Rows(const Int8Problem& p, const uint8_t* panel, i
 // AmxInt8Rows over the group's `rows` rows, four at a time.
 template <WeightFormat F>
 XRT_TARGET_AVX512 void AmxInt8AllRows(const Int8Problem& p, const uint8_t* panel, int64_t b0,
-                                      int count, int64_t col0, int64_t i0, int rows,
-                                      const int32_t* dots, float* acc) {
+                                      int count, int64_t i0, int rows, const int32_t* dots,
+                                      float* acc) {
   for (int r = 0; r < rows; r += 4) {
     switch (std::min(4, rows - r)) {
       case 1:
-        AmxInt8Rows<F, 1>(p, panel, b0, count, col0, i0, r, dots, acc);
+        AmxInt8Rows<F, 1>(p, panel, b0, count, i0, r, dots, acc);
         break;
       case 2:
-        AmxInt8Rows<F, 2>(p, panel, b0, count, col0, i0, r, dots, acc);
+        AmxInt8Rows<F, 2>(p, panel, b0, count, i0, r, dots, acc);
         break;
       case 3:
-        AmxInt8Rows<F, 3>(p, panel, b0, count, col0, i0, r, dots, acc);
+        AmxInt8Rows<F, 3>(p, panel, b0, count, i0, r, dots, acc);
         break;
       default:
-        AmxInt8Rows<F, 4>(p, panel, b0, count, col0, i0, r, dots, acc);
+        AmxInt8Rows<F, 4>(p, panel, b0, count, i0, r, dots, acc);
     }
   }
+}
+
+// The int32 sums of a 16-row group's (at i0) quants at k-rows k0 .. k0 + 31
+// with the thread's decoded panel's quads there (TDPBSUD, AmxInt8Config's
+// tiles), stored to dots ([16][kPackNR]).
+XRT_TARGET_AMX inline void AmxInt8Dots(const Int8Problem& p, int64_t i0, int64_t k0,
+                                       int32_t* dots) {
+  const int64_t k = p.args->k;
+  const uint8_t* quads = p.decoded + k0 / 4 * kDecodedQuadBytes;
+  constexpr long kRowBytes = kPackNR * 4;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_loadd(4, p.q + i0 * k + k0, k);
+  _tile_loadd(6, quads, kDecodedQuadBytes);
+  _tile_loadd(7, quads + 64, kDecodedQuadBytes);
+  _tile_dpbsud(0, 4, 6);
+  _tile_dpbsud(1, 4, 7);
+  _tile_stored(0, dots, kRowBytes);
+  _tile_stored(1, dots + 16, kRowBytes);
 }
 
 // Rows i0 .. min(m, i0 + 16) - 1 of one panel over the whole of K. p.q holds
@@ -1559,7 +1628,6 @@ XRT_TARGET_AMX void PanelRowsAmx(const Int8Problem& p, const uint8_t* panel, int
   const int rows = static_cast<int>(std::min<int64_t>(kAmxInt8Rows, p.args->m - i0));
   alignas(64) int32_t dots[kAmxInt8Pass * kAmxInt8Rows * kPackNR];
   alignas(64) float acc[kAmxInt8Rows * kPackNR] = {};
-  constexpr long kRowBytes = kPackNR * 4;
   for (int64_t b0 = 0; b0 < groups; b0 += kAmxInt8Pass) {
     const int count = static_cast<int>(std::min<int64_t>(kAmxInt8Pass, groups - b0));
     // The tile instructions are asm statements that do not name the memory
@@ -1567,23 +1635,79 @@ XRT_TARGET_AMX void PanelRowsAmx(const Int8Problem& p, const uint8_t* panel, int
     // before them, their sums after.
     __asm__ volatile("" ::: "memory");
     for (int g = 0; g < count; ++g) {
-      const int64_t b = b0 + g;
-      const uint8_t* quads = p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes;
-      int32_t* group_dots = dots + g * kAmxInt8Rows * kPackNR;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_loadd(4, p.q + i0 * k + b * kQuantGroup, k);
-      _tile_loadd(6, quads, kDecodedQuadBytes);
-      _tile_loadd(7, quads + 64, kDecodedQuadBytes);
-      _tile_dpbsud(0, 4, 6);
-      _tile_dpbsud(1, 4, 7);
-      _tile_stored(0, group_dots, kRowBytes);
-      _tile_stored(1, group_dots + 16, kRowBytes);
+      AmxInt8Dots(p, i0, (b0 + g) * kQuantGroup, dots + g * kAmxInt8Rows * kPackNR);
     }
     __asm__ volatile("" ::: "memory");
-    AmxInt8AllRows<F>(p, panel, b0, count, col0, i0, rows, dots, acc);
+    AmxInt8AllRows<F>(p, panel, b0, count, i0, rows, dots, acc);
   }
-  AmxInt8AllRows<F>(p, panel, 0, 0, col0, i0, rows, dots, acc);
+  StoreAmxGroup(p, acc, col0, i0, rows);
+}
+
+// K-quants: rows r0 .. r0 + R - 1 of a 16-row group (at i0) take
+// super-block b's step sums (dots [KSteps][16][kPackNR]) into their f32 sums
+// (acc [16][kPackNR]): AddKStepDots per step and AddSuperBlock, as the VNNI
+// kernel does with its own dot products.
+template <WeightFormat F, int R>
+XRT_TARGET_AVX512_VNNI void AmxInt8KRows(const Int8Problem& p, const uint8_t* sb, int64_t b,
+                                         int64_t i0, int r0, const int32_t* dots, float* acc) {
+  const QuantRows<R> rows = QuantRowsAt<R>(p, i0 + r0);
+  SuperBlockSums<R> sums;
+  ZeroSums(sums);
+  for (int s = 0; s < KSteps<F>(); ++s) {
+    const int32_t* step_dots = dots + s * kAmxInt8Rows * kPackNR;
+    __m512i dot[R][2];
+    for (int i = 0; i < R; ++i)
+      for (int h = 0; h < 2; ++h)
+        dot[i][h] = _mm512_load_si512(step_dots + (r0 + i) * kPackNR + 16 * h);
+    AddKStepDots<F, R>(sb, rows, b, s, dot, sums);
+  }
+  __m512 f32_sums[R][2];
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < 2; ++h) f32_sums[i][h] = _mm512_load_ps(acc + (r0 + i) * kPackNR + 16 * h);
+  AddSuperBlock<F, R>(sb, rows, b, sums.isum, sums.imin, f32_sums);
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < 2; ++h) _mm512_store_ps(acc + (r0 + i) * kPackNR + 16 * h, f32_sums[i][h]);
+}
+
+// Rows i0 .. min(m, i0 + 16) - 1 of one K-quant panel over the whole of K,
+// a super-block at a time: its steps' int32 sums on the tiles (TDPBSUD of
+// the rows' quants with the decoded panel's quads: the K-quants' whole
+// quants, iq4_xs's table values offset by 128), then the rows' arithmetic of
+// each step on them, four rows at a time.
+template <WeightFormat F>
+XRT_TARGET_AMX void PanelRowsAmxK(const Int8Problem& p, const uint8_t* panel, int64_t col0,
+                                  int64_t i0) {
+  constexpr int kSteps = KSteps<F>(), kStepRows = KScaleRows(F);
+  static_assert(kStepRows == kQuantGroup, "AmxInt8Config's tiles");
+  const int64_t k = p.args->k;
+  const int rows = static_cast<int>(std::min<int64_t>(kAmxInt8Rows, p.args->m - i0));
+  alignas(64) int32_t dots[kSteps * kAmxInt8Rows * kPackNR];
+  alignas(64) float acc[kAmxInt8Rows * kPackNR] = {};
+  for (int64_t b = 0; b < k / kSuperBlock; ++b) {
+    // As PanelRowsAmx: the tile asm statements name no memory.
+    __asm__ volatile("" ::: "memory");
+    for (int s = 0; s < kSteps; ++s) {
+      AmxInt8Dots(p, i0, b * kSuperBlock + s * kStepRows, dots + s * kAmxInt8Rows * kPackNR);
+    }
+    __asm__ volatile("" ::: "memory");
+    const uint8_t* sb = panel + b * SuperBlockBytes(F);
+    for (int r = 0; r < rows; r += 4) {
+      switch (std::min(4, rows - r)) {
+        case 1:
+          AmxInt8KRows<F, 1>(p, sb, b, i0, r, dots, acc);
+          break;
+        case 2:
+          AmxInt8KRows<F, 2>(p, sb, b, i0, r, dots, acc);
+          break;
+        case 3:
+          AmxInt8KRows<F, 3>(p, sb, b, i0, r, dots, acc);
+          break;
+        default:
+          AmxInt8KRows<F, 4>(p, sb, b, i0, r, dots, acc);
+      }
+    }
+  }
+  StoreAmxGroup(p, acc, col0, i0, rows);
 }
 
 // The panel kernel of an AmxInt8Applies format.
@@ -1592,8 +1716,10 @@ PanelFn AmxInt8PanelFn(WeightFormat f) {
   return WithInt8Format(f, [](auto format) -> PanelFn {
     if constexpr (IsQuantizedFormat(format())) {
       return &PanelRowsAmx<format()>;
+    } else if constexpr (KScaleRows(format()) == kQuantGroup) {
+      return &PanelRowsAmxK<format()>;
     } else {
-      return nullptr;
+      return nullptr;  // not AmxInt8Applies
     }
   });
 }
@@ -1652,12 +1778,13 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   const int64_t m = args.m, k = args.k;
   if (m <= 0 || args.n <= 0) return;
   const int block = Int8ActivationBlock(args.w_format);
-  // AMX-INT8 (PanelRowsAmx) for 16 rows or more of the group formats.
+  // AMX-INT8 (PanelRowsAmx, PanelRowsAmxK) from AmxInt8MinRows rows.
   bool amx = false;
   // The avx2 tier on a CPU with AVX-VNNI: vpdpbusd on ymm.
   const bool avx_vnni_kernels = isa == CpuIsa::kAvx2 && Int8AvxVnniEnabled();
 #if defined(__x86_64__)
-  amx = IsaAtLeast(isa, CpuIsa::kAmx) && m >= kAmxInt8Rows && AmxInt8Applies(args.w_format);
+  amx = IsaAtLeast(isa, CpuIsa::kAmx) && m >= AmxInt8MinRows(args.w_format) &&
+        AmxInt8Applies(args.w_format);
 #endif
   thread_local QuantizedRows rows;
   // AMX: zero rows past m up to a whole 16-row tile.

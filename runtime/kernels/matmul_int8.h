@@ -41,8 +41,8 @@
 // bit-identical whatever M, the row's position, the thread count and the ISA
 // path (the portable, AVX2 (with or without AVX-VNNI), AVX-512, AVX512_VNNI
 // and AMX code compute the same values; AMX-INT8 runs prefills of 16 rows or more on q8_0 / q4_0 /
-// q4_1 / q5_0 / q5_1 / iq4_nl, by Intel's definition of TDPBSUD: emulated in CI, not yet run on an
-// AMX machine).
+// q4_1 / q5_0 / q5_1 / iq4_nl and on q4_k / q5_k / iq4_xs (a TDPBSUD per 32-row scale), by
+// Intel's definition of TDPBSUD: emulated in CI and run on a Sapphire Rapids-class CPU).
 //
 // Memory: the calling thread keeps A's quantized rows (about M * K bytes plus
 // sums) in a thread-local buffer reused across calls; on AVX2, with many

@@ -389,8 +389,9 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
         // 12 groups of 6 rows), q5_0's and q5_1's at 67 (12 groups of 6),
         // q3_k's, q5_k's and q6_k's at 29 and 67 (8 and 17 groups of 4), none
         // at 13. On AMX, 29 and 67 run the group formats (q8_0, q4_0, q4_1,
-        // q5_0, q5_1, iq4_nl) in 16-row tiles, the last one short (the
-        // K-quants and iq4_xs run the AVX512_VNNI kernels there).
+        // q5_0, q5_1, iq4_nl) and the K-quants with 32-row scales (q4_k,
+        // q5_k, iq4_xs) in 16-row tiles, the last one short (q3_k and q6_k
+        // run the AVX512_VNNI kernels there).
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29, 67}) {
           if (n > 70 && m > 2) continue;
           const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
