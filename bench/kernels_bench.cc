@@ -11,7 +11,11 @@
 //
 // Decode shapes (M <= 16) rotate over enough copies of the weights to exceed
 // the last-level cache (kColdBytes), so each iteration streams its weights from
-// DRAM as a decode step does; prefill shapes (M >= 128) reuse one copy.
+// DRAM as a decode step does; prefill shapes (M >= 128) reuse one copy. The
+// weights sit on transparent huge pages, as an artifact's do when xrt reads it
+// into memory (its default; runtime/base/mapped_file.h), and BM_ReadBandwidth
+// is the read-bandwidth probe on the same memory and on small pages, in the
+// same run, for the decode shapes' roofline fractions.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -23,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/read_bandwidth.h"
+#include "runtime/base/mapped_file.h"
 #include "runtime/base/thread_pool.h"
 #include "runtime/kernels/attention.h"
 #include "runtime/kernels/dense_attention.h"
@@ -72,12 +78,13 @@ ThreadPool* Pool(int threads) {
   return p.get();
 }
 
-// Copies of one weight matrix laid end to end: one copy for prefill shapes,
-// `cold_bytes` of them for decode shapes (0: one copy).
+// Copies of one weight matrix laid end to end, on huge pages: one copy for
+// prefill shapes, `cold_bytes` of them for decode shapes (0: one copy).
 struct Weights {
-  Buffer data;
+  AnonymousMapping memory;
   int64_t floats_per_copy = 0;
   int64_t copies = 1;
+  float* data() const { return reinterpret_cast<float*>(memory.data()); }
 };
 
 // W [n][k] random, as stored in the model or (pack) packed in `format`.
@@ -87,10 +94,12 @@ Weights MakeWeights(int64_t n, int64_t k, int64_t cold_bytes, bool pack,
   Weights w;
   w.floats_per_copy = ((bytes + 3) / 4 + 1023) / 1024 * 1024;  // keep copies 4 KiB aligned
   w.copies = std::max<int64_t>(1, cold_bytes / (w.floats_per_copy * 4));
-  w.data = Allocate(w.floats_per_copy * w.copies);
+  auto memory = AnonymousMapping::Create(w.floats_per_copy * w.copies * 4);
+  if (!memory.ok()) std::abort();
+  w.memory = std::move(*memory);
   std::vector<float> raw(n * k);
   FillRandom(raw.data(), n * k, 7);
-  float* first = w.data.get();
+  float* first = w.data();
   if (pack && (IsKQuantFormat(format) || HasIQ4Table(format))) {
     testing::PackRandomKQuant(format, n, k, 7, first);  // no K-quant / iq4 quantizer
   } else if (pack) {
@@ -119,7 +128,7 @@ template <typename Call>
 void TimeRotating(benchmark::State& state, const Weights& w, const Call& call) {
   int64_t copy = 0;
   for (auto _ : state) {
-    call(w.data.get() + copy * w.floats_per_copy);
+    call(w.data() + copy * w.floats_per_copy);
     if (++copy == w.copies) copy = 0;
     benchmark::ClobberMemory();
   }
@@ -178,7 +187,7 @@ void BM_OpenBlasSgemm(benchmark::State& state) {
   openblas_set_num_threads(threads);
   int64_t copy = 0;
   for (auto _ : state) {
-    const float* wp = w.data.get() + copy * w.floats_per_copy;
+    const float* wp = w.data() + copy * w.floats_per_copy;
     if (++copy == w.copies) copy = 0;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.0f, a.get(), static_cast<int>(k), wp, static_cast<int>(k),
@@ -551,6 +560,22 @@ void BM_LoraExpandMatmulBaseline(benchmark::State& state) {
                m <= 16 ? kLoraColdBytes : 0, /*bias=*/false, /*accumulate=*/true);
 }
 BENCHMARK(BM_LoraExpandMatmulBaseline)->Apply(LoraBaselineShapes);
+
+// The read-bandwidth probe (bench/read_bandwidth.h): a pass over 1 GiB of
+// small pages (huge:0, as ../shared/measure/readbw's) or huge pages (huge:1,
+// as the weights above) per iteration.
+void BM_ReadBandwidth(benchmark::State& state) {
+  ThreadPool* pool = Pool(static_cast<int>(state.range(1)));
+  const xcc::bench::ProbeBuffer buf(size_t{1} << 28, state.range(0) != 0);
+  for (auto _ : state) benchmark::DoNotOptimize(xcc::bench::ReadPass(*pool, buf));
+  state.counters["GBps"] = benchmark::Counter(buf.size() * sizeof(float) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ReadBandwidth)
+    ->ArgNames({"huge", "threads"})
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->MinTime(1.0)
+    ->UseRealTime();
 
 // Empty ParallelFor: the per-region overhead a decode step pays ~300 times.
 void BM_ThreadPoolEmptyParallelFor(benchmark::State& state) {

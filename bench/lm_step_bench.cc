@@ -3,7 +3,7 @@
 //
 //   lm_step_bench ARTIFACT [--threads N] [--context L] [--decode-reqs R] [--iters K]
 //                 [--json FILE] [--lora single|mixed] [--kv-cache-dtype auto|f32|f16|fp8]
-//                 [--profile]
+//                 [--profile] [--mmap]
 //
 // Prefill: one request whose step fills a whole token bucket (lm_step + the
 // lm_logits of its last token), tokens/s = bucket / step time.
@@ -13,7 +13,10 @@
 // time. The bandwidth roofline fraction is (weight bytes a decode step must
 // read / step time) / measured read bandwidth; the bytes are those of every
 // weight the two executables bind, except the embedding table, of which a
-// decode step reads one row per token.
+// decode step reads one row per token. The read bandwidth is probed on small
+// pages and on transparent huge pages; the fraction is against the probe on
+// the weights' kind of memory: huge pages for an artifact read into memory
+// (xrt's default), small ones with --mmap (the file mapped in place).
 //
 // --profile: the prefill and decode steps also report where their time goes, per command
 // label (Executor::set_profile: "dispatch rope_q", "matmul q4_1 576x1536", "paged_attention",
@@ -40,6 +43,7 @@
 
 #include "bench/bench_json.h"
 #include "bench/command_profile_json.h"
+#include "bench/read_bandwidth.h"
 #include "runtime/executor/model_runner.h"
 #include "runtime/kernels/cpu_isa.h"
 #include "runtime/kv_cache/kv_cache_manager.h"
@@ -56,61 +60,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 using xcc::bench::ProfileJson;
 
-// GCC 12's _mm512_reduce_add_ps starts from an undefined vector.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// One thread's share of the read-bandwidth probe: the sum of [lo, hi) read as
-// four interleaved streams with independent AVX-512 accumulators, so that the
-// adds never limit the loads (a single accumulator chain measured ~40% of
-// ../shared/measure/readbw's figure on the same machine).
-__attribute__((target("avx512f"))) double SumStreamsAvx512(const float* p, size_t lo, size_t hi) {
-  constexpr int kStreams = 4;
-  const size_t per = (hi - lo) / kStreams / 32 * 32;
-  __m512 acc[kStreams];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  for (size_t i = 0; i < per; i += 32)
-    for (int s = 0; s < kStreams; ++s) {
-      const float* q = p + lo + s * per + i;
-      acc[s] = _mm512_add_ps(acc[s], _mm512_add_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(q + 16)));
-    }
-  double sum = 0;
-  for (const __m512& a : acc) sum += _mm512_reduce_add_ps(a);
-  return sum;
-}
-#pragma GCC diagnostic pop
-
-double SumStreamsScalar(const float* p, size_t lo, size_t hi) {
-  float acc[16] = {0};
-  for (size_t i = lo; i + 16 <= hi; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += p[i + j];
-  return std::accumulate(acc, acc + 16, 0.0);
-}
-
-// Read bandwidth (GB/s) of the pool's threads summing a buffer far larger than
-// the caches: the best of 5 passes.
-double MeasureReadBandwidth(xrt::ThreadPool& pool) {
-  const size_t n = size_t{1} << 28;  // 1 GiB of floats
-  std::vector<float> buf(n, 1.0f);
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    std::vector<double> partial(pool.num_threads() * 8, 0.0);
-    auto t0 = Clock::now();
-    pool.ParallelFor(pool.num_threads(), [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        size_t lo = n * t / pool.num_threads(), hi = n * (t + 1) / pool.num_threads();
-        partial[t * 8] =
-            avx512 ? SumStreamsAvx512(buf.data(), lo, hi) : SumStreamsScalar(buf.data(), lo, hi);
-      }
-    });
-    double s = Seconds(t0, Clock::now());
-    if (partial[0] < 0) std::printf("impossible\n");
-    best = std::max(best, n * sizeof(float) / s / 1e9);
-  }
-  return best;
-}
-
 struct Runner {
   xrt::ModelRunner& r;
   xrt::KvCacheManager kv;
@@ -124,7 +73,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s ARTIFACT [--threads N] [--context L] [--decode-reqs R] [--iters K] "
                  "[--json FILE] [--lora single|mixed] [--kv-cache-dtype auto|f32|f16|fp8] "
-                 "[--profile]\n",
+                 "[--profile] [--mmap]\n",
                  argv[0]);
     return 2;
   }
@@ -139,6 +88,10 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--profile") {
       profile = true;
+      continue;
+    }
+    if (a == "--mmap") {  // as xrt's --mmap: the artifact mapped in place
+      rp.load = xrt::ArtifactLoad::kMap;
       continue;
     }
     if (i + 1 >= argc) break;
@@ -252,7 +205,14 @@ int main(int argc, char** argv) {
   out["threads"] = r.pool().num_threads();
   out["kv_cache_dtype"] = xrt::KvCacheDtypeName(r.kv_cache_dtype());
   out["kernel_isa"] = xrt::BestKernelsName();
-  out["read_bandwidth_gbs"] = MeasureReadBandwidth(r.pool());
+  // The roofline fraction is against the probe on memory of the weights' kind.
+  const bool read_in = r.artifact().is_copy();
+  out["artifact_load"] = read_in ? "read" : "mmap";
+  out["artifact_huge_page_bytes"] = r.artifact().HugePageBytes();
+  out["read_bandwidth_small_pages_gbs"] = xcc::bench::MeasureReadBandwidth(r.pool(), false);
+  out["read_bandwidth_huge_pages_gbs"] = xcc::bench::MeasureReadBandwidth(r.pool(), true);
+  out["read_bandwidth_gbs"] =
+      out[read_in ? "read_bandwidth_huge_pages_gbs" : "read_bandwidth_small_pages_gbs"];
   out["decode_weight_bytes_per_step"] = weight_bytes;
   out["decode_weight_bytes_by_dtype"] = bytes_by_dtype;
 

@@ -13,6 +13,7 @@
 //                [--temperature T] [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S]
 //                [--threads N] [--show-ids] [--dry-run]
 //   both: [--verify-weights] (recompute the weights' checksums before running)
+//         [--mmap] (map the artifact in place instead of reading it onto huge pages)
 //
 // Both are clients of the one engine core (runtime/engine/engine_core.h):
 // `run` through the serving engine's thread (LLMEngine), `generate` as one
@@ -132,7 +133,20 @@ xrt::Status VerifyWeights(const xrt::Artifact& a) {
 // --verify-weights, the weights' checksums too.
 xrt::Expected<std::unique_ptr<xrt::ModelRunner>> LoadRunner(const xrt::ModelRunnerParams& rp,
                                                             bool verify_weights) {
+  const auto start = std::chrono::steady_clock::now();
   XRT_ASSIGN_OR_RETURN(std::unique_ptr<xrt::ModelRunner> runner, xrt::ModelRunner::Create(rp));
+  const xrt::Artifact& a = runner->artifact();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (a.is_copy()) {
+    std::fprintf(stderr,
+                 "xrt: loaded %.1f MiB in %.2f s, read into memory (%.1f MiB of it on transparent "
+                 "huge pages; --mmap maps the file in place)\n",
+                 a.file_bytes().size / 1048576.0, seconds, a.HugePageBytes() / 1048576.0);
+  } else {
+    std::fprintf(stderr, "xrt: loaded %.1f MiB in %.2f s, mapped in place (--mmap)\n",
+                 a.file_bytes().size / 1048576.0, seconds);
+  }
   if (verify_weights) XRT_RETURN_IF_ERROR(VerifyWeights(runner->artifact()));
   return runner;
 }
@@ -309,6 +323,12 @@ int main(int argc, char** argv) {
   xrt::ModelRunnerParams rp;
   std::string prompt, system;
   bool chat = false, ignoreEos = false, show_ids = false, verify_weights = false, dry_run = false;
+  bool map_in_place = false;
+  const char* mmap_help =
+      "Map the artifact in place (as llama.cpp does by default) instead of reading it into "
+      "memory on transparent huge pages: a faster start, and its pages are shared with other "
+      "processes through the page cache, but a decode step that reads the weights from DRAM is "
+      "slower (bench/README.md)";
   std::vector<std::string> images;
   const char* verify_weights_help =
       "Recompute the checksum of every weights segment before running (reads the whole "
@@ -357,6 +377,7 @@ int main(int argc, char** argv) {
                 "Only make the request (tokenize, place the images) and print its prompt ids and "
                 "image spans (JSON, stdout); generate nothing");
   gen->add_flag("--verify-weights", verify_weights, verify_weights_help);
+  gen->add_flag("--mmap", map_in_place, mmap_help);
   std::string lora;
   gen->add_option("--lora", lora,
                   "Run with a LoRA adapter: NAME=PATH (a PEFT directory) or the NAME of an "
@@ -397,6 +418,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   run->add_flag("--verify-weights", verify_weights, verify_weights_help);
+  run->add_flag("--mmap", map_in_place, mmap_help);
   // Image content parts (runtime/server/media_fetcher.h), as vLLM's flags.
   std::string image_limit, max_image_bytes;
   run->add_option("--allowed-local-media-path", run_sp.media.allowed_local_media_path,
@@ -455,6 +477,7 @@ int main(int argc, char** argv) {
     auto kv_dtype = xrt::ParseKvCacheDtype(run_kv_dtype);
     if (!kv_dtype.ok()) return Fail(kv_dtype.status());
     run_rp.kv_cache_dtype = *kv_dtype;
+    if (map_in_place) run_rp.load = xrt::ArtifactLoad::kMap;
     return Serve(run_rp, run_ep, run_sp, kv_memory, shutdown_timeout, verify_weights, lora_modules,
                  max_lora_rank);
   }
@@ -462,6 +485,7 @@ int main(int argc, char** argv) {
   auto kv_dtype = xrt::ParseKvCacheDtype(gen_kv_dtype);
   if (!kv_dtype.ok()) return Fail(kv_dtype.status());
   rp.kv_cache_dtype = *kv_dtype;
+  if (map_in_place) rp.load = xrt::ArtifactLoad::kMap;
   auto runner = LoadRunner(rp, verify_weights);
   if (!runner.ok()) return Fail(runner.status());
   xrt::ModelRunner& r = **runner;

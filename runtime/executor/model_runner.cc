@@ -44,7 +44,7 @@ Expected<std::optional<KvCacheDtype>> ParseKvCacheDtype(const std::string& name)
 
 Expected<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelRunnerParams& params) {
   std::unique_ptr<ModelRunner> r(new ModelRunner());
-  XRT_ASSIGN_OR_RETURN(r->artifact_, Artifact::Open(params.artifact_path));
+  XRT_ASSIGN_OR_RETURN(r->artifact_, Artifact::Open(params.artifact_path, params.load));
   const Artifact& a = *r->artifact_;
   const xpk::Manifest& m = a.manifest();
   const xpk::ModelConfig& cfg = *m.config();

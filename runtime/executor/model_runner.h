@@ -45,6 +45,11 @@ struct ModelRunnerParams {
   // std::nullopt ("auto"): f16 for an artifact whose matmuls compute in bf16
   // or int8, f32 otherwise (AutoKvCacheElementBytes).
   std::optional<KvCacheDtype> kv_cache_dtype;
+  // How the artifact is brought into memory (runtime/loader/artifact.h): read
+  // into a private copy on transparent huge pages (xrt's default), or mapped in
+  // place (xrt's --mmap: a faster start and page-cache pages shared between
+  // processes, slower decode from DRAM).
+  ArtifactLoad load = ArtifactLoad::kRead;
 };
 
 // xrt's --kv-cache-dtype: "auto" -> std::nullopt, "f32" -> kF32, "f16" -> kF16;

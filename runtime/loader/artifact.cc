@@ -809,8 +809,9 @@ int64_t ExecutableBucket(const xpk::Executable& e) {
 
 Artifact::~Artifact() { std::free(owned_); }
 
-Expected<std::unique_ptr<Artifact>> Artifact::Open(const std::string& path) {
-  XRT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+Expected<std::unique_ptr<Artifact>> Artifact::Open(const std::string& path, ArtifactLoad load) {
+  XRT_ASSIGN_OR_RETURN(MappedFile file, load == ArtifactLoad::kRead ? MappedFile::Read(path)
+                                                                    : MappedFile::Open(path));
   std::unique_ptr<Artifact> a(new Artifact());
   a->path_ = path;
   a->file_ = std::move(file);

@@ -72,10 +72,17 @@ struct ArtifactProvenance {
   std::vector<Input> inputs;                                 // as stored (sorted by path)
 };
 
+// How Artifact::Open brings the file into memory (runtime/base/mapped_file.h):
+// kMap maps it in place (pages read on first touch, shared through the page
+// cache); kRead reads it whole into a private copy on transparent huge pages,
+// which a decode step reading all the weights streams faster.
+enum class ArtifactLoad { kMap, kRead };
+
 class Artifact {
  public:
-  // Maps `path` read-only and validates it. Errors start with `path`.
-  static Expected<std::unique_ptr<Artifact>> Open(const std::string& path);
+  // Maps (or reads) `path` read-only and validates it. Errors start with `path`.
+  static Expected<std::unique_ptr<Artifact>> Open(const std::string& path,
+                                                  ArtifactLoad load = ArtifactLoad::kMap);
 
   // Validates an artifact held in memory. The bytes are copied into page-aligned storage
   // owned by the Artifact (so alignment checks mean the same as for a mapped file).
@@ -94,6 +101,12 @@ class Artifact {
   ByteSpan file_bytes() const { return {data_, size_}; }
   // The verified manifest; lives as long as the Artifact.
   const xpk::Manifest& manifest() const { return *manifest_; }
+
+  // ArtifactLoad::kRead: the bytes of the copy on huge pages now (0 for kMap, for
+  // FromBytes, and where the kernel granted none).
+  size_t HugePageBytes() const { return file_.HugePageBytes(); }
+  // Whether Open() read the file into a copy (ArtifactLoad::kRead).
+  bool is_copy() const { return file_.is_copy(); }
 
   // Segments: OutOfRange error for an index >= num_segments().
   uint32_t num_segments() const;
