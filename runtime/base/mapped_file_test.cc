@@ -60,9 +60,10 @@ TEST(AnonymousMappingTest, MoveHandsOverTheMemory) {
 }
 
 TEST(MappedFileTest, ReadAndOpenGiveTheFilesBytes) {
-  // Sizes around a huge page's end, and one that spans several.
-  for (size_t n :
-       {size_t{1}, size_t{4095}, kHugePageBytes, kHugePageBytes + 3, (size_t{5} << 20) + 123}) {
+  // Sizes around a huge page's end, one that spans several, and one of several of
+  // Read's 32 MiB pieces (read by more than one thread) with a short last piece.
+  for (size_t n : {size_t{1}, size_t{4095}, kHugePageBytes, kHugePageBytes + 3,
+                   (size_t{5} << 20) + 123, (size_t{97} << 20) + 4097}) {
     const std::vector<uint8_t> bytes = Pattern(n);
     const std::string path = WriteFile("bytes", bytes);
     auto read = MappedFile::Read(path);
