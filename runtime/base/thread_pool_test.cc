@@ -88,7 +88,7 @@ TEST(ThreadPoolTest, ParallelForUnitsCoversUnitsInAFewChunksPerThread) {
 TEST(ThreadPoolTest, ParallelForUnitsChunksAreWholeMultiples) {
   ThreadPool pool(2);
   for (int64_t multiple : {1, 3, 4}) {
-    for (int64_t units : {2, 6, 8, 18, 48, 256}) {
+    for (int64_t units : {2, 6, 8, 18, 48, 80, 256}) {
       std::vector<std::atomic<int>> hits(units);
       std::mutex mu;
       std::vector<std::pair<int64_t, int64_t>> chunks;
@@ -101,8 +101,9 @@ TEST(ThreadPoolTest, ParallelForUnitsChunksAreWholeMultiples) {
           },
           multiple);
       for (int64_t i = 0; i < units; ++i) ASSERT_EQ(hits[i].load(), 1) << i << " of " << units;
-      // units / 8 rounded up to the multiple, the last chunk what is left.
-      const int64_t grain = (std::max<int64_t>(1, units / 8) + multiple - 1) / multiple * multiple;
+      // units / 8 rounded down to the multiple (at least one), the last chunk
+      // what is left.
+      const int64_t grain = std::max(multiple, units / 8 / multiple * multiple);
       for (auto [b, e] : chunks) {
         EXPECT_EQ(b % grain, 0) << units << " units, multiple " << multiple;
         EXPECT_EQ(e - b, std::min(grain, units - b)) << units << " units, multiple " << multiple;
