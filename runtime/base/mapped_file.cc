@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -125,14 +126,15 @@ size_t AnonymousMapping::HugePageBytes() const {
   const uintptr_t lo = reinterpret_cast<uintptr_t>(data_), hi = lo + mapped_;
   bool inside = false;
   size_t bytes = 0;
-  char line[512];
+  char line[4096];
   while (std::fgets(line, sizeof line, f)) {
     uintptr_t start = 0, end = 0;
     unsigned long long kib = 0;
-    // An entry's first line is "start-end perms ...", the others "Field: value":
-    // the mapping may be split into several entries.
+    // An entry's first line is "start-end perms ...", the others "Field: value".
+    // The mapping may be split into several entries, or merged into one with a
+    // neighbour advised alike (whose huge pages then count too, up to size_).
     if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &start, &end) == 2) {
-      inside = start >= lo && end <= hi;
+      inside = start < hi && end > lo;
     } else if (inside && std::sscanf(line, "AnonHugePages: %llu kB", &kib) == 1) {
       bytes += static_cast<size_t>(kib) * 1024;
     }
@@ -189,7 +191,13 @@ Expected<MappedFile> MappedFile::Read(const std::string& path) {
     }
   };
   std::vector<std::thread> threads;
-  for (unsigned t = 1; t < readers; ++t) threads.emplace_back(read_pieces);
+  for (unsigned t = 1; t < readers; ++t) {
+    try {
+      threads.emplace_back(read_pieces);
+    } catch (const std::system_error&) {
+      break;  // no more threads to be had: fewer readers take the pieces
+    }
+  }
   read_pieces();
   for (std::thread& t : threads) t.join();
   XRT_RETURN_IF_ERROR(first_error);
