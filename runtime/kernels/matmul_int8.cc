@@ -1533,7 +1533,12 @@ XRT_TARGET_AVX512 void StoreAmxRows(const Int8Problem& p, const float* acc, int6
   StoreRowsAvx512<R>(p, col0, i0 + r0, sums);
 }
 
-// StoreAmxRows over the group's `rows` rows, four at a time.
+// StoreAmxRows over the group's `rows` rows, four at a time. This switch and
+// its two twins below (AmxInt8AllRows, PanelRowsAmxK) stay switches. Through
+// attention.cc's WithCount the row kernels are called from a generic lambda,
+// which does not carry this function's target attribute, and that measured
+// slower (M = 128, 8192 x 2048, 2 threads, three interleaved rounds: q4_0 /
+// q8_0 7-10%, iq4_xs 2-9%), most likely because GCC no longer inlines them.
 XRT_TARGET_AVX512 void StoreAmxGroup(const Int8Problem& p, const float* acc, int64_t col0,
                                      int64_t i0, int rows) {
   for (int r = 0; r < rows; r += 4) {
