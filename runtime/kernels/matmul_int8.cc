@@ -696,7 +696,10 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // vpmaddubsw, an int16 add and a share of a widening vpmaddwd. With one or
 // two rows the quads go round-robin to 4 / R sums per row and half, so that
 // eight independent vpdpbusd chains are in flight whatever R (one row alone
-// would have two, each waiting on its last vpdpbusd's result).
+// would have two, each waiting on its last vpdpbusd's result). kStreams
+// panels summed side by side (PanelsRowAvx512Vnni) count as rows here: their
+// chains are independent already, and the sums' adds would be extra work
+// (q3_k, hot in L2, 4 streams: 6 of a step's ~53 vector uops).
 //
 // The signed weights (HasSignedWeights) are offset by 128 into vpdpbusd's
 // unsigned operand (WeightQuads<F, true>: q8_0's w ^ 0x80 = w + 128 as a
@@ -714,10 +717,10 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 // kDecoded: `blk` is the group's or super-block's quads in the thread's
 // decoded panel (DecodeQuadPanelAvx512Vnni; the signed weights already
 // offset), two loads per quad.
-template <WeightFormat F, int R, int Q, bool kDecoded = false>
+template <WeightFormat F, int R, int Q, bool kDecoded = false, int kStreams = 1>
 XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
-  constexpr int kChains = R >= 3 ? 1 : 4 / R;
+  constexpr int kChains = R * kStreams >= 3 ? 1 : 4 / (R * kStreams);
   static_assert(Q % kChains == 0);
   __m512i part[kChains][R][2];
   for (int c = 0; c < kChains; ++c)
@@ -813,6 +816,25 @@ constexpr int KSteps() {
   return kSuperBlock / KScaleRows(F);
 }
 
+// Whether a K-quant step's dot products, with the quants' offset taken out
+// (AddKStepDots), fit in int16: KScaleRows(F) products of a centered quant
+// (at most max(offset, MaxQuant - offset) in magnitude) and an activation
+// quant (at most 127). q3_k's: 16 * 4 * 127 = 8128; q6_k's reach 65024,
+// iq4_xs's 32 * 128 * 127.
+template <WeightFormat F>
+constexpr bool CenteredStepDotsFitInt16() {
+  if constexpr (!HasKInt8Scales(F) || HasSignedWeights(F)) {
+    return false;
+  } else {
+    constexpr int kOffset = KQuantOffset(F);
+    constexpr int kMaxCentered = std::max(kOffset, MaxQuant(F) - kOffset);
+    return KScaleRows(F) * kMaxCentered * 127 <= 32767;
+  }
+}
+static_assert(CenteredStepDotsFitInt16<WeightFormat::kQ3_K>());
+static_assert(!CenteredStepDotsFitInt16<WeightFormat::kQ6_K>());
+static_assert(!CenteredStepDotsFitInt16<WeightFormat::kIQ4_XS>());
+
 // Step s of super-block b (at sb) added to the rows' sums, from the step's
 // integer dot products of the rows' quants with the weight's quants (as
 // AddQuadDots makes them: the signed weights offset by 128).
@@ -839,7 +861,16 @@ XRT_TARGET_AVX512_VNNI inline void AddKStepDots(const uint8_t* sb, const QuantRo
       const __m512i offset = _mm512_set1_epi32(kOffset * qsum);
       for (int h = 0; h < 2; ++h) {
         const __m512i centered = _mm512_sub_epi32(dot[i][h], offset);
-        sums.isum[i][h] = _mm512_add_epi32(sums.isum[i][h], _mm512_mullo_epi32(centered, scale[h]));
+        if constexpr (CenteredStepDotsFitInt16<F>()) {
+          // centered's high half is its sign: against by_qsum's (scale, 0)
+          // pairs vpdpwssd adds centered * scale, one uop where vpmulld
+          // and vpaddd take three (not measurable alone: q3_k M = 1 hot in
+          // L2, 2048 x 2048, 43.6-45.5 GB/s either way).
+          sums.isum[i][h] = _mm512_dpwssd_epi32(sums.isum[i][h], centered, by_qsum[h]);
+        } else {
+          sums.isum[i][h] =
+              _mm512_add_epi32(sums.isum[i][h], _mm512_mullo_epi32(centered, scale[h]));
+        }
       }
     }
   } else {
@@ -866,8 +897,10 @@ XRT_TARGET_AVX512_VNNI inline void AddKStepDots(const uint8_t* sb, const QuantRo
   }
 }
 
-// Step s of super-block b (at sb) of a panel added to the rows' sums.
-template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes, int kLocality = 2>
+// Step s of super-block b (at sb) of a panel added to the rows' sums (one of
+// kStreams panels summed side by side: AddQuadDots).
+template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes, int kLocality = 2,
+          int kStreams = 1>
 XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, const uint8_t* sb,
                                                       const QuantRows<R>& rows, bool prefetch,
                                                       int64_t b, int s, SuperBlockSums<R>& sums) {
@@ -881,7 +914,7 @@ XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, cons
     AddQuadDots<F, R, kSubQuads, true>(p.decoded + b * (kSuperBlock / 4) * kDecodedQuadBytes,
                                        s * kSubQuads, qsb, dot);
   } else {
-    AddQuadDots<F, R, kSubQuads>(sb, s * kSubQuads, qsb, dot);
+    AddQuadDots<F, R, kSubQuads, false, kStreams>(sb, s * kSubQuads, qsb, dot);
   }
   AddKStepDots<F, R>(sb, rows, b, s, dot, sums);
 }
@@ -904,8 +937,8 @@ XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, cons
     for (int s = 0; s < kSteps; ++s) {
 #pragma GCC unroll 4
       for (int j = 0; j < P; ++j) {
-        AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality>(p, sb + j * p.panel_bytes, rows,
-                                                              prefetch, b, s, sums[j]);
+        AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality, P>(p, sb + j * p.panel_bytes, rows,
+                                                                 prefetch, b, s, sums[j]);
       }
     }
     for (int j = 0; j < P; ++j) {  // q3_k, q6_k, iq4_xs: imin 0
@@ -925,7 +958,7 @@ XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, cons
         AddQuadDots<F, R, kQuantGroup / 4, true>(
             p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes, 0, qg, dot);
       } else {
-        AddQuadDots<F, R, kQuantGroup / 4>(grp, 0, qg, dot);
+        AddQuadDots<F, R, kQuantGroup / 4, false, P>(grp, 0, qg, dot);
       }
       if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
       AddGroup<F, R>(grp, rows, b, dot, acc[j]);

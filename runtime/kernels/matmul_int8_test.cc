@@ -450,46 +450,53 @@ ExtremeBlock ExtremeBlockOf(WeightFormat f) {
 // groups of every height the paths use.
 TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
   ThreadPool pool(2);
-  for (WeightFormat f : kFormats) {
-    const int64_t block = WeightFormatBlockSize(f);
-    const int64_t n = 40, k = (IsKQuantFormat(f) ? 2 : 4) * block;
-    std::vector<uint8_t> ggml = RandomGgmlRows(f, n, k, 3);
-    const int64_t row_bytes = GgmlRowBytes(f, k), block_bytes = GgmlRowBytes(f, block);
-    const ExtremeBlock at = ExtremeBlockOf(f);
-    for (int64_t b = 0; b < n * (k / block); ++b) {
-      // Alternate blocks: the lowest quants, then the highest.
-      const uint8_t low = f == WeightFormat::kQ8_0 ? 0x80 : 0x00;
-      const uint8_t high = f == WeightFormat::kQ8_0 ? 0x7f : 0xff;
-      uint8_t* bytes = ggml.data() + b * block_bytes;
-      std::fill(bytes + at.quants_begin, bytes + at.quants_end, b % 2 ? high : low);
-      std::fill(bytes + at.scales_begin, bytes + at.scales_end, at.scale_byte);
-    }
-    Weight w;
-    w.packed.assign(PackedWeightBytes(f, n, k) + 64, 0);
-    PackWeightsFromBlocks(f, ggml.data(), n, k, row_bytes, w.packed.data());
-    for (int64_t r = 0; r < n; ++r)
-      w.rows.push_back(DecodeGgmlRow(f, ggml.data() + r * row_bytes, k));
-    const int64_t a_block = Int8ActivationBlock(f);
-    // 3 rows: one row group on every path; 7: two (decoded on avx2 for the
-    // formats with high bits); 21: AMX's 16-row groups, and 6 K-quant
-    // groups of 4 (decoded on AVX512_VNNI for q3_k, q5_k, q6_k); 65: 17
-    // row blocks, decoded on avx2 for every format (iq4's table values
-    // stored signed, biased after the load for vpdpbusd).
-    for (int64_t m : {3, 7, 21, 65}) {
-      std::vector<float> a(m * (k + 5), 1e30f);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t kk = 0; kk < k; ++kk)
-          a[i * (k + 5) + kk] = (i + kk / a_block) % 2 ? 3.0f : -3.0f;
-      for (Int8Path isa : Int8Paths()) {
-        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, p, isa);
-          ExpectMatchesReference(
-              f, a, m, n, k, w, {}, false, c,
-              std::string(WeightFormatName(f)) + " " + isa.Name() + " m=" + std::to_string(m));
+  // 3 rows: one row group on every path; 7: two (decoded on avx2 for the
+  // formats with high bits); 21: AMX's 16-row groups, and 6 K-quant groups
+  // of 4 (decoded on AVX512_VNNI for q3_k, q5_k, q6_k); 65: 17 row blocks,
+  // decoded on avx2 for every format (iq4's table values stored signed,
+  // biased after the load for vpdpbusd). One row against 136 columns: a
+  // decode step's kernel on AVX512_VNNI, four panels side by side, then the
+  // fifth (8 columns) alone.
+  struct Case {
+    int64_t n;
+    std::vector<int64_t> rows;
+  };
+  for (const Case& shape : {Case{40, {3, 7, 21, 65}}, Case{136, {1}}})
+    for (WeightFormat f : kFormats) {
+      const int64_t block = WeightFormatBlockSize(f);
+      const int64_t n = shape.n, k = (IsKQuantFormat(f) ? 2 : 4) * block;
+      std::vector<uint8_t> ggml = RandomGgmlRows(f, n, k, 3);
+      const int64_t row_bytes = GgmlRowBytes(f, k), block_bytes = GgmlRowBytes(f, block);
+      const ExtremeBlock at = ExtremeBlockOf(f);
+      for (int64_t b = 0; b < n * (k / block); ++b) {
+        // Alternate blocks: the lowest quants, then the highest.
+        const uint8_t low = f == WeightFormat::kQ8_0 ? 0x80 : 0x00;
+        const uint8_t high = f == WeightFormat::kQ8_0 ? 0x7f : 0xff;
+        uint8_t* bytes = ggml.data() + b * block_bytes;
+        std::fill(bytes + at.quants_begin, bytes + at.quants_end, b % 2 ? high : low);
+        std::fill(bytes + at.scales_begin, bytes + at.scales_end, at.scale_byte);
+      }
+      Weight w;
+      w.packed.assign(PackedWeightBytes(f, n, k) + 64, 0);
+      PackWeightsFromBlocks(f, ggml.data(), n, k, row_bytes, w.packed.data());
+      for (int64_t r = 0; r < n; ++r)
+        w.rows.push_back(DecodeGgmlRow(f, ggml.data() + r * row_bytes, k));
+      const int64_t a_block = Int8ActivationBlock(f);
+      for (int64_t m : shape.rows) {
+        std::vector<float> a(m * (k + 5), 1e30f);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t kk = 0; kk < k; ++kk)
+            a[i * (k + 5) + kk] = (i + kk / a_block) % 2 ? 3.0f : -3.0f;
+        for (Int8Path isa : Int8Paths()) {
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, p, isa);
+            ExpectMatchesReference(f, a, m, n, k, w, {}, false, c,
+                                   std::string(WeightFormatName(f)) + " " + isa.Name() +
+                                       " m=" + std::to_string(m) + " n=" + std::to_string(n));
+          }
         }
       }
     }
-  }
 }
 
 TEST(MatmulInt8Test, NonFiniteZeroAndTinyActivationBlocks) {
