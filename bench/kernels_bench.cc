@@ -563,17 +563,20 @@ BENCHMARK(BM_LoraExpandMatmulBaseline)->Apply(LoraBaselineShapes);
 
 // The read-bandwidth probe (bench/read_bandwidth.h): a pass over 1 GiB of
 // small pages (huge:0, as ../shared/measure/readbw's) or huge pages (huge:1,
-// as the weights above) per iteration.
+// as the weights above) per iteration, read as four streams per thread
+// (method:0) or one prefetched (method:1). lm_step_bench reports the best.
 void BM_ReadBandwidth(benchmark::State& state) {
-  ThreadPool* pool = Pool(static_cast<int>(state.range(1)));
+  ThreadPool* pool = Pool(static_cast<int>(state.range(2)));
   const xcc::bench::ProbeBuffer buf(size_t{1} << 28, state.range(0) != 0);
-  for (auto _ : state) benchmark::DoNotOptimize(xcc::bench::ReadPass(*pool, buf));
+  const auto method = state.range(1) ? xcc::bench::ReadMethod::kOneStreamPrefetched
+                                     : xcc::bench::ReadMethod::kFourStreams;
+  for (auto _ : state) benchmark::DoNotOptimize(xcc::bench::ReadPass(*pool, buf, method));
   state.counters["GBps"] = benchmark::Counter(buf.size() * sizeof(float) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_ReadBandwidth)
-    ->ArgNames({"huge", "threads"})
-    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"huge", "method", "threads"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {1, 2}})
     ->MinTime(1.0)
     ->UseRealTime();
 
