@@ -381,11 +381,22 @@ XRT_TARGET_AVX512 inline void ByteQuads(const uint8_t* rows, __m512i* lo, __m512
   *hi = _mm512_shuffle_epi8(_mm512_permutex2var_epi32(x, pick_hi, y), transpose);
 }
 
+// The formats whose quants are a bare nibble (no high bits, no table):
+// q4_0, q4_1, q4_k. Their columns 16-31 are the high nibbles of the bytes
+// whose low nibbles are columns 0-15, so those can be taken as they sit,
+// 16 times the quant (WeightQuads' kHighTimes16).
+constexpr bool HasBareNibbles(WeightFormat f) {
+  return HasQuadNibbles(f) && !HasK5HighBits(f) && f != WeightFormat::kQ6_K && !HasIQ4Table(f);
+}
+
 // The weight quads of k-rows 4*kq .. 4*kq+3 of a group / super-block:
 // columns 0-15 in *lo, 16-31 in *hi. The unsigned quants, or the signed
 // weights (HasSignedWeights), with kBiased as w + 128 (vpdpbusd's operand).
-template <WeightFormat F, bool kBiased = false>
+// kHighTimes16 (HasBareNibbles): *hi is 16 times the quants, the high
+// nibbles left in place, one shift fewer per quad.
+template <WeightFormat F, bool kBiased = false, bool kHighTimes16 = false>
 XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* lo, __m512i* hi) {
+  static_assert(!kHighTimes16 || HasBareNibbles(F));
   if constexpr (F == WeightFormat::kQ8_0) {
     ByteQuads(blk + 64 + kq * 4 * kPackNR, lo, hi);
     if constexpr (kBiased) {  // w ^ 0x80 = w + 128 as a byte
@@ -402,6 +413,10 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
   }
   const __m512i low = _mm512_set1_epi8((1 << LowQuantBits(F)) - 1);
   *lo = _mm512_and_si512(x, low);
+  if constexpr (kHighTimes16) {
+    *hi = _mm512_and_si512(x, _mm512_set1_epi8(static_cast<char>(0xf0)));
+    return;
+  }
   *hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
   // Lane l of the quad is lane L = l % 2 of its half h = l / 2; the high
   // bits of its bytes are at the same bytes of the quad's 16 (q5_0, q5_1,
@@ -722,10 +737,17 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
                                                const int8_t* const* qrow, __m512i (&dot)[R][2]) {
   constexpr int kChains = R * kStreams >= 3 ? 1 : 4 / (R * kStreams);
   static_assert(Q % kChains == 0);
+  // Bare nibbles: columns 16-31 summed at 16 times (WeightQuads'
+  // kHighTimes16) and shifted back once at the end, exact: every term is a
+  // multiple of 16 and the sum's magnitude at most 16 * 4Q * 15 * 127.
+  constexpr bool kHighTimes16 = !kDecoded && HasBareNibbles(F);
+  static_assert(!kHighTimes16 ||
+                int64_t{16} * 4 * Q * 15 * 127 <= std::numeric_limits<int32_t>::max());
   __m512i part[kChains][R][2];
   for (int c = 0; c < kChains; ++c)
     for (int i = 0; i < R; ++i)
-      for (int h = 0; h < 2; ++h) part[c][i][h] = c == 0 ? dot[i][h] : _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h)
+        part[c][i][h] = c == 0 && !(kHighTimes16 && h == 1) ? dot[i][h] : _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int kq = kq0; kq < kq0 + Q; kq += kChains) {
 #pragma GCC unroll 4
@@ -735,7 +757,7 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
         lo = _mm512_load_si512(blk + (kq + c) * kDecodedQuadBytes);
         hi = _mm512_load_si512(blk + (kq + c) * kDecodedQuadBytes + 64);
       } else {
-        WeightQuads<F, true>(blk, kq + c, &lo, &hi);
+        WeightQuads<F, true, kHighTimes16>(blk, kq + c, &lo, &hi);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
@@ -747,8 +769,10 @@ XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
   }
   for (int i = 0; i < R; ++i) {
     for (int h = 0; h < 2; ++h) {
-      dot[i][h] = part[0][i][h];
-      for (int c = 1; c < kChains; ++c) dot[i][h] = _mm512_add_epi32(dot[i][h], part[c][i][h]);
+      __m512i sum = part[0][i][h];
+      for (int c = 1; c < kChains; ++c) sum = _mm512_add_epi32(sum, part[c][i][h]);
+      dot[i][h] =
+          kHighTimes16 && h == 1 ? _mm512_add_epi32(dot[i][h], _mm512_srai_epi32(sum, 4)) : sum;
     }
   }
 }
