@@ -1,12 +1,15 @@
 // Does the order in which the int8 decode kernel reads a q4_k weight cost
-// read bandwidth? Sums 1 GiB of 32-column q4_k panels (K = 2048: eight
-// 4608-byte super-blocks each) on 2 threads, with no arithmetic beyond the
-// sum (or WORK=n fmas per line), in two line orders: sequential, and a
-// super-block step's (its scale lines, then its eight quant lines; d / dmin
-// last), one or four panels side by side, with the kernel's prefetch (each
-// step's share of the super-block 4 KiB ahead) or each line's 512 B ahead.
+// read bandwidth, and does arithmetic between the reads? Sums MIB (default
+// 1024) of 32-column q4_k panels (K = 2048: eight 4608-byte super-blocks
+// each) on 2 threads, with WORK (0, 2, 4, 6 or 8) dependent fmas per line,
+// in two line orders: sequential, and a super-block step's (its scale lines,
+// then its eight quant lines; d / dmin last), one or four panels side by
+// side, with the kernel's prefetch (each step's share of the super-block
+// 4 KiB ahead) or each line's 512 B ahead. MIB under 64 sums the buffer 200
+// times: the rate in cache, the arithmetic's ceiling.
 // Standalone (not built by CMake):
-//   g++ -O2 -std=c++17 -pthread bench/read_pattern_probe.cc -o /tmp/pattern && /tmp/pattern
+//   g++ -O2 -std=c++17 -pthread bench/read_pattern_probe.cc -o /tmp/pattern
+//   /tmp/pattern; WORK=6 MIB=2 /tmp/pattern; WORK=6 /tmp/pattern
 // bench/README.md has a Sapphire Rapids-class machine's answers.
 #include <immintrin.h>
 #include <sys/mman.h>
@@ -99,11 +102,29 @@ float SumShare(int streams, const char* base, long panels, const std::vector<int
                       : SumPanels<4, kWork>(base, panels, order, prefetch, ahead);
 }
 
+float SumShareWith(int work, int streams, const char* base, long panels,
+                   const std::vector<int>& order, Prefetch prefetch, int ahead) {
+  switch (work) {
+    case 0:
+      return SumShare<0>(streams, base, panels, order, prefetch, ahead);
+    case 2:
+      return SumShare<2>(streams, base, panels, order, prefetch, ahead);
+    case 4:
+      return SumShare<4>(streams, base, panels, order, prefetch, ahead);
+    case 6:
+      return SumShare<6>(streams, base, panels, order, prefetch, ahead);
+    default:
+      return SumShare<8>(streams, base, panels, order, prefetch, ahead);
+  }
+}
+
 }  // namespace
 
 int main() {
-  const bool work = std::getenv("WORK") != nullptr && std::atoi(std::getenv("WORK")) > 0;
-  const long panels = (long{1} << 30) / kPanelBytes;
+  const int work = std::getenv("WORK") ? std::atoi(std::getenv("WORK")) : 0;
+  const long mib = std::getenv("MIB") ? std::atol(std::getenv("MIB")) : 1024;
+  const int passes = mib < 64 ? 200 : 1;
+  const long panels = std::max(4L, (mib << 20) / kPanelBytes);
   const size_t bytes = panels * kPanelBytes + (size_t{2} << 20);
   char* buf = static_cast<char*>(std::aligned_alloc(size_t{2} << 20, bytes));
   madvise(buf, bytes, MADV_HUGEPAGE);
@@ -137,14 +158,14 @@ int main() {
         threads.emplace_back([&, t] {
           const long p0 = panels * t / 2, p1 = panels * (t + 1) / 2;
           const char* base = buf + p0 * kPanelBytes;
-          sums[t] = work ? SumShare<3>(c.streams, base, p1 - p0, order, c.prefetch, c.ahead)
-                         : SumShare<0>(c.streams, base, p1 - p0, order, c.prefetch, c.ahead);
+          for (int pass = 0; pass < passes; ++pass)
+            sums[t] += SumShareWith(work, c.streams, base, p1 - p0, order, c.prefetch, c.ahead);
         });
       }
       for (std::thread& th : threads) th.join();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       sink = sink + sums[0] + sums[1];
-      gbs.push_back(panels * kPanelBytes / s / 1e9);
+      gbs.push_back(static_cast<double>(panels * kPanelBytes) * passes / s / 1e9);
     }
     std::sort(gbs.begin(), gbs.end());
     std::printf("%-52s GB/s median %.1f best %.1f\n", c.name, gbs[2], gbs[4]);
