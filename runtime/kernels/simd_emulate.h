@@ -174,6 +174,16 @@ inline void _mm_mask_storeu_ps(void* p, __mmask8 k, __m128 a) {
 
 inline __m512i _mm512_cvtepu16_epi32(__m256i a) { return xrt_simd_emulate::Widen<uint16_t>(a); }
 
+// SIMDe 0.7.4 has the 16-bit arithmetic shifts only. Counts above 31 fill
+// with the sign, as the instruction does.
+inline __m512i _mm512_srai_epi32(__m512i a, unsigned imm) {
+  int32_t x[16];
+  xrt_simd_emulate::ToLanes(a, x);
+  const unsigned count = imm > 31 ? 31 : imm;
+  for (int32_t& v : x) v = v < 0 ? ~(~v >> count) : v >> count;
+  return xrt_simd_emulate::FromLanes<__m512i>(x);
+}
+
 inline __mmask16 _mm512_cmpgt_epu32_mask(__m512i a, __m512i b) {
   return xrt_simd_emulate::LaneMask32(a, b, [](uint32_t x, uint32_t y) { return x > y; });
 }
