@@ -927,9 +927,12 @@ template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes,
           int kStreams = 1>
 XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, const uint8_t* sb,
                                                       const QuantRows<R>& rows, bool prefetch,
-                                                      int64_t b, int s, SuperBlockSums<R>& sums) {
+                                                      int64_t b, int s, SuperBlockSums<R>& sums,
+                                                      int64_t prefetch_jump = 0) {
   constexpr int kSubQuads = KScaleRows(F) / 4;
-  if (prefetch) PrefetchPart<kAhead, kLocality>(sb, SuperBlockBytes(F), s, KSteps<F>());
+  if (prefetch) {
+    PrefetchPart<kAhead, kLocality>(sb + prefetch_jump, SuperBlockBytes(F), s, KSteps<F>());
+  }
   const int8_t* qsb[R];
   for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
   __m512i dot[R][2];
@@ -952,6 +955,12 @@ XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, cons
                                                       const QuantRows<R>& rows, bool prefetch,
                                                       int64_t b, __m512 (&acc)[P][R][2]) {
   static_assert(!kDecoded || P == 1, "a thread decodes one panel at a time");
+  // P panels side by side: where a block's prefetch runs past its panel's
+  // end it goes to the same panel of the next set of P (the next call's
+  // stream), not into the next panel, which this set is reading already.
+  constexpr int64_t kBlockBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
+  const int64_t prefetch_jump =
+      P > 1 && (b + 1) * kBlockBytes + kAhead > p.panel_bytes ? (P - 1) * p.panel_bytes : 0;
   if constexpr (IsKQuantFormat(F)) {
     const uint8_t* sb = panel + b * SuperBlockBytes(F);
     SuperBlockSums<R> sums[P];
@@ -961,8 +970,8 @@ XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, cons
     for (int s = 0; s < kSteps; ++s) {
 #pragma GCC unroll 4
       for (int j = 0; j < P; ++j) {
-        AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality, P>(p, sb + j * p.panel_bytes, rows,
-                                                                 prefetch, b, s, sums[j]);
+        AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality, P>(
+            p, sb + j * p.panel_bytes, rows, prefetch, b, s, sums[j], prefetch_jump);
       }
     }
     for (int j = 0; j < P; ++j) {  // q3_k, q6_k, iq4_xs: imin 0
@@ -975,7 +984,7 @@ XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, cons
 #pragma GCC unroll 4
     for (int j = 0; j < P; ++j) {
       const uint8_t* grp = panel + j * p.panel_bytes + b * group_bytes;
-      if (prefetch) PrefetchPart<kAhead, kLocality>(grp, group_bytes, 0, 1);
+      if (prefetch) PrefetchPart<kAhead, kLocality>(grp + prefetch_jump, group_bytes, 0, 1);
       __m512i dot[R][2];
       for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
       if constexpr (kDecoded) {
