@@ -113,7 +113,7 @@ float SumShareWith(int work, int streams, const char* base, long panels,
       return SumShare<4>(streams, base, panels, order, prefetch, ahead);
     case 6:
       return SumShare<6>(streams, base, panels, order, prefetch, ahead);
-    default:
+    default:  // 8 (main checks WORK)
       return SumShare<8>(streams, base, panels, order, prefetch, ahead);
   }
 }
@@ -122,6 +122,10 @@ float SumShareWith(int work, int streams, const char* base, long panels,
 
 int main() {
   const int work = std::getenv("WORK") ? std::atoi(std::getenv("WORK")) : 0;
+  if (work < 0 || work > 8 || work % 2 != 0) {
+    std::fprintf(stderr, "WORK=%s: the fmas per line are 0, 2, 4, 6 or 8\n", std::getenv("WORK"));
+    return 2;
+  }
   const long mib = std::getenv("MIB") ? std::atol(std::getenv("MIB")) : 1024;
   const int passes = mib < 64 ? 200 : 1;
   const long panels = std::max(4L, (mib << 20) / kPanelBytes);
