@@ -174,6 +174,27 @@ inline void _mm_mask_storeu_ps(void* p, __mmask8 k, __m128 a) {
 
 inline __m512i _mm512_cvtepu16_epi32(__m256i a) { return xrt_simd_emulate::Widen<uint16_t>(a); }
 
+namespace xrt_simd_emulate {
+// The 16 lanes of type Lane at p under mask k, the others zero (nothing is
+// read for them, as the instruction's fault suppression).
+template <typename Vec, typename Lane>
+inline Vec MaskedLoad16(unsigned k, const void* p) {
+  Lane x[16] = {};
+  for (int i = 0; i < 16; ++i) {
+    if (k >> i & 1) std::memcpy(&x[i], static_cast<const char*>(p) + i * sizeof(Lane), sizeof(Lane));
+  }
+  return FromLanes<Vec>(x);
+}
+}  // namespace xrt_simd_emulate
+
+inline __m256i _mm256_maskz_loadu_epi16(__mmask16 k, const void* p) {
+  return xrt_simd_emulate::MaskedLoad16<__m256i, uint16_t>(k, p);
+}
+
+inline __m128i _mm_maskz_loadu_epi8(__mmask16 k, const void* p) {
+  return xrt_simd_emulate::MaskedLoad16<__m128i, uint8_t>(k, p);
+}
+
 // SIMDe 0.7.4 has the 16-bit arithmetic shifts only. Counts above 31 fill
 // with the sign, as the instruction does.
 inline __m512i _mm512_srai_epi32(__m512i a, unsigned imm) {
