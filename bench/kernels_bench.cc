@@ -701,6 +701,8 @@ BENCHMARK(BM_PagedAttention)
     ->Args({1, 1024, 1, 2, 9, 3, 0, 30, 0})  // the same from DRAM, as in a model's decode step
     ->Args({1, 1024, 1, 2, 9, 3, 1, 30, 0})
     ->Args({1, 1024, 1, 2, 9, 3, 2, 30, 0})
+    ->Args({1, 1024, 1, 2, 32, 8, 1, 16, 0})   // Llama-3.2-1B's heads, f16 cache (2 MB a layer)
+    ->Args({1, 1024, 1, 2, 32, 8, 1, 256, 0})  // the same from DRAM (512 MB of caches)
     ->Args({16, 1024, 1, 1, 9, 3, 0, 1, 0})
     ->Args({16, 1024, 1, 2, 9, 3, 0, 1, 0})
     ->Args({16, 1024, 1, 1, 9, 3, 1, 1, 0})
