@@ -5,8 +5,11 @@
 // in two line orders: sequential, and a super-block step's (its scale lines,
 // then its eight quant lines; d / dmin last), one or four panels side by
 // side, with the kernel's prefetch (each step's share of the super-block
-// 4 KiB ahead) or each line's 512 B ahead. MIB under 64 sums the buffer 200
-// times: the rate in cache, the arithmetic's ceiling.
+// 4 KiB ahead) or each line's 512 B ahead; and from a layout with four
+// panels' super-blocks side by side (Layout::kSets). MIB under 64 sums the
+// buffer 200 times: the rate in cache, the arithmetic's ceiling. CHUNK=n: the
+// two threads take turns over chunks of n panels (as ParallelForUnits hands
+// them out) instead of a half each.
 // Standalone (not built by CMake):
 //   g++ -O2 -std=c++17 -pthread bench/read_pattern_probe.cc -o /tmp/pattern
 //   /tmp/pattern; WORK=6 MIB=2 /tmp/pattern; WORK=6 /tmp/pattern
@@ -32,6 +35,10 @@ constexpr int kLinesPerStep = 9;  // about a step's lines, per panel in turn
 
 enum class Order { kSequential, kKernel };
 enum class Prefetch { kNone, kSuperBlockShare, kEachLine };
+// Where panel p's super-block b is: panel after panel (the artifact's layout
+// today), or a set of four panels' super-blocks side by side (b of panels
+// 4i .. 4i + 3 together, so that four streams read one region in turn).
+enum class Layout { kPanels, kSets };
 
 // The super-block's lines in the order a step-by-step read touches them:
 // d (line 0), dmin (1), scale_lo (2-5: two sub-blocks a line), scale_hi
@@ -64,7 +71,8 @@ std::vector<int> LineOrder(Order order) {
 template <int kStreams, int kWork>
 __attribute__((target("avx512f,fma"))) float SumPanels(const char* base, long panels,
                                                        const std::vector<int>& order,
-                                                       Prefetch prefetch, int ahead) {
+                                                       Prefetch prefetch, int ahead,
+                                                       Layout layout) {
   __m512 acc[kStreams];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   const int n = static_cast<int>(order.size());
@@ -73,7 +81,10 @@ __attribute__((target("avx512f,fma"))) float SumPanels(const char* base, long pa
       for (int i = 0; i < n; i += kLinesPerStep) {
         const int end = std::min(n, i + kLinesPerStep);
         for (int s = 0; s < kStreams; ++s) {
-          const char* sb = base + (p0 + s) * kPanelBytes + long{b} * kSuperBlockBytes;
+          const char* sb =
+              layout == Layout::kPanels
+                  ? base + (p0 + s) * kPanelBytes + long{b} * kSuperBlockBytes
+                  : base + p0 * kPanelBytes + (long{b} * kStreams + s) * kSuperBlockBytes;
           if (prefetch == Prefetch::kSuperBlockShare) {
             for (int l = i * kLines / n; l < end * kLines / n; ++l)
               _mm_prefetch(sb + ahead + 64 * l, _MM_HINT_T0);
@@ -97,24 +108,24 @@ __attribute__((target("avx512f,fma"))) float SumPanels(const char* base, long pa
 
 template <int kWork>
 float SumShare(int streams, const char* base, long panels, const std::vector<int>& order,
-               Prefetch prefetch, int ahead) {
-  return streams == 1 ? SumPanels<1, kWork>(base, panels, order, prefetch, ahead)
-                      : SumPanels<4, kWork>(base, panels, order, prefetch, ahead);
+               Prefetch prefetch, int ahead, Layout layout) {
+  return streams == 1 ? SumPanels<1, kWork>(base, panels, order, prefetch, ahead, layout)
+                      : SumPanels<4, kWork>(base, panels, order, prefetch, ahead, layout);
 }
 
 float SumShareWith(int work, int streams, const char* base, long panels,
-                   const std::vector<int>& order, Prefetch prefetch, int ahead) {
+                   const std::vector<int>& order, Prefetch prefetch, int ahead, Layout layout) {
   switch (work) {
     case 0:
-      return SumShare<0>(streams, base, panels, order, prefetch, ahead);
+      return SumShare<0>(streams, base, panels, order, prefetch, ahead, layout);
     case 2:
-      return SumShare<2>(streams, base, panels, order, prefetch, ahead);
+      return SumShare<2>(streams, base, panels, order, prefetch, ahead, layout);
     case 4:
-      return SumShare<4>(streams, base, panels, order, prefetch, ahead);
+      return SumShare<4>(streams, base, panels, order, prefetch, ahead, layout);
     case 6:
-      return SumShare<6>(streams, base, panels, order, prefetch, ahead);
+      return SumShare<6>(streams, base, panels, order, prefetch, ahead, layout);
     default:  // 8 (main checks WORK)
-      return SumShare<8>(streams, base, panels, order, prefetch, ahead);
+      return SumShare<8>(streams, base, panels, order, prefetch, ahead, layout);
   }
 }
 
@@ -128,6 +139,7 @@ int main() {
   }
   const long mib = std::getenv("MIB") ? std::atol(std::getenv("MIB")) : 1024;
   const int passes = mib < 64 ? 200 : 1;
+  const long chunk = std::getenv("CHUNK") ? std::atol(std::getenv("CHUNK")) : 0;
   const long panels = std::max(4L, (mib << 20) / kPanelBytes);
   const size_t bytes = panels * kPanelBytes + (size_t{2} << 20);
   char* buf = static_cast<char*>(std::aligned_alloc(size_t{2} << 20, bytes));
@@ -139,6 +151,7 @@ int main() {
     Prefetch prefetch;
     int ahead;
     const char* name;
+    Layout layout = Layout::kPanels;
   };
   const Config configs[] = {
       {Order::kSequential, 1, Prefetch::kEachLine, 512, "sequential, 1 stream, each line +512"},
@@ -149,6 +162,16 @@ int main() {
       {Order::kKernel, 4, Prefetch::kSuperBlockShare, 4096,
        "kernel order, 4 streams, share +4096 (the kernel's)"},
       {Order::kKernel, 4, Prefetch::kEachLine, 512, "kernel order, 4 streams, each line +512"},
+      {Order::kKernel, 4, Prefetch::kSuperBlockShare, 4 * kSuperBlockBytes,
+       "sets of 4, kernel order, share +1 set", Layout::kSets},
+      {Order::kKernel, 4, Prefetch::kSuperBlockShare, 8 * kSuperBlockBytes,
+       "sets of 4, kernel order, share +2 sets", Layout::kSets},
+      {Order::kKernel, 4, Prefetch::kSuperBlockShare, 4096, "sets of 4, kernel order, share +4096",
+       Layout::kSets},
+      {Order::kKernel, 4, Prefetch::kEachLine, 512, "sets of 4, kernel order, each line +512",
+       Layout::kSets},
+      {Order::kKernel, 4, Prefetch::kEachLine, 2048, "sets of 4, kernel order, each line +2048",
+       Layout::kSets},
   };
   volatile float sink = 0;
   for (const Config& c : configs) {
@@ -160,10 +183,18 @@ int main() {
       std::vector<std::thread> threads;
       for (int t = 0; t < 2; ++t) {
         threads.emplace_back([&, t] {
-          const long p0 = panels * t / 2, p1 = panels * (t + 1) / 2;
-          const char* base = buf + p0 * kPanelBytes;
-          for (int pass = 0; pass < passes; ++pass)
-            sums[t] += SumShareWith(work, c.streams, base, p1 - p0, order, c.prefetch, c.ahead);
+          for (int pass = 0; pass < passes; ++pass) {
+            if (chunk > 0) {  // chunks of CHUNK panels, the threads taking turns
+              for (long p0 = t * chunk; p0 < panels; p0 += 2 * chunk)
+                sums[t] += SumShareWith(work, c.streams, buf + p0 * kPanelBytes,
+                                        std::min(chunk, panels - p0), order, c.prefetch, c.ahead,
+                                        c.layout);
+              continue;
+            }
+            const long p0 = panels * t / 2, p1 = panels * (t + 1) / 2;
+            sums[t] += SumShareWith(work, c.streams, buf + p0 * kPanelBytes, p1 - p0, order,
+                                    c.prefetch, c.ahead, c.layout);
+          }
         });
       }
       for (std::thread& th : threads) th.join();
