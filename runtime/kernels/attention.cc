@@ -587,11 +587,10 @@ XRT_TARGET_AVX512 inline __m512 Load16(const uint16_t* x, __mmask16 m) {
 }
 XRT_TARGET_AVX512 inline __m512 Load16(const uint8_t* x, __mmask16 m) {
   const __m256i high = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, x)), 8);
-  __m256i h = _mm256_and_si256(_mm256_srai_epi16(high, 1),
-                               _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
+  __m256i h =
+      _mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
   const __m256i magnitude = _mm256_set1_epi16(0x7fff);
-  const __m256i nan =
-      _mm256_cmpeq_epi16(_mm256_and_si256(h, magnitude), _mm256_set1_epi16(0x3f80));
+  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, magnitude), _mm256_set1_epi16(0x3f80));
   h = _mm256_or_si256(h, _mm256_and_si256(nan, magnitude));
   return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
 }
@@ -865,7 +864,8 @@ XRT_TARGET_AVX512 void AccumulateHeadsAvx512(float* acc, int64_t dim, const floa
     const T* vj = v[j];
     __m512 vv[NV];
 #pragma GCC unroll 8
-    for (int i = 0; i < NV; ++i) vv[i] = Load16(vj + 16 * i, i == NV - 1 ? tail : __mmask16(0xFFFF));
+    for (int i = 0; i < NV; ++i)
+      vv[i] = Load16(vj + 16 * i, i == NV - 1 ? tail : __mmask16(0xFFFF));
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const __m512 pj = _mm512_set1_ps(p[g * kChunk + j]);

@@ -181,7 +181,8 @@ template <typename Vec, typename Lane>
 inline Vec MaskedLoad16(unsigned k, const void* p) {
   Lane x[16] = {};
   for (int i = 0; i < 16; ++i) {
-    if (k >> i & 1) std::memcpy(&x[i], static_cast<const char*>(p) + i * sizeof(Lane), sizeof(Lane));
+    if (k >> i & 1)
+      std::memcpy(&x[i], static_cast<const char*>(p) + i * sizeof(Lane), sizeof(Lane));
   }
   return FromLanes<Vec>(x);
 }
