@@ -557,8 +557,9 @@ XRT_TARGET_AVX512 inline float ReduceAdd16(__m512 v) {
 // chain over d = l, l + 16, ...) to one sum per key, in a fixed tree: within
 // each 128-bit lane (e0 + e2) + (e1 + e3), then the four lanes (L0 + L1) +
 // (L2 + L3). UnpackAdd* and LaneAdd are its steps; Scores16Avx512 takes 16
-// keys of one row through them and Scores8x2Avx512 8 keys of two rows, so
-// every key's sum is the same additions whichever it is.
+// keys of one row through them, Scores8x2Avx512 8 keys of two rows and
+// ScoresRowsAvx512 16 keys of each of several rows, so every key's sum is the
+// same additions whichever it is.
 //
 // Pairs of keys x, y: per 128-bit lane [x0 + x2, y0 + y2, x1 + x3, y1 + y3].
 XRT_TARGET_AVX512 inline __m512 UnpackAddPs(__m512 x, __m512 y) {
@@ -687,6 +688,60 @@ XRT_TARGET_AVX512 void Scores8x2Avx512(const float* q0, const float* q1, const T
     const __mmask16 out = static_cast<__mmask16>((1u << cnt) - 1);
     _mm512_mask_storeu_ps(s0 + j0, out, e);
     _mm512_mask_storeu_ps(s1 + j0, out, _mm512_shuffle_f32x4(e, e, 0x4E));  // lanes 8-15 down
+  }
+}
+
+// Scores16Avx512 for R rows (q[r] -> s + r * kChunk), R * NV <= 16 query
+// vectors held in registers: each key's NV vectors are loaded (and, from a
+// narrow cache, converted) once for the R rows, where one row at a time
+// loads them once per row (a load per fma, which bounds it). A key's R
+// accumulators go to L1 and come back 16 keys at a time through
+// Scores16Avx512's tree: the same chains and additions, so the same bits
+// per score whatever R. For an f16 / fp8 cache's rows (converted per load)
+// and head_dim > 64; a kF32 cache's head_dim <= 64 measured 5-27% slower
+// this way than with Scores16Avx512 and Scores8x2Avx512 (bench/README.md).
+template <int NV, int R, typename T>
+XRT_TARGET_AVX512 void ScoresRowsAvx512(const float* const* q, const T* const* k, int n,
+                                        float scale, __mmask16 tail, float* s) {
+  static_assert(R * NV <= 16);
+  __m512 qv[R][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) LoadQuery<NV>(q[r], tail, qv[r]);
+  const __m512 sv = _mm512_set1_ps(scale);
+  alignas(64) float lanes[R][16][16];
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int cnt = std::min(16, n - j0);
+#pragma GCC unroll 2
+    for (int j = 0; j < 16; ++j) {
+      const T* kj = k[j < cnt ? j0 + j : j0];  // missing keys: copies of key 0, dropped
+      __m512 kv[NV];
+#pragma GCC unroll 8
+      for (int i = 0; i < NV; ++i) {
+        kv[i] = Load16(kj + 16 * i, i == NV - 1 ? tail : __mmask16(0xFFFF));
+        XRT_KEEP_IN_REGISTER(kv[i]);  // one load for the R rows, not one folded into each fma
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        __m512 x = _mm512_mul_ps(qv[r][0], kv[0]);
+#pragma GCC unroll 8
+        for (int i = 1; i < NV; ++i) x = _mm512_fmadd_ps(qv[r][i], kv[i], x);
+        _mm512_store_ps(lanes[r][j], x);
+      }
+    }
+    const __mmask16 out = cnt == 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << cnt) - 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m512 b[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        b[i] = UnpackAddPs(_mm512_load_ps(lanes[r][2 * i]), _mm512_load_ps(lanes[r][2 * i + 1]));
+      }
+      __m512 d[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) d[i] = UnpackAddPd(b[2 * i], b[2 * i + 1]);
+      const __m512 e = LaneAdd(LaneAdd(d[0], d[1]), LaneAdd(d[2], d[3]));
+      _mm512_mask_storeu_ps(s + r * kChunk + j0, out, _mm512_mul_ps(e, sv));
+    }
   }
 }
 
@@ -845,11 +900,13 @@ XRT_TARGET_AVX512 void AccumulateAvx512(float* acc, float corr, const float* p,
 
 // acc += for G heads at once: acc[g] = acc[g] * corr[g] + sum_j p[g][j] v[j].
 // Each value row is loaded once for the G heads, and the G*NV accumulator
-// chains run side by side (one head alone is FMA-latency bound).
+// chains run side by side (one head alone is FMA-latency bound). `ahead`
+// (if not null): the next chunk's K and V rows are asked for, key j's with
+// value j's loads.
 template <int NV, int G, typename T>
 XRT_TARGET_AVX512 void AccumulateHeadsAvx512(float* acc, int64_t dim, const float* corr,
                                              const float* p, const T* const* v, int n,
-                                             __mmask16 tail) {
+                                             __mmask16 tail, const ChunkUpdate* ahead) {
   __m512 a[G][NV];
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
@@ -860,7 +917,12 @@ XRT_TARGET_AVX512 void AccumulateHeadsAvx512(float* acc, int64_t dim, const floa
       a[g][i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + g * dim + 16 * i), c);
     }
   }
+  const int n_ahead = ahead ? ahead->n_ahead : 0;
   for (int j = 0; j < n; ++j) {
+    if (j < n_ahead) {
+      PrefetchAheadK(*ahead, j, j + 1);
+      PrefetchAheadV(*ahead, j, j + 1);
+    }
     const T* vj = v[j];
     __m512 vv[NV];
 #pragma GCC unroll 8
@@ -881,6 +943,10 @@ XRT_TARGET_AVX512 void AccumulateHeadsAvx512(float* acc, int64_t dim, const floa
       _mm512_mask_storeu_ps(acc + g * dim + 16 * i, m, a[g][i]);
     }
   }
+  if (n < n_ahead) {
+    PrefetchAheadK(*ahead, n, n_ahead);
+    PrefetchAheadV(*ahead, n, n_ahead);
+  }
 }
 
 // The whole chunk step for head_dim <= 16*NV: scores, max and exp per head,
@@ -889,34 +955,54 @@ XRT_TARGET_AVX512 void AccumulateHeadsAvx512(float* acc, int64_t dim, const floa
 // halves or a kFp8E4M3 cache's codes; the same arithmetic on the same
 // values, so the same bits. (Where the rows were converted to floats first,
 // that conversion took 47% of a 1024-key f16 decode's time, mostly waiting
-// for the rows; the next chunk's rows are still asked for in one burst: for a
-// kF32 cache that measured 2-22% faster than spreading them over the loops
-// as the AVX2 update does, for a kF16 one within 10% either way.)
+// for the rows.) A narrow cache's next chunk is asked for over the first
+// row group's value loop, a key's rows with each value row; a kF32 cache's
+// (twice the lines) in one burst at the chunk's start, which measured
+// faster for it and slower for f16 / fp8 rows (bench/README.md).
 template <int NV, typename T>
 XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
-  constexpr int k_max_heads = NV <= 4 ? 4 : NV <= 6 ? 2 : 1;  // <= 12..16 accumulators
+  // Rows per group: their R * NV query vectors in registers for the scores
+  // (ScoresRowsAvx512), G * NV accumulators for the values (<= 16).
+  constexpr int k_max_heads = NV <= 4 ? 4 : 2;
   const int64_t last = c.dim - 16 * (NV - 1);
   const __mmask16 tail = last == 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << last) - 1);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const T* const* k = RowsOf<T>(c, false);
   const T* const* v = RowsOf<T>(c, true);
+  constexpr bool kSpreadPrefetch = !std::is_same_v<T, float>;
+  if (!kSpreadPrefetch) PrefetchAhead(c);
   float corr[k_max_heads];
-  PrefetchAhead(c);
   for (int64_t g0 = 0; g0 < c.rows; g0 += k_max_heads) {
     const int heads = static_cast<int>(std::min<int64_t>(k_max_heads, c.rows - g0));
-    int h = 0;
-    // The chunk's first row runs alone: 16 keys at a time keep the most loads
-    // in flight while the keys come from memory (a decode's, measured 7-14%
-    // slower from DRAM in pairs). The rows after it find them in L1.
-    if (g0 == 0) Scores16Avx512<NV>(c.q[0], k, c.n, c.scale, tail, c.s), h = 1;
-    if constexpr (NV <= 4) {
+    const float* const* q = c.q + g0;
+    if constexpr (std::is_same_v<T, float> && NV <= 4) {
+      // A kF32 cache's rows: the chunk's first row alone, 16 keys at a time,
+      // keeps the most loads in flight while the keys come from memory; the
+      // rows after it find them in L1 and go in pairs.
+      int h = 0;
+      if (g0 == 0) Scores16Avx512<NV>(q[0], k, c.n, c.scale, tail, c.s), h = 1;
       for (; h + 1 < heads; h += 2) {
-        Scores8x2Avx512<NV>(c.q[g0 + h], c.q[g0 + h + 1], k, c.n, c.scale, tail, c.s + h * kChunk,
+        Scores8x2Avx512<NV>(q[h], q[h + 1], k, c.n, c.scale, tail, c.s + h * kChunk,
                             c.s + (h + 1) * kChunk);
       }
+      for (; h < heads; ++h) Scores16Avx512<NV>(q[h], k, c.n, c.scale, tail, c.s + h * kChunk);
+    } else {
+      switch (heads) {
+        case 1:
+          Scores16Avx512<NV>(q[0], k, c.n, c.scale, tail, c.s);
+          break;
+        case 2:
+          ScoresRowsAvx512<NV, 2>(q, k, c.n, c.scale, tail, c.s);
+          break;
+        case 3:
+          ScoresRowsAvx512<NV, k_max_heads >= 3 ? 3 : 1>(q, k, c.n, c.scale, tail, c.s);
+          break;
+        default:
+          ScoresRowsAvx512<NV, k_max_heads>(q, k, c.n, c.scale, tail, c.s);
+          break;
+      }
     }
-    for (; h < heads; ++h) Scores16Avx512<NV>(c.q[g0 + h], k, c.n, c.scale, tail, c.s + h * kChunk);
-    for (h = 0; h < heads; ++h) {
+    for (int h = 0; h < heads; ++h) {
       const int64_t g = g0 + h;
       float* s = c.s + h * kChunk;
       __m512 mx = neg_inf;
@@ -932,18 +1018,21 @@ XRT_TARGET_AVX512 void UpdateAvx512(const ChunkUpdate& c) {
       c.m[g] = m_new;
     }
     float* acc = c.acc + g0 * c.dim;
+    const ChunkUpdate* ahead = kSpreadPrefetch && g0 == 0 ? &c : nullptr;
     switch (heads) {
       case 1:
-        AccumulateHeadsAvx512<NV, 1>(acc, c.dim, corr, c.s, v, c.n, tail);
+        AccumulateHeadsAvx512<NV, 1>(acc, c.dim, corr, c.s, v, c.n, tail, ahead);
         break;
       case 2:
-        AccumulateHeadsAvx512<NV, k_max_heads >= 2 ? 2 : 1>(acc, c.dim, corr, c.s, v, c.n, tail);
+        AccumulateHeadsAvx512<NV, k_max_heads >= 2 ? 2 : 1>(acc, c.dim, corr, c.s, v, c.n, tail,
+                                                            ahead);
         break;
       case 3:
-        AccumulateHeadsAvx512<NV, k_max_heads >= 3 ? 3 : 1>(acc, c.dim, corr, c.s, v, c.n, tail);
+        AccumulateHeadsAvx512<NV, k_max_heads >= 3 ? 3 : 1>(acc, c.dim, corr, c.s, v, c.n, tail,
+                                                            ahead);
         break;
       default:
-        AccumulateHeadsAvx512<NV, k_max_heads>(acc, c.dim, corr, c.s, v, c.n, tail);
+        AccumulateHeadsAvx512<NV, k_max_heads>(acc, c.dim, corr, c.s, v, c.n, tail, ahead);
         break;
     }
   }

@@ -240,8 +240,8 @@ const std::vector<Request> kPartitioned = {{700, 1}, {300, 2}, {250, 12}, {0, 1}
 // One request whose multi-token tiles are long enough to be split.
 const std::vector<Request> kPartitionedPrompt = {{600, 8}};
 
-// head_dim D: 20 (AVX-512 tail), 8 (less than a vector), 64, 160 (> 128,
-// the wide path). B: the batch type (head counts).
+// head_dim D: 20 (AVX-512 tail), 8 (less than a vector), 64, 96 and 128
+// (AVX-512's two-row groups), 160 (> 128, the wide path). B: the batch type (head counts).
 template <int D, class B = BatchT<D>>
 void CheckMatchesReferenceAndWritesCache(const std::vector<Request>& requests = kMixed) {
   ThreadPool pool(2);
@@ -278,6 +278,8 @@ TEST(PagedAttentionTest, MatchesReferenceAndWritesCache) {
   CheckMatchesReferenceAndWritesCache<20>();
   CheckMatchesReferenceAndWritesCache<8>();
   CheckMatchesReferenceAndWritesCache<64>();
+  CheckMatchesReferenceAndWritesCache<96>();
+  CheckMatchesReferenceAndWritesCache<128>();
   CheckMatchesReferenceAndWritesCache<160>();
 }
 
@@ -356,6 +358,8 @@ TEST(PagedAttentionTest, BatchInvariance) {
   CheckBatchInvariance<20>();
   CheckBatchInvariance<8>();
   CheckBatchInvariance<64>();
+  CheckBatchInvariance<96>();
+  CheckBatchInvariance<128>();
   CheckBatchInvariance<160>();
 }
 
@@ -496,6 +500,8 @@ void CheckNarrowCacheOnEveryShape() {
   CheckNarrowCacheOnRoundedKv<E, 64>(kMixed);
   CheckNarrowCacheOnRoundedKv<E, 64>(kLong);
   CheckNarrowCacheOnRoundedKv<E, 64>(kPartitioned);
+  CheckNarrowCacheOnRoundedKv<E, 128>(kMixed);
+  CheckNarrowCacheOnRoundedKv<E, 96, BatchT<96, 6, 1>>(kMixed);
   CheckNarrowCacheOnRoundedKv<E, 8, BatchT<8, 6, 1>>(kMixed);
 }
 
