@@ -592,13 +592,15 @@ BENCHMARK(BM_ThreadPoolEmptyParallelFor)->ArgName("threads")->Arg(1)->Arg(2)->Us
 // Paged attention over `reqs` requests of `context` positions each, of which
 // the last `q_len` are this step's query tokens (q_len = 1: a decode batch;
 // q_len = context: whole-prompt prefills). Heads of SmolLM2-135M (9 q heads,
-// 3 kv heads) or Llama-3.2-1B (32, 8); head_dim 64; blocks of 16. kv_dtype:
+// 3 kv heads) or Llama-3.2-1B (32, 8), head_dim 64, or Llama-3-8B (32, 8,
+// head_dim 128); blocks of 16. kv_dtype:
 // the cache's element type, 0 f32, 1 f16, 2 fp8 (xrt --kv-cache-dtype).
 // compute: 0 f32, 1 bf16 (the products as kBF16 matmuls, attention.h).
 void BM_PagedAttention(benchmark::State& state) {
   const int64_t reqs = state.range(0), context = state.range(1), q_len = state.range(2);
   const int threads = static_cast<int>(state.range(3));
-  const int64_t heads = state.range(4), kv_heads = state.range(5), dim = 64, block = 16;
+  const int64_t heads = state.range(4), kv_heads = state.range(5), dim = state.range(9);
+  const int64_t block = 16;
   const int64_t blocks_per_req = (context + block - 1) / block;
   const int64_t num_blocks = reqs * blocks_per_req;
   const int64_t kv_width = kv_heads * dim, q_width = heads * dim;
@@ -693,37 +695,40 @@ void BM_PagedAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_PagedAttention)
     ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads", "kv_dtype", "layers",
-                "compute"})
-    ->Args({1, 32, 1, 1, 9, 3, 0, 1, 0})  // one request's decode step: overhead, not flops
-    ->Args({1, 32, 1, 2, 9, 3, 0, 1, 0})
-    ->Args({1, 1024, 1, 2, 9, 3, 0, 1, 0})  // one long decode: 3 kv heads on 2 threads
-    ->Args({1, 1024, 1, 2, 9, 3, 1, 1, 0})
-    ->Args({1, 1024, 1, 2, 9, 3, 0, 30, 0})  // the same from DRAM, as in a model's decode step
-    ->Args({1, 1024, 1, 2, 9, 3, 1, 30, 0})
-    ->Args({1, 1024, 1, 2, 9, 3, 2, 30, 0})
-    ->Args({1, 1024, 1, 2, 32, 8, 1, 16, 0})   // Llama-3.2-1B's heads, f16 cache (2 MB a layer)
-    ->Args({1, 1024, 1, 2, 32, 8, 1, 256, 0})  // the same from DRAM (512 MB of caches)
-    ->Args({16, 1024, 1, 1, 9, 3, 0, 1, 0})
-    ->Args({16, 1024, 1, 2, 9, 3, 0, 1, 0})
-    ->Args({16, 1024, 1, 1, 9, 3, 1, 1, 0})
-    ->Args({16, 1024, 1, 2, 9, 3, 1, 1, 0})
-    ->Args({16, 1024, 1, 2, 9, 3, 0, 4, 0})  // 4 x 24 MB
-    ->Args({16, 1024, 1, 2, 9, 3, 1, 4, 0})
-    ->Args({16, 1024, 1, 2, 9, 3, 2, 4, 0})
-    ->Args({1, 512, 512, 1, 9, 3, 0, 1, 0})
-    ->Args({1, 512, 512, 2, 9, 3, 0, 1, 0})
-    ->Args({1, 512, 512, 2, 9, 3, 1, 1, 0})
-    ->Args({1, 512, 512, 2, 9, 3, 2, 1, 0})
-    ->Args({1, 512, 512, 2, 32, 8, 0, 1, 0})
-    ->Args({1, 2048, 2048, 2, 32, 8, 0, 1, 0})
+                "compute", "head_dim"})
+    ->Args({1, 32, 1, 1, 9, 3, 0, 1, 0, 64})  // one request's decode step: overhead, not flops
+    ->Args({1, 32, 1, 2, 9, 3, 0, 1, 0, 64})
+    ->Args({1, 1024, 1, 2, 9, 3, 0, 1, 0, 64})  // one long decode: 3 kv heads on 2 threads
+    ->Args({1, 1024, 1, 2, 9, 3, 1, 1, 0, 64})
+    ->Args({1, 1024, 1, 2, 9, 3, 0, 30, 0, 64})  // the same from DRAM, as in a model's decode step
+    ->Args({1, 1024, 1, 2, 9, 3, 1, 30, 0, 64})
+    ->Args({1, 1024, 1, 2, 9, 3, 2, 30, 0, 64})
+    ->Args({1, 1024, 1, 2, 32, 8, 1, 16, 0, 64})   // Llama-3.2-1B's heads, f16 cache (2 MB a layer)
+    ->Args({1, 1024, 1, 2, 32, 8, 1, 256, 0, 64})  // the same from DRAM (512 MB of caches)
+    ->Args({1, 1024, 1, 2, 32, 8, 1, 16, 0, 128})  // Llama-3-8B's heads (head_dim 128), warm
+    ->Args({1, 1024, 1, 2, 32, 8, 1, 160, 0, 128})  // the same from DRAM (640 MB of caches)
+    ->Args({16, 1024, 1, 1, 9, 3, 0, 1, 0, 64})
+    ->Args({16, 1024, 1, 2, 9, 3, 0, 1, 0, 64})
+    ->Args({16, 1024, 1, 1, 9, 3, 1, 1, 0, 64})
+    ->Args({16, 1024, 1, 2, 9, 3, 1, 1, 0, 64})
+    ->Args({16, 1024, 1, 2, 9, 3, 0, 4, 0, 64})  // 4 x 24 MB
+    ->Args({16, 1024, 1, 2, 9, 3, 1, 4, 0, 64})
+    ->Args({16, 1024, 1, 2, 9, 3, 2, 4, 0, 64})
+    ->Args({1, 512, 512, 1, 9, 3, 0, 1, 0, 64})
+    ->Args({1, 512, 512, 2, 9, 3, 0, 1, 0, 64})
+    ->Args({1, 512, 512, 2, 9, 3, 1, 1, 0, 64})
+    ->Args({1, 512, 512, 2, 9, 3, 2, 1, 0, 64})
+    ->Args({1, 512, 512, 2, 32, 8, 0, 1, 0, 64})
+    ->Args({1, 2048, 2048, 2, 32, 8, 0, 1, 0, 64})
+    ->Args({1, 512, 512, 2, 32, 8, 0, 1, 0, 128})
     // bf16: the same decode and prefill shapes with the products on the bf16 units
-    ->Args({1, 1024, 1, 2, 9, 3, 1, 30, 1})
-    ->Args({16, 1024, 1, 2, 9, 3, 1, 4, 1})
-    ->Args({1, 512, 512, 1, 9, 3, 0, 1, 1})
-    ->Args({1, 512, 512, 2, 9, 3, 0, 1, 1})
-    ->Args({1, 512, 512, 2, 9, 3, 1, 1, 1})
-    ->Args({1, 512, 512, 2, 32, 8, 0, 1, 1})
-    ->Args({1, 2048, 2048, 2, 32, 8, 0, 1, 1})
+    ->Args({1, 1024, 1, 2, 9, 3, 1, 30, 1, 64})
+    ->Args({16, 1024, 1, 2, 9, 3, 1, 4, 1, 64})
+    ->Args({1, 512, 512, 1, 9, 3, 0, 1, 1, 64})
+    ->Args({1, 512, 512, 2, 9, 3, 0, 1, 1, 64})
+    ->Args({1, 512, 512, 2, 9, 3, 1, 1, 1, 64})
+    ->Args({1, 512, 512, 2, 32, 8, 0, 1, 1, 64})
+    ->Args({1, 2048, 2048, 2, 32, 8, 0, 1, 1, 64})
     ->UseRealTime();
 
 // The vision tower's self-attention (DenseAttention): `images` sequences of
