@@ -219,18 +219,23 @@ XRT_TARGET_AVX2 inline __m256 Load8Avx2(const float* x) { return _mm256_loadu_ps
 XRT_TARGET_AVX2 inline __m256 Load8Avx2(const uint16_t* x) {
   return packed_simd::Halves8(reinterpret_cast<const uint8_t*>(x));
 }
-// Fp8E4M3ToFloat's half on 8 lanes: each code in the high byte of a 16-bit
-// lane, shifted right by one with the sign bit cleared from bit 14, is
-// s 0eeee mmm0000000: the half worth the code times 2^-8; the NaN codes
-// (magnitude 0x7f, 0x3f80 after the shift) made half NaNs.
+// Fp8E4M3ToFloat's half on up to 16 lanes: each code in the high byte of a
+// 16-bit lane of `high`, shifted right by one with the sign bit cleared from
+// bit 14, is s 0eeee mmm0000000: the half worth the code times 2^-8; the NaN
+// codes (magnitude 0x7f, 0x3f80 after the shift) made half NaNs. The
+// conversions of Load8Avx2 and Load16 (then times 256).
+XRT_TARGET_AVX2 inline __m256i Fp8CodesAsHalves(__m256i high) {
+  __m256i h =
+      _mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
+  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
+  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, magnitude), _mm256_set1_epi16(0x3f80));
+  return _mm256_or_si256(h, _mm256_and_si256(nan, magnitude));
+}
 XRT_TARGET_AVX2 inline __m256 Load8Avx2(const uint8_t* x) {
   const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x));
-  const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(), codes);
-  __m128i h = _mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<int16_t>(0xbfff)));
-  const __m128i magnitude = _mm_set1_epi16(0x7fff);
-  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, magnitude), _mm_set1_epi16(0x3f80));
-  h = _mm_or_si128(h, _mm_and_si128(nan, magnitude));
-  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+  const __m256i high = _mm256_zextsi128_si256(_mm_unpacklo_epi8(_mm_setzero_si128(), codes));
+  return _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(Fp8CodesAsHalves(high))),
+                       _mm256_set1_ps(256.0f));
 }
 template <typename T>
 XRT_TARGET_AVX2 void ToFloatsAvx2(const T* x, int64_t n, float* out) {
@@ -588,12 +593,7 @@ XRT_TARGET_AVX512 inline __m512 Load16(const uint16_t* x, __mmask16 m) {
 }
 XRT_TARGET_AVX512 inline __m512 Load16(const uint8_t* x, __mmask16 m) {
   const __m256i high = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, x)), 8);
-  __m256i h =
-      _mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
-  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
-  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, magnitude), _mm256_set1_epi16(0x3f80));
-  h = _mm256_or_si256(h, _mm256_and_si256(nan, magnitude));
-  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+  return _mm512_mul_ps(_mm512_cvtph_ps(Fp8CodesAsHalves(high)), _mm512_set1_ps(256.0f));
 }
 
 // Key j's score accumulator: q (NV vectors, the last masked by `tail`)
