@@ -224,7 +224,7 @@ XRT_TARGET_AVX2 inline __m256 Load8Avx2(const uint16_t* x) {
 // bit 14, is s 0eeee mmm0000000: the half worth the code times 2^-8; the NaN
 // codes (magnitude 0x7f, 0x3f80 after the shift) made half NaNs. The
 // conversions of Load8Avx2 and Load16 (then times 256).
-XRT_TARGET_AVX2 inline __m256i Fp8CodesAsHalves(__m256i high) {
+XRT_TARGET_AVX2_INTEGER inline __m256i Fp8CodesAsHalves(__m256i high) {
   __m256i h =
       _mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
   const __m256i magnitude = _mm256_set1_epi16(0x7fff);

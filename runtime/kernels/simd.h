@@ -27,6 +27,7 @@
 #undef __m512bh
 #include "runtime/kernels/simd_emulate.h"
 #define XRT_TARGET_AVX2
+#define XRT_TARGET_AVX2_INTEGER
 #define XRT_TARGET_AVX2_VNNI
 #define XRT_TARGET_AVX512
 #define XRT_TARGET_AVX512_VNNI
@@ -37,6 +38,10 @@
 #else
 #include <immintrin.h>
 #define XRT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+// A helper of AVX2 integer ops that AVX2 and AVX-512 code alike inline: GCC
+// inlines a callee only where its target is a subset of the caller's, and
+// XRT_TARGET_AVX512 has no f16c (an XRT_TARGET_AVX2 helper stays a call there).
+#define XRT_TARGET_AVX2_INTEGER __attribute__((target("avx2")))
 // The avx2 tier's int8 kernels on CPUs with AVX-VNNI (cpu_isa.h: CpuHasAvxVnni).
 #define XRT_TARGET_AVX2_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
