@@ -561,10 +561,10 @@ XRT_TARGET_AVX512 inline float ReduceAdd16(__m512 v) {
 // The reduction of the score accumulators (a key's 16 lanes, lane l the fma
 // chain over d = l, l + 16, ...) to one sum per key, in a fixed tree: within
 // each 128-bit lane (e0 + e2) + (e1 + e3), then the four lanes (L0 + L1) +
-// (L2 + L3). UnpackAdd* and LaneAdd are its steps; Scores16Avx512 takes 16
-// keys of one row through them, Scores8x2Avx512 8 keys of two rows and
-// ScoresRowsAvx512 16 keys of each of several rows, so every key's sum is the
-// same additions whichever it is.
+// (L2 + L3). UnpackAdd* and LaneAdd are its steps; KeySums16 takes 16 keys
+// through them (Scores16Avx512's one row, each of ScoresRowsAvx512's rows)
+// and Scores8x2Avx512 8 keys of two rows, so every key's sum is the same
+// additions whichever it is.
 //
 // Pairs of keys x, y: per 128-bit lane [x0 + x2, y0 + y2, x1 + x3, y1 + y3].
 XRT_TARGET_AVX512 inline __m512 UnpackAddPs(__m512 x, __m512 y) {
@@ -579,6 +579,16 @@ XRT_TARGET_AVX512 inline __m512 UnpackAddPd(__m512 xy, __m512 zw) {
 // [x.L0 + x.L1, x.L2 + x.L3, y.L0 + y.L1, y.L2 + y.L3] (128-bit lanes).
 XRT_TARGET_AVX512 inline __m512 LaneAdd(__m512 x, __m512 y) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+}
+// The whole tree for 16 keys' accumulators: key j's sum in lane j.
+XRT_TARGET_AVX512 inline __m512 KeySums16(const __m512 (&a)[16]) {
+  __m512 b[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) b[i] = UnpackAddPs(a[2 * i], a[2 * i + 1]);
+  __m512 c[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) c[i] = UnpackAddPd(b[2 * i], b[2 * i + 1]);
+  return LaneAdd(LaneAdd(c[0], c[1]), LaneAdd(c[2], c[3]));
 }
 
 // The lanes of x under mask m as floats (the others 0): floats, or a kF16
@@ -632,13 +642,7 @@ XRT_TARGET_AVX512 void Scores16Avx512(const float* q, const T* const* k, int n, 
     __m512 a[16];
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) a[j] = KeyLanes<NV>(qv, k[j < cnt ? j0 + j : j0], tail);
-    __m512 b[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) b[i] = UnpackAddPs(a[2 * i], a[2 * i + 1]);
-    __m512 c[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) c[i] = UnpackAddPd(b[2 * i], b[2 * i + 1]);
-    const __m512 e = LaneAdd(LaneAdd(c[0], c[1]), LaneAdd(c[2], c[3]));
+    const __m512 e = KeySums16(a);
     const __mmask16 out = cnt == 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << cnt) - 1);
     _mm512_mask_storeu_ps(s + j0, out, _mm512_mul_ps(e, sv));
   }
@@ -708,7 +712,7 @@ XRT_TARGET_AVX512 void ScoresRowsAvx512(const float* const* q, const T* const* k
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) LoadQuery<NV>(q[r], tail, qv[r]);
   const __m512 sv = _mm512_set1_ps(scale);
-  alignas(64) float lanes[R][16][16];
+  __m512 lanes[R][16];  // in L1: R x 16 accumulators do not fit the registers
   for (int j0 = 0; j0 < n; j0 += 16) {
     const int cnt = std::min(16, n - j0);
 #pragma GCC unroll 2
@@ -725,22 +729,13 @@ XRT_TARGET_AVX512 void ScoresRowsAvx512(const float* const* q, const T* const* k
         __m512 x = _mm512_mul_ps(qv[r][0], kv[0]);
 #pragma GCC unroll 8
         for (int i = 1; i < NV; ++i) x = _mm512_fmadd_ps(qv[r][i], kv[i], x);
-        _mm512_store_ps(lanes[r][j], x);
+        lanes[r][j] = x;
       }
     }
     const __mmask16 out = cnt == 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << cnt) - 1);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      __m512 b[8];
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        b[i] = UnpackAddPs(_mm512_load_ps(lanes[r][2 * i]), _mm512_load_ps(lanes[r][2 * i + 1]));
-      }
-      __m512 d[4];
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) d[i] = UnpackAddPd(b[2 * i], b[2 * i + 1]);
-      const __m512 e = LaneAdd(LaneAdd(d[0], d[1]), LaneAdd(d[2], d[3]));
-      _mm512_mask_storeu_ps(s + r * kChunk + j0, out, _mm512_mul_ps(e, sv));
+      _mm512_mask_storeu_ps(s + r * kChunk + j0, out, _mm512_mul_ps(KeySums16(lanes[r]), sv));
     }
   }
 }
