@@ -817,13 +817,77 @@ XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int6
 }
 
 // A K-quant super-block's integer sums while its sub-blocks are added:
-// isum, imin as AddSuperBlock takes them, and (q4_k, q5_k) the last even
-// sub-block's mins.
+// isum, imin as AddSuperBlock takes them.
 template <int R>
 struct SuperBlockSums {
   __m512i isum[R][2], imin[R][2];
-  __m512i even_mins[2];
 };
+
+// q4_k / q5_k: one super-block's 6-bit scales and mins (KScaleMin) as a byte
+// each, every sub-block's 32 columns, unpacked once per super-block
+// (UnpackKScaleMinAvx512: about 10 vector ops per two sub-blocks) where the
+// VNNI kernels unpacked 16 columns of a step's scale and min in about 10 per
+// half and step (KScaleMin16), and kept the even sub-block's mins in
+// registers until the odd one's.
+struct KScaleMinBytes {
+  alignas(64) uint8_t scale[8][kPackNR];  // [sub-block][column]
+  alignas(64) uint8_t min[8][kPackNR];
+};
+
+XRT_TARGET_AVX512 inline void UnpackKScaleMinAvx512(const uint8_t* sb, KScaleMinBytes* out) {
+  static_assert(kSuperBlock / 32 == 8 && kPackNR == 32);
+  const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
+  // Sub-blocks 2p and 2p + 1 side by side: their high bits are nibbles 0 and
+  // 1 of the same scale_hi bytes, so the upper half is shifted by 4 (16-bit
+  // lanes: a byte's nibble 1 to its nibble 0, which is all that is used).
+  const __m512i nibble = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  for (int p = 0; p < 4; ++p) {
+    const __m512i lo = _mm512_loadu_si512(sb + kKScaleLoOffset + 2 * p * kPackNR);
+    const __m512i hi = _mm512_srlv_epi16(
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(sb + kKScaleHiOffset + p * kPackNR))),
+        nibble);
+    // scale = lo's low nibble | hi's bits 0-1 at 4-5, min = lo's high nibble
+    // | hi's bits 2-3 at 4-5 (the 16-bit shifts move no kept bit across bytes).
+    const __m512i sc = _mm512_ternarylogic_epi32(
+        lo, low4, _mm512_and_si512(_mm512_slli_epi16(hi, 4), bits45), 0xEA);  // (a & b) | c
+    const __m512i m = _mm512_ternarylogic_epi32(
+        _mm512_srli_epi16(lo, 4), low4, _mm512_and_si512(_mm512_slli_epi16(hi, 2), bits45), 0xEA);
+    _mm512_store_si512(out->scale[2 * p], sc);
+    _mm512_store_si512(out->min[2 * p], m);
+  }
+}
+
+// The scales of sub-block s, columns 0-15 and 16-31, as int32.
+XRT_TARGET_AVX512 inline void KScalesAt(const KScaleMinBytes& bytes, int s, __m512i (&scale)[2]) {
+  for (int h = 0; h < 2; ++h) {
+    scale[h] = _mm512_cvtepu8_epi32(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.scale[s] + 16 * h)));
+  }
+}
+
+// q4_k / q5_k: imin of super-block b (the sum over its sub-blocks of min
+// times the row's quant sum) for every row: the mins of sub-blocks 2p and
+// 2p + 1 as int16 pairs, against the rows' quant sums of the two as pairs
+// (SubBlockSumPairs), one vpdpwssd per row, half and pair.
+template <int R>
+XRT_TARGET_AVX512_VNNI inline void AddKMinPairs(const KScaleMinBytes& bytes,
+                                                const QuantRows<R>& rows, int64_t b,
+                                                __m512i (&imin)[R][2]) {
+  for (int p = 0; p < 4; ++p) {
+    for (int h = 0; h < 2; ++h) {
+      const __m512i even = _mm512_cvtepu8_epi32(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.min[2 * p] + 16 * h)));
+      const __m512i odd = _mm512_cvtepu8_epi32(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.min[2 * p + 1] + 16 * h)));
+      const __m512i min_pairs = _mm512_or_si512(even, _mm512_slli_epi32(odd, 16));
+      for (int i = 0; i < R; ++i) {
+        const __m512i pair_sums = _mm512_set1_epi32(rows.sub_sum_pairs[i][b * 4 + p]);
+        imin[i][h] = _mm512_dpwssd_epi32(imin[i][h], min_pairs, pair_sums);
+      }
+    }
+  }
+}
 
 template <int R>
 XRT_TARGET_AVX512 inline void ZeroSums(SuperBlockSums<R>& sums) {
@@ -861,17 +925,19 @@ static_assert(!CenteredStepDotsFitInt16<WeightFormat::kIQ4_XS>());
 
 // Step s of super-block b (at sb) added to the rows' sums, from the step's
 // integer dot products of the rows' quants with the weight's quants (as
-// AddQuadDots makes them: the signed weights offset by 128).
+// AddQuadDots makes them: the signed weights offset by 128). q4_k / q5_k
+// take their scales from `kbytes` (UnpackKScaleMinAvx512) and their mins'
+// terms once per super-block (AddKMinPairs).
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512_VNNI inline void AddKStepDots(const uint8_t* sb, const QuantRows<R>& rows,
                                                 int64_t b, int s, const __m512i (&dot)[R][2],
-                                                SuperBlockSums<R>& sums) {
+                                                SuperBlockSums<R>& sums,
+                                                const KScaleMinBytes* kbytes) {
   constexpr int kStepRows = KScaleRows(F);
-  constexpr int kSubs = KSteps<F>();
-  static_assert(kSubs % 2 == 0);
-  __m512i scale[2], by_qsum[2];
-  SubBlockScales<F>(sb, s * (kStepRows / KSubBlockRows(F)), scale, by_qsum);
+  __m512i scale[2];
   if constexpr (HasKInt8Scales(F)) {
+    __m512i by_qsum[2];
+    SubBlockScales<F>(sb, s * (kStepRows / KSubBlockRows(F)), scale, by_qsum);
     // The quants' offset (KQuantOffset: q6_k 32, q3_k 4; iq4_xs: its
     // weights' bias, kSignedWeightBias) comes off each sub-block's dot
     // products before the scale (sum (q - o) a = dot - o qsum, exact),
@@ -898,26 +964,12 @@ XRT_TARGET_AVX512_VNNI inline void AddKStepDots(const uint8_t* sb, const QuantRo
       }
     }
   } else {
+    static_assert(kStepRows == KSubBlockRows(F));
+    KScalesAt(*kbytes, s, scale);
     for (int i = 0; i < R; ++i)
       for (int h = 0; h < 2; ++h)
         sums.isum[i][h] =
             _mm512_add_epi32(sums.isum[i][h], _mm512_mullo_epi32(dot[i][h], scale[h]));
-    // The mins of sub-blocks 2p and 2p + 1 as int16 pairs, against the
-    // rows' quant sums of the two as pairs (SubBlockSumPairs): one
-    // vpdpwssd per row and half adds both min terms to imin.
-    if (s % 2 == 0) {
-      for (int h = 0; h < 2; ++h) sums.even_mins[h] = by_qsum[h];
-    } else {
-      for (int h = 0; h < 2; ++h) {
-        const __m512i min_pairs =
-            _mm512_or_si512(sums.even_mins[h], _mm512_slli_epi32(by_qsum[h], 16));
-        for (int i = 0; i < R; ++i) {
-          const __m512i pair_sums =
-              _mm512_set1_epi32(rows.sub_sum_pairs[i][b * (kSubs / 2) + s / 2]);
-          sums.imin[i][h] = _mm512_dpwssd_epi32(sums.imin[i][h], min_pairs, pair_sums);
-        }
-      }
-    }
   }
 }
 
@@ -928,6 +980,7 @@ template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes,
 XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, const uint8_t* sb,
                                                       const QuantRows<R>& rows, bool prefetch,
                                                       int64_t b, int s, SuperBlockSums<R>& sums,
+                                                      const KScaleMinBytes* kbytes,
                                                       int64_t prefetch_jump = 0) {
   constexpr int kSubQuads = KScaleRows(F) / 4;
   if (prefetch) {
@@ -943,7 +996,7 @@ XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, cons
   } else {
     AddQuadDots<F, R, kSubQuads, false, kStreams>(sb, s * kSubQuads, qsb, dot);
   }
-  AddKStepDots<F, R>(sb, rows, b, s, dot, sums);
+  AddKStepDots<F, R>(sb, rows, b, s, dot, sums, kbytes);
 }
 
 // Block b (a group, or a K-quant super-block) of P consecutive panels (from
@@ -965,16 +1018,22 @@ XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, cons
     const uint8_t* sb = panel + b * SuperBlockBytes(F);
     SuperBlockSums<R> sums[P];
     for (int j = 0; j < P; ++j) ZeroSums(sums[j]);
+    KScaleMinBytes kbytes[HasKInt8Scales(F) ? 1 : P];
+    if constexpr (!HasKInt8Scales(F)) {
+      for (int j = 0; j < P; ++j) UnpackKScaleMinAvx512(sb + j * p.panel_bytes, &kbytes[j]);
+    }
     constexpr int kSteps = KSteps<F>();
 #pragma GCC unroll 1
     for (int s = 0; s < kSteps; ++s) {
 #pragma GCC unroll 4
       for (int j = 0; j < P; ++j) {
         AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality, P>(
-            p, sb + j * p.panel_bytes, rows, prefetch, b, s, sums[j], prefetch_jump);
+            p, sb + j * p.panel_bytes, rows, prefetch, b, s, sums[j],
+            HasKInt8Scales(F) ? nullptr : &kbytes[j], prefetch_jump);
       }
     }
     for (int j = 0; j < P; ++j) {  // q3_k, q6_k, iq4_xs: imin 0
+      if constexpr (!HasKInt8Scales(F)) AddKMinPairs<R>(kbytes[j], rows, b, sums[j].imin);
       AddSuperBlock<F, R>(sb + j * p.panel_bytes, rows, b, sums[j].isum, sums[j].imin, acc[j]);
     }
   } else {
@@ -1724,14 +1783,17 @@ XRT_TARGET_AVX512_VNNI void AmxInt8KRows(const Int8Problem& p, const uint8_t* sb
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0 + r0);
   SuperBlockSums<R> sums;
   ZeroSums(sums);
+  KScaleMinBytes kbytes;
+  if constexpr (!HasKInt8Scales(F)) UnpackKScaleMinAvx512(sb, &kbytes);
   for (int s = 0; s < KSteps<F>(); ++s) {
     const int32_t* step_dots = dots + s * kAmxInt8Rows * kPackNR;
     __m512i dot[R][2];
     for (int i = 0; i < R; ++i)
       for (int h = 0; h < 2; ++h)
         dot[i][h] = _mm512_load_si512(step_dots + (r0 + i) * kPackNR + 16 * h);
-    AddKStepDots<F, R>(sb, rows, b, s, dot, sums);
+    AddKStepDots<F, R>(sb, rows, b, s, dot, sums, &kbytes);
   }
+  if constexpr (!HasKInt8Scales(F)) AddKMinPairs<R>(kbytes, rows, b, sums.imin);
   __m512 f32_sums[R][2];
   for (int i = 0; i < R; ++i)
     for (int h = 0; h < 2; ++h) f32_sums[i][h] = _mm512_load_ps(acc + (r0 + i) * kPackNR + 16 * h);
