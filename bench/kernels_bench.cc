@@ -296,6 +296,30 @@ void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_XrtMatmulInt8Isa)->Apply(MatmulInt8IsaShapes);
 
+// A decode row (M = 1) on the AVX512_VNNI kernels with its weights hot in the
+// caches (2048 x 2048, a few MB: L2 and L3), where BM_XrtMatmulInt8Isa's M = 1
+// streams them from DRAM: the kernels' own arithmetic, which hides under the
+// reads from DRAM only while it is small enough. Args: format, threads.
+void BM_XrtMatmulInt8DecodeHot(benchmark::State& state) {
+  if (!CpuIsaSupported(CpuIsa::kAvx512Vnni)) {
+    state.SkipWithError("this CPU has no AVX512_VNNI");
+    return;
+  }
+  RunXrtMatmul(state, 1, 2048, 2048, static_cast<int>(state.range(1)), /*cold_bytes=*/0,
+               /*bias=*/true, /*accumulate=*/false, static_cast<WeightFormat>(state.range(0)),
+               ComputeType::kInt8, CpuIsa::kAvx512Vnni);
+}
+BENCHMARK(BM_XrtMatmulInt8DecodeHot)
+    ->ArgNames({"format", "threads"})
+    ->ArgsProduct(
+        {{static_cast<int64_t>(WeightFormat::kQ8_0), static_cast<int64_t>(WeightFormat::kQ4_1),
+          static_cast<int64_t>(WeightFormat::kQ3_K), static_cast<int64_t>(WeightFormat::kQ4_K),
+          static_cast<int64_t>(WeightFormat::kQ5_K), static_cast<int64_t>(WeightFormat::kQ6_K),
+          static_cast<int64_t>(WeightFormat::kIQ4_XS)},
+         {1, 2}})
+    ->UseRealTime()
+    ->MinTime(0.2);
+
 // bf16 compute on the tiers side by side, with f32 compute as the baseline:
 // the f32 tile kernels on rounded operands (avx512) against vdpbf16ps
 // (avx512_bf16) and AMX (amx; skipped on CPUs without it), same bits;
