@@ -259,24 +259,29 @@ BENCHMARK(BM_XrtMatmulFormat)->Name("BM_XrtMatmulKQuant")->Apply(MatmulKQuantSha
 // (avx512_vnni) and, at M >= 4, the amx tier (AMX's TDPBSUD at 16 rows or
 // more on the group formats and q4_k / q5_k / iq4_xs; skipped on CPUs
 // without it), same bits. Args: format, isa (CpuIsa value),
-// M, N, K, threads, avx_vnni (the avx2 tier's variant; 1 on the others).
+// M, N, K, threads, avx_vnni (the avx2 tier's variant; 1 on the others),
+// gfni (from avx512_vnni, for the formats whose high bits it merges:
+// Int8GfniApplies; 1 on the others; skipped on CPUs without it).
 void BM_XrtMatmulInt8Isa(benchmark::State& state) {
   const auto isa = static_cast<CpuIsa>(state.range(1));
-  const bool avx_vnni = state.range(6) != 0;
-  if (!CpuIsaSupported(isa) || (isa == CpuIsa::kAvx2 && avx_vnni && !CpuHasAvxVnni())) {
+  const bool avx_vnni = state.range(6) != 0, gfni = state.range(7) != 0;
+  if (!CpuIsaSupported(isa) || (isa == CpuIsa::kAvx2 && avx_vnni && !CpuHasAvxVnni()) ||
+      (IsaAtLeast(isa, CpuIsa::kAvx512Vnni) && gfni && !CpuHasGfni())) {
     state.SkipWithError("this CPU cannot run that ISA path");
     return;
   }
   const int64_t m = state.range(2);
   SetInt8AvxVnniAllowed(avx_vnni);
+  SetInt8GfniAllowed(gfni);
   RunXrtMatmul(state, m, state.range(3), state.range(4), static_cast<int>(state.range(5)),
                m <= 16 ? kColdBytes : 0, /*bias=*/true, /*accumulate=*/false,
                static_cast<WeightFormat>(state.range(0)), ComputeType::kInt8, isa);
   SetInt8AvxVnniAllowed(true);
+  SetInt8GfniAllowed(true);
 }
 
 void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"format", "isa", "M", "N", "K", "threads", "avx_vnni"});
+  b->ArgNames({"format", "isa", "M", "N", "K", "threads", "avx_vnni", "gfni"});
   for (WeightFormat f :
        {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0,
         WeightFormat::kQ5_1, WeightFormat::kQ3_K, WeightFormat::kQ4_K, WeightFormat::kQ5_K,
@@ -288,7 +293,11 @@ void MatmulInt8IsaShapes(benchmark::internal::Benchmark* b) {
           if (isa == CpuIsa::kAmx && m == 1) continue;
           for (int64_t avx_vnni : {0, 1}) {
             if (avx_vnni == 0 && isa != CpuIsa::kAvx2) continue;
-            b->Args({static_cast<int64_t>(f), static_cast<int64_t>(isa), m, n, k, 2, avx_vnni});
+            for (int64_t gfni : {0, 1}) {
+              if (gfni == 0 && (isa != CpuIsa::kAvx512Vnni || !Int8GfniApplies(f))) continue;
+              b->Args(
+                  {static_cast<int64_t>(f), static_cast<int64_t>(isa), m, n, k, 2, avx_vnni, gfni});
+            }
           }
         }
   b->UseRealTime();
@@ -299,26 +308,36 @@ BENCHMARK(BM_XrtMatmulInt8Isa)->Apply(MatmulInt8IsaShapes);
 // A decode row (M = 1) on the AVX512_VNNI kernels with its weights hot in the
 // caches (2048 x 2048, a few MB: L2 and L3), where BM_XrtMatmulInt8Isa's M = 1
 // streams them from DRAM: the kernels' own arithmetic, which hides under the
-// reads from DRAM only while it is small enough. Args: format, threads.
+// reads from DRAM only while it is small enough. Args: format, threads, gfni
+// (0: without GFNI's high-bit merge, the baseline of the formats it applies
+// to, Int8GfniApplies; skipped on CPUs without it, and on the other formats).
 void BM_XrtMatmulInt8DecodeHot(benchmark::State& state) {
+  const auto f = static_cast<WeightFormat>(state.range(0));
+  const bool gfni = state.range(2) != 0;
   if (!CpuIsaSupported(CpuIsa::kAvx512Vnni)) {
     state.SkipWithError("this CPU has no AVX512_VNNI");
     return;
   }
+  if (gfni && !CpuHasGfni()) {
+    state.SkipWithError("this CPU has no GFNI");
+    return;
+  }
+  SetInt8GfniAllowed(gfni);
   RunXrtMatmul(state, 1, 2048, 2048, static_cast<int>(state.range(1)), /*cold_bytes=*/0,
-               /*bias=*/true, /*accumulate=*/false, static_cast<WeightFormat>(state.range(0)),
-               ComputeType::kInt8, CpuIsa::kAvx512Vnni);
+               /*bias=*/true, /*accumulate=*/false, f, ComputeType::kInt8, CpuIsa::kAvx512Vnni);
+  SetInt8GfniAllowed(true);
 }
-BENCHMARK(BM_XrtMatmulInt8DecodeHot)
-    ->ArgNames({"format", "threads"})
-    ->ArgsProduct(
-        {{static_cast<int64_t>(WeightFormat::kQ8_0), static_cast<int64_t>(WeightFormat::kQ4_1),
-          static_cast<int64_t>(WeightFormat::kQ3_K), static_cast<int64_t>(WeightFormat::kQ4_K),
-          static_cast<int64_t>(WeightFormat::kQ5_K), static_cast<int64_t>(WeightFormat::kQ6_K),
-          static_cast<int64_t>(WeightFormat::kIQ4_XS)},
-         {1, 2}})
-    ->UseRealTime()
-    ->MinTime(0.2);
+BENCHMARK(BM_XrtMatmulInt8DecodeHot)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"format", "threads", "gfni"});
+  for (WeightFormat f :
+       {WeightFormat::kQ8_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ3_K,
+        WeightFormat::kQ4_K, WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kIQ4_XS})
+    for (int64_t threads : {1, 2})
+      for (int64_t gfni : {0, 1})
+        if (gfni == 1 || Int8GfniApplies(f)) b->Args({static_cast<int64_t>(f), threads, gfni});
+  b->UseRealTime();
+  b->MinTime(0.2);
+});
 
 // bf16 compute on the tiers side by side, with f32 compute as the baseline:
 // the f32 tile kernels on rounded operands (avx512) against vdpbf16ps

@@ -1,5 +1,7 @@
 #include "runtime/kernels/cpu_isa.h"
 
+#include <string>
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
@@ -111,24 +113,44 @@ bool CpuIsaSupported(CpuIsa isa) {
   return false;
 }
 
-bool CpuHasAvxVnni() {
+namespace {
+
+// A feature outside the tiers: CPUID.(EAX=7, ECX=subleaf) register
+// reg (0 EAX .. 3 EDX) bit `bit`, on a CPU with `tier`. True for every ISA
+// under XRT_SIMD_EMULATE (its intrinsics run anywhere).
+bool HasLeaf7Feature(CpuIsa tier, unsigned subleaf, int reg, int bit) {
 #if defined(XRT_SIMD_EMULATE) && defined(__x86_64__)
   return true;
 #elif defined(__x86_64__)
-  static const bool vnni = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return CpuIsaSupported(CpuIsa::kAvx2) && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
-           (eax & (1u << 4)) != 0;
-  }();
-  return vnni;
+  unsigned r[4] = {};
+  return CpuIsaSupported(tier) && __get_cpuid_count(7, subleaf, &r[0], &r[1], &r[2], &r[3]) &&
+         (r[reg] & (1u << bit)) != 0;
 #else
   return false;
 #endif
 }
 
+}  // namespace
+
+bool CpuHasAvxVnni() {
+  static const bool vnni = HasLeaf7Feature(CpuIsa::kAvx2, 1, /*EAX*/ 0, 4);
+  return vnni;
+}
+
+bool CpuHasGfni() {
+  static const bool gfni = HasLeaf7Feature(CpuIsa::kAvx512, 0, /*ECX*/ 2, 8);
+  return gfni;
+}
+
 const char* BestKernelsName() {
-  const CpuIsa best = BestCpuIsa();
-  return best == CpuIsa::kAvx2 && CpuHasAvxVnni() ? "avx2+avx_vnni" : CpuIsaName(best);
+  static const std::string name = [] {
+    const CpuIsa best = BestCpuIsa();
+    std::string s = CpuIsaName(best);
+    if (best == CpuIsa::kAvx2 && CpuHasAvxVnni()) s += "+avx_vnni";
+    if (IsaAtLeast(best, CpuIsa::kAvx512Vnni) && CpuHasGfni()) s += "+gfni";
+    return s;
+  }();
+  return name.c_str();
 }
 
 CpuIsa BestCpuIsa() {

@@ -61,9 +61,17 @@ CpuIsa BestCpuIsa();
 // for every ISA under XRT_SIMD_EMULATE; needs the avx2 tier's support.
 bool CpuHasAvxVnni();
 
+// GFNI (CPUID.(EAX=7,ECX=0):ECX bit 8) with the avx512 tier: vgf2p8affineqb
+// on zmm. Not a tier either: Skylake-X to Cooper Lake have AVX-512 (VNNI,
+// BF16) without it, Ice Lake, Sapphire Rapids and Zen 4 on have both. The
+// int8 matmul's AVX512_VNNI kernels use it where present (matmul_int8.h).
+// True for every ISA under XRT_SIMD_EMULATE; needs the avx512 tier's support.
+bool CpuHasGfni();
+
 // What the kernels of this process run on, for logs and benchmark output:
 // CpuIsaName(BestCpuIsa()), plus "+avx_vnni" on the avx2 tier of a CPU with
-// AVX-VNNI (the int8 matmul's vpdpbusd kernels).
+// AVX-VNNI (the int8 matmul's vpdpbusd kernels), "+gfni" from the
+// avx512_vnni tier on a CPU with GFNI (the int8 matmul's high-bit merge).
 const char* BestKernelsName();
 
 }  // namespace xrt

@@ -21,6 +21,7 @@ int Int8ActivationBlock(WeightFormat f) { return IsKQuantFormat(f) ? kSuperBlock
 
 namespace {
 std::atomic<bool> g_avx_vnni_allowed{true};
+std::atomic<bool> g_gfni_allowed{true};
 }  // namespace
 
 bool Int8AvxVnniEnabled() {
@@ -30,6 +31,10 @@ bool Int8AvxVnniEnabled() {
 void SetInt8AvxVnniAllowed(bool allowed) {
   g_avx_vnni_allowed.store(allowed, std::memory_order_relaxed);
 }
+
+bool Int8GfniEnabled() { return g_gfni_allowed.load(std::memory_order_relaxed) && CpuHasGfni(); }
+
+void SetInt8GfniAllowed(bool allowed) { g_gfni_allowed.store(allowed, std::memory_order_relaxed); }
 
 namespace {
 
@@ -389,6 +394,18 @@ constexpr bool HasBareNibbles(WeightFormat f) {
   return HasQuadNibbles(f) && !HasK5HighBits(f) && f != WeightFormat::kQ6_K && !HasIQ4Table(f);
 }
 
+// The bytes of quad kq's low bits (nibbles, or q3_k's crumbs shifted to bits
+// 0-1 and 4-5): columns 0-15 at bits 0-3 of each byte, 16-31 at bits 4-7.
+template <WeightFormat F>
+XRT_TARGET_AVX512 inline __m512i LowQuadBytes(const uint8_t* blk, int kq) {
+  constexpr int64_t kLow = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
+  __m512i x = _mm512_loadu_si512(blk + kLow + LowQuadOffset(F, kq));
+  if constexpr (HasCrumbs(F)) {  // kq may not be a constant: a shift by register
+    x = _mm512_srl_epi16(x, _mm_cvtsi32_si128(LowQuadShift(F, kq)));
+  }
+  return x;
+}
+
 // The weight quads of k-rows 4*kq .. 4*kq+3 of a group / super-block:
 // columns 0-15 in *lo, 16-31 in *hi. The unsigned quants, or the signed
 // weights (HasSignedWeights), with kBiased as w + 128 (vpdpbusd's operand).
@@ -406,11 +423,7 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
     }
     return;
   }
-  constexpr int64_t kLow = IsKQuantFormat(F) ? KLowQuantsOffset(F) : QuantGroupQuantsOffset(F);
-  __m512i x = _mm512_loadu_si512(blk + kLow + LowQuadOffset(F, kq));
-  if constexpr (HasCrumbs(F)) {  // kq may not be a constant: a shift by register
-    x = _mm512_srl_epi16(x, _mm_cvtsi32_si128(LowQuadShift(F, kq)));
-  }
+  const __m512i x = LowQuadBytes<F>(blk, kq);
   const __m512i low = _mm512_set1_epi8((1 << LowQuantBits(F)) - 1);
   *lo = _mm512_and_si512(x, low);
   if constexpr (kHighTimes16) {
@@ -450,6 +463,57 @@ XRT_TARGET_AVX512 inline void WeightQuads(const uint8_t* blk, int kq, __m512i* l
     *lo = _mm512_shuffle_epi8(table, *lo);
     *hi = _mm512_shuffle_epi8(table, *hi);
   }
+}
+
+// vgf2p8affineqb's matrix (one per qword) that moves bit `from` of each byte
+// to bit `to`: row `to` of the 8 x 8 bit matrix is its byte 7 - to.
+constexpr int64_t AffineBit(int from, int to) {
+  return static_cast<int64_t>(uint64_t{1} << from << (8 * (7 - to)));
+}
+
+// WeightQuads of the formats whose high bits are stored apart
+// (HasSeparateHighBits) on GFNI: one vgf2p8affineqb per half moves each
+// byte's high bits, picked per lane (a matrix per qword), to where they
+// belong in the quant, alone in the byte, and one vpternlogd puts them beside
+// the low bits, where WeightQuads takes a vptestmb and a masked vpaddb per
+// half for q5_0 / q5_1 / q5_k / q3_k, and two variable shifts, two vpandd
+// and two vpaddb for q6_k. The same bytes.
+template <WeightFormat F>
+XRT_TARGET_AVX512_GFNI inline void WeightQuadsGfni(const uint8_t* blk, int kq, __m512i* lo,
+                                                   __m512i* hi) {
+  static_assert(HasSeparateHighBits(F) && !HasSignedWeights(F));
+  const __m512i x = LowQuadBytes<F>(blk, kq);
+  __m512i bits, pick_lo, pick_hi;
+  if constexpr (F == WeightFormat::kQ6_K) {
+    // Half L of the quad's 32 bytes in lanes L and 2 + L; lane l's field is
+    // at bits 4h + 2n (h = l / 2, n: lo 0, hi 1), to bits 4-5 (K6HighShift).
+    bits = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kK6HighOffset + kq * 32)));
+    constexpr int64_t kLo0 = AffineBit(0, 4) | AffineBit(1, 5);
+    constexpr int64_t kLo1 = AffineBit(4, 4) | AffineBit(5, 5);
+    constexpr int64_t kHi0 = AffineBit(2, 4) | AffineBit(3, 5);
+    constexpr int64_t kHi1 = AffineBit(6, 4) | AffineBit(7, 5);
+    pick_lo = _mm512_setr_epi64(kLo0, kLo0, kLo0, kLo0, kLo1, kLo1, kLo1, kLo1);
+    pick_hi = _mm512_setr_epi64(kHi0, kHi0, kHi0, kHi0, kHi1, kHi1, kHi1, kHi1);
+  } else {
+    // The quad's 16 bytes in every lane; lane l's bit is 4L + 2h + n (L = l
+    // % 2, h = l / 2), to bit LowQuantBits (K5HighBit).
+    bits = _mm512_broadcast_i32x4(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + K5HighBitsOffset(F) + kq * 16)));
+    constexpr int kTo = LowQuantBits(F);
+    pick_lo = _mm512_setr_epi64(AffineBit(0, kTo), AffineBit(0, kTo), AffineBit(4, kTo),
+                                AffineBit(4, kTo), AffineBit(2, kTo), AffineBit(2, kTo),
+                                AffineBit(6, kTo), AffineBit(6, kTo));
+    pick_hi = _mm512_setr_epi64(AffineBit(1, kTo), AffineBit(1, kTo), AffineBit(5, kTo),
+                                AffineBit(5, kTo), AffineBit(3, kTo), AffineBit(3, kTo),
+                                AffineBit(7, kTo), AffineBit(7, kTo));
+  }
+  const __m512i low = _mm512_set1_epi8((1 << LowQuantBits(F)) - 1);
+  constexpr int kLowOrHigh = 0xEA;  // (a & b) | c
+  *lo = _mm512_ternarylogic_epi32(x, low, _mm512_gf2p8affine_epi64_epi8(bits, pick_lo, 0),
+                                  kLowOrHigh);
+  *hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(x, 4), low,
+                                  _mm512_gf2p8affine_epi64_epi8(bits, pick_hi, 0), kLowOrHigh);
 }
 
 // Per-column pair sums of unsigned weight quads `w` times the four
@@ -705,78 +769,6 @@ XRT_TARGET_AVX512 void PanelRowsAvx512(const Int8Problem& p, const uint8_t* pane
 
 // ----------------------------------------------------------- AVX512_VNNI --
 
-// Adds each row's four-term dot products of weight quads kq0 .. kq0 + Q - 1
-// of `blk` with its activation quads (at qrow[i] + kq0 * 4) to its int32
-// sums: one vpdpbusd per row and half, where PanelRowsAvx512 takes a
-// vpmaddubsw, an int16 add and a share of a widening vpmaddwd. With one or
-// two rows the quads go round-robin to 4 / R sums per row and half, so that
-// eight independent vpdpbusd chains are in flight whatever R (one row alone
-// would have two, each waiting on its last vpdpbusd's result). kStreams
-// panels summed side by side (PanelsRowAvx512Vnni) count as rows here: their
-// chains are independent already, and the sums' adds would be extra work
-// (q3_k, hot in L2, 4 streams: 6 of a step's ~53 vector uops).
-//
-// The signed weights (HasSignedWeights) are offset by 128 into vpdpbusd's
-// unsigned operand (WeightQuads<F, true>: q8_0's w ^ 0x80 = w + 128 as a
-// byte, iq4's table of kIQ4Values + 128), the activations staying the signed
-// one: sum (w + 128) * q = sum w * q + 128 * sum q, and the caller takes the
-// excess back out with the rows' quant sums (sum16, made with the quants):
-// two vpxord per quad for all rows (iq4: none, the table lookup it needs
-// anyway), and one subtraction per row and half per group (iq4_xs: per
-// sub-block, before its scale). (Until the commit after 41623b6 q8_0's
-// activations were offset instead, a vpxord per row and quad, and the
-// weights' sums took two more vpdpbusd per quad.) That replaces
-// AddPairSums' sign transfer (two vpabsb and two mask moves per quad, two
-// masked subtractions per row and quad).
-//
-// kDecoded: `blk` is the group's or super-block's quads in the thread's
-// decoded panel (DecodeQuadPanelAvx512Vnni; the signed weights already
-// offset), two loads per quad.
-template <WeightFormat F, int R, int Q, bool kDecoded = false, int kStreams = 1>
-XRT_TARGET_AVX512_VNNI inline void AddQuadDots(const uint8_t* blk, int kq0,
-                                               const int8_t* const* qrow, __m512i (&dot)[R][2]) {
-  constexpr int kChains = R * kStreams >= 3 ? 1 : 4 / (R * kStreams);
-  static_assert(Q % kChains == 0);
-  // Bare nibbles: columns 16-31 summed at 16 times (WeightQuads'
-  // kHighTimes16) and shifted back once at the end, exact: every term is a
-  // multiple of 16 and the sum's magnitude at most 16 * 4Q * 15 * 127.
-  constexpr bool kHighTimes16 = !kDecoded && HasBareNibbles(F);
-  static_assert(!kHighTimes16 ||
-                int64_t{16} * 4 * Q * 15 * 127 <= std::numeric_limits<int32_t>::max());
-  __m512i part[kChains][R][2];
-  for (int c = 0; c < kChains; ++c)
-    for (int i = 0; i < R; ++i)
-      for (int h = 0; h < 2; ++h)
-        part[c][i][h] = c == 0 && !(kHighTimes16 && h == 1) ? dot[i][h] : _mm512_setzero_si512();
-#pragma GCC unroll 8
-  for (int kq = kq0; kq < kq0 + Q; kq += kChains) {
-#pragma GCC unroll 4
-    for (int c = 0; c < kChains; ++c) {
-      __m512i lo, hi;
-      if constexpr (kDecoded) {
-        lo = _mm512_load_si512(blk + (kq + c) * kDecodedQuadBytes);
-        hi = _mm512_load_si512(blk + (kq + c) * kDecodedQuadBytes + 64);
-      } else {
-        WeightQuads<F, true, kHighTimes16>(blk, kq + c, &lo, &hi);
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        const __m512i a = BroadcastQuad(qrow[i] + (kq + c) * 4);
-        part[c][i][0] = _mm512_dpbusd_epi32(part[c][i][0], lo, a);
-        part[c][i][1] = _mm512_dpbusd_epi32(part[c][i][1], hi, a);
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    for (int h = 0; h < 2; ++h) {
-      __m512i sum = part[0][i][h];
-      for (int c = 1; c < kChains; ++c) sum = _mm512_add_epi32(sum, part[c][i][h]);
-      dot[i][h] =
-          kHighTimes16 && h == 1 ? _mm512_add_epi32(dot[i][h], _mm512_srai_epi32(sum, 4)) : sum;
-    }
-  }
-}
-
 // The signed weights of q8_0 / iq4_nl offset by 128 (AddQuadDots,
 // DecodeQuadPanelAvx512Vnni): 128 times each row's quant sum over group b off
 // its dot products.
@@ -788,31 +780,6 @@ XRT_TARGET_AVX512 inline void SubtractSignedWeightBias(const QuantRows<R>& rows,
     const int32_t* s16 = rows.sum16[i] + b * (kQuantGroup / kSumRows);
     const __m512i excess = _mm512_set1_epi32(kSignedWeightBias * (s16[0] + s16[1]));
     for (int h = 0; h < 2; ++h) dot[i][h] = _mm512_sub_epi32(dot[i][h], excess);
-  }
-}
-
-// A panel's quads formed once for all its row groups (DecodeFnFor), quad q at
-// dst + 128 q (columns 0-15, then 16-31): WeightQuads' unsigned bytes (the
-// K-quants' 0-63 with their high bits merged, the q4 groups' nibbles), and
-// the signed weights (q8_0's, iq4's table values) offset by 128 as
-// AddQuadDots wants them. It takes the decoding out of every row group's
-// loop: for q8_0 two cross-lane permutes, two byte shuffles and two vpxord per
-// quad (M = 128, 2048 x 2048, 2 threads: 1.16-1.23 -> 1.36-1.41 TOP/s), for
-// q5_0, q5_1, q5_k and q6_k the 4-8 operations that merge the high bits;
-// AMX's tiles (PanelRowsAmx) read whole bytes.
-template <WeightFormat F>
-XRT_TARGET_AVX512_VNNI void DecodeQuadPanelAvx512Vnni(const uint8_t* panel, int64_t k,
-                                                      uint8_t* dst) {
-  constexpr int64_t kBlock = IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
-  constexpr int64_t kBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    for (int kq = 0; kq < kBlock / 4; ++kq) {
-      __m512i lo, hi;
-      WeightQuads<F, true>(panel + b * kBytes, kq, &lo, &hi);
-      uint8_t* out = dst + (b * (kBlock / 4) + kq) * kDecodedQuadBytes;
-      _mm512_store_si512(out, lo);
-      _mm512_store_si512(out + 64, hi);
-    }
   }
 }
 
@@ -973,114 +940,10 @@ XRT_TARGET_AVX512_VNNI inline void AddKStepDots(const uint8_t* sb, const QuantRo
   }
 }
 
-// Step s of super-block b (at sb) of a panel added to the rows' sums (one of
-// kStreams panels summed side by side: AddQuadDots).
-template <WeightFormat F, int R, bool kDecoded, int64_t kAhead = kPrefetchBytes, int kLocality = 2,
-          int kStreams = 1>
-XRT_TARGET_AVX512_VNNI inline void AddKStepAvx512Vnni(const Int8Problem& p, const uint8_t* sb,
-                                                      const QuantRows<R>& rows, bool prefetch,
-                                                      int64_t b, int s, SuperBlockSums<R>& sums,
-                                                      const KScaleMinBytes* kbytes,
-                                                      int64_t prefetch_jump = 0) {
-  constexpr int kSubQuads = KScaleRows(F) / 4;
-  if (prefetch) {
-    PrefetchPart<kAhead, kLocality>(sb + prefetch_jump, SuperBlockBytes(F), s, KSteps<F>());
-  }
-  const int8_t* qsb[R];
-  for (int i = 0; i < R; ++i) qsb[i] = rows.q[i] + b * kSuperBlock;
-  __m512i dot[R][2];
-  for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-  if constexpr (kDecoded) {
-    AddQuadDots<F, R, kSubQuads, true>(p.decoded + b * (kSuperBlock / 4) * kDecodedQuadBytes,
-                                       s * kSubQuads, qsb, dot);
-  } else {
-    AddQuadDots<F, R, kSubQuads, false, kStreams>(sb, s * kSubQuads, qsb, dot);
-  }
-  AddKStepDots<F, R>(sb, rows, b, s, dot, sums, kbytes);
-}
-
-// Block b (a group, or a K-quant super-block) of P consecutive panels (from
-// `panel`) added to the rows' f32 sums, a group or K-quant step of each panel
-// in turn (P > 1: PanelsRowAvx512Vnni's streams).
-template <WeightFormat F, int R, int P, bool kDecoded, int64_t kAhead = kPrefetchBytes,
-          int kLocality = 2>
-XRT_TARGET_AVX512_VNNI inline void AddBlockAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
-                                                      const QuantRows<R>& rows, bool prefetch,
-                                                      int64_t b, __m512 (&acc)[P][R][2]) {
-  static_assert(!kDecoded || P == 1, "a thread decodes one panel at a time");
-  // P panels side by side: where a block's prefetch runs past its panel's
-  // end it goes to the same panel of the next set of P (the next call's
-  // stream), not into the next panel, which this set is reading already.
-  constexpr int64_t kBlockBytes = IsKQuantFormat(F) ? SuperBlockBytes(F) : QuantGroupBytes(F);
-  const int64_t prefetch_jump =
-      P > 1 && (b + 1) * kBlockBytes + kAhead > p.panel_bytes ? (P - 1) * p.panel_bytes : 0;
-  if constexpr (IsKQuantFormat(F)) {
-    const uint8_t* sb = panel + b * SuperBlockBytes(F);
-    SuperBlockSums<R> sums[P];
-    for (int j = 0; j < P; ++j) ZeroSums(sums[j]);
-    KScaleMinBytes kbytes[HasKInt8Scales(F) ? 1 : P];
-    if constexpr (!HasKInt8Scales(F)) {
-      for (int j = 0; j < P; ++j) UnpackKScaleMinAvx512(sb + j * p.panel_bytes, &kbytes[j]);
-    }
-    constexpr int kSteps = KSteps<F>();
-#pragma GCC unroll 1
-    for (int s = 0; s < kSteps; ++s) {
-#pragma GCC unroll 4
-      for (int j = 0; j < P; ++j) {
-        AddKStepAvx512Vnni<F, R, kDecoded, kAhead, kLocality, P>(
-            p, sb + j * p.panel_bytes, rows, prefetch, b, s, sums[j],
-            HasKInt8Scales(F) ? nullptr : &kbytes[j], prefetch_jump);
-      }
-    }
-    for (int j = 0; j < P; ++j) {  // q3_k, q6_k, iq4_xs: imin 0
-      if constexpr (!HasKInt8Scales(F)) AddKMinPairs<R>(kbytes[j], rows, b, sums[j].imin);
-      AddSuperBlock<F, R>(sb + j * p.panel_bytes, rows, b, sums[j].isum, sums[j].imin, acc[j]);
-    }
-  } else {
-    const int64_t group_bytes = QuantGroupBytes(F);
-    const int8_t* qg[R];
-    for (int i = 0; i < R; ++i) qg[i] = rows.q[i] + b * kQuantGroup;
-#pragma GCC unroll 4
-    for (int j = 0; j < P; ++j) {
-      const uint8_t* grp = panel + j * p.panel_bytes + b * group_bytes;
-      if (prefetch) PrefetchPart<kAhead, kLocality>(grp + prefetch_jump, group_bytes, 0, 1);
-      __m512i dot[R][2];
-      for (int i = 0; i < R; ++i) dot[i][0] = dot[i][1] = _mm512_setzero_si512();
-      if constexpr (kDecoded) {
-        AddQuadDots<F, R, kQuantGroup / 4, true>(
-            p.decoded + b * (kQuantGroup / 4) * kDecodedQuadBytes, 0, qg, dot);
-      } else {
-        AddQuadDots<F, R, kQuantGroup / 4, false, P>(grp, 0, qg, dot);
-      }
-      if constexpr (HasSignedWeights(F)) SubtractSignedWeightBias<R>(rows, b, dot);
-      AddGroup<F, R>(grp, rows, b, dot, acc[j]);
-    }
-  }
-}
-
 // K's blocks: groups, or the K-quants' super-blocks.
 template <WeightFormat F>
 constexpr int64_t KBlock() {
   return IsKQuantFormat(F) ? kSuperBlock : kQuantGroup;
-}
-
-// PanelRowsAvx512 with the products summed by vpdpbusd straight into int32:
-// a K-quant sub-block's dot products (at most 32 * 63 * 127 in magnitude,
-// iq4_xs's biased ones 16 * 241 * 127) are then multiplied by its scale
-// (vpmulld). The integer sums are the same exact values, so the results are
-// PanelRowsAvx512's bits. kDecoded (q8_0, q5_0, q5_1, q5_k, q3_k, q6_k): the
-// quads come from the thread's decoded panel (p.decoded).
-template <WeightFormat F, int R, bool kDecoded>
-XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const uint8_t* panel,
-                                                  int64_t col0, int64_t i0) {
-  const bool prefetch = i0 == 0;  // later row groups find the panel in cache
-  __m512 acc[1][R][2];
-  for (int i = 0; i < R; ++i) acc[0][i][0] = acc[0][i][1] = _mm512_setzero_ps();
-  const QuantRows<R> rows = QuantRowsAt<R>(p, i0);
-  for (int64_t b = 0; b < p.args->k / KBlock<F>(); ++b) {
-    AddBlockAvx512Vnni<F, R, 1, kDecoded>(p, panel, rows, prefetch, b, acc);
-  }
-  StoreRowsAvx512<R>(p, col0, i0, acc[0]);
 }
 
 // A decode step's row (M = 1) reads each panel once, from DRAM when the
@@ -1099,33 +962,27 @@ XRT_TARGET_AVX512_VNNI void PanelRowsAvx512VnniOn(const Int8Problem& p, const ui
 constexpr int kDecodeStreams = 4;
 constexpr int64_t kStreamPrefetchBytes = 4096;
 
-// One row (row 0: a decode step's) against kStreams consecutive panels
-// (from `panel`, columns from col0), a block of each in turn. Each
-// column's sums are added in PanelRowsAvx512VnniOn's order: the same bits.
-template <WeightFormat F, int kStreams>
-XRT_TARGET_AVX512_VNNI void PanelsRowAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
-                                                int64_t col0) {
-  __m512 acc[kStreams][1][2];
-  for (int j = 0; j < kStreams; ++j) acc[j][0][0] = acc[j][0][1] = _mm512_setzero_ps();
-  const QuantRows<1> rows = QuantRowsAt<1>(p, 0);
-  for (int64_t b = 0; b < p.args->k / KBlock<F>(); ++b) {
-    AddBlockAvx512Vnni<F, 1, kStreams, false, kStreamPrefetchBytes, 3>(p, panel, rows, true, b,
-                                                                       acc);
-  }
-  for (int j = 0; j < kStreams; ++j) StoreRowsAvx512<1>(p, col0 + j * kPackNR, 0, acc[j]);
-}
-
-template <WeightFormat F, int R>
-XRT_TARGET_AVX512_VNNI void PanelRowsAvx512Vnni(const Int8Problem& p, const uint8_t* panel,
-                                                int64_t col0, int64_t i0) {
-  if constexpr (F == WeightFormat::kQ8_0 || HasSeparateHighBits(F)) {
-    if (p.decoded) {
-      PanelRowsAvx512VnniOn<F, R, true>(p, panel, col0, i0);
-      return;
-    }
-  }
-  PanelRowsAvx512VnniOn<F, R, false>(p, panel, col0, i0);
-}
+// The AVX512_VNNI tier's kernels that read the weight quads, compiled twice
+// (matmul_int8_avx512_vnni.inc): as they are (namespace vnni), and with
+// GFNI's vgf2p8affineqb merging the high bits of the formats that store them
+// apart (WeightQuadsGfni; namespace vnni_gfni) where the CPU has it
+// (Int8GfniEnabled). A function's target cannot depend on a template
+// argument, and the first copy must run on CPUs without GFNI (Skylake-X to
+// Cooper Lake).
+namespace vnni {
+#define XRT_INT8_VNNI_TARGET XRT_TARGET_AVX512_VNNI
+#define XRT_INT8_GFNI 0
+#include "runtime/kernels/matmul_int8_avx512_vnni.inc"
+#undef XRT_INT8_VNNI_TARGET
+#undef XRT_INT8_GFNI
+}  // namespace vnni
+namespace vnni_gfni {
+#define XRT_INT8_VNNI_TARGET XRT_TARGET_AVX512_VNNI_GFNI
+#define XRT_INT8_GFNI 1
+#include "runtime/kernels/matmul_int8_avx512_vnni.inc"
+#undef XRT_INT8_VNNI_TARGET
+#undef XRT_INT8_GFNI
+}  // namespace vnni_gfni
 
 // -------------------------------------------------------------------- AVX2 --
 
@@ -1459,7 +1316,21 @@ struct Avx512Panels {
 struct Avx512VnniPanels {
   static constexpr int kMaxRows = kVnniGroupRows;
   template <WeightFormat F, int R>
-  static constexpr PanelFn kFn = &PanelRowsAvx512Vnni<F, R>;
+  static constexpr PanelFn kFn = &vnni::PanelRowsAvx512Vnni<F, R>;
+};
+// Their GFNI copy where it has anything to merge (WeightQuadsGfni).
+template <WeightFormat F, int R>
+constexpr PanelFn GfniPanelFn() {
+  if constexpr (HasSeparateHighBits(F)) {
+    return &vnni_gfni::PanelRowsAvx512Vnni<F, R>;
+  } else {
+    return &vnni::PanelRowsAvx512Vnni<F, R>;
+  }
+}
+struct Avx512VnniGfniPanels {
+  static constexpr int kMaxRows = kVnniGroupRows;
+  template <WeightFormat F, int R>
+  static constexpr PanelFn kFn = GfniPanelFn<F, R>();
 };
 
 // Up to 4 rows on every path; 5 and 6 where GroupRowsFor gives 6 (the
@@ -1534,9 +1405,13 @@ PanelFn PanelFnFor(WeightFormat f, int rows) {
 // PanelsRowAvx512Vnni: one row against kDecodeStreams panels from `panel`.
 using PanelsFn = void (*)(const Int8Problem&, const uint8_t* panel, int64_t col0);
 
-PanelsFn DecodeStreamsFn(WeightFormat f) {
-  return WithInt8Format(
-      f, [](auto format) -> PanelsFn { return &PanelsRowAvx512Vnni<format(), kDecodeStreams>; });
+PanelsFn DecodeStreamsFn(WeightFormat f, bool gfni) {
+  return WithInt8Format(f, [gfni](auto format) -> PanelsFn {
+    if constexpr (HasSeparateHighBits(format())) {
+      if (gfni) return &vnni_gfni::PanelsRowAvx512Vnni<format(), kDecodeStreams>;
+    }
+    return &vnni::PanelsRowAvx512Vnni<format(), kDecodeStreams>;
+  });
 }
 
 using DecodeFn = void (*)(const uint8_t*, int64_t, uint8_t*);
@@ -1592,16 +1467,20 @@ int64_t DecodedPanelMinRowBlocks(CpuIsa isa, WeightFormat f) {
 }
 
 // DecodeQuadPanelAvx512Vnni of a format with integer quants: the decoder of
-// the avx512_vnni and amx int8 kernels.
-DecodeFn QuadPanelDecoderAvx512(WeightFormat f) {
-  return WithInt8Format(
-      f, [](auto format) -> DecodeFn { return &DecodeQuadPanelAvx512Vnni<format()>; });
+// the avx512_vnni and amx int8 kernels (its GFNI copy if `gfni`).
+DecodeFn QuadPanelDecoderAvx512(WeightFormat f, bool gfni) {
+  return WithInt8Format(f, [gfni](auto format) -> DecodeFn {
+    if constexpr (HasSeparateHighBits(format())) {
+      if (gfni) return &vnni_gfni::DecodeQuadPanelAvx512Vnni<format()>;
+    }
+    return &vnni::DecodeQuadPanelAvx512Vnni<format()>;
+  });
 }
 
 // The panel decoder of each format on `isa` (where DecodedPanelMinRowBlocks
 // is finite).
-DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f) {
-  if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) return QuadPanelDecoderAvx512(f);
+DecodeFn DecodeFnFor(CpuIsa isa, WeightFormat f, bool gfni) {
+  if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) return QuadPanelDecoderAvx512(f, gfni);
   return WithInt8Format(f, [](auto format) -> DecodeFn {
     if constexpr (format() == WeightFormat::kQ8_0) {
       return &DecodeQ8PanelAvx2;
@@ -1906,6 +1785,8 @@ void QuantizeActivationRow(const float* a, int64_t k, int block, int8_t* q, floa
   QuantizeRowWithIsa(a, k, block, q, d, sum16, BestCpuIsa());
 }
 
+bool Int8GfniApplies(WeightFormat f) { return HasSeparateHighBits(f); }
+
 void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   assert(Int8ComputeApplies(args.w_format));
   const int64_t m = args.m, k = args.k;
@@ -1915,6 +1796,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   bool amx = false;
   // The avx2 tier on a CPU with AVX-VNNI: vpdpbusd on ymm.
   const bool avx_vnni_kernels = isa == CpuIsa::kAvx2 && Int8AvxVnniEnabled();
+  // From the avx512_vnni tier on a CPU with GFNI: the kernels' GFNI copy.
+  const bool gfni = IsaAtLeast(isa, CpuIsa::kAvx512Vnni) && Int8GfniEnabled();
 #if defined(__x86_64__)
   amx = IsaAtLeast(isa, CpuIsa::kAmx) && m >= AmxInt8MinRows(args.w_format) &&
         AmxInt8Applies(args.w_format);
@@ -1961,14 +1844,14 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
 #if defined(__x86_64__)
   // AMX, or enough row blocks (DecodedPanelMinRowBlocks): each thread decodes
   // a panel once before running its row blocks on it.
-  const DecodeFn decode = amx ? QuadPanelDecoderAvx512(args.w_format)
+  const DecodeFn decode = amx ? QuadPanelDecoderAvx512(args.w_format, gfni)
                           : groups >= DecodedPanelMinRowBlocks(isa, args.w_format)
-                              ? DecodeFnFor(isa, args.w_format)
+                              ? DecodeFnFor(isa, args.w_format, gfni)
                               : nullptr;
   // One row on AVX512_VNNI (the amx tier's too): kDecodeStreams panels at a
   // time while a thread has that many left.
   const PanelsFn streams_fn = m == 1 && !amx && !decode && IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
-                                  ? DecodeStreamsFn(args.w_format)
+                                  ? DecodeStreamsFn(args.w_format, gfni)
                                   : nullptr;
 #endif
   auto run_units = [&](int64_t u0, int64_t u1) {
@@ -1998,7 +1881,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
           decoded_panel = panel;
         }
         const int rows = static_cast<int>(r1 - r0);
-        const PanelFn fn = amx ? AmxInt8PanelFn(args.w_format)
+        const PanelFn fn = amx    ? AmxInt8PanelFn(args.w_format)
+                           : gfni ? PanelFnFor<Avx512VnniGfniPanels>(args.w_format, rows)
                            : IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
                                ? PanelFnFor<Avx512VnniPanels>(args.w_format, rows)
                            : isa == CpuIsa::kAvx512 ? PanelFnFor<Avx512Panels>(args.w_format, rows)

@@ -84,4 +84,13 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa);
 bool Int8AvxVnniEnabled();
 void SetInt8AvxVnniAllowed(bool allowed);
 
+// True if the avx512_vnni tier's int8 kernels (and the tiers' above it)
+// merge the high bits of the formats that store them apart (q5_0, q5_1,
+// q5_k, q3_k, q6_k: Int8GfniApplies) with GFNI's vgf2p8affineqb: the CPU
+// has it (CpuHasGfni) and it is allowed. The same quads, and results, as
+// without. SetInt8GfniAllowed as SetInt8AvxVnniAllowed.
+bool Int8GfniEnabled();
+void SetInt8GfniAllowed(bool allowed);
+bool Int8GfniApplies(WeightFormat f);
+
 }  // namespace xrt

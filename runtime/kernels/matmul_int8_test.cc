@@ -288,25 +288,33 @@ Weight MakeWeight(WeightFormat f, int64_t n, int64_t k, uint32_t seed) {
 }
 
 // C [m][n] (ldc n + 3) with A's row stride k + 5, bias and accumulate as asked.
-// An int8 path: an ISA tier, and for the avx2 tier whether it may use
-// AVX-VNNI (SetInt8AvxVnniAllowed).
+// An int8 path: an ISA tier, for the avx2 tier whether it may use AVX-VNNI
+// (SetInt8AvxVnniAllowed), and from avx512_vnni whether it may use GFNI
+// (SetInt8GfniAllowed).
 struct Int8Path {
   CpuIsa isa;
   bool avx_vnni = true;
+  bool gfni = true;
   std::string Name() const {
-    return std::string(CpuIsaName(isa)) +
-           (isa == CpuIsa::kAvx2 ? (avx_vnni && CpuHasAvxVnni() ? " (avx_vnni)" : " (maddubs)")
-                                 : "");
+    std::string name = CpuIsaName(isa);
+    if (isa == CpuIsa::kAvx2) name += avx_vnni && CpuHasAvxVnni() ? " (avx_vnni)" : " (maddubs)";
+    if (IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) name += gfni && CpuHasGfni() ? " (gfni)" : "";
+    return name;
   }
 };
 
-// Every path this CPU runs: each supported tier, and the avx2 tier a second
-// time without AVX-VNNI where the CPU has it.
-std::vector<Int8Path> Int8Paths() {
+// Every path this CPU runs for format f: each supported tier, the avx2 tier
+// a second time without AVX-VNNI where the CPU has it, and the avx512_vnni
+// tier a second time without GFNI where the CPU has it and f's kernels use
+// it (the tiers above run the same VNNI kernels, and AMX's CPUs have GFNI).
+std::vector<Int8Path> Int8Paths(WeightFormat f) {
   std::vector<Int8Path> paths;
   for (CpuIsa isa : SupportedIsas()) {
     paths.push_back({isa});
     if (isa == CpuIsa::kAvx2 && CpuHasAvxVnni()) paths.push_back({isa, false});
+    if (isa == CpuIsa::kAvx512Vnni && CpuHasGfni() && Int8GfniApplies(f)) {
+      paths.push_back({isa, true, false});
+    }
   }
   return paths;
 }
@@ -317,6 +325,7 @@ std::vector<float> RunInt8(const std::vector<float>& a, int64_t m, int64_t n, in
                            ComputeType compute = ComputeType::kInt8) {
   const CpuIsa isa = path.isa;
   SetInt8AvxVnniAllowed(path.avx_vnni);
+  SetInt8GfniAllowed(path.gfni);
   std::vector<float> c(m * (n + 3), 0.25f);
   MatmulArgs args;
   args.a = a.data();
@@ -333,6 +342,7 @@ std::vector<float> RunInt8(const std::vector<float>& a, int64_t m, int64_t n, in
   args.compute = compute;
   MatmulWithIsa(args, pool, isa);
   SetInt8AvxVnniAllowed(true);
+  SetInt8GfniAllowed(true);
   return c;
 }
 
@@ -395,7 +405,7 @@ TEST(MatmulInt8Test, BitIdenticalToTheGgmlBlockReferenceOnEveryPathAndShape) {
         for (int64_t m : {1, 2, 3, 4, 5, 13, 29, 67}) {
           if (n > 70 && m > 2) continue;
           const std::vector<float> a = RandomA(m, k, static_cast<uint32_t>(m * 7 + k));
-          for (Int8Path isa : Int8Paths()) {
+          for (Int8Path isa : Int8Paths(f)) {
             for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
               const bool extras = (m + n) % 2 == 0;  // bias + accumulate on half the cases
               const std::string what = std::string(WeightFormatName(f)) + " " + isa.Name() +
@@ -487,7 +497,7 @@ TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
         for (int64_t i = 0; i < m; ++i)
           for (int64_t kk = 0; kk < k; ++kk)
             a[i * (k + 5) + kk] = (i + kk / a_block) % 2 ? 3.0f : -3.0f;
-        for (Int8Path isa : Int8Paths()) {
+        for (Int8Path isa : Int8Paths(f)) {
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, p, isa);
             ExpectMatchesReference(f, a, m, n, k, w, {}, false, c,
@@ -510,7 +520,7 @@ TEST(MatmulInt8Test, NonFiniteZeroAndTinyActivationBlocks) {
       a[2 * (k + 5) + kk] = 0.0f;     // row 2: zeros
       a[3 * (k + 5) + kk] *= 1e-41f;  // row 3: subnormals, 127 / amax overflows
     }
-    for (Int8Path isa : Int8Paths()) {
+    for (Int8Path isa : Int8Paths(f)) {
       const std::vector<float> c = RunInt8(a, m, n, k, w, f, nullptr, false, nullptr, isa);
       ExpectMatchesReference(f, a, m, n, k, w, {}, false, c,
                              std::string(WeightFormatName(f)) + " " + isa.Name());
@@ -525,12 +535,16 @@ TEST(MatmulInt8Test, NonFiniteZeroAndTinyActivationBlocks) {
 }
 
 // The kernels' name in logs: the best tier's, with "+avx_vnni" exactly where
-// the avx2 tier has AVX-VNNI (its int8 kernels then use vpdpbusd).
+// the avx2 tier has AVX-VNNI (its int8 kernels then use vpdpbusd) and
+// "+gfni" exactly where the avx512_vnni tier or one above has GFNI.
 TEST(MatmulInt8Test, BestKernelsNameSaysWhenTheAvx2TierUsesAvxVnni) {
   const std::string name = BestKernelsName();
   EXPECT_EQ(name.rfind(CpuIsaName(BestCpuIsa()), 0), 0u) << name;
   EXPECT_EQ(name.find("+avx_vnni") != std::string::npos,
             BestCpuIsa() == CpuIsa::kAvx2 && CpuHasAvxVnni())
+      << name;
+  EXPECT_EQ(name.find("+gfni") != std::string::npos,
+            IsaAtLeast(BestCpuIsa(), CpuIsa::kAvx512Vnni) && CpuHasGfni())
       << name;
 }
 

@@ -22,6 +22,7 @@
 #include <simde/x86/avx512.h>
 #include <simde/x86/f16c.h>
 #include <simde/x86/fma.h>
+#include <simde/x86/gfni.h>
 #undef __m128bh
 #undef __m256bh
 #undef __m512bh
@@ -31,6 +32,8 @@
 #define XRT_TARGET_AVX2_VNNI
 #define XRT_TARGET_AVX512
 #define XRT_TARGET_AVX512_VNNI
+#define XRT_TARGET_AVX512_GFNI
+#define XRT_TARGET_AVX512_VNNI_GFNI
 #define XRT_TARGET_AVX512_BF16
 #define XRT_TARGET_AMX
 #define XRT_KEEP_IN_REGISTER(v) ((void)0)
@@ -47,6 +50,12 @@
 #define XRT_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
 #define XRT_TARGET_AVX512_VNNI \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx2,fma")))
+// GFNI's vgf2p8affineqb on zmm (cpu_isa.h: CpuHasGfni): not a tier, the int8
+// kernels' second copy of the AVX512_VNNI ones (matmul_int8.cc).
+#define XRT_TARGET_AVX512_GFNI \
+  __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,gfni")))
+#define XRT_TARGET_AVX512_VNNI_GFNI \
+  __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx2,fma,gfni")))
 #define XRT_TARGET_AVX512_BF16 \
   __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx512bf16,avx2,fma")))
 #define XRT_TARGET_AMX                                                            \
