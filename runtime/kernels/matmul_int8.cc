@@ -127,12 +127,15 @@ void QuantizeBlockPortable(const float* a, int n, int8_t* q, float* d) {
   for (int k = 0; k < n; ++k) q[k] = static_cast<int8_t>(std::nearbyint(a[k] * id));
 }
 
+// k-values per SubBlockSumPairs entry: two 32-value sub-blocks.
+constexpr int64_t kSubBlockPairRows = 64;
+
 // q4_k / q5_k: the quant sums of the row's 32-value sub-blocks 2p and
 // 2p + 1 as one int16 pair (low, high), so that vpmaddwd against the two
 // sub-blocks' mins gives both terms of the min correction in one int32.
 void SubBlockSumPairs(const int32_t* sum16, int64_t k, int32_t* pairs) {
-  static_assert(kSumRows == 16);
-  for (int64_t p = 0; p < k / 64; ++p) {
+  static_assert(kSumRows == 16 && kSubBlockPairRows == 4 * kSumRows);
+  for (int64_t p = 0; p < k / kSubBlockPairRows; ++p) {
     const int32_t lo = sum16[4 * p] + sum16[4 * p + 1], hi = sum16[4 * p + 2] + sum16[4 * p + 3];
     pairs[p] = static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xffff) |
                                     (static_cast<uint32_t>(hi) << 16));
@@ -240,7 +243,7 @@ struct Int8Problem {
   const int8_t* q;               // [m][k]
   const float* d;                // [m][k / block]
   const int32_t* sum16;          // [m][k / 16]
-  const int32_t* sub_sum_pairs;  // [m][k / 64] (q4_k, q5_k): SubBlockSumPairs
+  const int32_t* sub_sum_pairs;  // [m][k / kSubBlockPairRows] (q4_k, q5_k): SubBlockSumPairs
   const float* ds;               // [m][k / 32] (q4_1, q5_1): ScaledBlockSums
   int64_t blocks;                // k / block
   int64_t panel_bytes;
@@ -295,7 +298,8 @@ __attribute__((always_inline)) inline QuantRows<R> QuantRowsAt(const Int8Problem
     rows.d[i] = p.d + (i0 + i) * p.blocks;
     rows.sum16[i] = p.sum16 + (i0 + i) * (k / kSumRows);
     rows.ds[i] = p.ds ? p.ds + (i0 + i) * (k / kQuantGroup) : nullptr;
-    rows.sub_sum_pairs[i] = p.sub_sum_pairs ? p.sub_sum_pairs + (i0 + i) * (k / 64) : nullptr;
+    rows.sub_sum_pairs[i] =
+        p.sub_sum_pairs ? p.sub_sum_pairs + (i0 + i) * (k / kSubBlockPairRows) : nullptr;
   }
   return rows;
 }
@@ -841,7 +845,9 @@ template <int R>
 XRT_TARGET_AVX512_VNNI inline void AddKMinPairs(const KScaleMinBytes& bytes,
                                                 const QuantRows<R>& rows, int64_t b,
                                                 __m512i (&imin)[R][2]) {
-  for (int p = 0; p < 4; ++p) {
+  constexpr int kPairs = kSuperBlock / kSubBlockPairRows;
+  static_assert(kPairs == 4, "KScaleMinBytes' 8 sub-blocks");
+  for (int p = 0; p < kPairs; ++p) {
     for (int h = 0; h < 2; ++h) {
       const __m512i even = _mm512_cvtepu8_epi32(
           _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.min[2 * p] + 16 * h)));
@@ -849,7 +855,7 @@ XRT_TARGET_AVX512_VNNI inline void AddKMinPairs(const KScaleMinBytes& bytes,
           _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.min[2 * p + 1] + 16 * h)));
       const __m512i min_pairs = _mm512_or_si512(even, _mm512_slli_epi32(odd, 16));
       for (int i = 0; i < R; ++i) {
-        const __m512i pair_sums = _mm512_set1_epi32(rows.sub_sum_pairs[i][b * 4 + p]);
+        const __m512i pair_sums = _mm512_set1_epi32(rows.sub_sum_pairs[i][b * kPairs + p]);
         imin[i][h] = _mm512_dpwssd_epi32(imin[i][h], min_pairs, pair_sums);
       }
     }
@@ -1655,15 +1661,16 @@ XRT_TARGET_AMX void PanelRowsAmx(const Int8Problem& p, const uint8_t* panel, int
 // K-quants: rows r0 .. r0 + R - 1 of a 16-row group (at i0) take
 // super-block b's step sums (dots [KSteps][16][kPackNR]) into their f32 sums
 // (acc [16][kPackNR]): AddKStepDots per step and AddSuperBlock, as the VNNI
-// kernel does with its own dot products.
+// kernel does with its own dot products. q4_k / q5_k: the super-block's
+// scales and mins in `kbytes` (UnpackKScaleMinAvx512, once for all the
+// group's rows).
 template <WeightFormat F, int R>
 XRT_TARGET_AVX512_VNNI void AmxInt8KRows(const Int8Problem& p, const uint8_t* sb, int64_t b,
-                                         int64_t i0, int r0, const int32_t* dots, float* acc) {
+                                         int64_t i0, int r0, const int32_t* dots,
+                                         const KScaleMinBytes& kbytes, float* acc) {
   const QuantRows<R> rows = QuantRowsAt<R>(p, i0 + r0);
   SuperBlockSums<R> sums;
   ZeroSums(sums);
-  KScaleMinBytes kbytes;
-  if constexpr (!HasKInt8Scales(F)) UnpackKScaleMinAvx512(sb, &kbytes);
   for (int s = 0; s < KSteps<F>(); ++s) {
     const int32_t* step_dots = dots + s * kAmxInt8Rows * kPackNR;
     __m512i dot[R][2];
@@ -1703,19 +1710,21 @@ XRT_TARGET_AMX void PanelRowsAmxK(const Int8Problem& p, const uint8_t* panel, in
     }
     __asm__ volatile("" ::: "memory");
     const uint8_t* sb = panel + b * SuperBlockBytes(F);
+    KScaleMinBytes kbytes;
+    if constexpr (!HasKInt8Scales(F)) UnpackKScaleMinAvx512(sb, &kbytes);
     for (int r = 0; r < rows; r += 4) {
       switch (std::min(4, rows - r)) {
         case 1:
-          AmxInt8KRows<F, 1>(p, sb, b, i0, r, dots, acc);
+          AmxInt8KRows<F, 1>(p, sb, b, i0, r, dots, kbytes, acc);
           break;
         case 2:
-          AmxInt8KRows<F, 2>(p, sb, b, i0, r, dots, acc);
+          AmxInt8KRows<F, 2>(p, sb, b, i0, r, dots, kbytes, acc);
           break;
         case 3:
-          AmxInt8KRows<F, 3>(p, sb, b, i0, r, dots, acc);
+          AmxInt8KRows<F, 3>(p, sb, b, i0, r, dots, kbytes, acc);
           break;
         default:
-          AmxInt8KRows<F, 4>(p, sb, b, i0, r, dots, acc);
+          AmxInt8KRows<F, 4>(p, sb, b, i0, r, dots, kbytes, acc);
       }
     }
   }
@@ -1810,7 +1819,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   rows.d.resize(m * (k / block));
   rows.sum16.resize(m * (k / kSumRows));
   const bool has_mins = IsKQuantFormat(args.w_format) && !HasKInt8Scales(args.w_format);
-  rows.sub_sum_pairs.resize(has_mins ? m * (k / 64) : 0);
+  rows.sub_sum_pairs.resize(has_mins ? m * (k / kSubBlockPairRows) : 0);
   const bool has_ds = HasGroupMin(args.w_format);
   rows.ds.resize(has_ds ? m * (k / kQuantGroup) : 0);
   // The pool's threads quantize rows into this thread's buffers (a lambda
@@ -1824,7 +1833,8 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
     for (int64_t i = i0; i < i1; ++i) {
       QuantizeRowWithIsa(args.a + i * args.lda, k, block, q + i * k, d + i * (k / block),
                          sum16 + i * (k / kSumRows), isa);
-      if (has_mins) SubBlockSumPairs(sum16 + i * (k / kSumRows), k, pairs + i * (k / 64));
+      if (has_mins)
+        SubBlockSumPairs(sum16 + i * (k / kSumRows), k, pairs + i * (k / kSubBlockPairRows));
       if (has_ds) {
         ScaledBlockSums(d + i * (k / block), sum16 + i * (k / kSumRows), k,
                         ds + i * (k / kQuantGroup));
