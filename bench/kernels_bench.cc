@@ -261,12 +261,14 @@ BENCHMARK(BM_XrtMatmulFormat)->Name("BM_XrtMatmulKQuant")->Apply(MatmulKQuantSha
 // without it), same bits. Args: format, isa (CpuIsa value),
 // M, N, K, threads, avx_vnni (the avx2 tier's variant; 1 on the others),
 // gfni (from avx512_vnni, for the formats whose high bits it merges:
-// Int8GfniApplies; 1 on the others; skipped on CPUs without it).
+// Int8GfniApplies; 1 on the others; skipped on CPUs without it where it
+// would apply).
 void BM_XrtMatmulInt8Isa(benchmark::State& state) {
   const auto isa = static_cast<CpuIsa>(state.range(1));
   const bool avx_vnni = state.range(6) != 0, gfni = state.range(7) != 0;
   if (!CpuIsaSupported(isa) || (isa == CpuIsa::kAvx2 && avx_vnni && !CpuHasAvxVnni()) ||
-      (IsaAtLeast(isa, CpuIsa::kAvx512Vnni) && gfni && !CpuHasGfni())) {
+      (IsaAtLeast(isa, CpuIsa::kAvx512Vnni) && gfni && !CpuHasGfni() &&
+       Int8GfniApplies(static_cast<WeightFormat>(state.range(0))))) {
     state.SkipWithError("this CPU cannot run that ISA path");
     return;
   }
@@ -310,7 +312,8 @@ BENCHMARK(BM_XrtMatmulInt8Isa)->Apply(MatmulInt8IsaShapes);
 // streams them from DRAM: the kernels' own arithmetic, which hides under the
 // reads from DRAM only while it is small enough. Args: format, threads, gfni
 // (0: without GFNI's high-bit merge, the baseline of the formats it applies
-// to, Int8GfniApplies; skipped on CPUs without it, and on the other formats).
+// to, Int8GfniApplies, and only those; 1 skipped on CPUs without GFNI for
+// those formats, whose gfni:0 is then the kernel they run).
 void BM_XrtMatmulInt8DecodeHot(benchmark::State& state) {
   const auto f = static_cast<WeightFormat>(state.range(0));
   const bool gfni = state.range(2) != 0;
@@ -318,7 +321,7 @@ void BM_XrtMatmulInt8DecodeHot(benchmark::State& state) {
     state.SkipWithError("this CPU has no AVX512_VNNI");
     return;
   }
-  if (gfni && !CpuHasGfni()) {
+  if (gfni && !CpuHasGfni() && Int8GfniApplies(f)) {
     state.SkipWithError("this CPU has no GFNI");
     return;
   }
