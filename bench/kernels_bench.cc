@@ -342,6 +342,30 @@ BENCHMARK(BM_XrtMatmulInt8DecodeHot)->Apply([](benchmark::internal::Benchmark* b
   b->MinTime(0.2);
 });
 
+// A decode row (M = 1) from DRAM on the AVX512_VNNI kernels with their
+// streams prefetched into L1 (l2:0) or L2 (l2:1), Int8DecodePrefetch's two
+// choices, whose default is per vendor: the rows that tell it, side by side
+// in one run. Args: format, l2; 8192 x 2048, 2 threads, cold copies.
+void BM_XrtMatmulInt8DecodePrefetch(benchmark::State& state) {
+  if (!CpuIsaSupported(CpuIsa::kAvx512Vnni)) {
+    state.SkipWithError("this CPU has no AVX512_VNNI");
+    return;
+  }
+  SetInt8DecodePrefetch(state.range(1) ? Int8DecodePrefetch::kL2 : Int8DecodePrefetch::kL1);
+  RunXrtMatmul(state, 1, 8192, 2048, 2, kColdBytes, /*bias=*/true, /*accumulate=*/false,
+               static_cast<WeightFormat>(state.range(0)), ComputeType::kInt8, CpuIsa::kAvx512Vnni);
+  SetInt8DecodePrefetch(Int8DecodePrefetch::kAuto);
+}
+BENCHMARK(BM_XrtMatmulInt8DecodePrefetch)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"format", "l2"});
+  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
+                         WeightFormat::kQ5_0, WeightFormat::kQ3_K, WeightFormat::kQ4_K,
+                         WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kIQ4_XS})
+    for (int64_t l2 : {0, 1}) b->Args({static_cast<int64_t>(f), l2});
+  b->UseRealTime();
+  b->MinTime(0.2);
+});
+
 // bf16 compute on the tiers side by side, with f32 compute as the baseline:
 // the f32 tile kernels on rounded operands (avx512) against vdpbf16ps
 // (avx512_bf16) and AMX (amx; skipped on CPUs without it), same bits;

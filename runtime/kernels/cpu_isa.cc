@@ -1,5 +1,6 @@
 #include "runtime/kernels/cpu_isa.h"
 
+#include <cstring>
 #include <string>
 
 #if defined(__x86_64__)
@@ -140,6 +141,21 @@ bool CpuHasAvxVnni() {
 bool CpuHasGfni() {
   static const bool gfni = HasLeaf7Feature(CpuIsa::kAvx512, 0, /*ECX*/ 2, 8);
   return gfni;
+}
+
+bool CpuIsAmd() {
+#if defined(__x86_64__) && !defined(XRT_SIMD_EMULATE)
+  static const bool amd = [] {
+    unsigned eax = 0, r[3] = {};  // the vendor string is in EBX, EDX, ECX
+    if (!__get_cpuid(0, &eax, &r[0], &r[2], &r[1])) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, r, 12);
+    return std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0;
+  }();
+  return amd;
+#else
+  return false;
+#endif
 }
 
 const char* BestKernelsName() {

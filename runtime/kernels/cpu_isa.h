@@ -68,6 +68,12 @@ bool CpuHasAvxVnni();
 // True for every ISA under XRT_SIMD_EMULATE; needs the avx512 tier's support.
 bool CpuHasGfni();
 
+// True on AMD's (and Hygon's) x86 CPUs, by CPUID's vendor string: for the
+// few choices that are tuned per vendor rather than per ISA (the int8
+// decode's prefetch level, matmul_int8.h). False under XRT_SIMD_EMULATE
+// and off x86.
+bool CpuIsAmd();
+
 // What the kernels of this process run on, for logs and benchmark output:
 // CpuIsaName(BestCpuIsa()), plus "+avx_vnni" on the avx2 tier of a CPU with
 // AVX-VNNI (the int8 matmul's vpdpbusd kernels), "+gfni" from the

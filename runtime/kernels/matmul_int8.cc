@@ -22,6 +22,7 @@ int Int8ActivationBlock(WeightFormat f) { return IsKQuantFormat(f) ? kSuperBlock
 namespace {
 std::atomic<bool> g_avx_vnni_allowed{true};
 std::atomic<bool> g_gfni_allowed{true};
+std::atomic<Int8DecodePrefetch> g_decode_prefetch{Int8DecodePrefetch::kAuto};
 }  // namespace
 
 bool Int8AvxVnniEnabled() {
@@ -35,6 +36,22 @@ void SetInt8AvxVnniAllowed(bool allowed) {
 bool Int8GfniEnabled() { return g_gfni_allowed.load(std::memory_order_relaxed) && CpuHasGfni(); }
 
 void SetInt8GfniAllowed(bool allowed) { g_gfni_allowed.store(allowed, std::memory_order_relaxed); }
+
+bool Int8DecodePrefetchesToL2() {
+  switch (g_decode_prefetch.load(std::memory_order_relaxed)) {
+    case Int8DecodePrefetch::kL1:
+      return false;
+    case Int8DecodePrefetch::kL2:
+      return true;
+    case Int8DecodePrefetch::kAuto:
+      break;
+  }
+  return CpuIsAmd();
+}
+
+void SetInt8DecodePrefetch(Int8DecodePrefetch where) {
+  g_decode_prefetch.store(where, std::memory_order_relaxed);
+}
 
 namespace {
 
@@ -249,6 +266,9 @@ struct Int8Problem {
   int64_t panel_bytes;
   // The panel being run, decoded by this thread (DecodeFnFor), or null.
   const uint8_t* decoded = nullptr;
+  // Where the one-row kernel that streams panels side by side
+  // (PanelsRowAvx512Vnni) prefetches them: Int8DecodePrefetchesToL2.
+  packed_simd::PrefetchTo stream_prefetch = packed_simd::PrefetchTo::kL1;
 };
 
 void StorePortable(const MatmulArgs& a, int64_t i, int64_t col, float acc) {
@@ -564,6 +584,8 @@ XRT_TARGET_AVX512 inline __m512i BroadcastQuad(const int8_t* q) {
 }
 
 using packed_simd::PrefetchPart;
+using packed_simd::PrefetchPartTo;
+using packed_simd::PrefetchTo;
 constexpr int64_t kPrefetchBytes = 8192;  // PrefetchPart's distance ahead
 
 // Adds the pair products of weight quads kq0 .. kq0 + Q - 1 of `blk` with
@@ -964,7 +986,10 @@ constexpr int64_t KBlock() {
 // DRAM, two threads, 8192 x 2048, geometric mean of q8_0, q4_0, q5_0, q4_k,
 // q6_k, iq4_xs and q3_k, interleaved runs: one stream 21.5-22.5 GB/s, two
 // 23.5, four 25.1-25.9 (2 KiB or 8 KiB ahead, or into L2: 24.0-25.6), with
-// readbw at 30.1-30.5 in the same runs.
+// readbw at 30.1-30.5 in the same runs. On AMD's Zen 4 the same four streams
+// into L1 read 0.6-0.8 of the probe, into L2 0.9-1.1 (one stream into L2 as
+// fast): the prefetch's level is chosen per vendor (Int8DecodePrefetchesToL2,
+// matmul_int8.h).
 constexpr int kDecodeStreams = 4;
 constexpr int64_t kStreamPrefetchBytes = 4096;
 
@@ -1845,6 +1870,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
                 d,         sum16,
                 pairs,     has_ds ? ds : nullptr,
                 k / block, PackedPanelBytes(args.w_format, k)};
+  if (Int8DecodePrefetchesToL2()) p.stream_prefetch = PrefetchTo::kL2;
 
   // Units: (panel, group of up to group_rows rows), row groups fastest, so a
   // panel stays in cache while every row group reads it.

@@ -93,4 +93,19 @@ bool Int8GfniEnabled();
 void SetInt8GfniAllowed(bool allowed);
 bool Int8GfniApplies(WeightFormat f);
 
+// The cache level the avx512_vnni tier's one-row kernel (a decode step's,
+// which streams kDecodeStreams weight panels side by side from memory, each
+// software-prefetched 4 KiB ahead) prefetches into. kAuto, the default: L2
+// on AMD's CPUs (CpuIsAmd), L1 on the others. M = 1 from DRAM, 8192 x 2048,
+// 2 threads, on Zen 4 (an EPYC VM, read probe 25-31 GB/s): into L1 17.8-25.7
+// GB/s per format, into L2 27.5-30.8, 1.12-1.75x; hot in L2 no difference
+// beyond the noise; on a Sapphire Rapids-class Xeon into L2 0.91-1.04x
+// (bench/README.md, "The decode's prefetch into L2 on Zen 4"). Where the
+// lines come from changes, never the results. SetInt8DecodePrefetch as
+// SetInt8AvxVnniAllowed (kL1 / kL2: both on one CPU, for tests and
+// benchmarks).
+enum class Int8DecodePrefetch { kAuto, kL1, kL2 };
+bool Int8DecodePrefetchesToL2();
+void SetInt8DecodePrefetch(Int8DecodePrefetch where);
+
 }  // namespace xrt

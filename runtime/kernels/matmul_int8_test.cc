@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -507,6 +508,45 @@ TEST(MatmulInt8Test, ExtremeQuantsSumExactlyOnEveryPath) {
         }
       }
     }
+}
+
+// A decode row's streams are prefetched into L1 or L2 (Int8DecodePrefetch;
+// by default L2 exactly on AMD's CPUs, which CpuIsAmd reads from CPUID's
+// vendor string, as /proc/cpuinfo shows it): the reference's bits either
+// way, on every tier that streams panels (avx512_vnni and up).
+TEST(MatmulInt8Test, DecodePrefetchLevelKeepsTheBitsAndIsL2OnAmdByDefault) {
+  EXPECT_EQ(Int8DecodePrefetchesToL2(), CpuIsAmd());
+#if defined(__linux__) && defined(__x86_64__) && !defined(XRT_SIMD_EMULATE)
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line) && line.rfind("vendor_id", 0) != 0) {
+  }
+  if (!line.empty()) {
+    const bool amd = line.find("AuthenticAMD") != std::string::npos ||
+                     line.find("HygonGenuine") != std::string::npos;
+    EXPECT_EQ(CpuIsAmd(), amd) << line;
+  }
+#endif
+  ThreadPool pool(2);
+  for (Int8DecodePrefetch where : {Int8DecodePrefetch::kL1, Int8DecodePrefetch::kL2}) {
+    SetInt8DecodePrefetch(where);
+    EXPECT_EQ(Int8DecodePrefetchesToL2(), where == Int8DecodePrefetch::kL2);
+    for (WeightFormat f : kFormats) {
+      const int64_t k = 2 * WeightFormatBlockSize(f), n = 250;  // 8 panels, the last short
+      const Weight w = MakeWeight(f, n, k, 7);
+      const std::vector<float> a = RandomA(1, k, 11);
+      for (CpuIsa isa : SupportedIsas()) {
+        if (!IsaAtLeast(isa, CpuIsa::kAvx512Vnni)) continue;
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          const std::vector<float> c = RunInt8(a, 1, n, k, w, f, nullptr, false, p, {isa});
+          ExpectMatchesReference(f, a, 1, n, k, w, {}, false, c,
+                                 std::string(WeightFormatName(f)) + " " + CpuIsaName(isa) +
+                                     (where == Int8DecodePrefetch::kL2 ? " into L2" : " into L1"));
+        }
+      }
+    }
+  }
+  SetInt8DecodePrefetch(Int8DecodePrefetch::kAuto);
 }
 
 TEST(MatmulInt8Test, NonFiniteZeroAndTinyActivationBlocks) {

@@ -19,6 +19,22 @@
 namespace xrt {
 namespace packed_simd {
 
+// The cache level a prefetch fills: L1 (prefetcht0, __builtin_prefetch's
+// locality 3) or L2 (prefetcht1, 2).
+enum class PrefetchTo { kL1, kL2 };
+
+// One cache line's prefetch, as an asm volatile where __builtin_prefetch
+// would do: GCC 12's dead-code elimination took whole loops of
+// __builtin_prefetch out (PrefetchPart at -O2, and at -O3 a loop per level
+// chosen at run time), the builtin having no effect it must keep.
+inline void PrefetchLine(const uint8_t* p, PrefetchTo to) {
+  if (to == PrefetchTo::kL1) {
+    asm volatile("prefetcht0 %0" : : "m"(*p));
+  } else {
+    asm volatile("prefetcht1 %0" : : "m"(*p));
+  }
+}
+
 // Prefetches part `part` of `parts` of a block's cache lines (the block
 // `bytes` long at `blk`), kAhead bytes ahead (past the block's end: the next
 // block's lines; a prefetch never faults), into L2 (kLocality 2: prefetcht1)
@@ -31,12 +47,20 @@ namespace packed_simd {
 // M = 1 15.5 -> 18.5). The AVX-512 kernels do the same (Zen 5, avx512_vnni,
 // M = 1 from DRAM, 2 threads, interleaved: q4_k 37-38 -> 40-42 GB/s, q6_k
 // 34-38 -> 48), and the decode into bf16 pairs (matmul.cc).
-template <int64_t kAhead, int kLocality = 2>
-inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts) {
+// PrefetchPartTo chooses the level at run time.
+template <int64_t kAhead>
+inline void PrefetchPartTo(PrefetchTo to, const uint8_t* blk, int64_t bytes, int part, int parts) {
   const int64_t lines = (bytes + 63) / 64;
   for (int64_t line = part * lines / parts; line < (part + 1) * lines / parts; ++line) {
-    __builtin_prefetch(blk + kAhead + 64 * line, 0, kLocality);
+    PrefetchLine(blk + kAhead + 64 * line, to);
   }
+}
+
+template <int64_t kAhead, int kLocality = 2>
+inline void PrefetchPart(const uint8_t* blk, int64_t bytes, int part, int parts) {
+  static_assert(kLocality == 2 || kLocality == 3);
+  PrefetchPartTo<kAhead>(kLocality == 3 ? PrefetchTo::kL1 : PrefetchTo::kL2, blk, bytes, part,
+                         parts);
 }
 
 // ------------------------------------------------------------------ AVX2 --
