@@ -343,9 +343,11 @@ BENCHMARK(BM_XrtMatmulInt8DecodeHot)->Apply([](benchmark::internal::Benchmark* b
 });
 
 // A decode row (M = 1) from DRAM on the AVX512_VNNI kernels with their
-// streams prefetched into L1 (l2:0) or L2 (l2:1), Int8DecodePrefetch's two
-// choices, whose default is per vendor: the rows that tell it, side by side
-// in one run. Args: format, l2; 8192 x 2048, 2 threads, cold copies.
+// streams prefetched into L1 (l2:0: each line 2 KiB ahead, spread over the
+// quad loads) or L2 (l2:1: a block step's share 4 KiB ahead at its start),
+// Int8DecodePrefetch's two choices, whose default is per vendor: the rows
+// that tell it, side by side in one run. Args: format, l2; 8192 x 2048, 2
+// threads, cold copies.
 void BM_XrtMatmulInt8DecodePrefetch(benchmark::State& state) {
   if (!CpuIsaSupported(CpuIsa::kAvx512Vnni)) {
     state.SkipWithError("this CPU has no AVX512_VNNI");
@@ -358,9 +360,10 @@ void BM_XrtMatmulInt8DecodePrefetch(benchmark::State& state) {
 }
 BENCHMARK(BM_XrtMatmulInt8DecodePrefetch)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"format", "l2"});
-  for (WeightFormat f : {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1,
-                         WeightFormat::kQ5_0, WeightFormat::kQ3_K, WeightFormat::kQ4_K,
-                         WeightFormat::kQ5_K, WeightFormat::kQ6_K, WeightFormat::kIQ4_XS})
+  for (WeightFormat f :
+       {WeightFormat::kQ8_0, WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0,
+        WeightFormat::kQ5_1, WeightFormat::kQ3_K, WeightFormat::kQ4_K, WeightFormat::kQ5_K,
+        WeightFormat::kQ6_K, WeightFormat::kIQ4_NL, WeightFormat::kIQ4_XS})
     for (int64_t l2 : {0, 1}) b->Args({static_cast<int64_t>(f), l2});
   b->UseRealTime();
   b->MinTime(0.2);

@@ -990,8 +990,55 @@ constexpr int64_t KBlock() {
 // into L1 read 0.6-0.8 of the probe, into L2 0.9-1.1 (one stream into L2 as
 // fast): the prefetch's level is chosen per vendor (Int8DecodePrefetchesToL2,
 // matmul_int8.h).
+//
+// Into L1 (Intel's CPUs) a stream's prefetches are spread over the block's
+// quad loads, a line or two before each (StreamLines), kStreamSpreadBytes
+// ahead, rather than issued a block step's share at a time at the step's
+// start, kStreamPrefetchBytes ahead, as into L2 (AMD's, where the burst was
+// measured at the probe's rate and the spread has not been). On the Sapphire
+// Rapids-class machine, M = 1 from DRAM, 8192 x 2048, 2 threads, four rounds
+// against the burst (bench/README.md, "The decode's L1 prefetches spread over
+// its quad loads"): q8_0 1.06-1.22x, q5_k 1.06-1.17x, iq4_xs 1.01-1.07x, the
+// other formats 0.94-1.13x, q4_k flat (0.97-1.03x); every format then at
+// 0.80-0.90 of the read probe, where the burst read 0.80-0.87. Four streams'
+// bursts of 9-17 prefetcht0 at once likely take the line fill buffers the
+// quads' own loads need (the VM shows no PMU counters to tell);
+// `bench/read_pattern_probe.cc` showed the same without the arithmetic (each
+// line 512 B or 1 KiB ahead 35.9-36.2 GB/s, the step's share at once
+// 32.5-33.3). 1.5-4 KiB ahead read alike; 2 KiB is the distance kept.
 constexpr int kDecodeStreams = 4;
 constexpr int64_t kStreamPrefetchBytes = 4096;
+constexpr int64_t kStreamSpreadBytes = 2048;
+
+// One stream's lines to prefetch during a block (or K-quant step) of Q
+// quads: quad i prefetches lines [i * lines / Q, (i + 1) * lines / Q) from
+// `first`. A line at or past `end` (its panel's end) is taken `jump` bytes
+// further: the same panel of the next set of kDecodeStreams, which the next
+// call streams (AddBlockAvx512Vnni), not the next panel, which this set is
+// reading already. `lines` 0: none (the burst, or no prefetch).
+struct StreamLines {
+  const uint8_t* first = nullptr;
+  const uint8_t* end = nullptr;
+  int64_t jump = 0;
+  int lines = 0;
+};
+
+// Part `part` of `parts` of the `bytes`-long block at `blk`, kStreamSpreadBytes
+// ahead.
+inline StreamLines SpreadLines(const uint8_t* blk, int64_t bytes, int part, int parts,
+                               const uint8_t* end, int64_t jump) {
+  const int64_t lines = (bytes + 63) / 64;
+  const int64_t l0 = part * lines / parts, l1 = (part + 1) * lines / parts;
+  return {blk + kStreamSpreadBytes + 64 * l0, end, jump, static_cast<int>(l1 - l0)};
+}
+
+template <int Q>
+inline void PrefetchQuadShare(const StreamLines& s, int i) {
+  for (int l = i * s.lines / Q; l < (i + 1) * s.lines / Q; ++l) {
+    const uint8_t* line = s.first + 64 * l;
+    packed_simd::PrefetchLine(line < s.end ? line : line + s.jump, PrefetchTo::kL1);
+  }
+}
 
 // The AVX512_VNNI tier's kernels that read the weight quads, compiled twice
 // (matmul_int8_avx512_vnni.inc): as they are (namespace vnni), and with
