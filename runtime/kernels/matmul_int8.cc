@@ -992,7 +992,7 @@ constexpr int64_t KBlock() {
 // matmul_int8.h).
 //
 // Into L1 (Intel's CPUs) a stream's prefetches are spread over the block's
-// quad loads, a line or two before each (StreamLines), kStreamSpreadBytes
+// quad loads, a line or two before each (PrefetchQuadShare), kStreamSpreadBytes
 // ahead, rather than issued a block step's share at a time at the step's
 // start, kStreamPrefetchBytes ahead, as into L2 (AMD's, where the burst was
 // measured at the probe's rate and the spread has not been). On the Sapphire
@@ -1010,34 +1010,32 @@ constexpr int kDecodeStreams = 4;
 constexpr int64_t kStreamPrefetchBytes = 4096;
 constexpr int64_t kStreamSpreadBytes = 2048;
 
-// One stream's lines to prefetch during a block (or K-quant step) of Q
-// quads: quad i prefetches lines [i * lines / Q, (i + 1) * lines / Q) from
-// `first`. A line at or past `end` (its panel's end) is taken `jump` bytes
-// further: the same panel of the next set of kDecodeStreams, which the next
-// call streams (AddBlockAvx512Vnni), not the next panel, which this set is
-// reading already. `lines` 0: none (the burst, or no prefetch).
-struct StreamLines {
-  const uint8_t* first = nullptr;
-  const uint8_t* end = nullptr;
-  int64_t jump = 0;
-  int lines = 0;
-};
-
-// Part `part` of `parts` of the `bytes`-long block at `blk`, kStreamSpreadBytes
-// ahead.
-inline StreamLines SpreadLines(const uint8_t* blk, int64_t bytes, int part, int parts,
-                               const uint8_t* end, int64_t jump) {
-  const int64_t lines = (bytes + 63) / 64;
-  const int64_t l0 = part * lines / parts, l1 = (part + 1) * lines / parts;
-  return {blk + kStreamSpreadBytes + 64 * l0, end, jump, static_cast<int>(l1 - l0)};
+// The first of the lines one stream prefetches during part `part` of `parts`
+// of the `bytes`-long block at `blk` (a group, parts 1, or a K-quant step),
+// kStreamSpreadBytes ahead. Past its panel's end (`end`) they are taken
+// `jump` bytes further: the same panel of the next set of kDecodeStreams,
+// which the next call streams (AddBlockAvx512Vnni), not the next panel,
+// which this set is reading already (decided for the part as a whole).
+inline const uint8_t* SpreadFirstLine(const uint8_t* blk, int64_t bytes, int part, int parts,
+                                      const uint8_t* end, int64_t jump) {
+  const uint8_t* first = blk + kStreamSpreadBytes + 64 * (part * ((bytes + 63) / 64) / parts);
+  return first < end ? first : first + jump;
 }
 
-template <int Q>
-inline void PrefetchQuadShare(const StreamLines& s, int i) {
-  for (int l = i * s.lines / Q; l < (i + 1) * s.lines / Q; ++l) {
-    const uint8_t* line = s.first + 64 * l;
-    packed_simd::PrefetchLine(line < s.end ? line : line + s.jump, PrefetchTo::kL1);
-  }
+// Lines per part, rounded up (the last line of a part may be the next one's
+// first: asked twice, harmless), so that each quad's share is a constant.
+constexpr int SpreadLinesPerPart(int64_t bytes, int parts) {
+  return static_cast<int>(((bytes + 63) / 64 + parts - 1) / parts);
+}
+
+// Quad i's share of a part's kLines lines from `first`, spread over its Q
+// quads: lines [i * kLines / Q, (i + 1) * kLines / Q), one or two
+// prefetcht0 with i known at compile time (a run-time count per quad cost
+// a third of the decode's speed in L2).
+template <int Q, int kLines>
+inline void PrefetchQuadShare(const uint8_t* first, int i) {
+  for (int l = i * kLines / Q; l < (i + 1) * kLines / Q; ++l)
+    packed_simd::PrefetchLine(first + 64 * l, PrefetchTo::kL1);
 }
 
 // The AVX512_VNNI tier's kernels that read the weight quads, compiled twice
