@@ -996,13 +996,13 @@ constexpr int64_t KBlock() {
 // ahead, rather than issued a block step's share at a time at the step's
 // start, kStreamPrefetchBytes ahead, as into L2 (AMD's, where the burst was
 // measured at the probe's rate and the spread has not been). On the Sapphire
-// Rapids-class machine, M = 1 from DRAM, 8192 x 2048, 2 threads, four rounds
-// against the burst (bench/README.md, "The decode's L1 prefetches spread over
-// its quad loads"): q8_0 1.06-1.22x, q5_k 1.06-1.17x, iq4_xs 1.01-1.07x, the
-// other formats 0.94-1.13x, q4_k flat (0.97-1.03x); every format then at
-// 0.80-0.90 of the read probe, where the burst read 0.80-0.87. Four streams'
-// bursts of 9-17 prefetcht0 at once likely take the line fill buffers the
-// quads' own loads need (the VM shows no PMU counters to tell);
+// Rapids-class machine, M = 1 from DRAM, 8192 x 2048, 2 threads, two series
+// of four rounds against the burst (bench/README.md, "The decode's L1
+// prefetches spread over its quad loads"): the spread reads 0.82-0.90 of the
+// read probe per format where the burst read 0.77-0.87 (q5_k, q3_k, iq4_nl,
+// q8_0 up the most; q4_k flat at 0.80-0.82), and in cache 1.02-1.10x (q3_k
+// 0.97-0.99x). Four streams' bursts of 9-17 prefetcht0 at once likely take
+// the line fill buffers the quads' own loads need (no PMU counters to tell);
 // `bench/read_pattern_probe.cc` showed the same without the arithmetic (each
 // line 512 B or 1 KiB ahead 35.9-36.2 GB/s, the step's share at once
 // 32.5-33.3). 1.5-4 KiB ahead read alike; 2 KiB is the distance kept.
