@@ -97,7 +97,7 @@ bool Int8GfniApplies(WeightFormat f);
 // which streams kDecodeStreams weight panels side by side from memory)
 // prefetches into: into L2 a block step's share of each panel 4 KiB ahead at
 // the step's start, into L1 each line 2 KiB ahead, spread over the quad
-// loads (matmul_int8.cc, StreamLines). kAuto, the default: L2 on AMD's CPUs
+// loads (matmul_int8.cc, PrefetchQuadShare). kAuto, the default: L2 on AMD's CPUs
 // (CpuIsAmd), L1 on the others. M = 1 from DRAM, 8192 x 2048,
 // 2 threads, on Zen 4 (an EPYC VM, read probe 25-31 GB/s): into L1 17.8-25.7
 // GB/s per format, into L2 27.5-30.8, 1.12-1.75x; hot in L2 no difference
