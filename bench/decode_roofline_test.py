@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""decode_roofline.py's summary against a real interleaved run's JSON
+(results/decode-roofline-interleaved-spr-raw.json, kept from the AMX machine),
+recomputed here from the raw rows; and its errors on bad input."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import decode_roofline  # noqa: E402
+
+RAW = os.path.join(HERE, "results", "decode-roofline-interleaved-spr-raw.json")
+
+
+def rows(raw, prefix):
+    return [b["GBps"] for b in raw["benchmarks"]
+            if b.get("run_type") != "aggregate" and b["name"].startswith(prefix)]
+
+
+def main():
+    with open(RAW) as f:
+        raw = json.load(f)
+    s = decode_roofline.summarize(raw, 0.85)
+
+    probe = statistics.median(rows(raw, "BM_ReadBandwidth/huge:1/method:1/threads:2"))
+    four = statistics.median(rows(raw, "BM_ReadBandwidth/huge:1/method:0/threads:2"))
+    assert abs(s["probe_gbps"]["one_stream_prefetched"]["median"] - probe) < 1e-3, s["probe_gbps"]
+    assert abs(s["probe_gbps"]["four_streams"]["median"] - four) < 1e-3, s["probe_gbps"]
+    assert len(s["formats"]) == len(decode_roofline.FORMAT_NAMES), [f["format"] for f in s["formats"]]
+    for f in s["formats"]:
+        gbps = rows(raw, f"BM_XrtMatmulInt8Isa/format:{f['format_id']}/isa:3/M:1/")
+        assert len(gbps) == 10, (f["format"], len(gbps))
+        med = statistics.median(gbps)
+        assert abs(f["gbps"]["median"] - med) < 1e-3, f
+        assert f["gbps"]["min"] == round(min(gbps), 3) and f["gbps"]["max"] == round(max(gbps), 3), f
+        assert abs(f["fraction_of_probe"] - med / probe) < 1e-3, f
+        assert abs(f["fraction_of_four_stream_probe"] - med / four) < 1e-3, f
+        assert f["meets"] == (med / probe >= 0.85), f
+    assert s["all_meet"] == all(f["meets"] for f in s["formats"])
+    # The threshold decides the verdict, nothing else.
+    assert decode_roofline.summarize(raw, 0.5)["all_meet"]
+    assert not decode_roofline.summarize(raw, 1.5)["all_meet"]
+
+    # No probe rows, no kernel rows: an error naming what is missing.
+    no_probe = {"benchmarks": [b for b in raw["benchmarks"]
+                               if not b["name"].startswith("BM_ReadBandwidth")]}
+    try:
+        decode_roofline.summarize(no_probe, 0.85)
+        raise AssertionError("a run without the probe was summarised")
+    except ValueError as e:
+        assert "read probe" in str(e), e
+    no_kernels = {"benchmarks": [b for b in raw["benchmarks"]
+                                 if b["name"].startswith("BM_ReadBandwidth")]}
+    try:
+        decode_roofline.summarize(no_kernels, 0.85)
+        raise AssertionError("a run without kernels was summarised")
+    except ValueError as e:
+        assert "decode GEMV" in str(e), e
+
+    # The command line: --from-json writes the summary; a bad file is named.
+    script = os.path.join(HERE, "decode_roofline.py")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "s.json")
+        r = subprocess.run([sys.executable, script, "--from-json", RAW, "--json", out],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "q4_k" in r.stdout and "read probe" in r.stdout, r.stdout
+        with open(out) as f:
+            assert json.load(f)["formats"] == s["formats"]
+        bad = os.path.join(d, "bad.json")
+        with open(bad, "w") as f:
+            f.write("{not json")
+        r = subprocess.run([sys.executable, script, "--from-json", bad],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and "bad.json" in r.stderr, (r.returncode, r.stderr)
+        r = subprocess.run([sys.executable, script, "--kernels-bench", os.path.join(d, "none")],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and "not an executable" in r.stderr, r.stderr
+    print("decode_roofline_test: ok")
+
+
+if __name__ == "__main__":
+    main()
