@@ -266,9 +266,6 @@ struct Int8Problem {
   int64_t panel_bytes;
   // The panel being run, decoded by this thread (DecodeFnFor), or null.
   const uint8_t* decoded = nullptr;
-  // Where the one-row kernel that streams panels side by side
-  // (PanelsRowAvx512Vnni) prefetches them: Int8DecodePrefetchesToL2.
-  packed_simd::PrefetchTo stream_prefetch = packed_simd::PrefetchTo::kL1;
 };
 
 void StorePortable(const MatmulArgs& a, int64_t i, int64_t col, float acc) {
@@ -1478,15 +1475,21 @@ PanelFn PanelFnFor(WeightFormat f, int rows) {
   return WithInt8Format(f, [rows](auto format) { return PanelFnFor<Panels, format()>(rows); });
 }
 
-// PanelsRowAvx512Vnni: one row against kDecodeStreams panels from `panel`.
+// PanelsRowAvx512Vnni: one row against kDecodeStreams panels from `panel`,
+// prefetched into L2 (`to_l2`: Int8DecodePrefetchesToL2) or L1.
 using PanelsFn = void (*)(const Int8Problem&, const uint8_t* panel, int64_t col0);
 
-PanelsFn DecodeStreamsFn(WeightFormat f, bool gfni) {
-  return WithInt8Format(f, [gfni](auto format) -> PanelsFn {
-    if constexpr (HasSeparateHighBits(format())) {
-      if (gfni) return &vnni_gfni::PanelsRowAvx512Vnni<format(), kDecodeStreams>;
+PanelsFn DecodeStreamsFn(WeightFormat f, bool gfni, bool to_l2) {
+  return WithInt8Format(f, [gfni, to_l2](auto format) -> PanelsFn {
+    constexpr WeightFormat F = format();
+    if constexpr (HasSeparateHighBits(F)) {
+      if (gfni) {
+        return to_l2 ? &vnni_gfni::PanelsRowAvx512Vnni<F, kDecodeStreams, PrefetchTo::kL2>
+                     : &vnni_gfni::PanelsRowAvx512Vnni<F, kDecodeStreams, PrefetchTo::kL1>;
+      }
     }
-    return &vnni::PanelsRowAvx512Vnni<format(), kDecodeStreams>;
+    return to_l2 ? &vnni::PanelsRowAvx512Vnni<F, kDecodeStreams, PrefetchTo::kL2>
+                 : &vnni::PanelsRowAvx512Vnni<F, kDecodeStreams, PrefetchTo::kL1>;
   });
 }
 
@@ -1915,7 +1918,6 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
                 d,         sum16,
                 pairs,     has_ds ? ds : nullptr,
                 k / block, PackedPanelBytes(args.w_format, k)};
-  if (Int8DecodePrefetchesToL2()) p.stream_prefetch = PrefetchTo::kL2;
 
   // Units: (panel, group of up to group_rows rows), row groups fastest, so a
   // panel stays in cache while every row group reads it.
@@ -1932,7 +1934,7 @@ void MatmulInt8WithIsa(const MatmulArgs& args, ThreadPool* pool, CpuIsa isa) {
   // One row on AVX512_VNNI (the amx tier's too): kDecodeStreams panels at a
   // time while a thread has that many left.
   const PanelsFn streams_fn = m == 1 && !amx && !decode && IsaAtLeast(isa, CpuIsa::kAvx512Vnni)
-                                  ? DecodeStreamsFn(args.w_format, gfni)
+                                  ? DecodeStreamsFn(args.w_format, gfni, Int8DecodePrefetchesToL2())
                                   : nullptr;
 #endif
   auto run_units = [&](int64_t u0, int64_t u1) {
