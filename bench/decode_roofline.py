@@ -30,6 +30,8 @@ import statistics
 import subprocess
 import sys
 
+from lora_bench import machine
+
 # WeightFormat values (runtime/kernels/weight_format.h) of the formats
 # BM_XrtMatmulInt8Isa times, and their GGUF names.
 FORMAT_NAMES = {
@@ -65,17 +67,6 @@ def cpu_flags():
     return set()
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def kernel_filter(flags):
     """The BM_XrtMatmulInt8Isa rows the runtime would run on this CPU."""
     if "avx512_vnni" in flags:
@@ -98,7 +89,7 @@ def stats(values):
     return {
         "median": round(statistics.median(v), 3),
         "q1": round(v[n // 4], 3),
-        "q3": round(v[(3 * n) // 4 if n > 1 else 0], 3),
+        "q3": round(v[(3 * n) // 4], 3),
         "min": round(v[0], 3),
         "max": round(v[-1], 3),
         "n": n,
@@ -207,7 +198,7 @@ def main():
         if proc.returncode != 0:
             sys.exit(f"decode_roofline: kernels_bench exited with {proc.returncode}")
         raw = json.loads(proc.stdout)
-        raw.setdefault("context", {})["cpu_model"] = cpu_model()
+        raw.setdefault("context", {})["cpu_model"] = machine().get("cpu", "unknown")
         if args.raw:
             with open(args.raw, "w") as f:
                 json.dump(raw, f)
