@@ -6,7 +6,9 @@ the caches) should read its weights at >= 85% of the machine's measured read
 bandwidth. This runs `kernels_bench` once with the read probe
 (BM_ReadBandwidth on huge pages: one stream per thread prefetched 512 B ahead,
 and four plain streams) and every int8 format's M = 1 GEMV from DRAM
-(BM_XrtMatmulInt8Isa, 8192 x 2048, 2 threads, cold copies), as repetitions in
+(BM_XrtMatmulInt8Isa, 2 threads, cold copies; N x K 8192 x 2048 by default,
+the 1B's MLP gate / up, or --shape 2048x8192, its down projection, whose
+panels are four times as long), as repetitions in
 random order (google benchmark's --benchmark_enable_random_interleaving), so
 that the probe and the kernels sample the same phases of a machine whose
 DRAM rate drifts by 10-20% from minute to minute: separate runs per format,
@@ -50,9 +52,20 @@ FORMAT_NAMES = {
 
 PROBES = {"1": "one_stream_prefetched", "0": "four_streams"}
 
-KERNEL_RE = re.compile(
-    r"^BM_XrtMatmulInt8Isa/format:(\d+)/isa:(\d+)/M:1/N:8192/K:2048/threads:2/"
-    r"avx_vnni:(\d)/gfni:(\d)")
+# The N x K shapes BM_XrtMatmulInt8Isa times at M = 1 from DRAM (bytes alike).
+SHAPES = ("8192x2048", "2048x8192")
+
+
+def kernel_re(n, k):
+    return re.compile(rf"^BM_XrtMatmulInt8Isa/format:(\d+)/isa:(\d+)/M:1/N:{n}/K:{k}/threads:2/"
+                      r"avx_vnni:(\d)/gfni:(\d)")
+
+
+def parse_shape(text):
+    n, k = text.split("x")
+    return int(n), int(k)
+
+
 PROBE_RE = re.compile(r"^BM_ReadBandwidth/huge:1/method:(\d)/threads:2")
 
 
@@ -67,7 +80,7 @@ def cpu_flags():
     return set()
 
 
-def kernel_filter(flags):
+def kernel_filter(flags, n=8192, k=2048):
     """The BM_XrtMatmulInt8Isa rows the runtime would run on this CPU."""
     if "avx512_vnni" in flags:
         isa, avx_vnni = 3, "1"
@@ -79,7 +92,7 @@ def kernel_filter(flags):
     # formats GFNI applies to have their gfni:0 row (gfni:1 skips itself).
     gfni = "1" if "gfni" in flags else "[01]"
     ids = "|".join(str(i) for i in sorted(FORMAT_NAMES))
-    return (f"BM_XrtMatmulInt8Isa/format:({ids})/isa:{isa}/M:1/N:8192/K:2048/threads:2/"
+    return (f"BM_XrtMatmulInt8Isa/format:({ids})/isa:{isa}/M:1/N:{n}/K:{k}/threads:2/"
             f"avx_vnni:{avx_vnni}/gfni:{gfni}/")
 
 
@@ -96,8 +109,9 @@ def stats(values):
     }
 
 
-def summarize(raw, min_fraction):
+def summarize(raw, min_fraction, n=8192, k=2048):
     """kernels_bench JSON -> the summary; raises ValueError on missing rows."""
+    kernel_row = kernel_re(n, k)
     probes = {name: [] for name in PROBES.values()}
     kernels = {}  # format id -> {gfni: [GB/s]}
     for b in raw.get("benchmarks", []):
@@ -110,14 +124,14 @@ def summarize(raw, min_fraction):
         if m and m.group(1) in PROBES:
             probes[PROBES[m.group(1)]].append(b["GBps"])
             continue
-        m = KERNEL_RE.match(name)
+        m = kernel_row.match(name)
         if m and int(m.group(1)) in FORMAT_NAMES:
             kernels.setdefault(int(m.group(1)), {}).setdefault(m.group(4), []).append(b["GBps"])
     if not probes["one_stream_prefetched"]:
         raise ValueError("no BM_ReadBandwidth/huge:1/method:1/threads:2 rows: "
                          "the read probe did not run")
     if not kernels:
-        raise ValueError("no BM_XrtMatmulInt8Isa M:1 N:8192 K:2048 rows: "
+        raise ValueError(f"no BM_XrtMatmulInt8Isa M:1 N:{n} K:{k} rows: "
                          "no decode GEMV ran (is this CPU's ISA built in?)")
     probe_stats = {k: stats(v) for k, v in probes.items() if v}
     one = probe_stats["one_stream_prefetched"]["median"]
@@ -139,7 +153,7 @@ def summarize(raw, min_fraction):
         formats.append(entry)
     return {
         "benchmark": "decode_roofline",
-        "shape": {"M": 1, "N": 8192, "K": 2048, "threads": 2},
+        "shape": {"M": 1, "N": n, "K": k, "threads": 2},
         "probe_gbps": probe_stats,
         "min_fraction": min_fraction,
         "formats": formats,
@@ -172,10 +186,13 @@ def main():
                     help="repetitions of every row, in random order (default: %(default)s)")
     ap.add_argument("--min-fraction", type=float, default=0.85,
                     help="fraction of the one-stream probe a format should read (default: %(default)s)")
+    ap.add_argument("--shape", choices=SHAPES, default=SHAPES[0],
+                    help="N x K of the GEMVs (default: %(default)s)")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--raw", help="keep kernels_bench's JSON here")
     ap.add_argument("--from-json", help="summarise this kernels_bench JSON instead of running")
     args = ap.parse_args()
+    n, k = parse_shape(args.shape)
 
     if args.from_json:
         try:
@@ -189,7 +206,7 @@ def main():
         if not os.access(args.kernels_bench, os.X_OK):
             sys.exit(f"decode_roofline: {args.kernels_bench} is not an executable "
                      "(build it: cmake -DXCC_BUILD_BENCH=ON, target kernels_bench)")
-        flt = "BM_ReadBandwidth/huge:1/method:[01]/threads:2|" + kernel_filter(cpu_flags())
+        flt = "BM_ReadBandwidth/huge:1/method:[01]/threads:2|" + kernel_filter(cpu_flags(), n, k)
         cmd = [args.kernels_bench, f"--benchmark_filter={flt}",
                f"--benchmark_repetitions={args.repetitions}",
                "--benchmark_enable_random_interleaving=true", "--benchmark_format=json"]
@@ -203,7 +220,7 @@ def main():
             with open(args.raw, "w") as f:
                 json.dump(raw, f)
     try:
-        summary = summarize(raw, args.min_fraction)
+        summary = summarize(raw, args.min_fraction, n, k)
     except ValueError as e:
         sys.exit(f"decode_roofline: {e}")
     summary["cpu"] = raw.get("context", {}).get("cpu_model", "unknown")

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""decode_roofline.py's summary against a real interleaved run's JSON
-(results/decode-roofline-interleaved-spr-raw.json, kept from the AMX machine),
-recomputed here from the raw rows; and its errors on bad input."""
+"""decode_roofline.py's summary against real interleaved runs' JSON
+(results/decode-roofline-interleaved-spr-raw.json, and
+results/decode-roofline-shapes-spr-raw.json with both shapes in one run, kept
+from the AMX machine), recomputed here from the raw rows; the shape picks its
+own rows; and its errors on bad input."""
 
 import json
 import os
@@ -15,6 +17,7 @@ sys.path.insert(0, HERE)
 import decode_roofline  # noqa: E402
 
 RAW = os.path.join(HERE, "results", "decode-roofline-interleaved-spr-raw.json")
+SHAPES_RAW = os.path.join(HERE, "results", "decode-roofline-shapes-spr-raw.json")
 
 
 def rows(raw, prefix):
@@ -22,19 +25,17 @@ def rows(raw, prefix):
             if b.get("run_type") != "aggregate" and b["name"].startswith(prefix)]
 
 
-def main():
-    with open(RAW) as f:
-        raw = json.load(f)
-    s = decode_roofline.summarize(raw, 0.85)
-
+def check_summary(raw, s, n, k, reps):
+    """s, summarised at N x K, against medians recomputed from raw's rows."""
     probe = statistics.median(rows(raw, "BM_ReadBandwidth/huge:1/method:1/threads:2"))
     four = statistics.median(rows(raw, "BM_ReadBandwidth/huge:1/method:0/threads:2"))
     assert abs(s["probe_gbps"]["one_stream_prefetched"]["median"] - probe) < 1e-3, s["probe_gbps"]
     assert abs(s["probe_gbps"]["four_streams"]["median"] - four) < 1e-3, s["probe_gbps"]
+    assert s["shape"] == {"M": 1, "N": n, "K": k, "threads": 2}, s["shape"]
     assert len(s["formats"]) == len(decode_roofline.FORMAT_NAMES), [f["format"] for f in s["formats"]]
     for f in s["formats"]:
-        gbps = rows(raw, f"BM_XrtMatmulInt8Isa/format:{f['format_id']}/isa:3/M:1/")
-        assert len(gbps) == 10, (f["format"], len(gbps))
+        gbps = rows(raw, f"BM_XrtMatmulInt8Isa/format:{f['format_id']}/isa:3/M:1/N:{n}/K:{k}/")
+        assert len(gbps) == reps, (f["format"], len(gbps))
         med = statistics.median(gbps)
         assert abs(f["gbps"]["median"] - med) < 1e-3, f
         assert f["gbps"]["min"] == round(min(gbps), 3) and f["gbps"]["max"] == round(max(gbps), 3), f
@@ -42,6 +43,24 @@ def main():
         assert abs(f["fraction_of_four_stream_probe"] - med / four) < 1e-3, f
         assert f["meets"] == (med / probe >= 0.85), f
     assert s["all_meet"] == all(f["meets"] for f in s["formats"])
+
+
+def main():
+    with open(RAW) as f:
+        raw = json.load(f)
+    s = decode_roofline.summarize(raw, 0.85)
+    check_summary(raw, s, 8192, 2048, 10)
+    # Both shapes in one run: each summary takes its own shape's rows only.
+    with open(SHAPES_RAW) as f:
+        shapes_raw = json.load(f)
+    for shape in decode_roofline.SHAPES:
+        n, k = decode_roofline.parse_shape(shape)
+        check_summary(shapes_raw, decode_roofline.summarize(shapes_raw, 0.85, n, k), n, k, 6)
+    try:  # the first run has no 2048 x 8192 rows
+        decode_roofline.summarize(raw, 0.85, 2048, 8192)
+        raise AssertionError("a run without the shape's rows was summarised")
+    except ValueError as e:
+        assert "N:2048 K:8192" in str(e), e
     # The threshold decides the verdict, nothing else.
     assert decode_roofline.summarize(raw, 0.5)["all_meet"]
     assert not decode_roofline.summarize(raw, 1.5)["all_meet"]
@@ -72,6 +91,11 @@ def main():
         assert "q4_k" in r.stdout and "read probe" in r.stdout, r.stdout
         with open(out) as f:
             assert json.load(f)["formats"] == s["formats"]
+        r = subprocess.run([sys.executable, script, "--from-json", SHAPES_RAW, "--shape",
+                            "2048x8192", "--json", out], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        with open(out) as f:
+            assert json.load(f)["shape"]["K"] == 8192
         bad = os.path.join(d, "bad.json")
         with open(bad, "w") as f:
             f.write("{not json")
