@@ -56,9 +56,14 @@ PROBES = {"1": "one_stream_prefetched", "0": "four_streams"}
 SHAPES = ("8192x2048", "2048x8192")
 
 
+# A decode GEMV's row name in kernels_bench, for kernel_re and kernel_filter.
+KERNEL_ROW = ("BM_XrtMatmulInt8Isa/format:{format}/isa:{isa}/M:1/N:{n}/K:{k}/threads:2/"
+              "avx_vnni:{avx_vnni}/gfni:{gfni}")
+
+
 def kernel_re(n, k):
-    return re.compile(rf"^BM_XrtMatmulInt8Isa/format:(\d+)/isa:(\d+)/M:1/N:{n}/K:{k}/threads:2/"
-                      r"avx_vnni:(\d)/gfni:(\d)")
+    return re.compile("^" + KERNEL_ROW.format(format=r"(\d+)", isa=r"(\d+)", n=n, k=k,
+                                              avx_vnni=r"(\d)", gfni=r"(\d)"))
 
 
 def parse_shape(text):
@@ -92,8 +97,8 @@ def kernel_filter(flags, n=8192, k=2048):
     # formats GFNI applies to have their gfni:0 row (gfni:1 skips itself).
     gfni = "1" if "gfni" in flags else "[01]"
     ids = "|".join(str(i) for i in sorted(FORMAT_NAMES))
-    return (f"BM_XrtMatmulInt8Isa/format:({ids})/isa:{isa}/M:1/N:{n}/K:{k}/threads:2/"
-            f"avx_vnni:{avx_vnni}/gfni:{gfni}/")
+    return KERNEL_ROW.format(format=f"({ids})", isa=isa, n=n, k=k, avx_vnni=avx_vnni,
+                             gfni=gfni) + "/"
 
 
 def stats(values):
