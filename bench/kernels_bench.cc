@@ -673,21 +673,28 @@ BENCHMARK(BM_ThreadPoolEmptyParallelFor)->ArgName("threads")->Arg(1)->Arg(2)->Us
 // head_dim 128); blocks of 16. kv_dtype:
 // the cache's element type, 0 f32, 1 f16, 2 fp8 (xrt --kv-cache-dtype).
 // compute: 0 f32, 1 bf16 (the products as kBF16 matmuls, attention.h).
-void BM_PagedAttention(benchmark::State& state) {
-  const int64_t reqs = state.range(0), context = state.range(1), q_len = state.range(2);
-  const int threads = static_cast<int>(state.range(3));
-  const int64_t heads = state.range(4), kv_heads = state.range(5), dim = state.range(9);
+// A PagedAttention call as BM_PagedAttention's arguments give it.
+struct PagedAttentionShape {
+  int64_t reqs, context, q_len, threads, heads, kv_heads, kv_dtype, layers, compute, head_dim;
+};
+
+void RunPagedAttention(benchmark::State& state, const PagedAttentionShape& shape) {
+  const int64_t reqs = shape.reqs, context = shape.context, q_len = shape.q_len;
+  const int threads = static_cast<int>(shape.threads);
+  const int64_t heads = shape.heads, kv_heads = shape.kv_heads, dim = shape.head_dim;
   const int64_t block = 16;
   const int64_t blocks_per_req = (context + block - 1) / block;
   const int64_t num_blocks = reqs * blocks_per_req;
   const int64_t kv_width = kv_heads * dim, q_width = heads * dim;
   const int64_t tokens = reqs * q_len;
-  const auto kv_dtype = static_cast<KvCacheDtype>(state.range(6));
+  const auto kv_dtype = static_cast<KvCacheDtype>(shape.kv_dtype);
   const int64_t elem = KvCacheElementBytes(kv_dtype);
   // layers > 1: as many caches, one per call in turn, as a model's layers
-  // do (30 of SmolLM2's at context 1024 are 47 MB, past the L3: each call
-  // reads its K/V from DRAM); 1: the same cache every call, warm.
-  const int64_t layers = state.range(7);
+  // do (30 of SmolLM2's at context 1024 are 47 MB in f32, but 24 MB in f16:
+  // within a 32 MiB L3, and every row below within a 480 MB one, whose
+  // calls then read their K/V from L3, not DRAM; BM_PagedAttentionPrefetch's
+  // dram rows read 100 MB); 1: the same cache every call, warm.
+  const int64_t layers = shape.layers;
   const int64_t cache_values = num_blocks * block * kv_width;
   std::vector<float> k_cache(layers * cache_values), v_cache(k_cache.size());
   FillRandom(k_cache.data(), k_cache.size(), 3);
@@ -749,7 +756,7 @@ void BM_PagedAttention(benchmark::State& state) {
   a.block_size = block;
   a.num_blocks = num_blocks;
   a.scale = 0.125f;
-  a.compute = static_cast<ComputeType>(state.range(8));
+  a.compute = static_cast<ComputeType>(shape.compute);
   ThreadPool* pool = Pool(threads);
   int64_t layer = 0;
   for (auto _ : state) {
@@ -769,6 +776,12 @@ void BM_PagedAttention(benchmark::State& state) {
     state.counters["GBps"] = benchmark::Counter(2.0 * reqs * context * kv_width * elem * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
   }
+}
+
+void BM_PagedAttention(benchmark::State& state) {
+  RunPagedAttention(
+      state, {state.range(0), state.range(1), state.range(2), state.range(3), state.range(4),
+              state.range(5), state.range(6), state.range(7), state.range(8), state.range(9)});
 }
 BENCHMARK(BM_PagedAttention)
     ->ArgNames({"reqs", "context", "q_len", "threads", "heads", "kv_heads", "kv_dtype", "layers",
@@ -806,6 +819,23 @@ BENCHMARK(BM_PagedAttention)
     ->Args({1, 512, 512, 2, 9, 3, 1, 1, 1, 64})
     ->Args({1, 512, 512, 2, 32, 8, 0, 1, 1, 64})
     ->Args({1, 2048, 2048, 2, 32, 8, 0, 1, 1, 64})
+    ->UseRealTime();
+
+// SetPagedAttentionPrefetch's two choices, whose default is per vendor (l2 0:
+// into L1, 1: into L2): one request's decode on SmolLM2's heads (9 / 3 x 64),
+// f16 cache, 2 threads, warm (layers 1) or from DRAM (as many layers'
+// caches as make 100 MB, each call the next one's, as in a model's step).
+void BM_PagedAttentionPrefetch(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int64_t layer_bytes = 2 * context * 3 * 64 * 2;
+  const int64_t layers = state.range(1) ? (int64_t{100} << 20) / layer_bytes : 1;
+  SetPagedAttentionPrefetch(state.range(2) ? StreamPrefetch::kL2 : StreamPrefetch::kL1);
+  RunPagedAttention(state, {1, context, 1, 2, 9, 3, 1, layers, 0, 64});
+  SetPagedAttentionPrefetch(StreamPrefetch::kAuto);
+}
+BENCHMARK(BM_PagedAttentionPrefetch)
+    ->ArgNames({"context", "dram", "l2"})
+    ->ArgsProduct({{128, 1024, 4096}, {0, 1}, {0, 1}})
     ->UseRealTime();
 
 // The vision tower's self-attention (DenseAttention): `images` sequences of

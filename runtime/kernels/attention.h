@@ -157,4 +157,20 @@ Status PagedAttention(const PagedAttentionArgs& args, ThreadPool* pool);
 // Same on an explicit ISA path (must satisfy CpuIsaSupported). For tests.
 Status PagedAttentionWithIsa(const PagedAttentionArgs& args, ThreadPool* pool, CpuIsa isa);
 
+// The cache level a decode's K/V rows are prefetched into, a chunk of keys
+// ahead of the one being computed (and a partition's first chunk at its
+// start): kAuto, the default, per vendor (StreamPrefetchIsL2: L2 on AMD's
+// CPUs, L1 on the others). A decode step finds its K/V in DRAM (a step's
+// weights went through the caches since). On Zen 4 (an EPYC VM, SmolLM2's
+// heads, f16 cache, 2 threads, three interleaved runs) into L2 read them from
+// DRAM 1.34-1.36x faster than into L1 at 128 keys, 1.0-1.23x at 1024, 0.96-1.17x
+// at 4096; in SmolLM2's decode step (Q4_1, int8) the attention took 0.67x /
+// 0.69x its time at context 128 / 1024 (medians of ten paired rounds;
+// bench/README.md, "A decode's K/V prefetched into L2 on Zen 4"). A prompt's
+// tiles keep L1. Where the lines come from changes, never the results.
+// SetPagedAttentionPrefetch: kL1 / kL2 on any CPU, for tests and benchmarks;
+// process-wide, not for concurrent calls.
+bool PagedAttentionPrefetchesToL2();
+void SetPagedAttentionPrefetch(StreamPrefetch where);
+
 }  // namespace xrt

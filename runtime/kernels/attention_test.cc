@@ -618,6 +618,41 @@ TEST(PagedAttentionTest, Bf16NarrowCachesAreBf16OnRoundedKv) {
   CheckNarrowCacheOnRoundedKv<uint8_t, 64>(kMixed, ComputeType::kBF16);
 }
 
+// The K/V rows are prefetched into L1 or L2 (SetPagedAttentionPrefetch; by
+// default L2 exactly on AMD's CPUs, as the int8 decode's streams): the same
+// bits either way, on every ISA path, cache dtype and compute type, threaded
+// or not, long decodes split into partitions included.
+TEST(PagedAttentionTest, PrefetchLevelKeepsTheBitsAndIsL2OnAmdByDefault) {
+  EXPECT_EQ(PagedAttentionPrefetchesToL2(), CpuIsAmd());
+  ThreadPool pool(2);
+  for (ComputeType compute : {ComputeType::kF32, ComputeType::kBF16}) {
+    for (CpuIsa isa : SupportedIsas()) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> out[2];
+        for (StreamPrefetch where : {StreamPrefetch::kL1, StreamPrefetch::kL2}) {
+          SetPagedAttentionPrefetch(where);
+          const bool l2 = where == StreamPrefetch::kL2;
+          EXPECT_EQ(PagedAttentionPrefetchesToL2(), l2);
+          BatchT<64> b(kPartitioned, /*padding=*/2);
+          b.compute_ = compute;
+          ASSERT_TRUE(PagedAttentionWithIsa(b.Args(), p, isa).ok());
+          out[l2] = b.out_;
+        }
+        ASSERT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4))
+            << CpuIsaName(isa) << " " << ComputeTypeName(compute);
+      }
+    }
+    for (StreamPrefetch where : {StreamPrefetch::kL1, StreamPrefetch::kL2}) {
+      SetPagedAttentionPrefetch(where);
+      CheckNarrowCacheOnRoundedKv<uint16_t, 64>(kPartitioned, compute);
+      CheckNarrowCacheOnRoundedKv<uint8_t, 20>(kMixed, compute);
+      if (compute == ComputeType::kF32) CheckMatchesReferenceAndWritesCache<64>(kPartitioned);
+    }
+  }
+  SetPagedAttentionPrefetch(StreamPrefetch::kAuto);
+  EXPECT_EQ(PagedAttentionPrefetchesToL2(), CpuIsAmd());
+}
+
 TEST(PagedAttentionTest, Int8IsNotAnAttentionComputeType) {
   Batch b(kMixed, 0);
   b.compute_ = ComputeType::kInt8;

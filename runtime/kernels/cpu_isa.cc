@@ -158,6 +158,18 @@ bool CpuIsAmd() {
 #endif
 }
 
+bool StreamPrefetchIsL2(StreamPrefetch where) {
+  switch (where) {
+    case StreamPrefetch::kL1:
+      return false;
+    case StreamPrefetch::kL2:
+      return true;
+    case StreamPrefetch::kAuto:
+      break;
+  }
+  return CpuIsAmd();
+}
+
 const char* BestKernelsName() {
   static const std::string name = [] {
     const CpuIsa best = BestCpuIsa();

@@ -74,6 +74,20 @@ bool CpuHasGfni();
 // and off x86.
 bool CpuIsAmd();
 
+// Where a kernel's software prefetches of data it reads once from memory go:
+// a decode step's weight panels (the int8 matmul, Int8DecodePrefetch) and its
+// attention's K/V rows (PagedAttention). Set per kernel for tests and
+// benchmarks; kAuto is what the kernels run by default, chosen per vendor
+// (StreamPrefetchIsL2). Where the lines come from changes, never the results.
+enum class StreamPrefetch { kAuto, kL1, kL2 };
+
+// True when `where` means L2: kL2, or kAuto on AMD's CPUs (CpuIsAmd). On
+// Zen 4 a decode's weight panels read 1.1-1.8x and its K/V 1.0-1.4x faster
+// from DRAM prefetched into L2 than into L1; on a Sapphire Rapids-class Xeon
+// the weight panels read as fast or faster into L1 (its K/V not measured
+// there), so elsewhere L1 (bench/README.md).
+bool StreamPrefetchIsL2(StreamPrefetch where);
+
 // What the kernels of this process run on, for logs and benchmark output:
 // CpuIsaName(BestCpuIsa()), plus "+avx_vnni" on the avx2 tier of a CPU with
 // AVX-VNNI (the int8 matmul's vpdpbusd kernels), "+gfni" from the

@@ -38,15 +38,7 @@ bool Int8GfniEnabled() { return g_gfni_allowed.load(std::memory_order_relaxed) &
 void SetInt8GfniAllowed(bool allowed) { g_gfni_allowed.store(allowed, std::memory_order_relaxed); }
 
 bool Int8DecodePrefetchesToL2() {
-  switch (g_decode_prefetch.load(std::memory_order_relaxed)) {
-    case Int8DecodePrefetch::kL1:
-      return false;
-    case Int8DecodePrefetch::kL2:
-      return true;
-    case Int8DecodePrefetch::kAuto:
-      break;
-  }
-  return CpuIsAmd();
+  return StreamPrefetchIsL2(g_decode_prefetch.load(std::memory_order_relaxed));
 }
 
 void SetInt8DecodePrefetch(Int8DecodePrefetch where) {

@@ -106,7 +106,7 @@ bool Int8GfniApplies(WeightFormat f);
 // lines come from changes, never the results. SetInt8DecodePrefetch as
 // SetInt8AvxVnniAllowed (kL1 / kL2: both on one CPU, for tests and
 // benchmarks).
-enum class Int8DecodePrefetch { kAuto, kL1, kL2 };
+using Int8DecodePrefetch = StreamPrefetch;
 bool Int8DecodePrefetchesToL2();
 void SetInt8DecodePrefetch(Int8DecodePrefetch where);
 
