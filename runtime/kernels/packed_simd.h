@@ -14,8 +14,6 @@
 #include "runtime/kernels/simd.h"
 #include "runtime/kernels/weight_format.h"
 
-#if defined(__x86_64__)
-
 namespace xrt {
 namespace packed_simd {
 
@@ -26,14 +24,31 @@ enum class PrefetchTo { kL1, kL2 };
 // One cache line's prefetch, as an asm volatile where __builtin_prefetch
 // would do: GCC 12's dead-code elimination took whole loops of
 // __builtin_prefetch out (PrefetchPart at -O2, and at -O3 a loop per level
-// chosen at run time), the builtin having no effect it must keep.
+// chosen at run time), the builtin having no effect it must keep. Off x86
+// (the portable kernels, paged attention) the builtin.
 inline void PrefetchLine(const uint8_t* p, PrefetchTo to) {
+#if defined(__x86_64__)
   if (to == PrefetchTo::kL1) {
     asm volatile("prefetcht0 %0" : : "m"(*p));
   } else {
     asm volatile("prefetcht1 %0" : : "m"(*p));
   }
+#else
+  if (to == PrefetchTo::kL1) {
+    __builtin_prefetch(p, 0, 3);
+  } else {
+    __builtin_prefetch(p, 0, 2);
+  }
+#endif
 }
+
+}  // namespace packed_simd
+}  // namespace xrt
+
+#if defined(__x86_64__)
+
+namespace xrt {
+namespace packed_simd {
 
 // Prefetches part `part` of `parts` of a block's cache lines (the block
 // `bytes` long at `blk`), kAhead bytes ahead (past the block's end: the next
