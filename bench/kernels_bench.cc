@@ -826,11 +826,14 @@ BENCHMARK(BM_PagedAttention)
 // f16 cache, 2 threads, warm (layers 1) or from DRAM (as many layers'
 // caches as make 100 MB, each call the next one's, as in a model's step).
 void BM_PagedAttentionPrefetch(benchmark::State& state) {
-  const int64_t context = state.range(0);
-  const int64_t layer_bytes = 2 * context * 3 * 64 * 2;
-  const int64_t layers = state.range(1) ? (int64_t{100} << 20) / layer_bytes : 1;
+  PagedAttentionShape shape{1, state.range(0), 1, 2, 9, 3, /*kv_dtype=*/1, /*layers=*/1, 0, 64};
+  if (state.range(1)) {  // a layer's K and V: context x kv_heads x head_dim values each
+    const int64_t layer_bytes = 2 * shape.context * shape.kv_heads * shape.head_dim *
+                                KvCacheElementBytes(static_cast<KvCacheDtype>(shape.kv_dtype));
+    shape.layers = (int64_t{100} << 20) / layer_bytes;
+  }
   SetPagedAttentionPrefetch(state.range(2) ? StreamPrefetch::kL2 : StreamPrefetch::kL1);
-  RunPagedAttention(state, {1, context, 1, 2, 9, 3, 1, layers, 0, 64});
+  RunPagedAttention(state, shape);
   SetPagedAttentionPrefetch(StreamPrefetch::kAuto);
 }
 BENCHMARK(BM_PagedAttentionPrefetch)
